@@ -1,0 +1,234 @@
+"""One entry point from Python: build the data, run a method, get a result.
+
+>>> from verticalfs import build_data, run
+>>> data = build_data("breast_cancer", parties=3, noise=0.5, seed=0)
+>>> res = run("vfl", data, seed=0, params={"epochs": 5})
+>>> res.metrics["accuracy"]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verticalfs import __version__
+from verticalfs.data.partition import add_noise_features, add_overlap, load_assignment, partition
+from verticalfs.data.table import Table
+from verticalfs.data.vertical import PreparedData, VerticalDataset
+from verticalfs.evaluation.metrics import primary_metric, selection_scores
+from verticalfs.federation import Federation
+from verticalfs.methods import registry
+from verticalfs.training.history import ProgressCallback
+from verticalfs.transport.bandwidth import estimate_wall_time
+from verticalfs.utils.io import write_json_atomic
+
+
+def build_data(
+    dataset: str | Table | VerticalDataset,
+    *,
+    parties: int = 3,
+    noise: float | Sequence[float] = 0.0,
+    overlap: int | Sequence[int] = 0,
+    partition_strategy: str = "random",
+    assignment: Mapping[str, Sequence[str]] | str | Path | None = None,
+    seed: int = 0,
+    data_dir: str | Path | None = None,
+    scaling: str = "minmax",
+    test_size: float = 0.2,
+    val_size: float = 0.1,
+) -> PreparedData:
+    """Load (by name), partition, perturb, split and preprocess a data set.
+
+    Parameters
+    ----------
+    dataset : str, Table or VerticalDataset
+        A registered name (see ``verticalfs datasets``), a loaded table, or an already
+        partitioned data set (e.g. from :func:`verticalfs.data.load_party_files`).
+    parties : int
+        Passive (feature-holding) parties for an even column split.
+    noise : float or list of float
+        Gaussian noise features as a fraction of each party's columns (less-vfl.md section 5).
+    overlap : int or list of int
+        Columns of other parties copied into each party (feast.md section 5.1).
+    partition_strategy : {"random", "contiguous"}
+    assignment : mapping or path, optional
+        Explicit columns per party (a dict, or a TOML/JSON file).
+    seed : int
+        Seeds the partition, the noise and the split.
+    """
+    if isinstance(dataset, VerticalDataset):
+        vds = dataset
+    else:
+        if isinstance(dataset, str):
+            from verticalfs.data.registry import load_dataset
+
+            table = load_dataset(dataset, data_dir=data_dir, seed=seed)
+        else:
+            table = dataset
+        if isinstance(assignment, (str, Path)):
+            assignment = load_assignment(assignment)
+        vds = partition(table, parties, strategy=partition_strategy, seed=seed, assignment=assignment)
+    if np.any(np.asarray(noise, dtype=float) > 0):
+        vds = add_noise_features(vds, noise, seed=seed)
+    if np.any(np.asarray(overlap) > 0):
+        vds = add_overlap(vds, overlap, seed=seed)
+    return vds.prepare(seed=seed, test_size=test_size, val_size=val_size, scaling=scaling)
+
+
+@dataclass
+class RunResult:
+    """Everything one run produced; :meth:`to_dict` is the documented JSON result."""
+
+    method: str
+    dataset: str
+    parties: list[str]
+    seed: int
+    config: dict[str, Any]
+    metrics: dict[str, float]
+    selection: dict[str, Any]
+    communication: dict[str, Any]
+    history: list[dict]
+    timings: dict[str, float]
+    info: dict[str, Any] = field(default_factory=dict)
+    estimates: list[dict] = field(default_factory=list)
+    method_obj: Any = field(default=None, repr=False)
+    federation: Any = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verticalfs_version": __version__,
+            "method": self.method,
+            "dataset": self.dataset,
+            "parties": self.parties,
+            "n_parties": len(self.parties),
+            "seed": self.seed,
+            "config": self.config,
+            "metrics": self.metrics,
+            "selection": self.selection,
+            "communication": self.communication,
+            "wall_time_estimates": self.estimates,
+            "history": self.history,
+            "timings": self.timings,
+            "info": self.info,
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write the JSON result atomically."""
+        return write_json_atomic(path, self.to_dict())
+
+    @property
+    def total_bytes(self) -> int:
+        return int(self.communication.get("total_bytes", 0))
+
+
+def spurious_hook(fed: Federation, ground_truth: Mapping[str, np.ndarray]):
+    """An evaluator-side hook adding ``spurious_removed`` to each history entry."""
+    gt = {k: np.asarray(v, dtype=bool) for k, v in ground_truth.items()}
+    if not any(m.any() for m in gt.values()):
+        return None
+
+    def hook(entry: dict) -> None:
+        sup = fed.observe_support()
+        kept = np.concatenate([sup[p] for p in fed.party_names])
+        spur = np.concatenate([gt[p] for p in fed.party_names])
+        entry["spurious_removed"] = selection_scores(kept, spur)["spurious_removed"]
+
+    return hook
+
+
+def run(
+    method: str,
+    data: PreparedData,
+    *,
+    seed: int = 0,
+    params: Mapping[str, Any] | None = None,
+    codec: str = "float32",
+    progress: bool = False,
+    bandwidths_mbps: Sequence[float] = (10.0, 100.0),
+    data_config: Mapping[str, Any] | None = None,
+    channel=None,
+) -> RunResult:
+    """Run a registered method on prepared data and collect the result.
+
+    Parameters
+    ----------
+    method : str
+        A registered name (``verticalfs methods`` lists them).
+    data : PreparedData
+        From :func:`build_data`.
+    seed : int
+        Seeds model initialisation, batch order and the method's own randomness.
+    params : mapping
+        The method's hyper-parameters (strings are converted, as from ``--param``).
+    codec : str
+        Payload codec for tensors: ``float32``, ``float16``, ``int8``.
+    progress : bool
+        Show a progress bar.
+    bandwidths_mbps : sequence of float
+        Bandwidths at which to report estimated wall time (sparsevfl.md section 4.4).
+    """
+    cls = registry.get(method)
+    metric = primary_metric(data.labels.task)
+    callbacks = [ProgressCallback(method, metric)] if progress else []
+    m = cls(seed=seed, callbacks=callbacks, **dict(params or {}))
+    fed = Federation(data, codec=codec, channel=channel)
+    m.entry_hook = spurious_hook(fed, data.ground_truth)
+    t0 = time.perf_counter()
+    m.fit(fed)
+    elapsed = time.perf_counter() - t0
+    selection = selection_block(fed, m.get_support(), data.ground_truth)
+    comm = fed.ledger.summary()
+    n_epochs = max(1, len(m.history_))
+    cfg = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(m.params).items()}
+    cfg["codec"] = codec
+    if data_config:
+        cfg["data"] = dict(data_config)
+    estimates = [estimate_wall_time(fed.ledger, b).to_dict() for b in bandwidths_mbps] if len(fed.ledger) else []
+    return RunResult(
+        method=method,
+        dataset=data.name,
+        parties=list(data.party_names),
+        seed=seed,
+        config=cfg,
+        metrics=dict(m.metrics_),
+        selection=selection,
+        communication=comm,
+        history=list(m.history_),
+        timings={"total_seconds": elapsed, "seconds_per_epoch": elapsed / n_epochs,
+                 "python": platform.python_version()},
+        info=dict(getattr(m, "info_", {}) or {}),
+        estimates=estimates,
+        method_obj=m,
+        federation=fed,
+    )
+
+
+def selection_block(fed: Federation, support: Mapping[str, np.ndarray],
+                    ground_truth: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    names = fed.feature_names()
+    out: dict[str, Any] = {"parties": {}}
+    has_gt = any(np.asarray(v).any() for v in ground_truth.values())
+    for p in fed.party_names:
+        mask = np.asarray(support[p], dtype=bool)
+        entry = {
+            "kept": [n for n, k in zip(names[p], mask) if k],
+            "n_kept": int(mask.sum()),
+            "n_features": int(mask.size),
+        }
+        if has_gt:
+            entry.update({k: v for k, v in selection_scores(mask, ground_truth[p]).items()
+                          if k in ("spurious_removed", "tpr", "n_spurious")})
+        out["parties"][p] = entry
+    kept = np.concatenate([np.asarray(support[p], dtype=bool) for p in fed.party_names])
+    out["n_kept"] = int(kept.sum())
+    out["n_features"] = int(kept.size)
+    if has_gt:
+        spur = np.concatenate([np.asarray(ground_truth[p], dtype=bool) for p in fed.party_names])
+        out.update(selection_scores(kept, spur))
+    return out

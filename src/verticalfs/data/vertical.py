@@ -1,0 +1,287 @@
+"""Vertically partitioned data: per-party column blocks, labels at the active party only.
+
+A :class:`VerticalDataset` is the result of partitioning a :class:`~verticalfs.data.table.Table` (or
+of loading one file per party). It still holds raw columns (categoricals as strings). Calling
+:meth:`VerticalDataset.prepare` draws the train/validation/test split and fits each party's
+preprocessing on that party's own training rows, giving a :class:`PreparedData`: exactly the arrays
+each party will own once the federation is built.
+
+Ground truth about injected spurious features is stored in ``spurious`` (per party) and copied into
+:attr:`PreparedData.ground_truth`. It is for evaluation only: :mod:`verticalfs.parties` never
+receives it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import MinMaxScaler, StandardScaler
+
+from verticalfs.data.table import Task
+from verticalfs.exceptions import DataError
+
+ACTIVE = "active"
+SPLITS: tuple[str, ...] = ("train", "val", "test")
+SCALINGS: tuple[str, ...] = ("minmax", "standard", "none")
+
+
+@dataclass
+class PartyBlock:
+    """One party's raw columns (rows aligned with the data set's sample ids)."""
+
+    name: str
+    X: pd.DataFrame
+    categorical: list[str] = field(default_factory=list)
+    spurious: np.ndarray | None = None  # ground truth per column, evaluation only
+
+    def __post_init__(self) -> None:
+        if self.spurious is None:
+            self.spurious = np.zeros(self.X.shape[1], dtype=bool)
+        self.spurious = np.asarray(self.spurious, dtype=bool)
+        if self.spurious.shape != (self.X.shape[1],):
+            raise DataError(
+                f"party {self.name!r}: spurious mask has shape {self.spurious.shape}, expected "
+                f"({self.X.shape[1]},)"
+            )
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [str(c) for c in self.X.columns]
+
+    @property
+    def n_features(self) -> int:
+        return self.X.shape[1]
+
+
+@dataclass
+class VerticalDataset:
+    """Per-party column blocks over one sample-id space; labels belong to the active party.
+
+    The active party (named ``"active"``, the "server" of the papers) holds the labels and the top
+    model; each block belongs to one passive party holding features.
+    """
+
+    name: str
+    blocks: list[PartyBlock]
+    y: np.ndarray
+    task: Task
+    ids: np.ndarray
+    class_names: list[str] | None = None
+    predefined_test: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.y)
+        names = [b.name for b in self.blocks]
+        if len(set(names)) != len(names):
+            raise DataError(f"data set {self.name!r}: party names must be unique, got {names}")
+        if ACTIVE in names:
+            raise DataError(f"party name {ACTIVE!r} is reserved for the label holder; rename the block")
+        for b in self.blocks:
+            if len(b.X) != n:
+                raise DataError(
+                    f"party {b.name!r} has {len(b.X)} rows but there are {n} labels; align rows by id "
+                    "first (verticalfs.data.load_party_files does this)"
+                )
+            if b.n_features == 0:
+                raise DataError(f"party {b.name!r} holds no columns; give every party at least one")
+
+    # ------------------------------------------------------------------ views
+    @property
+    def party_names(self) -> list[str]:
+        return [b.name for b in self.blocks]
+
+    @property
+    def n_parties(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def n_samples(self) -> int:
+        return len(self.y)
+
+    @property
+    def n_classes(self) -> int:
+        return 1 if self.task == "regression" else int(np.max(self.y)) + 1
+
+    def block(self, name: str) -> PartyBlock:
+        for b in self.blocks:
+            if b.name == name:
+                return b
+        raise DataError(f"no party named {name!r}; parties are {self.party_names}")
+
+    def with_blocks(self, blocks: list[PartyBlock]) -> VerticalDataset:
+        return replace(self, blocks=blocks)
+
+    # ------------------------------------------------------------ preparation
+    def prepare(
+        self,
+        *,
+        seed: int = 0,
+        test_size: float = 0.2,
+        val_size: float = 0.1,
+        scaling: str = "minmax",
+    ) -> PreparedData:
+        """Split the samples and fit each party's preprocessing on its own training rows.
+
+        Parameters
+        ----------
+        seed : int
+            Seed of the (stratified, for classification) split.
+        test_size, val_size : float
+            Fractions of all samples for the test and validation splits. If the data set has a
+            predefined test split (Adult, USPS) it is used and ``test_size`` is ignored.
+        scaling : {"minmax", "standard", "none"}
+            Per-column scaling fitted on the training rows only. Categorical columns are one-hot
+            encoded (categories seen in training; unseen ones encode as all zeros).
+        """
+        if scaling not in SCALINGS:
+            raise DataError(f"unknown scaling {scaling!r}; use one of {SCALINGS}")
+        for frac, what in ((test_size, "test_size"), (val_size, "val_size")):
+            if not 0.0 <= frac < 1.0:
+                raise DataError(f"{what} must be in [0, 1), got {frac}")
+        idx = _split_indices(self, seed=seed, test_size=test_size, val_size=val_size)
+        parties = []
+        ground_truth = {}
+        for b in self.blocks:
+            X_parts, names, spur = _preprocess_block(b, idx, scaling)
+            parties.append(PartyData(name=b.name, feature_names=names, X=X_parts))
+            ground_truth[b.name] = spur
+        y = {s: self.y[idx[s]] for s in SPLITS}
+        if self.task == "regression":
+            y = {s: v.astype(np.float32) for s, v in y.items()}
+        labels = LabelData(y=y, task=self.task, n_classes=self.n_classes, class_names=self.class_names)
+        return PreparedData(
+            name=self.name,
+            parties=parties,
+            labels=labels,
+            ground_truth=ground_truth,
+            ids={s: self.ids[idx[s]] for s in SPLITS},
+        )
+
+
+@dataclass
+class PartyData:
+    """What one passive party owns after preparation: its own columns, per split."""
+
+    name: str
+    feature_names: list[str]
+    X: dict[str, np.ndarray]  # split -> float32 (n_split, d)
+
+    @property
+    def n_features(self) -> int:
+        return len(self.feature_names)
+
+
+@dataclass
+class LabelData:
+    """What the active party owns after preparation: the labels, per split."""
+
+    y: dict[str, np.ndarray]
+    task: Task
+    n_classes: int
+    class_names: list[str] | None = None
+
+    @property
+    def n_outputs(self) -> int:
+        return 1 if self.task == "regression" else self.n_classes
+
+
+@dataclass
+class PreparedData:
+    """Split and preprocessed vertical data, ready to be handed to the parties."""
+
+    name: str
+    parties: list[PartyData]
+    labels: LabelData
+    ground_truth: dict[str, np.ndarray]  # party -> bool per prepared feature; evaluation only
+    ids: dict[str, np.ndarray]
+
+    @property
+    def party_names(self) -> list[str]:
+        return [p.name for p in self.parties]
+
+    def n_samples(self, split: str = "train") -> int:
+        return len(self.labels.y[split])
+
+    def party(self, name: str) -> PartyData:
+        for p in self.parties:
+            if p.name == name:
+                return p
+        raise DataError(f"no party named {name!r}; parties are {self.party_names}")
+
+    def has_ground_truth(self) -> bool:
+        return any(m.any() for m in self.ground_truth.values())
+
+
+# ---------------------------------------------------------------------------- helpers
+def _split_indices(vds: VerticalDataset, *, seed: int, test_size: float, val_size: float):
+    n = vds.n_samples
+    all_idx = np.arange(n)
+    strat = vds.y if vds.task != "regression" else None
+    if vds.predefined_test is not None and np.asarray(vds.predefined_test).any():
+        test = all_idx[np.asarray(vds.predefined_test, dtype=bool)]
+        rest = all_idx[~np.asarray(vds.predefined_test, dtype=bool)]
+    elif test_size > 0:
+        rest, test = train_test_split(
+            all_idx, test_size=test_size, random_state=seed, stratify=strat
+        )
+    else:
+        rest, test = all_idx, all_idx[:0]
+    if val_size > 0:
+        frac = val_size / max(1e-12, (len(rest) / n))
+        frac = min(frac, 0.5)
+        strat_rest = vds.y[rest] if strat is not None else None
+        try:
+            train, val = train_test_split(rest, test_size=frac, random_state=seed, stratify=strat_rest)
+        except ValueError as exc:
+            raise DataError(f"data set {vds.name!r}: cannot draw a validation split: {exc}") from exc
+    else:
+        train, val = rest, rest[:0]
+    return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
+
+
+def _preprocess_block(b: PartyBlock, idx: dict[str, np.ndarray], scaling: str):
+    """One-hot + scaling for one party, fitted on that party's training rows only."""
+    X = b.X
+    cat = [c for c in X.columns if c in set(b.categorical)]
+    num = [c for c in X.columns if c not in set(b.categorical)]
+    for c in num:
+        if not pd.api.types.is_numeric_dtype(X[c]):
+            raise DataError(
+                f"party {b.name!r}: column {c!r} is not numeric ({X[c].dtype}); list it as categorical "
+                "so it is one-hot encoded, or convert it to numbers"
+            )
+    spur_of = dict(zip(X.columns, b.spurious))
+    parts: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
+    names: list[str] = []
+    spur: list[bool] = []
+    # numeric block, keeping column order of numerics
+    if num:
+        A = X[num].to_numpy(dtype=np.float64)
+        if np.isnan(A).any():
+            bad = [c for c in num if X[c].isna().any()]
+            raise DataError(f"party {b.name!r}: columns {bad} contain NaN; impute or drop them first")
+        tr = A[idx["train"]]
+        if scaling == "minmax":
+            sc = MinMaxScaler().fit(tr) if len(tr) else None
+        elif scaling == "standard":
+            sc = StandardScaler().fit(tr) if len(tr) else None
+        else:
+            sc = None
+        for s in SPLITS:
+            a = A[idx[s]]
+            parts[s].append(sc.transform(a) if sc is not None and len(a) else a)
+        names += [str(c) for c in num]
+        spur += [bool(spur_of[c]) for c in num]
+    for c in cat:
+        col = X[c].astype(str).to_numpy()
+        cats = np.unique(col[idx["train"]])
+        for s in SPLITS:
+            v = col[idx[s]]
+            parts[s].append((v[:, None] == cats[None, :]).astype(np.float64))
+        names += [f"{c}={k}" for k in cats]
+        spur += [bool(spur_of[c])] * len(cats)
+    out = {s: np.ascontiguousarray(np.hstack(parts[s]).astype(np.float32)) for s in SPLITS}
+    return out, names, np.asarray(spur, dtype=bool)

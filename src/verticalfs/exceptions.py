@@ -1,0 +1,39 @@
+"""One exception hierarchy for verticalfs.
+
+Every error names the thing that is wrong (file, column, party, shape) and, where possible, the fix.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "CryptoError",
+    "DataError",
+    "ProtocolError",
+    "TransportError",
+    "VerticalFSError",
+]
+
+
+class VerticalFSError(Exception):
+    """Base class of every error raised by verticalfs."""
+
+
+class DataError(VerticalFSError, ValueError):
+    """Bad input data: a file, column, party block or shape that cannot be used as it is."""
+
+
+class ConfigError(VerticalFSError, ValueError):
+    """A method, parameter or option that does not exist or has an invalid value."""
+
+
+class ProtocolError(VerticalFSError):
+    """A message arrived that the receiving party cannot handle in its current state."""
+
+
+class TransportError(VerticalFSError):
+    """A message could not be serialised, sent or decoded."""
+
+
+class CryptoError(VerticalFSError):
+    """Key, encoding or ciphertext problems in the cryptographic layer."""

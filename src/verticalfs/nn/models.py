@@ -1,0 +1,129 @@
+"""Plain ``nn.Module`` building blocks: the parties' bottom MLPs and the active party's top model.
+
+Both expose ``input_layer`` (the first :class:`torch.nn.Linear`, whose column ``j`` holds the
+weights of input ``j``: the group that group lasso acts on) and can shrink for real:
+:meth:`BottomMLP.keep_inputs` / :meth:`BottomMLP.keep_outputs` / :meth:`TopModel.keep_inputs`
+replace the affected layers by smaller ones holding the surviving weights, so later compute and
+messages shrink too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from verticalfs.exceptions import ConfigError
+
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU,
+               "leaky_relu": nn.LeakyReLU, "elu": nn.ELU}
+
+
+def _activation(name: str) -> nn.Module:
+    try:
+        return ACTIVATIONS[name]()
+    except KeyError:
+        raise ConfigError(f"unknown activation {name!r}; use one of {sorted(ACTIVATIONS)}") from None
+
+
+def _sliced_linear(layer: nn.Linear, rows=None, cols=None) -> nn.Linear:
+    W = layer.weight.data
+    b = layer.bias.data if layer.bias is not None else None
+    if rows is not None:
+        W = W[rows]
+        b = b[rows] if b is not None else None
+    if cols is not None:
+        W = W[:, cols]
+    new = nn.Linear(W.shape[1], W.shape[0], bias=b is not None)
+    new.weight.data.copy_(W)
+    if b is not None:
+        new.bias.data.copy_(b)
+    return new
+
+
+class MLP(nn.Module):
+    """``Linear -> act -> ... -> Linear``; ``widths`` are the hidden sizes (may be empty)."""
+
+    def __init__(self, d_in: int, widths: Sequence[int], d_out: int, activation: str = "relu",
+                 out_activation: str | None = None) -> None:
+        super().__init__()
+        if d_in < 1 or d_out < 1:
+            raise ConfigError(f"MLP needs at least one input and one output, got {d_in} -> {d_out}")
+        sizes = [d_in, *[int(w) for w in widths], d_out]
+        layers: list[nn.Module] = []
+        for i in range(len(sizes) - 1):
+            layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+            if i < len(sizes) - 2:
+                layers.append(_activation(activation))
+        if out_activation:
+            layers.append(_activation(out_activation))
+        self.net = nn.Sequential(*layers)
+        self.activation = activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    @property
+    def linears(self) -> list[nn.Linear]:
+        return [m for m in self.net if isinstance(m, nn.Linear)]
+
+    @property
+    def input_layer(self) -> nn.Linear:
+        return self.linears[0]
+
+    @property
+    def output_layer(self) -> nn.Linear:
+        return self.linears[-1]
+
+    @property
+    def n_inputs(self) -> int:
+        return self.input_layer.in_features
+
+    @property
+    def n_outputs(self) -> int:
+        return self.output_layer.out_features
+
+    def _replace(self, old: nn.Linear, new: nn.Linear) -> None:
+        for i, m in enumerate(self.net):
+            if m is old:
+                self.net[i] = new
+                return
+        raise RuntimeError("layer not found")  # pragma: no cover
+
+    def keep_inputs(self, keep: Sequence[int] | np.ndarray) -> None:
+        """Keep only input columns ``keep``: the input layer shrinks to ``len(keep)`` inputs."""
+        keep = torch.as_tensor(np.asarray(keep, dtype=np.int64))
+        self._replace(self.input_layer, _sliced_linear(self.input_layer, cols=keep))
+
+    def keep_outputs(self, keep: Sequence[int] | np.ndarray) -> None:
+        """Keep only outputs ``keep`` (e.g. significant embedding components)."""
+        keep = torch.as_tensor(np.asarray(keep, dtype=np.int64))
+        self._replace(self.output_layer, _sliced_linear(self.output_layer, rows=keep))
+
+
+class BottomMLP(MLP):
+    """A party's feature extractor: ``d_in`` features -> ``embedding_dim`` embedding components."""
+
+
+class TopModel(MLP):
+    """The active party's fusion model on the concatenated embeddings (linear if no hidden widths)."""
+
+
+def seeded(seed: int, build):
+    """Call ``build()`` with torch's global RNG seeded by ``seed``, restoring the RNG afterwards."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
+
+def make_optimizer(params, name: str, lr: float, weight_decay: float = 0.0, momentum: float = 0.0):
+    name = name.lower()
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay, momentum=momentum)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    raise ConfigError(f"unknown optimizer {name!r}; use one of ['adam', 'adamw', 'sgd']")

@@ -1,0 +1,118 @@
+"""The byte ledger: one record per serialised message, plus measured compute time per party.
+
+Bytes are recorded by the channel at the moment a message is serialised (never estimated in
+algorithm code). Each record holds sender, receiver, phase, message kind, round (the epoch, or the
+protocol round), step (mini-batch), payload bytes and overhead bytes (see
+:mod:`verticalfs.transport.serde`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pandas as pd
+
+FIELDS = ("sender", "receiver", "phase", "kind", "round", "step", "payload", "overhead")
+
+
+@dataclass(frozen=True)
+class Record:
+    sender: str
+    receiver: str
+    phase: str
+    kind: str
+    round: int
+    step: int
+    payload: int
+    overhead: int
+
+    @property
+    def bytes(self) -> int:
+        return self.payload + self.overhead
+
+
+class Ledger:
+    """Append-only record of every message that crossed, and of compute time per party."""
+
+    def __init__(self) -> None:
+        self._rows: list[tuple] = []
+        self._compute: dict[tuple[str, str, int], float] = defaultdict(float)
+        self._total = 0
+
+    # ------------------------------------------------------------------ writing
+    def record(self, sender: str, receiver: str, phase: str, kind: str, round: int, step: int,
+               payload: int, overhead: int) -> None:
+        self._rows.append((sender, receiver, phase, kind, round, step, payload, overhead))
+        self._total += payload + overhead
+
+    def add_compute(self, party: str, phase: str, round: int, seconds: float) -> None:
+        """Add measured compute time of ``party`` in ``(phase, round)``."""
+        self._compute[(party, phase, round)] += seconds
+
+    # ------------------------------------------------------------------ reading
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def records(self) -> Iterable[Record]:
+        return (Record(*r) for r in self._rows)
+
+    @property
+    def total_bytes(self) -> int:
+        return self._total
+
+    def bytes_where(self, **match) -> int:
+        """Total bytes of the records whose fields equal the given values (e.g. ``phase="train"``)."""
+        idx = [FIELDS.index(k) for k in match]
+        vals = list(match.values())
+        return sum(r[6] + r[7] for r in self._rows if all(r[i] == v for i, v in zip(idx, vals)))
+
+    def payload_where(self, **match) -> int:
+        idx = [FIELDS.index(k) for k in match]
+        vals = list(match.values())
+        return sum(r[6] for r in self._rows if all(r[i] == v for i, v in zip(idx, vals)))
+
+    def to_frame(self) -> pd.DataFrame:
+        df = pd.DataFrame(self._rows, columns=list(FIELDS))
+        df["bytes"] = df["payload"] + df["overhead"]
+        return df
+
+    def by(self, *keys: str) -> dict:
+        """Total bytes grouped by one or more of the record fields."""
+        out: dict = defaultdict(int)
+        idx = [FIELDS.index(k) for k in keys]
+        for r in self._rows:
+            key = r[idx[0]] if len(idx) == 1 else tuple(r[i] for i in idx)
+            out[key] += r[6] + r[7]
+        return dict(out)
+
+    def compute_seconds(self) -> dict[tuple[str, str, int], float]:
+        return dict(self._compute)
+
+    def summary(self, active: str = "active") -> dict:
+        """The ``communication`` block of a result: totals by phase, party, direction and kind."""
+        by_party: dict[str, int] = defaultdict(int)
+        direction = {"up": 0, "down": 0}
+        for r in self._rows:
+            b = r[6] + r[7]
+            if r[1] == active:
+                by_party[r[0]] += b
+                direction["up"] += b
+            elif r[0] == active:
+                by_party[r[1]] += b
+                direction["down"] += b
+            else:  # party to party
+                by_party[r[0]] += b
+                direction.setdefault("peer", 0)
+                direction["peer"] += b
+        return {
+            "total_bytes": self._total,
+            "payload_bytes": sum(r[6] for r in self._rows),
+            "overhead_bytes": sum(r[7] for r in self._rows),
+            "messages": len(self._rows),
+            "by_phase": self.by("phase"),
+            "by_party": dict(by_party),
+            "by_direction": direction,
+            "by_kind": self.by("kind"),
+        }
