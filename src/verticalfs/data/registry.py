@@ -1,0 +1,260 @@
+"""Every data set by name: what it is, whether it needs files, and one way to load it.
+
+>>> from verticalfs.data.registry import load_dataset
+>>> table = load_dataset("madelon-synth", seed=1)            # no files needed
+>>> table = load_dataset("adult", data_dir="../shared/datasets")  # doctest: +SKIP
+
+File-based data sets are read from ``data_dir``: the argument if given, else the environment variable
+``VERTICALFS_DATA`` (see :func:`resolve_data_dir`). The folder is the one holding all data sets
+(``madelon/``, ``adult/``, ...).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from verticalfs.data import builtin, loaders
+from verticalfs.data.table import Table
+from verticalfs.exceptions import ConfigError, DataError
+
+__all__ = [
+    "DATASETS",
+    "DATA_ENV",
+    "DatasetInfo",
+    "list_datasets",
+    "load_dataset",
+    "resolve_data_dir",
+]
+
+DATA_ENV = "VERTICALFS_DATA"
+
+Loader = Callable[[Path | None, int], Table]
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """Registry entry of one data set.
+
+    Attributes
+    ----------
+    name : str
+        Registry name (as given to :func:`load_dataset` and the CLI).
+    loader : callable
+        ``loader(data_dir, seed) -> Table``; ``data_dir`` is ``None`` for data sets that need no
+        files, ``seed`` is ignored by data sets that are not generated.
+    needs_files : bool
+        Whether the data set is read from ``data_dir``.
+    task : {"binary", "multiclass", "regression"}
+    description : str
+        One line for listings.
+    used_by : str
+        Paper(s) whose experiments use the data set (or a stand-in for theirs); ``""`` if none.
+    """
+
+    name: str
+    loader: Loader
+    needs_files: bool
+    task: str
+    description: str
+    used_by: str = ""
+
+
+def _files(fn: Callable[[Path], Table]) -> Loader:
+    def load(data_dir: Path | None, seed: int) -> Table:
+        return fn(data_dir)
+
+    load.__name__ = fn.__name__
+    load.__doc__ = fn.__doc__
+    return load
+
+
+def _entries() -> list[DatasetInfo]:
+    return [
+        DatasetInfo(
+            "madelon-synth", lambda d, s: builtin.madelon_synth(seed=s), False, "binary",
+            "MADELON-style synthetic, 2600 x 500 (5 informative, 15 redundant, 480 known probes)",
+            "FedSDG-FS",
+        ),
+        DatasetInfo(
+            "friedman", lambda d, s: builtin.friedman(seed=s), False, "regression",
+            "Friedman #1 regression, 2000 x 10 (x0-x4 relevant, x5-x9 known noise)",
+            "FedSDG-FS",
+        ),
+        DatasetInfo(
+            "breast_cancer", lambda d, s: builtin.breast_cancer(), False, "binary",
+            "Wisconsin breast cancer (scikit-learn), 569 x 30",
+        ),
+        DatasetInfo(
+            "digits", lambda d, s: builtin.digits(), False, "multiclass",
+            "8x8 handwritten digits (scikit-learn), 1797 x 64, 10 classes",
+        ),
+        DatasetInfo(
+            "wine", lambda d, s: builtin.wine(), False, "multiclass",
+            "UCI wine recognition (scikit-learn), 178 x 13, 3 classes",
+        ),
+        DatasetInfo(
+            "madelon", _files(loaders.load_madelon), True, "binary",
+            "NIPS 2003 MADELON, labelled train+valid 2600 x 500", "FedSDG-FS",
+        ),
+        DatasetInfo(
+            "phishing", _files(loaders.load_phishing), True, "binary",
+            "UCI Phishing Websites, 11055 x 30", "LESS-VFL",
+        ),
+        DatasetInfo(
+            "adult", _files(loaders.load_adult), True, "binary",
+            "UCI Adult income>50K, 48842 x 14 (8 categorical; UCI test split)", "SparseVFL, FEAST",
+        ),
+        DatasetInfo(
+            "wine_quality", _files(loaders.load_wine_quality), True, "binary",
+            "UCI Wine Quality red+white, quality>6, 6497 x 12", "SparseVFL",
+        ),
+        DatasetInfo(
+            "physionet2012", _files(loaders.load_physionet2012), True, "binary",
+            "PhysioNet 2012 set A in-hospital death, 4000 x 41 (medians imputed)",
+            "FEAST, LESS-VFL",
+        ),
+        DatasetInfo(
+            "arcene", _files(loaders.load_arcene), True, "binary",
+            "ARCENE mass spectra, 200 x 10000", "FedSDG-FS",
+        ),
+        DatasetInfo(
+            "basehock", _files(loaders.load_basehock), True, "binary",
+            "BASEHOCK newsgroups text, 1993 x 4862", "FedSDG-FS",
+        ),
+        DatasetInfo(
+            "relathe", _files(loaders.load_relathe), True, "binary",
+            "RELATHE newsgroups text, 1427 x 4322", "FedSDG-FS",
+        ),
+        DatasetInfo(
+            "pcmac", _files(loaders.load_pcmac), True, "binary",
+            "PCMAC newsgroups text, 1943 x 3289", "FedSDG-FS",
+        ),
+        DatasetInfo(
+            "allaml", _files(loaders.load_allaml), True, "binary",
+            "ALLAML leukemia microarray, 72 x 7129", "ICAFS",
+        ),
+        DatasetInfo(
+            "tox_171", _files(loaders.load_tox_171), True, "multiclass",
+            "TOX_171 microarray, 171 x 5748, 4 classes", "ICAFS",
+        ),
+        DatasetInfo(
+            "usps", _files(loaders.load_usps), True, "multiclass",
+            "USPS digits, 9298 x 256, 10 classes (standard test split)", "ICAFS",
+        ),
+    ]
+
+
+DATASETS: dict[str, DatasetInfo] = {info.name: info for info in _entries()}
+
+
+def _key(name: str) -> str:
+    return name.strip().lower().replace("-", "_")
+
+
+_BY_KEY = {_key(n): n for n in DATASETS}
+
+
+def resolve_data_dir(data_dir: str | Path | None = None) -> Path | None:
+    """The folder holding the data sets: ``data_dir`` if given, else ``$VERTICALFS_DATA``, else None.
+
+    Parameters
+    ----------
+    data_dir : str or Path, optional
+
+    Returns
+    -------
+    Path or None
+    """
+    if data_dir is not None and str(data_dir) != "":
+        return Path(data_dir).expanduser()
+    env = os.environ.get(DATA_ENV)
+    if env:
+        return Path(env).expanduser()
+    return None
+
+
+def get_info(name: str) -> DatasetInfo:
+    """Registry entry of ``name`` (case and ``-``/``_`` insensitive); :class:`ConfigError` if unknown."""
+    real = _BY_KEY.get(_key(str(name)))
+    if real is None:
+        raise ConfigError(
+            f"unknown data set {name!r}; valid names are: {', '.join(DATASETS)}"
+        )
+    return DATASETS[real]
+
+
+def load_dataset(name: str, *, data_dir: str | Path | None = None, seed: int = 0) -> Table:
+    """Load a registered data set by name.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`DATASETS` (e.g. ``"madelon-synth"``, ``"adult"``).
+    data_dir : str or Path, optional
+        Folder holding the data sets; defaults to ``$VERTICALFS_DATA``. Only file-based data sets
+        need it.
+    seed : int
+        Seed of generated data sets (ignored by the others).
+
+    Returns
+    -------
+    Table
+
+    Raises
+    ------
+    ConfigError
+        Unknown name (the message lists the valid ones).
+    DataError
+        A file-based data set and no data folder, or a missing file.
+    """
+    info = get_info(name)
+    root = resolve_data_dir(data_dir)
+    if info.needs_files and root is None:
+        raise DataError(
+            f"data set {info.name!r} is read from files but no data folder is set; pass "
+            f"--data-dir (data_dir=...) or set the environment variable {DATA_ENV} to the folder "
+            "holding the data sets (../shared/datasets)"
+        )
+    return info.loader(root if info.needs_files else None, seed)
+
+
+def list_datasets(data_dir: str | Path | None = None) -> list[dict]:
+    """Describe every registered data set, loading the available ones to report their shapes.
+
+    Parameters
+    ----------
+    data_dir : str or Path, optional
+        Folder holding the data sets; defaults to ``$VERTICALFS_DATA``.
+
+    Returns
+    -------
+    list of dict
+        One dict per data set with keys ``name``, ``task``, ``available``, ``n_samples``,
+        ``n_features``, ``n_classes`` (``None`` for regression), ``used_by`` and
+        ``description``. Shapes are ``None`` for data sets that cannot be loaded (files missing).
+    """
+    root = resolve_data_dir(data_dir)
+    rows = []
+    for info in DATASETS.values():
+        table = None
+        if not info.needs_files or root is not None:
+            try:
+                table = info.loader(root if info.needs_files else None, 0)
+            except DataError:
+                table = None
+        rows.append(
+            {
+                "name": info.name,
+                "task": info.task,
+                "available": table is not None,
+                "n_samples": None if table is None else table.n_samples,
+                "n_features": None if table is None else table.n_features,
+                "n_classes": None if table is None or table.task == "regression" else table.n_classes,
+                "used_by": info.used_by,
+                "description": info.description,
+            }
+        )
+    return rows
