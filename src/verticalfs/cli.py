@@ -85,7 +85,7 @@ def datasets(data_dir: Path = DataDir) -> None:
         _fail(exc)
     t = RichTable(title=f"data sets (data folder: {resolve_data_dir(data_dir) or 'not set'})")
     for col in ("name", "task", "available", "samples", "features", "classes", "used by"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col in ("name", "task"))
     for r in rows:
         t.add_row(r["name"], r["task"], "yes" if r["available"] else "no",
                   str(r.get("n_samples") or "-"), str(r.get("n_features") or "-"),
