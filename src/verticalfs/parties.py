@@ -20,8 +20,8 @@ from verticalfs.exceptions import ProtocolError
 from verticalfs.nn.models import BottomMLP, make_optimizer, seeded
 from verticalfs.training.batches import BatchPlan
 from verticalfs.transport.messages import (
-    EmbedRequest,
     Embeddings,
+    EmbedRequest,
     Gradients,
     ModelSpec,
     Ready,
@@ -178,12 +178,12 @@ def _on_model_spec(party: PassiveParty, sender: str, msg: ModelSpec) -> Ready:
 @passive_handler(EmbedRequest)
 def _on_embed_request(party: PassiveParty, sender: str, msg: EmbedRequest) -> Embeddings:
     model = party.require_model()
+    X = party.X(msg.split)
     if msg.batch >= 0:
-        X = party.X(msg.split)[torch.as_tensor(party.plan.rows(msg.epoch, msg.batch))]
-    else:
-        X = party.X(msg.split)
+        X = X.index_select(0, torch.from_numpy(party.plan.rows(msg.epoch, msg.batch)))
     if msg.train:
-        model.train()
+        if not model.training:
+            model.train()
         out = model(X)
         party._pending = out
         return Embeddings(out.detach().numpy())

@@ -11,6 +11,7 @@ import numpy as np
 from verticalfs.exceptions import ConfigError, TransportError
 
 _F32 = struct.Struct("<f")
+_LE_F4 = np.dtype("<f4")
 
 
 class Codec(ABC):
@@ -45,7 +46,9 @@ class Float32Codec(Codec):
         return 4 * size
 
     def encode(self, a: np.ndarray) -> bytes:
-        return np.ascontiguousarray(a, dtype="<f4").tobytes()
+        if getattr(a, "dtype", None) != _LE_F4 or not isinstance(a, np.ndarray):
+            a = np.asarray(a, dtype=_LE_F4)
+        return a.tobytes()  # C order, one copy even for a non-contiguous view
 
     def decode(self, data: memoryview, size: int) -> np.ndarray:
         if len(data) != 4 * size:

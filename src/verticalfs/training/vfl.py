@@ -28,7 +28,6 @@ from verticalfs.data.vertical import ACTIVE
 from verticalfs.evaluation.metrics import prediction_metrics
 from verticalfs.exceptions import ConfigError
 from verticalfs.nn.models import TopModel, make_optimizer, seeded
-
 from verticalfs.training.batches import BatchPlan
 from verticalfs.training.history import Callback, History, derive_seed
 from verticalfs.transport.channel import Channel
@@ -170,25 +169,36 @@ class VFLTrainer:
         top, opt, y_all = server.top, server.optimizer, server.y["train"]
         epoch = self.epoch
         top.train()
+        loss_f = self.loss
+        request, send = ch.request, ch.send
+        perf = time.perf_counter
         total, n_seen, t_active = 0.0, 0, 0.0
         for b in range(self.plan.n_batches):
             ch.set_position(phase, epoch, b)
             req = EmbedRequest("train", epoch, b, True)
-            embs = [ch.request(ACTIVE, p, req).values for p in parties]
-            t0 = time.perf_counter()
+            embs = [request(ACTIVE, p, req).values for p in parties]
+            t0 = perf()
             rows = self.plan.rows(epoch, b)
-            H = [torch.from_numpy(e).requires_grad_(True) for e in embs]
-            out = top(torch.cat(H, 1) if len(H) > 1 else H[0])
-            loss = self.loss(out, y_all[rows])
+            # One leaf for the concatenated embeddings: the gradient of each party's block is a
+            # column slice of its gradient (exactly what autograd through torch.cat would give).
+            if len(embs) > 1:
+                H = torch.from_numpy(np.concatenate(embs, 1)).requires_grad_(True)
+            else:
+                H = torch.from_numpy(embs[0]).requires_grad_(True)
+            out = top(H)
+            loss = loss_f(out, y_all.index_select(0, torch.from_numpy(rows)))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            grads = [h.grad.numpy() for h in H]
-            total += float(loss.detach()) * len(rows)
+            G = H.grad.numpy()
+            total += loss.item() * len(rows)
             n_seen += len(rows)
-            t_active += time.perf_counter() - t0
-            for p, g in zip(parties, grads):
-                ch.send(ACTIVE, p, Gradients(g))
+            t_active += perf() - t0
+            start = 0
+            for p, e in zip(parties, embs, strict=True):
+                stop = start + e.shape[1]
+                send(ACTIVE, p, Gradients(G[:, start:stop] if len(embs) > 1 else G))
+                start = stop
         self.channel.ledger.add_compute(ACTIVE, phase, epoch, t_active)
         return total / max(1, n_seen)
 

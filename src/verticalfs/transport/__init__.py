@@ -10,8 +10,8 @@ from verticalfs.transport.inprocess import InProcessChannel
 from verticalfs.transport.ledger import Ledger, Record
 from verticalfs.transport.messages import (
     Ack,
-    EmbedRequest,
     Embeddings,
+    EmbedRequest,
     Gradients,
     ModelSpec,
     Ready,

@@ -69,5 +69,5 @@ class Channel(ABC):
         for r in receivers:
             self.send(sender, r, msg)
 
-    def close(self) -> None:  # pragma: no cover - nothing to release in-process
+    def close(self) -> None:  # noqa: B027  # pragma: no cover - nothing to release in-process
         """Release resources (sockets, processes) held by the channel."""

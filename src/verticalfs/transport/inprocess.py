@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import time
+from time import perf_counter
 from typing import Any
 
-from verticalfs.codecs import Codec
+from verticalfs.codecs import Codec, get_codec
 from verticalfs.exceptions import ProtocolError, TransportError
 from verticalfs.transport.channel import Channel, Endpoint
 from verticalfs.transport.ledger import Ledger
 from verticalfs.transport.messages import kind_name
-from verticalfs.transport.serde import decode, encode
+from verticalfs.transport.serde import _CODEC_TYPES, _PHASE_ID, decode_parts, encode_parts, phase_id
 
 
 class InProcessChannel(Channel):
@@ -37,10 +37,17 @@ class InProcessChannel(Channel):
         return list(self._endpoints)
 
     def _carry(self, sender: str, receiver: str, msg: Any) -> Any:
-        enc = encode(msg, phase=self.phase, round=self.round, step=self.step, codec=self.codec)
-        self.ledger.record(sender, receiver, self.phase, kind_name(msg), self.round, self.step,
-                           enc.payload, enc.overhead)
-        out = decode(enc.data).msg
+        phase, rnd, step = self.phase, self.round, self.step
+        pid = _PHASE_ID.get(phase)
+        if pid is None:
+            pid = phase_id(phase)  # raises
+        codec = self.codec
+        if type(codec) not in _CODEC_TYPES:  # e.g. a name assigned after construction
+            codec = self.codec = get_codec(codec)
+            _CODEC_TYPES.add(type(codec))
+        data, payload = encode_parts(msg, pid, rnd, step, codec)
+        self.ledger.record(sender, receiver, phase, type(msg).__name__, rnd, step, payload, len(data) - payload)
+        out = decode_parts(data)[0]
         if self.trace:
             self.messages.append((sender, receiver, out))
         return out
@@ -51,9 +58,9 @@ class InProcessChannel(Channel):
         except KeyError:
             raise TransportError(f"no party named {receiver!r} on this channel; parties: {self.parties}") from None
         copy = self._carry(sender, receiver, msg)
-        t0 = time.perf_counter()
+        t0 = perf_counter()
         reply = ep.handle(sender, copy)
-        self.ledger.add_compute(receiver, self.phase, self.round, time.perf_counter() - t0)
+        self.ledger.add_compute(receiver, self.phase, self.round, perf_counter() - t0)
         return reply
 
     def send(self, sender: str, receiver: str, msg: Any) -> None:

@@ -40,12 +40,14 @@ class Ledger:
         self._rows: list[tuple] = []
         self._compute: dict[tuple[str, str, int], float] = defaultdict(float)
         self._total = 0
+        self._phase_total: dict[str, int] = defaultdict(int)  # running bytes per phase
 
     # ------------------------------------------------------------------ writing
     def record(self, sender: str, receiver: str, phase: str, kind: str, round: int, step: int,
                payload: int, overhead: int) -> None:
         self._rows.append((sender, receiver, phase, kind, round, step, payload, overhead))
         self._total += payload + overhead
+        self._phase_total[phase] += payload + overhead
 
     def add_compute(self, party: str, phase: str, round: int, seconds: float) -> None:
         """Add measured compute time of ``party`` in ``(phase, round)``."""
@@ -64,14 +66,16 @@ class Ledger:
 
     def bytes_where(self, **match) -> int:
         """Total bytes of the records whose fields equal the given values (e.g. ``phase="train"``)."""
+        if len(match) == 1 and "phase" in match:  # kept as a running total: O(1)
+            return self._phase_total.get(match["phase"], 0)
         idx = [FIELDS.index(k) for k in match]
         vals = list(match.values())
-        return sum(r[6] + r[7] for r in self._rows if all(r[i] == v for i, v in zip(idx, vals)))
+        return sum(r[6] + r[7] for r in self._rows if all(r[i] == v for i, v in zip(idx, vals, strict=True)))
 
     def payload_where(self, **match) -> int:
         idx = [FIELDS.index(k) for k in match]
         vals = list(match.values())
-        return sum(r[6] for r in self._rows if all(r[i] == v for i, v in zip(idx, vals)))
+        return sum(r[6] for r in self._rows if all(r[i] == v for i, v in zip(idx, vals, strict=True)))
 
     def to_frame(self) -> pd.DataFrame:
         df = pd.DataFrame(self._rows, columns=list(FIELDS))

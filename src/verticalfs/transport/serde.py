@@ -16,6 +16,9 @@ array data (after the codec; including an int8 scale), ``bytes`` fields and big-
 :class:`~verticalfs.transport.messages.Embeddings` or
 :class:`~verticalfs.transport.messages.Gradients` message of a 2-D float32 tensor the overhead is
 exactly :data:`TENSOR_MESSAGE_OVERHEAD` = 18 + 1 + 3 + 2 x 4 = 30 bytes.
+
+:func:`encode` / :func:`decode` are the public entry points; channels call :func:`encode_parts` /
+:func:`decode_parts` (same bytes, no wrapper objects) on their hot path.
 """
 
 from __future__ import annotations
@@ -73,6 +76,46 @@ class Encoded:
         return len(self.data) - self.payload
 
 
+# Pre-built byte strings and structs: the serialiser runs for every message, so it avoids
+# building small ``bytes`` objects and ``Struct`` instances per call.
+_TAG_NONE = bytes((_T_NONE,))
+_TAG_TRUE = bytes((_T_BOOL, 1))
+_TAG_FALSE = bytes((_T_BOOL, 0))
+_TAG_INT = struct.Struct("<Bq")
+_TAG_FLOAT = struct.Struct("<Bd")
+_TAG_LEN = struct.Struct("<BI")  # str, bytes, big int, list, tuple, dict: tag + u32
+_SHAPES: dict[int, struct.Struct] = {}  # ndim -> "<" + "I" * ndim
+_ARRAY_HEADS: dict[tuple[int, bool], struct.Struct] = {}
+_CODEC_TYPES: set[type] = set()  # Codec subclasses seen by encode()  # (ndim, length prefix) -> array head
+
+
+def _shape_struct(ndim: int) -> struct.Struct:
+    s = _SHAPES.get(ndim)
+    if s is None:
+        s = _SHAPES[ndim] = struct.Struct("<" + "I" * ndim)
+    return s
+
+
+def _array_head(ndim: int, with_length: bool) -> struct.Struct:
+    """tag u8 | codec id u8 | dtype code u8 | ndim u8 | ndim x u32 shape [| u32 data length]."""
+    key = (ndim, with_length)
+    s = _ARRAY_HEADS.get(key)
+    if s is None:
+        s = _ARRAY_HEADS[key] = struct.Struct("<BBBB" + "I" * (ndim + with_length))
+    return s
+
+
+def _raw_dtype(a: np.ndarray) -> tuple[int, np.dtype]:
+    dt = a.dtype
+    if dt.byteorder == ">":
+        dt = dt.newbyteorder("<")
+    dt = np.dtype(dt.str) if dt.kind != "b" else np.dtype("|b1")
+    code = _DTYPE_CODE.get(dt)
+    if code is None:
+        raise TransportError(f"arrays of dtype {a.dtype} cannot be sent; convert to a numeric dtype")
+    return code, dt
+
+
 class _Writer:
     __slots__ = ("parts", "payload", "codec")
 
@@ -82,29 +125,32 @@ class _Writer:
         self.codec = codec
 
     def value(self, v: Any, tensor: bool = False) -> None:
+        if type(v) is np.ndarray:  # the common case first
+            self.array(v, tensor)
+            return
         p = self.parts
         if v is None:
-            p.append(bytes((_T_NONE,)))
+            p.append(_TAG_NONE)
         elif isinstance(v, (bool, np.bool_)):
-            p.append(bytes((_T_BOOL, 1 if v else 0)))
+            p.append(_TAG_TRUE if v else _TAG_FALSE)
         elif isinstance(v, (int, np.integer)):
             v = int(v)
             if -(2**63) <= v < 2**63:
-                p.append(bytes((_T_INT,)) + _I64.pack(v))
+                p.append(_TAG_INT.pack(_T_INT, v))
             else:
                 n = (v.bit_length() + 8) // 8
-                raw = v.to_bytes(n, "little", signed=True)
-                p.append(bytes((_T_BIGINT,)) + _U32.pack(n))
-                p.append(raw)
+                p.append(_TAG_LEN.pack(_T_BIGINT, n))
+                p.append(v.to_bytes(n, "little", signed=True))
                 self.payload += n
         elif isinstance(v, (float, np.floating)):
-            p.append(bytes((_T_FLOAT,)) + _F64.pack(float(v)))
+            p.append(_TAG_FLOAT.pack(_T_FLOAT, float(v)))
         elif isinstance(v, str):
             b = v.encode()
-            p.append(bytes((_T_STR,)) + _U32.pack(len(b)) + b)
+            p.append(_TAG_LEN.pack(_T_STR, len(b)))
+            p.append(b)
         elif isinstance(v, (bytes, bytearray, memoryview)):
             b = bytes(v)
-            p.append(bytes((_T_BYTES,)) + _U32.pack(len(b)))
+            p.append(_TAG_LEN.pack(_T_BYTES, len(b)))
             p.append(b)
             self.payload += len(b)
         elif isinstance(v, np.ndarray):
@@ -112,11 +158,11 @@ class _Writer:
         elif hasattr(v, "detach") and hasattr(v, "numpy"):  # a torch tensor
             self.array(v.detach().cpu().numpy(), tensor)
         elif isinstance(v, (list, tuple)):
-            p.append(bytes((_T_LIST if isinstance(v, list) else _T_TUPLE,)) + _U32.pack(len(v)))
+            p.append(_TAG_LEN.pack(_T_LIST if isinstance(v, list) else _T_TUPLE, len(v)))
             for x in v:
                 self.value(x, tensor)
         elif isinstance(v, dict):
-            p.append(bytes((_T_DICT,)) + _U32.pack(len(v)))
+            p.append(_TAG_LEN.pack(_T_DICT, len(v)))
             for k, x in v.items():
                 if not isinstance(k, str):
                     raise TransportError(f"dict keys in messages must be str, got {type(k).__name__}")
@@ -126,39 +172,80 @@ class _Writer:
             raise TransportError(f"cannot serialise a value of type {type(v).__name__} in a message")
 
     def array(self, a: np.ndarray, tensor: bool) -> None:
-        if a.ndim > 255:
-            raise TransportError(f"array with {a.ndim} dimensions cannot be sent")
-        shape = b"".join(_U32.pack(s) for s in a.shape)
+        ndim = a.ndim
+        if ndim > 255:
+            raise TransportError(f"array with {ndim} dimensions cannot be sent")
         if tensor and a.dtype.kind == "f":
-            data = self.codec.encode(a)
-            head = _ARR.pack(self.codec.id, 0, a.ndim)
-            if self.codec.fixed_size(a.size) is None:
-                shape += _U32.pack(len(data))
+            codec = self.codec
+            data = codec.encode(a)
+            if codec.fixed_size(a.size) is None:
+                head = _array_head(ndim, True).pack(_T_ARRAY, codec.id, 0, ndim, *a.shape, len(data))
+            else:
+                head = _array_head(ndim, False).pack(_T_ARRAY, codec.id, 0, ndim, *a.shape)
         else:
-            dt = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
-            dt = np.dtype(dt.str) if dt.kind != "b" else np.dtype("|b1")
-            code = _DTYPE_CODE.get(dt)
-            if code is None:
-                raise TransportError(f"arrays of dtype {a.dtype} cannot be sent; convert to a numeric dtype")
+            code, dt = _raw_dtype(a)
             data = np.ascontiguousarray(a, dtype=dt).tobytes()
-            head = _ARR.pack(_RAW, code, a.ndim)
-        self.parts.append(bytes((_T_ARRAY,)) + head + shape)
+            head = _array_head(ndim, False).pack(_T_ARRAY, _RAW, code, ndim, *a.shape)
+        self.parts.append(head)
         self.parts.append(data)
         self.payload += len(data)
 
 
 def encode(msg: Any, *, phase: str = "other", round: int = 0, step: int = 0, codec: str | Codec = "float32") -> Encoded:
     """Serialise ``msg`` (an instance of a registered message class)."""
+    pid = _PHASE_ID.get(phase)
+    if pid is None:
+        pid = phase_id(phase)  # raises
+    if type(codec) not in _CODEC_TYPES:  # a name, or a codec class not seen yet
+        codec = get_codec(codec)
+        _CODEC_TYPES.add(type(codec))
+    return Encoded(*encode_parts(msg, pid, round, step, codec))
+
+
+def encode_parts(msg: Any, pid: int, round: int, step: int, codec: Codec) -> tuple[bytes, int]:
+    """:func:`encode` for a phase id and a codec instance: ``(data, payload bytes)``.
+
+    The channels' hot path; it skips the argument checks :func:`encode` does.
+    """
     cls = type(msg)
     kid = getattr(cls, "_vf_kind", None)
     if kid is None:
         raise TransportError(f"{cls.__name__} is not a registered message; decorate it with @message")
-    w = _Writer(get_codec(codec))
-    for name, tensor in zip(cls._vf_fields, cls._vf_tensor):
-        w.value(getattr(msg, name), tensor)
-    body = b"".join(w.parts)
-    head = HEADER.pack(MAGIC, VERSION, phase_id(phase), kid, round & 0xFFFFFFFF, step & 0xFFFFFFFF, len(body))
-    return Encoded(head + body, w.payload)
+    parts: list[bytes] = [b""]  # the header's place
+    payload = 0
+    w = None
+    for name, tensor in zip(cls._vf_fields, cls._vf_tensor, strict=True):
+        v = getattr(msg, name)
+        t = type(v)
+        # fast paths for the common field types; everything else goes through _Writer
+        if t is np.ndarray and tensor and v.dtype.kind == "f" and v.ndim <= 255:
+            data = codec.encode(v)
+            if codec.fixed_size(v.size) is None:
+                parts.append(_array_head(v.ndim, True).pack(_T_ARRAY, codec.id, 0, v.ndim, *v.shape, len(data)))
+            else:
+                parts.append(_array_head(v.ndim, False).pack(_T_ARRAY, codec.id, 0, v.ndim, *v.shape))
+            parts.append(data)
+            payload += len(data)
+        elif t is int and -(2**63) <= v < 2**63:
+            parts.append(_TAG_INT.pack(_T_INT, v))
+        elif t is str:
+            b = v.encode()
+            parts.append(_TAG_LEN.pack(_T_STR, len(b)))
+            parts.append(b)
+        elif t is bool:
+            parts.append(_TAG_TRUE if v else _TAG_FALSE)
+        else:
+            if w is None:
+                w = _Writer(codec)
+                w.parts = parts
+            w.value(v, tensor)
+    if w is not None:
+        payload += w.payload
+    blen = 0
+    for b in parts:
+        blen += len(b)
+    parts[0] = HEADER.pack(MAGIC, VERSION, pid, kid, round & 0xFFFFFFFF, step & 0xFFFFFFFF, blen)
+    return b"".join(parts), payload
 
 
 @dataclass(frozen=True)
@@ -171,69 +258,108 @@ class Decoded:
 
 def decode(data: bytes) -> Decoded:
     """Inverse of :func:`encode`."""
+    msg, ph, rnd, step = decode_parts(data)
+    return Decoded(msg, PHASES[ph] if ph < len(PHASES) else "other", rnd, step)
+
+
+def decode_parts(data: bytes) -> tuple[Any, int, int, int]:
+    """:func:`decode` without the :class:`Decoded` wrapper: ``(msg, phase id, round, step)``."""
     mv = memoryview(data)
-    if len(mv) < HEADER_SIZE:
-        raise TransportError(f"truncated message: {len(mv)} bytes, header alone is {HEADER_SIZE}")
+    end = len(mv)
+    if end < HEADER_SIZE:
+        raise TransportError(f"truncated message: {end} bytes, header alone is {HEADER_SIZE}")
     magic, ver, ph, kid, rnd, step, blen = HEADER.unpack_from(mv, 0)
     if magic != MAGIC or ver != VERSION:
         raise TransportError(f"not a verticalfs v{VERSION} message (magic {magic!r}, version {ver})")
-    if HEADER_SIZE + blen != len(mv):
-        raise TransportError(f"message body is {len(mv) - HEADER_SIZE} bytes, header says {blen}")
+    if HEADER_SIZE + blen != end:
+        raise TransportError(f"message body is {end - HEADER_SIZE} bytes, header says {blen}")
     cls = message_class(kid)
-    r = _Reader(mv, HEADER_SIZE)
-    vals = [r.value() for _ in cls._vf_fields]
-    if r.pos != len(mv):
-        raise TransportError(f"{cls.__name__}: {len(mv) - r.pos} trailing bytes after the last field")
-    return Decoded(cls(*vals), PHASES[ph] if ph < len(PHASES) else "other", rnd, step)
+    pos = HEADER_SIZE
+    vals = []
+    try:
+        for _ in cls._vf_fields:
+            tag = mv[pos]
+            # fast paths for the common field types; everything else goes through _Reader
+            if tag == _T_ARRAY and mv[pos + 1] != _RAW:
+                cid, _, ndim = _ARR.unpack_from(mv, pos + 1)
+                shape = _shape_struct(ndim).unpack_from(mv, pos + 4)
+                pos += 4 + 4 * ndim
+                size = 1
+                for n in shape:
+                    size *= n
+                codec = codec_by_id(cid)
+                nbytes = codec.fixed_size(size)
+                if nbytes is None:
+                    (nbytes,) = _U32.unpack_from(mv, pos)
+                    pos += 4
+                if pos + nbytes > end:
+                    raise TransportError("truncated message body")
+                vals.append(codec.decode(mv[pos : pos + nbytes], size).reshape(shape))
+                pos += nbytes
+            elif tag == _T_INT:
+                vals.append(_I64.unpack_from(mv, pos + 1)[0])
+                pos += 9
+            elif tag == _T_BOOL:
+                vals.append(bool(mv[pos + 1]))
+                pos += 2
+            else:
+                r = _Reader(mv, pos)
+                vals.append(r.value())
+                pos = r.pos
+    except (struct.error, IndexError):
+        raise TransportError("truncated message body") from None
+    if pos != end:
+        raise TransportError(f"{cls.__name__}: {end - pos} trailing bytes after the last field")
+    return cls(*vals), ph, rnd, step
 
 
 class _Reader:
-    __slots__ = ("mv", "pos")
+    __slots__ = ("mv", "pos", "end")
 
     def __init__(self, mv: memoryview, pos: int):
         self.mv = mv
         self.pos = pos
+        self.end = len(mv)
 
     def _take(self, n: int) -> memoryview:
-        if self.pos + n > len(self.mv):
+        pos = self.pos
+        if pos + n > self.end:
             raise TransportError("truncated message body")
-        out = self.mv[self.pos : self.pos + n]
-        self.pos += n
-        return out
+        self.pos = pos + n
+        return self.mv[pos : pos + n]
+
+    def _unpack(self, s: struct.Struct) -> tuple:
+        pos = self.pos
+        if pos + s.size > self.end:
+            raise TransportError("truncated message body")
+        self.pos = pos + s.size
+        return s.unpack_from(self.mv, pos)
 
     def _u32(self) -> int:
-        return _U32.unpack(self._take(4))[0]
+        return self._unpack(_U32)[0]
 
     def value(self) -> Any:
-        tag = self._take(1)[0]
+        if self.pos >= self.end:
+            raise TransportError("truncated message body")
+        tag = self.mv[self.pos]
+        self.pos += 1
+        if tag == _T_ARRAY:
+            return self.array()
         if tag == _T_NONE:
             return None
         if tag == _T_BOOL:
             return bool(self._take(1)[0])
         if tag == _T_INT:
-            return _I64.unpack(self._take(8))[0]
+            return self._unpack(_I64)[0]
         if tag == _T_BIGINT:
             n = self._u32()
             return int.from_bytes(self._take(n), "little", signed=True)
         if tag == _T_FLOAT:
-            return _F64.unpack(self._take(8))[0]
+            return self._unpack(_F64)[0]
         if tag == _T_STR:
             return bytes(self._take(self._u32())).decode()
         if tag == _T_BYTES:
             return bytes(self._take(self._u32()))
-        if tag == _T_ARRAY:
-            cid, code, ndim = _ARR.unpack(self._take(3))
-            shape = tuple(_U32.unpack(self._take(4))[0] for _ in range(ndim))
-            size = int(np.prod(shape)) if ndim else 1
-            if cid == _RAW:
-                dt = _DTYPES[code]
-                raw = self._take(size * dt.itemsize)
-                return np.frombuffer(raw, dtype=dt).copy().reshape(shape)
-            codec = codec_by_id(cid)
-            nbytes = codec.fixed_size(size)
-            if nbytes is None:
-                nbytes = self._u32()
-            return codec.decode(self._take(nbytes), size).reshape(shape)
         if tag in (_T_LIST, _T_TUPLE):
             n = self._u32()
             items = [self.value() for _ in range(n)]
@@ -247,3 +373,20 @@ class _Reader:
             return out
         raise TransportError(f"unknown field tag {tag} in message")
 
+    def array(self) -> np.ndarray:
+        cid, code, ndim = self._unpack(_ARR)
+        shape = self._unpack(_shape_struct(ndim))
+        size = 1
+        for s in shape:
+            size *= s
+        if cid == _RAW:
+            if code >= len(_DTYPES):
+                raise TransportError(f"unknown dtype code {code} in message")
+            dt = _DTYPES[code]
+            raw = self._take(size * dt.itemsize)
+            return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
+        codec = codec_by_id(cid)
+        nbytes = codec.fixed_size(size)
+        if nbytes is None:
+            nbytes = self._u32()
+        return codec.decode(self._take(nbytes), size).reshape(shape)
