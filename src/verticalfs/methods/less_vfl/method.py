@@ -1,0 +1,353 @@
+"""``less-vfl`` and ``local-lasso``: less-vfl.md section 3, Algorithm 1 (with Algorithm 2 around it).
+
+Protocol of one ``less-vfl`` run (phases as written on the ledger):
+
+1. ``setup``: the core :class:`~verticalfs.transport.messages.ModelSpec` exchange.
+2. ``pretrain`` (stage 1): ``pretrain_epochs`` epochs of standard VFL (Algorithm 2).
+3. ``selection`` (stages 2 and 3):
+
+   - every party uploads the embeddings of the whole training set once
+     (``EmbedRequest("train", epoch, -1, train=False)`` -> ``Embeddings``; Algorithm 1 lines 1-4);
+   - the active party runs P-SGD with ``lambda_s`` on its top model's input layer, one group per
+     embedding component, over mini-batches of those fixed embeddings for ``select_epochs_s``
+     epochs (= T1, lines 5-10), starting from the pre-trained top model; no message;
+   - one one-way :class:`~verticalfs.methods.less_vfl.messages.SelectFeatures` per party with its
+     significant components ``K_m`` (lines 11-14); the party runs stage 3 in the handler (P-SGD
+     with ``lambda_m`` on ``H_N``, ``select_epochs_m`` epochs = T2, lines 15-20), then drops the
+     zeroed features and the non-significant components for real;
+   - the active party keeps the stage-2 top model (line 21) restricted to the significant
+     columns, so every later message carries only ``|K_m|`` components per party.
+
+   Nothing else is sent in this phase (checked by the tests on the ledger).
+4. ``train``: post-selection VFL on the remaining features and components ("once feature
+   selection is complete, one can further refine the network ... using Algorithm 2", section 3).
+
+The history gets one entry after stage 1's last epoch (phase ``pretrain``), one right after
+selection (phase ``selection``, same communication epoch, its bytes include the upload) and one
+per post-selection epoch. ``epochs`` counts all communication epochs (pre-training included), as
+on the x axis of less-vfl.md Figure 3.
+
+``local-lasso`` is "LESS-VFL with stage 2, embedding component selection, removed" (section 5):
+every component counts as significant, the top model stays the pre-trained one, and since the
+server needs nothing from the parties the embedding upload is skipped too: the selection phase is
+just one ``SelectFeatures`` per party.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from verticalfs.data.vertical import ACTIVE
+from verticalfs.evaluation.metrics import primary_metric
+from verticalfs.evaluation.targets import bytes_to_reach
+from verticalfs.exceptions import ConfigError
+from verticalfs.methods.base import Method
+from verticalfs.methods.less_vfl.messages import SelectFeatures, SelectionInfo, SelectionInfoRequest
+from verticalfs.methods.less_vfl.psgd import StackedMLP, psgd_stable, significant
+from verticalfs.methods.registry import register
+from verticalfs.training.history import derive_seed, final_metrics
+from verticalfs.training.vfl import TrainConfig, VFLTrainer
+from verticalfs.transport.messages import EmbedRequest
+
+# Defaults chosen by the grid search on phishing (3 parties, 50 % noise) documented in
+# benchmarks/less_vfl/README.md ("Choosing the defaults").
+DEFAULT_LAMBDA_M = 0.2
+DEFAULT_LAMBDA_S = 0.01
+DEFAULT_LR_M = 0.01
+DEFAULT_LR_S = 0.05
+DEFAULT_PRETRAIN = 2
+
+
+@dataclass
+class LocalLassoParams(TrainConfig):
+    """Local lasso: LESS-VFL without stage 2 (less-vfl.md section 5 baseline).
+
+    Parameters
+    ----------
+    epochs : int
+        Communication epochs in total: pre-training plus post-selection training (default 50).
+    batch_size : int
+        Mini-batch size of VFL training and of the P-SGD stages (default 256).
+    lr : float
+        Adam learning rate of pre-training and post-selection training (less-vfl.md section 5: 0.01).
+    optimizer : str
+        Optimizer of pre-training and post-selection training (``adam``, as the paper).
+    weight_decay : float
+        L2 penalty of that optimizer.
+    hidden : tuple of int
+        Hidden widths of each party's MLP; (64, 32) = the paper's 3-layer MLP.
+    embedding_dim : int
+        Embedding components per party before selection.
+    activation : str
+        Hidden activation.
+    top_hidden : tuple of int
+        Hidden widths of the top model; empty = the paper's linear top model.
+    pretrain_epochs : int
+        Stage 1: epochs of standard VFL before selection (paper Table 5: 1 to 5).
+    lambda_m : float
+        Group-lasso coefficient of stage 3 at every party (scale: the proxy loss is the mean over
+        samples of the summed squared error over the significant components).
+    lambdas_m : tuple of float
+        Optional candidates for lambda_m searched locally by each party without communication
+        (section 3, hyper-parameter tuning); empty = use ``lambda_m``.
+    tol_m : float
+        Search rule for ``lambdas_m``: the largest lambda whose proxy error is at most this
+        fraction of the variance of the significant pre-trained components.
+    lr_m : float
+        P-SGD step size eta_m of stage 3 (not given by the paper).
+    select_epochs_m : int
+        T2 in epochs of P-SGD over the party's training rows (paper: 150).
+    normalize_m : bool
+        Divide the stage-3 proxy loss by the variance of the party's significant pre-trained
+        components, i.e. express lambda_m relative to each party's embedding scale (the same
+        problem (5) with lambda_m x variance; interpretation, see the README).
+    center : bool
+        Run the P-SGD stages in the centred parametrisation of the input layer (same problem,
+        better-conditioned steps; interpretation, see the README).
+    target_accuracy : float
+        Reference accuracy (best VFL (Original) test accuracy); when given, ``info['bytes_to_target']``
+        is the cumulative bytes at the first epoch with accuracy >= 0.9 x this and >= 80 % of the
+        spurious features removed (less-vfl.md Table 2).
+    """
+
+    pretrain_epochs: int = DEFAULT_PRETRAIN
+    lambda_m: float = DEFAULT_LAMBDA_M
+    lambdas_m: tuple = ()
+    tol_m: float = 0.05
+    lr_m: float = DEFAULT_LR_M
+    select_epochs_m: int = 150
+    normalize_m: bool = True
+    center: bool = True
+    target_accuracy: float | None = None
+
+
+@dataclass
+class LessVFLParams(LocalLassoParams):
+    """LESS-VFL (less-vfl.md section 3, Algorithm 1).
+
+    Parameters
+    ----------
+    lambda_s : float
+        Group-lasso coefficient of stage 2 on the top model's input layer (one group per
+        embedding component; scale: the mean training loss).
+    lambdas_s : tuple of float
+        Optional candidates for lambda_s searched at the active party from the same uploaded
+        embeddings, without communication; empty = use ``lambda_s``.
+    tol_s : float
+        Search rule for ``lambdas_s``: the largest lambda whose training score on the uploaded
+        embeddings (accuracy, or R^2 for regression) is within this of the best candidate's.
+    lr_s : float
+        P-SGD step size eta_s of stage 2 (not given by the paper).
+    select_epochs_s : int
+        T1 in epochs of P-SGD over the uploaded embeddings (paper: 150).
+    """
+
+    lambda_s: float = DEFAULT_LAMBDA_S
+    lambdas_s: tuple = ()
+    tol_s: float = 0.01
+    lr_s: float = DEFAULT_LR_S
+    select_epochs_s: int = 150
+
+
+def _task_losses(task: str, y: torch.Tensor):
+    """Per-candidate training loss of stacked top-model outputs ``(L, B, out)``."""
+    if task == "regression":
+        def f(out, rows):
+            return ((out[..., 0] - y[rows][None, :]) ** 2).mean(-1)
+    else:
+        def f(out, rows):
+            L, B, C = out.shape
+            ce = F.cross_entropy(out.reshape(L * B, C), y[rows].repeat(L), reduction="none")
+            return ce.view(L, B).mean(-1)
+    return f
+
+
+def _fit_scores(task: str, out: torch.Tensor, y: torch.Tensor) -> np.ndarray:
+    """Training score per candidate: accuracy, or R^2 for regression."""
+    if task == "regression":
+        err = ((out[..., 0] - y[None, :]) ** 2).mean(-1)
+        var = torch.clamp(((y - y.mean()) ** 2).mean(), min=1e-12)
+        return (1.0 - err / var).numpy()
+    return (out.argmax(-1) == y[None, :]).float().mean(-1).numpy()
+
+
+def choose_lambda_s(lambdas, scores, tol: float) -> int:
+    """The in-protocol lambda_s search (section 3): the largest lambda_s whose training score on
+    the uploaded embeddings is within ``tol`` of the best candidate's (the sparsest top model that
+    loses essentially nothing on the data the server has)."""
+    lambdas = np.asarray(lambdas, dtype=float)
+    best = float(np.max(scores))
+    ok = [i for i in range(len(lambdas)) if scores[i] >= best - tol]
+    return max(ok, key=lambda i: lambdas[i])
+
+
+def component_selection(top, H: torch.Tensor, y: torch.Tensor, task: str, lambdas, *, lr: float,
+                        epochs: int, batch_size: int, seed: int, tol: float, center: bool = True):
+    """Stage 2 at the active party: P-SGD on eq. (4) from the pre-trained top model ``top``.
+
+    Returns ``(new_top, significant_columns, report)``; ``new_top`` is the chosen candidate (a copy
+    of ``top`` with the P-SGD weights, not yet shrunk).
+    """
+    lambdas = [float(v) for v in lambdas]
+    # centred parametrisation of the top input layer (same problem (4), better SGD geometry; see
+    # messages.local_feature_selection)
+    mu = H.mean(0) if center else None
+    loss = _task_losses(task, y)
+    stack, curve, lr_used = psgd_stable(lambda: StackedMLP(top, len(lambdas), center=mu), H, loss, lambdas,
+                                        lr=lr, epochs=epochs, batch_size=batch_size, seed=seed)
+    with torch.no_grad():
+        out = stack.forward(H)
+        scores = _fit_scores(task, out, y)
+        final_loss = loss(out, torch.arange(H.shape[0])).numpy()
+    keeps = significant(stack)
+    i = choose_lambda_s(lambdas, scores, tol) if len(lambdas) > 1 else 0
+    report = {
+        "lambda_s": lambdas[i],
+        "lr_s": lr_used,
+        "candidates": [{"lambda_s": lam, "n_components": int(len(k)), "train_score": float(s),
+                        "train_loss": float(fl)}
+                       for lam, k, s, fl in zip(lambdas, keeps, scores, final_loss, strict=False)],
+        "loss_first_epoch": curve[0][i] if curve else None,
+        "loss_last_epoch": curve[-1][i] if curve else None,
+    }
+    return stack.export(top, i), keeps[i], report
+
+
+def target_figure(history, target_accuracy, task: str, min_spurious: float = 0.8) -> dict:
+    """Bytes to reach 0.9 x ``target_accuracy`` with >= 80 % spurious removed (less-vfl.md Table 2).
+
+    ``spurious_removed`` is in the history only when the ground truth is known; without it the
+    spurious condition is dropped and the result says so.
+    """
+    if target_accuracy is None:
+        return {}
+    metric = primary_metric(task)
+    has_spur = any("spurious_removed" in h for h in history)
+    b = bytes_to_reach(history, 0.9 * float(target_accuracy), metric=metric,
+                       min_spurious_removed=min_spurious if has_spur else None)
+    return {"bytes_to_target": b, "target": 0.9 * float(target_accuracy), "target_metric": metric,
+            "target_requires_spurious_removed": min_spurious if has_spur else None}
+
+
+class _StagedLasso(Method):
+    """Shared driver of less-vfl and local-lasso."""
+
+    component_selection: bool = True
+
+    def _validate(self) -> None:
+        p = self.params
+        if not 0 <= p.pretrain_epochs <= p.epochs:
+            raise ConfigError(f"{self.name}: need 0 <= pretrain_epochs <= epochs, got "
+                              f"{p.pretrain_epochs} and {p.epochs}")
+        if p.pretrain_epochs == 0:
+            raise ConfigError(f"{self.name}: stage 1 needs at least one pre-training epoch (pretrain_epochs >= 1)")
+        for name in ("lr_m", "lr_s"):
+            if getattr(p, name, 1.0) <= 0:
+                raise ConfigError(f"{self.name}: {name} must be > 0")
+        lams = list(p.lambdas_m) + [p.lambda_m] + list(getattr(p, "lambdas_s", ())) + [getattr(p, "lambda_s", 0.0)]
+        if any(float(v) < 0 for v in lams):
+            raise ConfigError(f"{self.name}: lambdas must be >= 0")
+
+    def fit(self, fed):
+        self._validate()
+        p = self.params
+        ch, server = fed.channel, fed.server
+        trainer = VFLTrainer(server, ch, fed.party_names, TrainConfig.from_params(p), seed=self.seed,
+                             callbacks=self.callbacks, entry_hook=self.entry_hook)
+        trainer.setup()
+        # ---------------------------------------------------------------- stage 1
+        trainer.fit(p.pretrain_epochs, phase="pretrain")
+        # ---------------------------------------------------------------- stages 2 + 3
+        info: dict = {"pretrain_epochs": p.pretrain_epochs}
+        parties = list(trainer.parties)
+        dims = dict(trainer.embedding_dims)
+        with ch.at("selection", trainer.epoch):
+            if self.component_selection:
+                req = EmbedRequest("train", trainer.epoch, -1, False)
+                embs = {q: ch.request(ACTIVE, q, req).values for q in parties}
+                H = torch.cat([torch.from_numpy(np.asarray(embs[q], dtype=np.float32)) for q in parties], 1)
+                lambdas_s = tuple(p.lambdas_s) or (p.lambda_s,)
+                new_top, cols, rep = component_selection(
+                    server.top, H, server.y["train"], server.task, lambdas_s, lr=p.lr_s,
+                    epochs=p.select_epochs_s, batch_size=p.batch_size,
+                    seed=derive_seed(self.seed, "less-vfl", "stage2"), tol=p.tol_s, center=p.center)
+                if len(cols) == 0:
+                    # Every component was zeroed (lambda_s too large): nothing could be trained on.
+                    # Fall back to keeping all components and say so.
+                    cols = np.arange(H.shape[1])
+                    new_top = server.top
+                    rep["fallback_all_components"] = True
+                info["stage2"] = rep
+                info["lambda_s"] = rep["lambda_s"]
+            else:
+                new_top = server.top
+                cols = np.arange(sum(dims[q] for q in parties))
+            offsets = np.cumsum([0] + [dims[q] for q in parties])
+            K = {q: cols[(cols >= offsets[i]) & (cols < offsets[i + 1])] - offsets[i]
+                 for i, q in enumerate(parties)}
+            lambdas_m = tuple(p.lambdas_m) or (p.lambda_m,)
+            for q in parties:
+                ch.send(ACTIVE, q, SelectFeatures(
+                    components=np.asarray(K[q], dtype=np.int64), lambdas=tuple(float(v) for v in lambdas_m),
+                    lr=float(p.lr_m), epochs=int(p.select_epochs_m), batch_size=int(p.batch_size),
+                    seed=derive_seed(self.seed, "less-vfl", "stage3", q), tol=float(p.tol_m),
+                    normalize=bool(p.normalize_m), center=bool(p.center)))
+        # The active party's side of the shrink: top model = stage-2 result on the significant
+        # columns; parties with no significant component leave the training.
+        new_top = copy.deepcopy(new_top) if new_top is server.top else new_top
+        new_top.keep_inputs(np.asarray(cols, dtype=np.int64))
+        server.top = new_top
+        trainer.parties = [q for q in parties if len(K[q]) > 0]
+        trainer.embedding_dims = {q: int(len(K[q])) for q in trainer.parties}
+        trainer.rebuild_top_optimizer()
+        info["K_m"] = {q: K[q].tolist() for q in parties}
+        info["n_components"] = {q: int(len(K[q])) for q in parties}
+        info["parties_left"] = [q for q in parties if len(K[q]) == 0]
+        trainer.record("selection", None)
+        # ---------------------------------------------------------------- post-selection
+        post = p.epochs - p.pretrain_epochs
+        if post > 0:
+            trainer.fit(post, phase="train")
+        # ---------------------------------------------------------------- results
+        self.trainer_ = trainer
+        self.history_ = trainer.history
+        self.metrics_ = final_metrics(trainer.history) or trainer.evaluate(["test"])
+        self.support_ = fed.collect_support()
+        with ch.at("report"):
+            local = {q: ch.request(ACTIVE, q, SelectionInfoRequest()) for q in parties}
+        info["stage3"] = {q: (r.values if isinstance(r, SelectionInfo) else {}) for q, r in local.items()}
+        info["lambda_m"] = {q: v.get("lambda_m") for q, v in info["stage3"].items()}
+        info["features_kept"] = {q: int(m.sum()) for q, m in self.support_.items()}
+        led = fed.ledger
+        by_phase = led.by("phase")
+        info["bytes_by_phase"] = by_phase
+        info["bytes_pretrain"] = by_phase.get("pretrain", 0)
+        info["bytes_selection"] = by_phase.get("selection", 0)
+        info["bytes_post_selection"] = by_phase.get("train", 0)
+        info.update(target_figure(trainer.history, p.target_accuracy, server.task))
+        self.info_ = info
+        return self
+
+
+@register
+class LessVFL(_StagedLasso):
+    name = "less-vfl"
+    summary = ("LESS-VFL: short pre-training, one embedding upload, server-side component selection "
+               "(group lasso on the top model), then local group-lasso feature selection at each party.")
+    paper = "less-vfl.md section 3, Algorithm 1 (Castiglia et al., ICML 2023)"
+    Params = LessVFLParams
+    component_selection = True
+
+
+@register
+class LocalLasso(_StagedLasso):
+    name = "local-lasso"
+    summary = "LESS-VFL without stage 2: every embedding component counts, local group lasso at each party."
+    paper = "less-vfl.md section 5 (baseline)"
+    Params = LocalLassoParams
+    component_selection = False

@@ -1,0 +1,196 @@
+"""LESS-VFL (less-vfl.md section 3), local lasso and group lasso: protocol, shrinking, selection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import verticalfs
+from verticalfs.data.vertical import ACTIVE
+from verticalfs.federation import Federation
+from verticalfs.methods import create
+from verticalfs.methods.less_vfl import grid_search, select_best
+from verticalfs.methods.less_vfl.messages import SelectFeatures
+from verticalfs.methods.less_vfl.search import summarise
+from verticalfs.training.vfl import TrainConfig, VFLTrainer
+
+FAST = {"epochs": 3, "pretrain_epochs": 1, "select_epochs_s": 10, "select_epochs_m": 10, "hidden": (16, 8),
+        "batch_size": 64}
+METHODS = ("less-vfl", "local-lasso", "group-lasso")
+
+
+def fast(name: str, **extra) -> dict:
+    p = dict(FAST)
+    if name == "group-lasso":
+        p = {k: v for k, v in p.items() if not k.startswith(("pretrain", "select"))}
+    elif name == "local-lasso":
+        p.pop("select_epochs_s")
+    p.update(extra)
+    return p
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny models: one torch thread is several times faster than two competing ones."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return verticalfs.build_data("breast_cancer", parties=3, noise=0.5, seed=0)
+
+
+def fit(name, data, seed=0, trace=False, **extra):
+    fed = Federation(data, trace=trace)
+    m = create(name, seed=seed, **fast(name, **extra))
+    return m, m.fit(fed), fed
+
+
+# ----------------------------------------------------------------------------- contract
+@pytest.mark.parametrize("name", METHODS)
+def test_contract(name, data):
+    m, returned, fed = fit(name, data)
+    assert returned is m
+    assert set(m.support_) == set(data.party_names)
+    for p in data.parties:
+        assert m.support_[p.name].shape == (p.n_features,) and m.support_[p.name].dtype == bool
+    assert fed.ledger.total_bytes > 0
+    assert m.history_ and "accuracy" in m.metrics_
+    m2, _, fed2 = fit(name, data)
+    assert fed2.ledger.total_bytes == fed.ledger.total_bytes
+    assert m2.metrics_ == m.metrics_
+    for q in data.party_names:
+        assert np.array_equal(m2.support_[q], m.support_[q])
+
+
+# ----------------------------------------------------------------------------- protocol
+def test_selection_phase_is_one_upload_and_one_message_per_party(data):
+    m, _, fed = fit("less-vfl", data, trace=True)
+    recs = [r for r in fed.ledger.records() if r.phase == "selection"]
+    kinds = sorted((r.sender, r.receiver, r.kind) for r in recs)
+    expected = []
+    for q in data.party_names:
+        expected += [(ACTIVE, q, "EmbedRequest"), (ACTIVE, q, "SelectFeatures"), (q, ACTIVE, "Embeddings")]
+    assert kinds == sorted(expected)
+    # the upload is the whole training split, without autograd
+    reqs = [msg for s, r, msg in fed.channel.messages if type(msg).__name__ == "EmbedRequest" and msg.batch == -1
+            and msg.split == "train"]
+    assert len(reqs) == len(data.party_names) and not any(r.train for r in reqs)
+    n_train = fed.server.n_samples("train")
+    for s, _r, msg in fed.channel.messages:
+        if type(msg).__name__ == "Embeddings" and s != ACTIVE and msg.values.shape[0] == n_train:
+            assert msg.values.shape[1] == 8  # embedding_dim default
+    phases = [h["phase"] for h in m.history_]
+    assert phases == ["pretrain", "selection", "train", "train"]
+
+
+def test_local_lasso_sends_no_upload(data):
+    _, _, fed = fit("local-lasso", data)
+    recs = [r for r in fed.ledger.records() if r.phase == "selection"]
+    assert sorted(r.kind for r in recs) == ["SelectFeatures"] * len(data.party_names)
+
+
+def test_later_messages_carry_only_significant_components(data):
+    m, _, fed = fit("less-vfl", data, lambda_s=0.05)
+    K = m.info_["n_components"]
+    assert sum(K.values()) < 8 * len(K)  # stage 2 dropped some components
+    last_epoch = max(r.round for r in fed.ledger.records() if r.phase == "train")
+    n_train = fed.server.n_samples("train")
+    up = {q: fed.ledger.payload_where(phase="train", kind="Embeddings", sender=q, round=last_epoch)
+          for q in data.party_names}
+    for q, k in K.items():
+        if k == 0:
+            assert up[q] == 0
+        else:
+            assert up[q] == n_train * k * 4  # float32, |K_m| columns
+    assert fed.server.top.input_layer.in_features == sum(K.values())
+
+
+# ----------------------------------------------------------------------------- shrinking
+def test_zeroed_groups_are_removed_from_the_model(data):
+    fed = Federation(data)
+    tr = VFLTrainer(fed.server, fed.channel, fed.party_names, TrainConfig(hidden=(16, 8), batch_size=64), seed=0)
+    tr.setup()
+    tr.fit(1, phase="pretrain")
+    q = data.party_names[0]
+    party = fed._parties[q]
+    d0 = len(party.kept)
+    with fed.channel.at("selection"):
+        fed.channel.send(ACTIVE, q, SelectFeatures(components=np.arange(8), lambdas=(1.0,), lr=0.05, epochs=30,
+                                                   batch_size=64, seed=1))
+    info = party.state["less_vfl"]
+    kept = info["n_features_after"]
+    assert 0 < kept < d0
+    assert party.model.input_layer.in_features == kept == len(party.kept)
+    assert party.X("train").shape[1] == kept
+    assert torch.all(torch.linalg.vector_norm(party.model.input_layer.weight, dim=0) > 0)
+    assert fed.observe_support()[q].sum() == kept
+
+
+def test_group_lasso_removes_zeroed_features_for_real(data):
+    m, _, fed = fit("group-lasso", data, lambda_m=50.0)
+    for q in data.party_names:
+        party = fed._parties[q]
+        assert party.model.input_layer.in_features == len(party.kept) == m.support_[q].sum()
+    spur = np.concatenate([data.ground_truth[q] for q in data.party_names])
+    kept = np.concatenate([m.support_[q] for q in data.party_names])
+    assert not kept[spur].any()  # every spurious feature went
+    assert sum(m.info_["features_kept"].values()) < sum(p.n_features for p in data.parties)
+
+
+def test_party_without_significant_component_leaves(data):
+    fed = Federation(data)
+    tr = VFLTrainer(fed.server, fed.channel, fed.party_names, TrainConfig(hidden=(16, 8), batch_size=64), seed=0)
+    tr.setup()
+    q = data.party_names[1]
+    with fed.channel.at("selection"):
+        fed.channel.send(ACTIVE, q, SelectFeatures(components=np.zeros(0, dtype=np.int64), lambdas=(0.1,),
+                                                   lr=0.05, epochs=1, batch_size=64, seed=1))
+    assert fed._parties[q].state["left"] and len(fed._parties[q].kept) == 0
+
+
+# ----------------------------------------------------------------------------- selection quality
+def test_removes_known_spurious_features():
+    data = verticalfs.build_data("breast_cancer", parties=3, noise=0.5, seed=1)
+    res = verticalfs.run("less-vfl", data, seed=1, params={"epochs": 6, "pretrain_epochs": 2, "batch_size": 64,
+                                                           "lambda_m": 0.5, "select_epochs_m": 50,
+                                                           "select_epochs_s": 50})
+    ref = verticalfs.run("vfl", verticalfs.build_data("breast_cancer", parties=3, noise=0.0, seed=1), seed=1,
+                         params={"epochs": 6, "batch_size": 64})
+    assert res.selection["spurious_removed"] >= 0.8
+    assert res.metrics["accuracy"] >= 0.9 * max(h["accuracy"] for h in ref.history)
+
+
+def test_in_protocol_lambda_search_and_target(data):
+    m, _, fed = fit("less-vfl", data, lambdas_s=(0.001, 0.01, 0.05), lambdas_m=(0.05, 0.3, 1.0),
+                    target_accuracy=0.5)
+    st2 = m.info_["stage2"]
+    assert [c["lambda_s"] for c in st2["candidates"]] == [0.001, 0.01, 0.05]
+    assert m.info_["lambda_s"] in (0.001, 0.01, 0.05)
+    for q in data.party_names:
+        st3 = m.info_["stage3"][q]
+        if st3.get("left"):
+            continue
+        assert len(st3["candidates"]) == 3 and st3["lambda_m"] in (0.05, 0.3, 1.0)
+    # the search adds no message: still one upload and one SelectFeatures per party
+    n_sel = sum(1 for r in fed.ledger.records() if r.phase == "selection")
+    assert n_sel == 3 * len(data.party_names)
+    assert m.info_["bytes_to_target"] is not None and m.info_["target"] == pytest.approx(0.45)
+    assert m.info_["bytes_pretrain"] > 0 and m.info_["bytes_selection"] > 0
+
+
+def test_grid_search_rows_and_selection(data):
+    rows = grid_search(data, lambdas_m=(0.1, 0.5), lambdas_s=(0.01,), pretrain_epochs=(1,), seeds=(0,),
+                       params={k: v for k, v in fast("less-vfl").items()}, target_accuracy=0.9)
+    assert len(rows) == 2
+    assert {r["lambda_m"] for r in rows} == {0.1, 0.5}
+    for r in rows:
+        assert 0.0 <= r["spurious_removed"] <= 1.0 and r["mb_total"] > 0
+    summ = summarise(rows)
+    assert len(summ) == 2 and all(s["runs"] == 1 for s in summ)
+    best = select_best(rows, min_spurious_removed=0.0)
+    assert best is not None and best["lambda_m"] in (0.1, 0.5)
