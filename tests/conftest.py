@@ -9,6 +9,11 @@ import pytest
 import torch
 
 
+# The models under test are tiny: one thread avoids thread start-up and contention costs that
+# dominate their run time (4-15x faster on 2 cores).
+torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def _seed_everything():
     """Seed Python's, NumPy's and torch's global generators before every test."""

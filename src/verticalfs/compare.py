@@ -124,6 +124,9 @@ def plot_compare(summary: Mapping[str, Any], path: str | Path) -> Path:
         vals = np.array([[h.get(metric) if h.get(metric) is not None else np.nan for h in r["history"][:L]]
                          for r in rs], dtype=float)
         mean, std = np.nanmean(vals, 0), np.nanstd(vals, 0)
+        if not np.any(mb > 0):  # a method that sends nothing (central): its final value as a level
+            ax.axhline(mean[-1], linestyle="--", color="grey", label=f"{name} (no messages, final)")
+            continue
         (line,) = ax.plot(mb, mean, label=name, marker="." if L < 30 else None)
         if len(rs) > 1:
             ax.fill_between(mb, mean - std, mean + std, alpha=0.2, color=line.get_color())
