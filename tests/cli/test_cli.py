@@ -1,0 +1,110 @@
+"""The command line, end to end on built-in data (Typer's CliRunner, in process)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from verticalfs.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+class TestListing:
+    def test_methods_lists_registered_methods_with_parameters(self):
+        res = invoke("methods")
+        assert res.exit_code == 0
+        for name in ("vfl", "central", "less-vfl", "group-lasso", "local-lasso"):
+            assert name in res.output
+        assert "embedding_dim" in res.output and "lambda_m" in res.output
+
+    def test_datasets_lists_builtins_without_data_dir(self, monkeypatch):
+        monkeypatch.delenv("VERTICALFS_DATA", raising=False)
+        res = invoke("datasets")
+        assert res.exit_code == 0
+        assert "breast_cancer" in res.output and "madelon-synth" in res.output
+
+
+class TestRun:
+    def test_run_writes_documented_result(self, tmp_path):
+        out = tmp_path / "r.json"
+        res = invoke("run", "-m", "vfl", "-d", "breast_cancer", "-k", "3", "--noise", "0.5",
+                     "-e", "2", "--seed", "1", "--no-progress", "--param", "embedding_dim=4",
+                     "--out", str(out))
+        assert res.exit_code == 0, res.output
+        d = json.loads(out.read_text())
+        for key in ("method", "dataset", "parties", "seed", "config", "metrics", "selection",
+                    "communication", "history", "timings"):
+            assert key in d
+        assert d["method"] == "vfl" and d["seed"] == 1 and d["n_parties"] == 3
+        assert d["config"]["embedding_dim"] == 4 and d["config"]["epochs"] == 2
+        assert len(d["history"]) == 2
+        h = d["history"][-1]
+        assert {"epoch", "bytes", "accuracy", "spurious_removed"} <= set(h)
+        assert h["bytes"] == d["communication"]["total_bytes"] - d["communication"]["by_phase"]["eval"] \
+            - d["communication"]["by_phase"].get("report", 0)
+        sel = d["selection"]
+        assert sel["spurious_removed"] == 0.0  # vfl keeps every feature
+        assert sum(len(p["kept"]) for p in sel["parties"].values()) == sel["n_features"]
+        assert set(d["communication"]["by_direction"]) >= {"up", "down"}
+
+    def test_unknown_method_is_an_error_listing_names(self):
+        res = runner.invoke(app, ["run", "-m", "nope", "-d", "wine", "--no-progress"])
+        assert res.exit_code == 2
+        assert "unknown method 'nope'" in res.output and "vfl" in res.output
+
+    def test_bad_param_names_the_parameter(self):
+        res = runner.invoke(app, ["run", "-m", "vfl", "-d", "wine", "--param", "widht=3", "--no-progress"])
+        assert res.exit_code == 2
+        assert "widht" in res.output
+
+    def test_per_party_noise(self, tmp_path):
+        out = tmp_path / "r.json"
+        res = invoke("run", "-m", "vfl", "-d", "wine", "-k", "2", "--noise", "1.0,0", "-e", "1",
+                     "--no-progress", "--out", str(out))
+        assert res.exit_code == 0, res.output
+        d = json.loads(out.read_text())
+        p1, p2 = d["selection"]["parties"]["party1"], d["selection"]["parties"]["party2"]
+        assert p1["n_spurious"] == p1["n_features"] // 2 and p2["n_spurious"] == 0
+
+    def test_user_files(self, tmp_path):
+        import numpy as np
+        import pandas as pd
+
+        rng = np.random.default_rng(0)
+        ids = np.arange(200)
+        a = pd.DataFrame({"id": ids, "x1": rng.normal(size=200), "y": rng.integers(0, 2, 200)})
+        b = pd.DataFrame({"id": ids[::-1], "x2": rng.normal(size=200), "x3": rng.normal(size=200)})
+        a.to_csv(tmp_path / "a.csv", index=False)
+        b.to_csv(tmp_path / "b.csv", index=False)
+        out = tmp_path / "r.json"
+        res = invoke("run", "-m", "vfl", "--party-file", f"bank={tmp_path / 'a.csv'}",
+                     "--party-file", f"telecom={tmp_path / 'b.csv'}", "--label-party", "bank",
+                     "--label-column", "y", "-e", "1", "--no-progress", "--out", str(out))
+        assert res.exit_code == 0, res.output
+        d = json.loads(out.read_text())
+        assert d["parties"] == ["bank", "telecom"]
+        assert d["selection"]["parties"]["telecom"]["kept"] == ["x2", "x3"]
+
+
+class TestCompare:
+    @pytest.mark.slow
+    def test_compare_writes_table_json_and_plot(self, tmp_path):
+        res = invoke("compare", "--dataset", "breast_cancer", "--methods", "vfl,central", "-k", "2",
+                     "--noise", "0.5", "--epochs", "2", "--seeds", "0,1", "--no-progress", "--out", str(tmp_path))
+        assert res.exit_code == 0, res.output
+        d = json.loads((tmp_path / "results.json").read_text())
+        names = [r["method"] for r in d["table"]]
+        assert names == ["vfl-original", "vfl", "central"]  # noise > 0: the reference runs too
+        assert all(r["runs"] == 2 for r in d["table"])
+        central = next(r for r in d["table"] if r["method"] == "central")
+        assert central["train_mb"] == 0
+        png = (tmp_path / "accuracy_vs_mb.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporaries
