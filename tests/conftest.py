@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-
 # The models under test are tiny: one thread avoids thread start-up and contention costs that
 # dominate their run time (4-15x faster on 2 cores).
 torch.set_num_threads(1)

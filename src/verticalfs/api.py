@@ -217,7 +217,7 @@ def selection_block(fed: Federation, support: Mapping[str, np.ndarray],
     for p in fed.party_names:
         mask = np.asarray(support[p], dtype=bool)
         entry = {
-            "kept": [n for n, k in zip(names[p], mask) if k],
+            "kept": [n for n, k in zip(names[p], mask, strict=True) if k],
             "n_kept": int(mask.sum()),
             "n_features": int(mask.size),
         }

@@ -253,7 +253,7 @@ def _preprocess_block(b: PartyBlock, idx: dict[str, np.ndarray], scaling: str):
                 f"party {b.name!r}: column {c!r} is not numeric ({X[c].dtype}); list it as categorical "
                 "so it is one-hot encoded, or convert it to numbers"
             )
-    spur_of = dict(zip(X.columns, b.spurious))
+    spur_of = dict(zip(X.columns, b.spurious, strict=True))
     parts: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
     names: list[str] = []
     spur: list[bool] = []

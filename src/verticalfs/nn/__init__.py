@@ -1,7 +1,14 @@
 """Neural-network building blocks (bottom MLPs, top models, proximal operators)."""
 
 from verticalfs.nn.models import MLP, BottomMLP, TopModel, make_optimizer, seeded
-from verticalfs.nn.prox import apply_prox, group_norms, nonzero_groups, prox_l21, prox_l21_, zero_groups
+from verticalfs.nn.prox import (
+           apply_prox,
+           group_norms,
+           nonzero_groups,
+           prox_l21,
+           prox_l21_,
+           zero_groups,
+)
 
 __all__ = ["MLP", "BottomMLP", "TopModel", "make_optimizer", "seeded", "apply_prox", "group_norms",
            "nonzero_groups", "prox_l21", "prox_l21_", "zero_groups"]

@@ -65,7 +65,7 @@ class Central(Method):
         modules = [*bottoms, top]
 
         def forward(xs):
-            return top(torch.cat([m(x) for m, x in zip(bottoms, xs)], 1))
+            return top(torch.cat([m(x) for m, x in zip(bottoms, xs, strict=True)], 1))
 
         history = History()
         t_train = 0.0
