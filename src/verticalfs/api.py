@@ -42,6 +42,7 @@ def build_data(
     scaling: str = "minmax",
     test_size: float = 0.2,
     val_size: float = 0.1,
+    impute: str = "auto",
 ) -> PreparedData:
     """Load (by name), partition, perturb, split and preprocess a data set.
 
@@ -61,6 +62,8 @@ def build_data(
         Explicit columns per party (a dict, or a TOML/JSON file).
     seed : int
         Seeds the partition, the noise and the split.
+    impute : {"auto", "median", "none"}
+        Missing numeric values (see :meth:`VerticalDataset.prepare`).
     """
     if isinstance(dataset, VerticalDataset):
         vds = dataset
@@ -78,7 +81,7 @@ def build_data(
         vds = add_noise_features(vds, noise, seed=seed)
     if np.any(np.asarray(overlap) > 0):
         vds = add_overlap(vds, overlap, seed=seed)
-    return vds.prepare(seed=seed, test_size=test_size, val_size=val_size, scaling=scaling)
+    return vds.prepare(seed=seed, test_size=test_size, val_size=val_size, scaling=scaling, impute=impute)
 
 
 @dataclass

@@ -105,7 +105,7 @@ def datasets(data_dir: Path = DataDir) -> None:
 
 
 def _build(dataset, parties, noise, overlap, seed, data_dir, partition, assignment, scaling,
-           party_file, label_party, label_column, id_column):
+           party_file, label_party, label_column, id_column, impute="auto"):
     from verticalfs.api import build_data
 
     if party_file:
@@ -127,7 +127,7 @@ def _build(dataset, parties, noise, overlap, seed, data_dir, partition, assignme
         raise typer.BadParameter("give --dataset NAME (see `verticalfs datasets`) or --party-file name=path ...")
     return build_data(dataset, parties=parties, noise=_parse_floats(noise), overlap=_parse_ints(overlap),
                       partition_strategy=partition, assignment=assignment, seed=seed, data_dir=data_dir,
-                      scaling=scaling)
+                      scaling=scaling, impute=impute)
 
 
 @app.command("run")
@@ -144,6 +144,7 @@ def run_cmd(
     partition: str = typer.Option("random", "--partition", help="Column split: random or contiguous."),
     assignment: Path = typer.Option(None, "--assignment", help="TOML/JSON file with explicit columns per party."),
     scaling: str = typer.Option("minmax", "--scaling", help="minmax, standard or none (fitted on the training split)."),
+    impute: str = typer.Option("auto", "--impute", help="Missing values: median (of each party's training rows), none (error), auto (the data set's default)."),
     party_file: list[str] = typer.Option(None, "--party-file", help="Your own data: party=path.csv|.parquet (repeatable)."),
     label_party: str = typer.Option(None, "--label-party", help="With --party-file: the party whose file holds the label."),
     label_column: str = typer.Option(None, "--label-column", help="With --party-file: the label column."),
@@ -160,9 +161,10 @@ def run_cmd(
         if epochs is not None:
             params.setdefault("epochs", str(epochs))
         data = _build(dataset, parties, noise, overlap, seed, data_dir, partition, assignment, scaling,
-                      party_file, label_party, label_column, id_column)
+                      party_file, label_party, label_column, id_column, impute)
         res = run(method, data, seed=seed, params=params, codec=codec, progress=progress,
-                  data_config={"noise": noise, "overlap": overlap, "partition": partition, "scaling": scaling})
+                  data_config={"noise": noise, "overlap": overlap, "partition": partition, "scaling": scaling,
+                               "impute": impute})
     except VerticalFSError as exc:
         _fail(exc)
     _print_result(res)

@@ -74,7 +74,14 @@ class TestRealLoaders:
     def test_numeric_columns_have_no_nan(self, load, name):
         t = load(name)
         num = t.X.drop(columns=t.categorical)
-        assert not num.isna().to_numpy().any()
+        if t.impute == "median":  # missing values are kept and imputed from training rows
+            assert not num.isna().all().any()
+            from verticalfs.data.partition import partition
+
+            prep = partition(t, 2, seed=0).prepare(seed=0)
+            assert not any(np.isnan(a).any() for p in prep.parties for a in p.X.values())
+        else:
+            assert not num.isna().to_numpy().any()
 
     @pytest.mark.parametrize("name", ["arcene", "basehock", "relathe", "pcmac", "allaml", "tox_171", "usps"])
     def test_mat_sets_are_dense_float32(self, load, name):
@@ -127,6 +134,8 @@ class TestRealLoaders:
         for col in ("RecordID", "In-hospital_death", "Length_of_stay"):
             assert col not in t.X.columns
         assert {"Age", "Gender", "WBC", "Urine"} <= set(t.X.columns)
+        # missing values stay missing; preparation imputes from each party's training rows
+        assert t.X.isna().any().any() and t.impute == "median"
 
     def test_usps_split_and_digits(self, load):
         t = load("usps")

@@ -309,3 +309,42 @@ class TestPrepare:
         assert prep.labels.y["train"].dtype == np.float32
         assert prep.labels.n_outputs == 1
         assert prep.ground_truth["party1"].sum() + prep.ground_truth["party2"].sum() == 5
+
+
+class TestImputation:
+    @staticmethod
+    def _table(impute=None):
+        import pandas as pd
+
+        from verticalfs.data.table import Table
+
+        rng = np.random.default_rng(0)
+        X = pd.DataFrame({"a": rng.normal(size=100), "b": rng.normal(size=100)})
+        X.loc[[3, 50, 97], "a"] = np.nan
+        return Table("t", X, rng.integers(0, 2, 100), "binary", impute=impute)
+
+    def test_nan_is_an_error_naming_party_column_and_fix(self):
+        from verticalfs.data.partition import partition
+        from verticalfs.exceptions import DataError
+
+        vds = partition(self._table(), 1)
+        with pytest.raises(DataError, match=r"party1.*\['a'\].*impute='median'"):
+            vds.prepare(seed=0)
+
+    def test_median_of_the_party_training_rows_only(self):
+        from verticalfs.data.partition import partition
+
+        vds = partition(self._table(impute="median"), 1)
+        prep = vds.prepare(seed=0, scaling="none")
+        ids = prep.ids
+        a = vds.blocks[0].X["a"].to_numpy()
+        med = np.nanmedian(a[np.sort(ids["train"])])
+        col = prep.parties[0].feature_names.index("a")
+        for split in ("train", "val", "test"):
+            rows = ids[split]
+            filled = prep.parties[0].X[split][:, col]
+            assert not np.isnan(filled).any()
+            missing = np.isnan(a[rows])
+            np.testing.assert_allclose(filled[missing], med, rtol=1e-6)
+        # the median is a training statistic: it differs from the all-rows median here
+        assert med != np.nanmedian(a)

@@ -271,12 +271,11 @@ def load_physionet2012(data_dir: str | Path) -> Table:
     Label ``In-hospital_death`` (3446 survivors -> ``0``, 554 deaths -> ``1``); ``ids`` are the
     ``RecordID`` values; the other outcome ``Length_of_stay`` is dropped (it would leak the label).
 
-    Missing values: variables never measured for a patient are ``NA`` in the file; they are imputed
-    with the column median over all 4000 rows (so the data set loads and every party block is
-    complete). This is a whole-data-set statistic computed before any split, i.e. a mild form of
-    test-set leakage accepted for a benchmark loader; impute from your own training rows if this
-    matters. The challenge's own missing-value code ``-1`` in Height, Weight and Gender is kept as
-    it is, as in the source file.
+    Missing values: variables never measured for a patient are ``NA`` in the file. They stay NaN
+    here and the table's default imputation is ``median``: preparation fills each column with the
+    median of the owning party's own *training* rows (no statistic of test rows is used). The
+    challenge's own missing-value code ``-1`` in Height, Weight and Gender is kept as it is, as in
+    the source file.
     """
     path = _require(data_dir, "physionet2012", "summary_mean.csv.gz")
     df = pd.read_csv(path, na_values=["NA"])
@@ -286,8 +285,7 @@ def load_physionet2012(data_dir: str | Path) -> Table:
     ids = df.pop(PHYSIONET_ID).to_numpy()
     y = df.pop(PHYSIONET_LABEL).to_numpy()
     df = df.drop(columns=[c for c in PHYSIONET_DROP if c in df.columns]).astype(np.float64)
-    df = df.fillna(df.median())
-    all_missing = df.columns[df.isna().any()].tolist()
+    all_missing = df.columns[df.isna().all()].tolist()
     if all_missing:
         raise DataError(f"PhysioNet file {str(path)!r}: columns {all_missing} have no values at all")
     return Table(
@@ -297,6 +295,7 @@ def load_physionet2012(data_dir: str | Path) -> Table:
         task="binary",
         ids=ids,
         class_names=["survived", "died"],
+        impute="median",
     )
 
 

@@ -96,6 +96,7 @@ def partition(
         ids=np.asarray(table.ids),
         class_names=table.class_names,
         predefined_test=table.predefined_test,
+        impute=table.impute,
     )
 
 

@@ -45,6 +45,9 @@ class Table:
         for evaluation only; no party and no method reads it.
     predefined_test : numpy.ndarray of bool, optional
         Rows that belong to the data set's official test split (Adult, USPS), if it has one.
+    impute : {None, "median"}
+        How preprocessing fills missing numeric values by default (fitted on each party's own
+        training rows). ``None``: missing values are an error.
     """
 
     name: str
@@ -56,6 +59,7 @@ class Table:
     class_names: list[str] | None = None
     spurious: np.ndarray | None = None
     predefined_test: np.ndarray | None = None
+    impute: str | None = None
 
     def __post_init__(self) -> None:
         n = len(self.X)

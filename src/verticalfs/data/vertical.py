@@ -13,6 +13,7 @@ receives it.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -26,6 +27,7 @@ from verticalfs.exceptions import DataError
 ACTIVE = "active"
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 SCALINGS: tuple[str, ...] = ("minmax", "standard", "none")
+IMPUTATIONS: tuple[str, ...] = ("auto", "median", "none")
 
 
 @dataclass
@@ -71,6 +73,7 @@ class VerticalDataset:
     ids: np.ndarray
     class_names: list[str] | None = None
     predefined_test: np.ndarray | None = None
+    impute: str | None = None  # default imputation of missing numeric values (see prepare)
 
     def __post_init__(self) -> None:
         n = len(self.y)
@@ -122,6 +125,7 @@ class VerticalDataset:
         test_size: float = 0.2,
         val_size: float = 0.1,
         scaling: str = "minmax",
+        impute: str = "auto",
     ) -> PreparedData:
         """Split the samples and fit each party's preprocessing on its own training rows.
 
@@ -135,9 +139,17 @@ class VerticalDataset:
         scaling : {"minmax", "standard", "none"}
             Per-column scaling fitted on the training rows only. Categorical columns are one-hot
             encoded (categories seen in training; unseen ones encode as all zeros).
+        impute : {"auto", "median", "none"}
+            Missing numeric values: ``median`` fills each column with the median of that party's
+            own training rows; ``none`` makes them an error; ``auto`` uses the data set's default
+            (``median`` for loaders that document it, e.g. physionet2012; ``none`` otherwise).
         """
         if scaling not in SCALINGS:
             raise DataError(f"unknown scaling {scaling!r}; use one of {SCALINGS}")
+        if impute not in IMPUTATIONS:
+            raise DataError(f"unknown imputation {impute!r}; use one of {IMPUTATIONS}")
+        if impute == "auto":
+            impute = self.impute or "none"
         for frac, what in ((test_size, "test_size"), (val_size, "val_size")):
             if not 0.0 <= frac < 1.0:
                 raise DataError(f"{what} must be in [0, 1), got {frac}")
@@ -145,7 +157,7 @@ class VerticalDataset:
         parties = []
         ground_truth = {}
         for b in self.blocks:
-            X_parts, names, spur = _preprocess_block(b, idx, scaling)
+            X_parts, names, spur = _preprocess_block(b, idx, scaling, impute)
             parties.append(PartyData(name=b.name, feature_names=names, X=X_parts))
             ground_truth[b.name] = spur
         y = {s: self.y[idx[s]] for s in SPLITS}
@@ -242,8 +254,8 @@ def _split_indices(vds: VerticalDataset, *, seed: int, test_size: float, val_siz
     return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
 
 
-def _preprocess_block(b: PartyBlock, idx: dict[str, np.ndarray], scaling: str):
-    """One-hot + scaling for one party, fitted on that party's training rows only."""
+def _preprocess_block(b: PartyBlock, idx: dict[str, np.ndarray], scaling: str, impute: str = "none"):
+    """Imputation + one-hot + scaling for one party, fitted on that party's training rows only."""
     X = b.X
     cat = [c for c in X.columns if c in set(b.categorical)]
     num = [c for c in X.columns if c not in set(b.categorical)]
@@ -260,9 +272,23 @@ def _preprocess_block(b: PartyBlock, idx: dict[str, np.ndarray], scaling: str):
     # numeric block, keeping column order of numerics
     if num:
         A = X[num].to_numpy(dtype=np.float64)
-        if np.isnan(A).any():
-            bad = [c for c in num if X[c].isna().any()]
-            raise DataError(f"party {b.name!r}: columns {bad} contain NaN; impute or drop them first")
+        nan = np.isnan(A)
+        if nan.any():
+            bad = [c for c, m in zip(num, nan.any(0), strict=True) if m]
+            if impute != "median":
+                raise DataError(
+                    f"party {b.name!r}: columns {bad} contain NaN; impute or drop them first, or "
+                    "prepare with impute='median' (medians of the party's own training rows)"
+                )
+            with warnings.catch_warnings():  # an all-NaN training column is reported below
+                warnings.simplefilter("ignore", RuntimeWarning)
+                med = np.nanmedian(A[idx["train"]], axis=0)
+            empty = [c for c, v in zip(num, med, strict=True) if np.isnan(v) and c in bad]
+            if empty:
+                raise DataError(
+                    f"party {b.name!r}: columns {empty} have no value in the training rows; drop them"
+                )
+            A = np.where(nan, med[None, :], A)
         tr = A[idx["train"]]
         if scaling == "minmax":
             sc = MinMaxScaler().fit(tr) if len(tr) else None
