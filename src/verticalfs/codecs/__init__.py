@@ -6,8 +6,9 @@ one-byte id written on the wire, so a receiver decodes without knowing the sende
 
 Built in: ``float32`` (exact for float32 tensors), ``float16`` (IEEE half precision) and ``int8``
 (symmetric per-tensor scaling: ``q = round(x / s)``, ``s = max|x| / 127``; the scale travels as a
-float32 in the payload). Later methods add theirs (run-length coding, top-k) with
-:func:`register_codec`.
+float32 in the payload), ``rle32`` / ``rle16`` (run-length coding of sparse embeddings, sparsevfl.md
+§4.3, with a dense fallback; :mod:`verticalfs.codecs.rle` also has the masked backward form). Later
+methods add theirs with :func:`register_codec`.
 """
 
 from __future__ import annotations
@@ -22,14 +23,34 @@ from verticalfs.codecs.base import (
     get_codec,
     register_codec,
 )
+from verticalfs.codecs.rle import (
+    RLE16Codec,
+    RLE32Codec,
+    decode_masked,
+    encode_masked,
+    nonzero_mask,
+    rle_decode,
+    rle_encode,
+    rle_size_bits,
+    rle_size_bytes,
+)
 
 __all__ = [
     "Codec",
     "Float16Codec",
     "Float32Codec",
     "Int8Codec",
+    "RLE16Codec",
+    "RLE32Codec",
     "available_codecs",
     "codec_by_id",
+    "decode_masked",
+    "encode_masked",
     "get_codec",
+    "nonzero_mask",
     "register_codec",
+    "rle_decode",
+    "rle_encode",
+    "rle_size_bits",
+    "rle_size_bytes",
 ]
