@@ -16,6 +16,8 @@ Two doors are *instrumentation*, not protocol, and say so in their names:
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from verticalfs.data.vertical import ACTIVE, PreparedData
@@ -50,6 +52,7 @@ class Federation:
             self.channel.register(self.server)
             for p in self._parties.values():
                 self.channel.register(p)
+                p.send_to = functools.partial(self.channel.send, p.name)  # party-to-party messages
         self.party_names = list(self._parties)
         self.task = data.labels.task
         self.n_classes = data.labels.n_classes

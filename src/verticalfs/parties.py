@@ -72,6 +72,10 @@ class PassiveParty:
     post_step_hooks : list of callables
         Called as ``hook(party)`` after every optimizer step of VFL training (e.g. a proximal
         operator for group lasso).
+    send_to : callable or None
+        ``send_to(receiver, msg)`` sends a one-way message from this party to another party, for
+        protocols with party-to-party messages (FEAST's statistical variables). Set by the
+        :class:`~verticalfs.federation.Federation`; the message is metered like any other.
     """
 
     def __init__(self, data: PartyData) -> None:
@@ -86,6 +90,7 @@ class PassiveParty:
         self.plan: BatchPlan | None = None
         self.post_step_hooks: list[Callable[[PassiveParty], None]] = []
         self.state: dict[str, Any] = {}
+        self.send_to: Callable[[str, Any], None] | None = None
         self._pending: torch.Tensor | None = None
 
     # ----------------------------------------------------------------- data
