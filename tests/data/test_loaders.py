@@ -136,6 +136,10 @@ class TestRealLoaders:
         assert {"Age", "Gender", "WBC", "Urine"} <= set(t.X.columns)
         # missing values stay missing; preparation imputes from each party's training rows
         assert t.X.isna().any().any() and t.impute == "median"
+        # the challenge's -1 ("not recorded") in Height/Weight/Gender is missing, not a value
+        coded = t.X[["Height", "Weight", "Gender"]]
+        assert not (coded == -1).any().any()
+        assert coded.isna().sum().tolist() == [1894, 296, 3]
 
     def test_usps_split_and_digits(self, load):
         t = load("usps")

@@ -263,6 +263,8 @@ def load_wine_quality(data_dir: str | Path) -> Table:
 PHYSIONET_LABEL = "In-hospital_death"
 PHYSIONET_ID = "RecordID"
 PHYSIONET_DROP = ("Length_of_stay",)
+#: columns in which the challenge codes "not recorded" as -1 (a height, weight or sex of -1 is impossible)
+PHYSIONET_MINUS_ONE_MISSING = ("Height", "Weight", "Gender")
 
 
 def load_physionet2012(data_dir: str | Path) -> Table:
@@ -274,8 +276,9 @@ def load_physionet2012(data_dir: str | Path) -> Table:
     Missing values: variables never measured for a patient are ``NA`` in the file. They stay NaN
     here and the table's default imputation is ``median``: preparation fills each column with the
     median of the owning party's own *training* rows (no statistic of test rows is used). The
-    challenge's own missing-value code ``-1`` in Height, Weight and Gender is kept as it is, as in
-    the source file.
+    challenge's own missing-value code ``-1`` in Height (1894 rows), Weight (296) and Gender (3) is
+    read as missing too (NaN, then imputed like the rest): a height, weight or sex of -1 is no
+    measurement, and left as a number it would be a large spurious mode of those columns.
     """
     path = _require(data_dir, "physionet2012", "summary_mean.csv.gz")
     df = pd.read_csv(path, na_values=["NA"])
@@ -285,6 +288,8 @@ def load_physionet2012(data_dir: str | Path) -> Table:
     ids = df.pop(PHYSIONET_ID).to_numpy()
     y = df.pop(PHYSIONET_LABEL).to_numpy()
     df = df.drop(columns=[c for c in PHYSIONET_DROP if c in df.columns]).astype(np.float64)
+    coded = [c for c in PHYSIONET_MINUS_ONE_MISSING if c in df.columns]
+    df[coded] = df[coded].mask(df[coded] == -1.0)
     all_missing = df.columns[df.isna().all()].tolist()
     if all_missing:
         raise DataError(f"PhysioNet file {str(path)!r}: columns {all_missing} have no values at all")
