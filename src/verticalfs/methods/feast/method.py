@@ -1,0 +1,245 @@
+"""``feast``: FEAST, communication-efficient federated feature selection by conditional mutual
+information (Fu et al., SIGMOD 2023; feast.md section 4).
+
+Protocol (Figure 2), all messages in phase ``selection``:
+
+1. **Sampling** (section 4.1, 4.6). The label holder draws a stratified sample of
+   ``L' = min(L, B^(m+1) |Y|)`` training rows and sends the sampled row indices and **their labels
+   to every feature party** (:class:`~verticalfs.methods.feast.messages.FeastSetup`). Each party
+   bins its own prepared columns (equal-frequency, ``B = 8`` by default).
+2. **Round 1**: every party scores its features by ``I(Y; F_i)`` (equation 3) and reports them.
+3. **Ranking and selection** (section 4.4): the label holder ranks all reported scores, takes the
+   top ``N-hat`` (``N-hat^1 = N``; afterwards ``N-hat^{t+1} = N-hat^t - N^t``), groups them by party
+   and selects the party with the highest average score among them; that party's features in the
+   top ``N-hat`` are selected. Optionally the bottom ``tail_delete`` % of the rest are pruned at
+   their parties.
+4. **Round t >= 2**: the party selected last round merges its newly selected features into a
+   statistical variable ``V^t`` (random groups of at most ``m`` features, projection with duplicate
+   elimination, Figure 3) and sends only ``V^t`` **directly to the remaining candidate parties**
+   (party-to-party). Each candidate scores its candidates by equation 13 (the mean over all
+   received ``V_j`` of the symmetric-uncertainty-normalised CMI of equation 12, with
+   ``alpha = sqrt(|Y, F_i, V_j|)``), deletes overlapping features locally (a score of 0 or under
+   ``overlap_ratio`` x the median) and reports the rest. Then step 3 again.
+5. Rounds end when ``N`` features are selected. A party is selected at most once (section 4.5,
+   ``t <= M``); if every party has been selected (or has no candidate left) before ``N`` features
+   are chosen, selection stops early and ``info_["n_selected"] < n_select`` says so.
+
+**Mapping to verticalfs.** In the paper the active party ``p_0`` holds the labels *and* features.
+Here the label holder is the separate party ``"active"`` with no feature columns, and every feature
+block is a passive party; so ``"active"`` does the sampling, ranking and selection, and the sampled
+labels go to *every* feature party (in the paper, to the passive parties only: ``p_0`` already has
+them).
+
+**Privacy (read this before using FEAST).** FEAST is not label-private: the labels of the ``L'``
+sampled rows (all training rows when ``L' = L``, as on PhysioNet 2012 with B = 8, m = 3) are sent
+in the clear to every feature party. A feature party also receives, from each selected party, the
+statistical variables of its selected features (group ids of merged bins, section 4.5 bounds the
+chance of inverting them). The label holder learns feature scores and which features were
+selected, never raw values. The selected columns are pooled at the label holder only afterwards,
+for the evaluation classifier (phase ``train``, see :class:`~verticalfs.selection.FilterMethod`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from verticalfs.data.vertical import ACTIVE
+from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.methods.feast.messages import (
+    DropCandidates,
+    FeastSetup,
+    FeatureScores,
+    ScoreRequest,
+    ShareSelected,
+)
+from verticalfs.methods.feast.party import SCORES
+from verticalfs.methods.feast.statvar import smallest_uint
+from verticalfs.methods.registry import register
+from verticalfs.selection.base import FilterMethod, FilterParams
+from verticalfs.selection.discretize import canonical_discretizer
+from verticalfs.selection.sampling import resolve_sample_size, stratified_sample
+from verticalfs.training.history import derive_seed
+
+
+@dataclass
+class FeastParams(FilterParams):
+    """FEAST (feast.md section 4).
+
+    Parameters
+    ----------
+    n_select : int
+        N, features to select over all parties (default 10).
+    classifier : str
+        Model trained on the selected columns for the metrics: lr, svm, rf, xgboost, mlp.
+    bins : int
+        B, the maximum number of bins per feature (section 5: 8).
+    discretizer : str
+        equal-frequency (the paper's default), equal-width, mdlp or chimerge. The last two are
+        supervised: refused at the feature parties unless ``supervised_bins``.
+    supervised_bins : bool
+        Let the feature parties fit a supervised discretizer on the sampled labels FEAST sends them
+        (default False: only the label holder may run a supervised method, and it has no columns).
+    m : int
+        Merge parameter: at most m features per statistical-variable group (section 4.6: 3).
+    sample_size : int
+        Rows of the stratified sample L': 0 = the paper's rule min(L, B^(m+1) |Y|) (equation 17),
+        -1 = all training rows, otherwise that many rows.
+    tail_delete : float
+        Percentage of the features ranked below the top N-hat that the label holder prunes each
+        round (section 4.4, Table 1: 0-20; default 0 = off).
+    overlap_delete : bool
+        Overlapping-feature deletion at the candidate parties (section 4.3; default on).
+    overlap_ratio : float
+        A candidate whose smallest score is under this fraction of the median is "similar"
+        (section 4.3: one tenth).
+    n_hat : int
+        Size of the top-ranked window per round; 0 = the paper's N-hat (the number of features still
+        to select), otherwise min(n_hat, still to select).
+    score : str
+        su (equation 12, default), su-noalpha or cmi: the ablations of section 5.4.2.
+    """
+
+    bins: int = 8
+    discretizer: str = "equal-frequency"
+    supervised_bins: bool = False
+    m: int = 3
+    sample_size: int = 0
+    tail_delete: float = 0.0
+    overlap_delete: bool = True
+    overlap_ratio: float = 0.1
+    n_hat: int = 0
+    score: str = "su"
+
+
+def check_binning(name: str, p) -> None:
+    """Validate the parameters shared by the FEAST family."""
+    if int(p.bins) < 2:
+        raise ConfigError(f"{name}: bins (B) must be at least 2, got {p.bins}")
+    canonical_discretizer(p.discretizer)
+    if hasattr(p, "m") and int(p.m) < 1:
+        raise ConfigError(f"{name}: merge parameter m must be at least 1, got {p.m}")
+    if hasattr(p, "tail_delete") and not 0.0 <= float(p.tail_delete) < 100.0:
+        raise ConfigError(f"{name}: tail_delete is a percentage in [0, 100), got {p.tail_delete}")
+    if hasattr(p, "overlap_ratio") and not 0.0 <= float(p.overlap_ratio) < 1.0:
+        raise ConfigError(f"{name}: overlap_ratio must be in [0, 1), got {p.overlap_ratio}")
+    if hasattr(p, "n_hat") and int(p.n_hat) < 0:
+        raise ConfigError(f"{name}: n_hat must be 0 (the paper's N-hat) or positive, got {p.n_hat}")
+    if hasattr(p, "score") and p.score not in SCORES:
+        raise ConfigError(f"{name}: unknown score {p.score!r}; use one of {SCORES}")
+
+
+def draw_sample(method, fed, m: int) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """The label holder's stratified sample: ``(rows or None for all, row indices, labels)``."""
+    p = method.params
+    y = np.asarray(fed.server.labels.y["train"])
+    n = len(y)
+    if fed.task == "regression":
+        raise ConfigError(f"{method.name} scores features by mutual information with class labels; "
+                          "it needs a classification task")
+    size = resolve_sample_size(int(p.sample_size), n, int(p.bins), m, int(fed.n_classes))
+    rows = stratified_sample(y, size, np.random.default_rng(derive_seed(method.seed, "feast-sample")))
+    labels = y[rows].astype(smallest_uint(max(int(fed.n_classes) - 1, 0)))
+    sent_rows = None if size == n else rows.astype(smallest_uint(n - 1))
+    return sent_rows, rows, labels
+
+
+def rank_and_pick(reports: dict[str, tuple[np.ndarray, np.ndarray]], order: list[str], window: int):
+    """Section 4.4: global ranking, top ``window``, party with the best average score among them.
+
+    Returns ``(party, its features in the top window (best first), ranking list of
+    (party, index, score) best first)``. Ties: higher score first, then party order, then the
+    party's own order.
+    """
+    names = [q for q in order if q in reports]
+    if not names:
+        return None, [], []
+    party = np.concatenate([np.full(len(reports[q][0]), k) for k, q in enumerate(names)]).astype(np.int64)
+    index = np.concatenate([np.asarray(reports[q][0], dtype=np.int64) for q in names])
+    score = np.concatenate([np.asarray(reports[q][1], dtype=np.float64) for q in names])
+    pos = np.concatenate([np.arange(len(reports[q][0])) for q in names]).astype(np.int64)
+    rank = np.lexsort((pos, party, -score))
+    ranking = list(zip([names[k] for k in party[rank]], index[rank].tolist(), score[rank].tolist(), strict=True))
+    top = rank[:window]
+    if top.size == 0:
+        return None, [], ranking
+    sums = np.bincount(party[top], weights=score[top], minlength=len(names))
+    counts = np.bincount(party[top], minlength=len(names))
+    avg = np.where(counts > 0, sums / np.maximum(counts, 1), -np.inf)
+    best = int(np.argmax(avg))  # first party in order among equal averages
+    return names[best], index[top][party[top] == best].tolist(), ranking
+
+
+@register
+class Feast(FilterMethod):
+    name = "feast"
+    summary = ("FEAST: multi-round CMI feature selection across parties with statistical variables, "
+               "stratified sampling and overlap deletion (labels of the sample go to every party).")
+    paper = "feast.md section 4 (Fu et al., SIGMOD 2023)"
+    Params = FeastParams
+
+    def select(self, fed) -> list[tuple[str, int]]:
+        p = self.params
+        check_binning(self.name, p)
+        ch = fed.channel
+        names = list(fed.party_names)
+        sent_rows, rows, labels = draw_sample(self, fed, int(p.m))
+        self.info_["sample_size"] = int(len(rows))
+        ch.set_position(round=0)
+        for q in names:
+            ch.send(ACTIVE, q, FeastSetup(rows=sent_rows, labels=labels, bins=int(p.bins),
+                                          discretizer=p.discretizer, supervised_bins=bool(p.supervised_bins),
+                                          seed=int(self.seed)))
+        remaining = int(p.n_select)
+        candidates = list(names)
+        selected: list[tuple[str, int]] = []
+        prev: tuple[str, list[int]] | None = None
+        rounds = []
+        t = 0
+        while remaining > 0 and candidates:
+            t += 1
+            ch.set_position(round=t)
+            if prev is not None:
+                ch.send(ACTIVE, prev[0], ShareSelected(indices=np.asarray(prev[1], dtype=np.int32), m=int(p.m),
+                                                       round=t, receivers=tuple(candidates)))
+            window = remaining if p.n_hat <= 0 else min(int(p.n_hat), remaining)
+            top = -1 if p.tail_delete > 0 else window
+            reports: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+            deleted = {}
+            for q in candidates:
+                rep = ch.request(ACTIVE, q, ScoreRequest(round=t, top=top, score=p.score,
+                                                         overlap_delete=bool(p.overlap_delete),
+                                                         overlap_ratio=float(p.overlap_ratio)))
+                if not isinstance(rep, FeatureScores):
+                    raise ProtocolError(f"party {q!r} answered ScoreRequest with {type(rep).__name__}")
+                reports[q] = (np.asarray(rep.indices, dtype=np.int64), np.asarray(rep.scores, dtype=np.float64))
+                deleted[q] = int(rep.n_deleted)
+            # a party with no candidate left leaves the candidate set
+            candidates = [q for q in candidates if len(reports[q][0])]
+            best, chosen, ranking = rank_and_pick({q: reports[q] for q in candidates}, names, window)
+            if best is None:
+                break
+            selected += [(best, i) for i in chosen]
+            remaining -= len(chosen)
+            candidates.remove(best)
+            prev = (best, chosen)
+            n_tail = 0
+            if p.tail_delete > 0 and remaining > 0:
+                # the features ranked below the top N-hat, of the parties that stay candidates
+                rest = [(q, i) for q, i, _ in ranking[window:] if q != best]
+                n_tail = int(len(rest) * float(p.tail_delete) / 100.0)
+                drop: dict[str, list[int]] = {}
+                for q, i in rest[len(rest) - n_tail:] if n_tail else []:
+                    drop.setdefault(q, []).append(i)
+                for q, idx in drop.items():
+                    ch.send(ACTIVE, q, DropCandidates(indices=np.asarray(idx, dtype=np.int32)))
+            rounds.append({"round": t, "party": best, "n_selected": len(chosen), "window": window,
+                           "overlap_deleted": deleted, "tail_deleted": n_tail})
+        self.info_["rounds"] = rounds
+        if remaining > 0:
+            warnings.warn(f"feast: every party has been selected once (or has no candidate left) after "
+                          f"{len(selected)} of n_select={p.n_select} features; selection stopped early "
+                          "(feast.md section 4.5: a party is selected at most once)", stacklevel=3)
+        return selected
