@@ -74,8 +74,17 @@ def feast_selection_times(args) -> None:
 
 
 def paillier_rates(args) -> None:
-    """Section 2 (hook): Paillier throughput, added by the crypto layer's benchmark."""
-    return None
+    """Section 2: encryptions and decryptions per second of every installed Paillier back end
+    (2048-bit keys, measured in this run; ``paillier_speed.py`` has the full table)."""
+    from verticalfs.crypto import available_backends
+    from verticalfs.crypto.benchmark import rates
+
+    print("\nPaillier, 2048-bit keys (per second, this run)")
+    print(f"{'back end':<12}{'encrypt':>10}{'decrypt':>10}{'encrypt from r^n pool':>24}")
+    for b in available_backends():
+        r = rates(b, bits=2048, n=args.paillier_n, pool=True)
+        print(f"{r['backend']:<12}{r['encrypt_per_s']:>10.0f}{r['decrypt_per_s']:>10.0f}"
+              f"{r['encrypt_pooled_per_s']:>24.0f}")
 
 
 #: the sections main() runs, in order; append a function ``f(args)`` to add one
@@ -86,6 +95,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", default=os.environ.get("VERTICALFS_DATA", str(REPO.parent / "shared" / "datasets")))
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--paillier-n", type=int, default=200, help="values encrypted per back end")
     args = ap.parse_args(argv)
     for section in SECTIONS:
         section(args)

@@ -1,0 +1,32 @@
+"""Additively homomorphic encryption (Paillier) for the FATE baselines and anything else that needs it.
+
+- :func:`generate_keypair` -> :class:`PublicKey`, :class:`PrivateKey` (2048 bits unless
+  ``insecure=True``);
+- :class:`EncryptedArray`: numpy-shaped ciphertexts with fixed-point encoding
+  (:mod:`verticalfs.crypto.encoding`), homomorphic ``+``, ``*`` (plaintext), ``sum``, ``dot``,
+  ``group_sum`` and fixed-width serialisation;
+- back ends (:mod:`verticalfs.crypto.backends`): ``python``, ``phe``, ``pypaillier``, ``heu``,
+  chosen by name or ``auto``; optional ones are imported only when used.
+
+This package imports nothing from the transport, training or method code.
+"""
+
+from verticalfs.crypto.array import EncryptedArray, unpack_slots
+from verticalfs.crypto.backends import AUTO_ORDER, available_backends, backend_info, get_backend
+from verticalfs.crypto.encoding import DEFAULT_PLAIN_PRECISION, DEFAULT_PRECISION
+from verticalfs.crypto.keys import MIN_SECURE_BITS, PrivateKey, PublicKey, generate_keypair
+
+__all__ = [
+    "AUTO_ORDER",
+    "DEFAULT_PLAIN_PRECISION",
+    "DEFAULT_PRECISION",
+    "MIN_SECURE_BITS",
+    "EncryptedArray",
+    "PrivateKey",
+    "PublicKey",
+    "available_backends",
+    "backend_info",
+    "generate_keypair",
+    "get_backend",
+    "unpack_slots",
+]

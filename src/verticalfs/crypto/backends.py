@@ -1,0 +1,313 @@
+"""Paillier back ends behind one interface.
+
+Every back end works on the same keys (modulus ``n``, generator ``g = n + 1``) and the same
+ciphertexts (integers modulo ``n**2``), so a ciphertext made by one back end is decrypted or
+summed by any other (tested). What a back end contributes is *where the expensive part runs*:
+
+- key generation (:meth:`Backend.generate`), and
+- the obfuscators ``r**n mod n**2`` that make encryption probabilistic
+  (:meth:`Backend.random_rn`): encryption is ``(1 + m n) * r**n mod n**2`` and the product with
+  ``1 + m n`` is done by the shared layer (:mod:`verticalfs.crypto.array`), so every back end
+  accepts every plaintext in ``[0, n)`` and a pool of precomputed obfuscators works with all;
+- decryption, where a back end has its own (``phe``); the others use the shared CRT decryption
+  (:meth:`~verticalfs.crypto.keys.PrivateKey.decrypt_residues`).
+
+Homomorphic arithmetic (products and powers modulo ``n**2``) is the same integer arithmetic for
+every back end and runs in the shared layer (gmpy2 when installed).
+
+Back ends (``backend=`` names):
+
+``python``
+    Pure Python (``pow``, or ``gmpy2.powmod`` when gmpy2 is installed); keys from
+    :func:`~verticalfs.crypto._bigint.random_prime`. The key holder computes ``r**n`` with the CRT
+    (mod ``p**2`` and ``q**2``, about twice as fast). Dependency-free fallback.
+``phe``
+    python-paillier (GPL-3.0; imported only when this back end is asked for): its key generation,
+    ``raw_encrypt(0)`` for obfuscators and ``raw_decrypt``. The reference implementation.
+``pypaillier``
+    The ``paillier`` module of the pypaillier wheel (Rust on GMP; (MIT OR Apache-2.0) AND
+    LGPL-3.0): obfuscators are its encryptions of zero, computed on all cores. It refuses moduli
+    under 2048 bits. It cannot export or import a secret key, so keys are generated here (random
+    primes, as python-paillier does) and decryption is the shared CRT decryption; its public key
+    is rebuilt from ``n`` with ``PublicKey.from_n``. Its encryptions of zero are ``hs**a`` with a
+    short random exponent ``a`` (the Damgård-Jurik-Nielsen variant), still n-th residues, so the
+    ciphertexts are ordinary Paillier ciphertexts under ``g = n + 1``.
+``heu``
+    SecretFlow HEU's ZPaillier (Apache-2.0; import name ``heu``): its own key generation and
+    encryptions of zero (the same short-exponent variant). HEU keeps ciphertexts in Montgomery
+    form; they are converted to plain integers with a factor calibrated at key generation and
+    checked by decrypting a known value. HEU cannot build a key from ``n`` alone, so it encrypts
+    only under keys it generated itself (:meth:`Backend.can_encrypt`).
+
+``auto`` is the fastest back end available for the key (:data:`AUTO_ORDER`, from the measured
+rates of ``benchmarks/feast/paillier_speed.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any, ClassVar
+
+from verticalfs.crypto._bigint import HAVE_GMPY2, invert, mpz, powmod, random_below, random_prime
+from verticalfs.exceptions import CryptoError
+
+#: fastest first (measured with benchmarks/feast/paillier_speed.py; see the back ends' rates there)
+AUTO_ORDER: tuple[str, ...] = ("heu", "pypaillier", "python")
+
+
+class Backend:
+    """One implementation of key generation, obfuscators and (optionally) decryption."""
+
+    name: ClassVar[str] = ""
+    licence: ClassVar[str] = ""
+    #: the import that must succeed (None: always available)
+    module: ClassVar[str | None] = None
+    #: the pip package providing ``module``
+    package: ClassVar[str] = ""
+    #: shortest modulus the back end accepts
+    min_bits: ClassVar[int] = 256
+
+    def __init__(self) -> None:
+        self._mod: Any = None
+        self._error: str | None = None
+
+    # ------------------------------------------------------------ availability
+    def load(self) -> Any:
+        """Import the back end's module (once); CryptoError if it is not installed."""
+        if self.module is None:
+            return None
+        if self._mod is None and self._error is None:
+            try:
+                self._mod = importlib.import_module(self.module)
+            except Exception as exc:  # ImportError, or a broken binary wheel
+                self._error = f"{type(exc).__name__}: {exc}"
+        if self._mod is None:
+            raise CryptoError(f"Paillier back end {self.name!r} is not available ({self._error}); "
+                              f"install it with `pip install {self.package}` or choose another back end "
+                              f"({', '.join(available_backends()) or 'python'})")
+        return self._mod
+
+    def available(self) -> bool:
+        try:
+            self.load()
+        except CryptoError:
+            return False
+        return True
+
+    def supports_bits(self, bits: int) -> bool:
+        return bits >= self.min_bits
+
+    def can_encrypt(self, pub) -> bool:
+        """True if this back end can make obfuscators for ``pub``."""
+        return self.available() and self.supports_bits(pub.bits)
+
+    # -------------------------------------------------------------- operations
+    def generate(self, bits: int) -> tuple[int, int, Any]:
+        """``(p, q, native)``: primes with ``p * q`` of exactly ``bits`` bits and the back end's
+        own key objects (or None)."""
+        p = random_prime(bits // 2)
+        while True:
+            q = random_prime(bits - bits // 2)
+            if q != p:
+                return p, q, None
+
+    def random_rn(self, pub, k: int, priv=None) -> list:
+        """``k`` fresh obfuscators ``r**n mod n**2`` (``priv``, when given, may speed this up)."""
+        raise NotImplementedError
+
+    def decrypt(self, priv, cts: list) -> list[int] | None:
+        """Plaintexts in ``[0, n)``; None = use the shared CRT decryption."""
+        return None
+
+
+class PythonBackend(Backend):
+    name = "python"
+    licence = "built in (uses gmpy2, LGPL-3.0-or-later, when installed)"
+
+    def random_rn(self, pub, k: int, priv=None) -> list:
+        n = pub.n
+        if priv is not None:  # the key holder: r^n mod p^2 and mod q^2, then the CRT
+            p2, q2, ep, eq, q2inv = priv._rn_crt
+            out = []
+            for _ in range(k):
+                r = mpz(random_below(n))
+                a = powmod(r, ep, p2)
+                b = powmod(r, eq, q2)
+                out.append(b + q2 * ((a - b) * q2inv % p2))
+            return out
+        N, N2 = pub._n_big, pub._n2_big
+        return [powmod(mpz(random_below(n)), N, N2) for _ in range(k)]
+
+
+class PheBackend(Backend):
+    name = "phe"
+    licence = "GPL-3.0 (python-paillier); imported only when asked for"
+    module = "phe"
+    package = "phe"
+
+    def _phe_pub(self, pub):
+        nat = pub._native.get(self.name)
+        if nat is None:
+            nat = pub._native[self.name] = self.load().PaillierPublicKey(pub.n)
+        return nat
+
+    def generate(self, bits: int) -> tuple[int, int, Any]:
+        phe = self.load()
+        pk, sk = phe.generate_paillier_keypair(n_length=bits)
+        return int(sk.p), int(sk.q), pk
+
+    def random_rn(self, pub, k: int, priv=None) -> list:
+        ppk = self._phe_pub(pub)
+        return [mpz(ppk.raw_encrypt(0)) for _ in range(k)]  # (1 + 0 n) r^n = r^n
+
+    def decrypt(self, priv, cts: list) -> list[int]:
+        nat = priv._native.get(self.name)
+        if nat is None:
+            nat = priv._native[self.name] = self.load().PaillierPrivateKey(self._phe_pub(priv.public_key),
+                                                                           priv.p, priv.q)
+        return [int(nat.raw_decrypt(int(c))) for c in cts]
+
+
+class PyPaillierBackend(Backend):
+    name = "pypaillier"
+    licence = "(MIT OR Apache-2.0) AND LGPL-3.0-or-later"
+    module = "paillier"
+    package = "pypaillier"
+    min_bits = 2048  # the library refuses shorter moduli
+
+    def _pk(self, pub):
+        nat = pub._native.get(self.name)
+        if nat is None:
+            mod = self.load()
+            try:
+                nat = mod.PublicKey.from_n(pub.n.to_bytes((pub.bits + 7) // 8, "big"))
+            except ValueError as exc:
+                raise CryptoError(f"pypaillier refused the public key: {exc}") from None
+            pub._native[self.name] = nat
+        return nat
+
+    def random_rn(self, pub, k: int, priv=None) -> list:
+        if k == 0:
+            return []
+        blobs = self.load().encrypt_integers(self._pk(pub), [0] * k)
+        # blob = one scale byte (0 here) + the ciphertext, big-endian, minimal length
+        return [mpz(int.from_bytes(b[1:], "big")) for b in blobs]
+
+
+class HeuBackend(Backend):
+    name = "heu"
+    licence = "Apache-2.0 (SecretFlow HEU, package sf-heu)"
+    module = "heu"
+    package = "sf-heu"
+
+    def can_encrypt(self, pub) -> bool:
+        return self.name in pub._native and self.available()
+
+    def generate(self, bits: int) -> tuple[int, int, Any]:
+        heu = self.load()
+        hphe = heu.phe
+        kit = hphe.setup(hphe.SchemaType.ZPaillier, bits)
+
+        def hexfield(text: str, key: str) -> int:
+            m = re.search(rf"\b{key}=([0-9A-Fa-f]+)", text)
+            if m is None:
+                raise CryptoError(f"heu: cannot read {key!r} from its key description; this heu version "
+                                  f"is not supported, use backend 'pypaillier' or 'python'")
+            return int(m.group(1), 16)
+
+        n = hexfield(str(kit.public_key()), "n")
+        sk = str(kit.secret_key())
+        p, q = hexfield(sk, "p"), hexfield(sk, "q")
+        if p * q != n:
+            raise CryptoError("heu: the primes read from its secret key do not multiply to n; "
+                              "use backend 'pypaillier' or 'python'")
+        n2 = n * n
+        enc, ev = kit.encryptor(), kit.evaluator()
+        c1, c2 = enc.encrypt_raw(1), enc.encrypt_raw(2)
+        a1, a2, a3 = (self._raw(c) for c in (c1, c2, ev.add(c1, c2)))
+        # HEU multiplies Montgomery forms: mont(c1 + c2) = a1 a2 R^-1, so R = a1 a2 / a3
+        r_inv = mpz(a3) * invert(mpz(a1) * a2 % n2, mpz(n2)) % n2
+        native = {"kit": kit, "encryptor": enc, "r_inv": mpz(r_inv), "n2": mpz(n2)}
+        # check: the converted ciphertext of 12345 decrypts to 12345 with the standard formula
+        c = mpz(self._raw(enc.encrypt_raw(12345))) * native["r_inv"] % native["n2"]
+        lam = (p - 1) * (q - 1)
+        m = (int(powmod(c, lam, n2)) - 1) // n * int(invert(lam, n)) % n
+        if m != 12345:
+            raise CryptoError("heu: its ciphertexts could not be converted to plain Paillier integers; "
+                              "use backend 'pypaillier' or 'python'")
+        return p, q, native
+
+    @staticmethod
+    def _raw(c) -> int:
+        """The integer inside a serialised HEU ciphertext (msgpack: [bin/str little-endian])."""
+        b = c.serialize()
+        if b[0] != 0x91:
+            return int(str(c))
+        t = b[1]
+        if t in (0xC4, 0xD9):
+            ln, off = b[2], 3
+        elif t in (0xC5, 0xDA):
+            ln, off = int.from_bytes(b[2:4], "big"), 4
+        elif t in (0xC6, 0xDB):
+            ln, off = int.from_bytes(b[2:6], "big"), 6
+        else:
+            return int(str(c))
+        return int.from_bytes(b[off : off + ln], "little")
+
+    def random_rn(self, pub, k: int, priv=None) -> list:
+        nat = pub._native.get(self.name)
+        if nat is None:
+            raise CryptoError("heu can only encrypt under keys it generated; for a key received as bytes "
+                              "use backend 'pypaillier' or 'python'")
+        enc, r_inv, n2 = nat["encryptor"], nat["r_inv"], nat["n2"]
+        return [mpz(self._raw(enc.encrypt_raw(0))) * r_inv % n2 for _ in range(k)]
+
+
+BACKENDS: dict[str, Backend] = {
+    b.name: b for b in (PythonBackend(), PheBackend(), PyPaillierBackend(), HeuBackend())
+}
+
+
+def available_backends() -> list[str]:
+    """Names of the back ends that import here (``python`` always)."""
+    return [name for name, b in BACKENDS.items() if b.available()]
+
+
+def get_backend(name: str) -> Backend:
+    """The back end called ``name`` (CryptoError naming the choices if unknown or not installed)."""
+    if isinstance(name, Backend):
+        return name
+    b = BACKENDS.get(str(name).lower())
+    if b is None:
+        raise CryptoError(f"unknown Paillier back end {name!r}; choose one of 'auto', "
+                          f"{', '.join(map(repr, BACKENDS))}")
+    b.load()
+    return b
+
+
+def resolve_backend(name: str, bits: int, pub=None) -> Backend:
+    """``name`` as a back end; ``auto`` = the first of :data:`AUTO_ORDER` that can serve a key of
+    ``bits`` bits (and, given ``pub``, can encrypt under that key)."""
+    if isinstance(name, Backend):
+        return name
+    if str(name).lower() != "auto":
+        b = get_backend(name)
+        if not b.supports_bits(bits):
+            raise CryptoError(f"Paillier back end {b.name!r} refuses {bits}-bit keys (minimum {b.min_bits}); "
+                              f"use a longer key or backend 'python'")
+        return b
+    for cand in AUTO_ORDER:
+        b = BACKENDS[cand]
+        if not b.available() or not b.supports_bits(bits):
+            continue
+        if pub is not None and not b.can_encrypt(pub):
+            continue
+        return b
+    return BACKENDS["python"]
+
+
+def backend_info() -> dict[str, dict]:
+    """Name -> availability, licence and minimum key size (for reports)."""
+    return {name: {"available": b.available(), "licence": b.licence, "min_bits": b.min_bits,
+                   "gmpy2": HAVE_GMPY2 if name == "python" else None} for name, b in BACKENDS.items()}

@@ -1,0 +1,203 @@
+"""Paillier keys: generation (2048 bits unless explicitly insecure), serialisation, CRT decryption
+and the pool of precomputed obfuscators.
+
+A :class:`PublicKey` is the modulus ``n`` (generator ``g = n + 1``) plus the local choice of back
+end; on the wire it is ``n`` big-endian (:meth:`PublicKey.to_bytes`). A :class:`PrivateKey` holds
+the primes ``p, q`` and decrypts with the Chinese remainder theorem.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from verticalfs.crypto._bigint import invert, mpz, powmod
+from verticalfs.crypto.backends import Backend, get_backend, resolve_backend
+from verticalfs.crypto.encoding import from_residues
+from verticalfs.exceptions import CryptoError
+
+#: shortest modulus accepted without ``insecure=True`` (NIST SP 800-57: 112-bit security)
+MIN_SECURE_BITS = 2048
+#: shortest modulus accepted at all (tests use 512 or 1024 bits with ``insecure=True``)
+MIN_BITS = 256
+
+
+def check_bits(bits: int, insecure: bool, what: str = "key") -> int:
+    """Validate a key length: CryptoError below 2048 bits unless ``insecure``."""
+    bits = int(bits)
+    if bits < MIN_BITS:
+        raise CryptoError(f"{what}: {bits}-bit Paillier keys are not supported (minimum {MIN_BITS})")
+    if bits < MIN_SECURE_BITS and not insecure:
+        raise CryptoError(
+            f"{what}: a {bits}-bit Paillier modulus is insecure (it can be factored); use at least "
+            f"{MIN_SECURE_BITS} bits, or pass insecure=True to allow short keys in tests only")
+    return bits
+
+
+class PublicKey:
+    """A Paillier public key: modulus ``n``, generator ``g = n + 1``.
+
+    Parameters
+    ----------
+    n : int
+        The modulus.
+    backend : str or Backend
+        Back end for encryption under this key (``auto``, ``python``, ``phe``, ``pypaillier``,
+        ``heu``); a local choice, not part of the key.
+    insecure : bool
+        Accept a modulus shorter than 2048 bits (tests only).
+    """
+
+    def __init__(self, n: int, *, backend: str | Backend = "auto", insecure: bool = False,
+                 _native: dict | None = None) -> None:
+        n = int(n)
+        if n <= 0 or n % 2 == 0:
+            raise CryptoError("Paillier public key: the modulus n must be a positive odd integer")
+        self.n = n
+        self.bits = n.bit_length()
+        check_bits(self.bits, insecure, "Paillier public key")
+        self.insecure = bool(insecure)
+        self.nsquare = n * n
+        #: largest |mantissa| that encodes (python-paillier's n // 3)
+        self.max_int = n // 3
+        #: bytes of one serialised ciphertext: ceil(bits(n**2) / 8)
+        self.ciphertext_bytes = (self.nsquare.bit_length() + 7) // 8
+        self._n_big = mpz(n)
+        self._n2_big = mpz(self.nsquare)
+        self._native: dict[str, Any] = dict(_native or {})
+        self._pool: list = []
+        self._mulmod = None
+        self.backend = resolve_backend(backend, self.bits, self)
+
+    @property
+    def g(self) -> int:
+        return self.n + 1
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PublicKey) and other.n == self.n
+
+    def __hash__(self) -> int:
+        return hash(self.n)
+
+    def __repr__(self) -> str:
+        return f"PublicKey({self.bits} bits, backend={self.backend.name!r})"
+
+    def using(self, backend: str | Backend) -> PublicKey:
+        """The same key with another back end (shares the obfuscator pool)."""
+        other = copy.copy(self)
+        other.backend = resolve_backend(backend, self.bits, self)
+        if not other.backend.can_encrypt(self):
+            raise CryptoError(f"back end {other.backend.name!r} cannot encrypt under this key "
+                              f"({self.bits} bits); choose another back end")
+        return other
+
+    # ------------------------------------------------------------ serialisation
+    def to_bytes(self) -> bytes:
+        """``n`` big-endian, ``ceil(bits / 8)`` bytes."""
+        return self.n.to_bytes((self.bits + 7) // 8, "big")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, backend: str | Backend = "auto", insecure: bool = False) -> PublicKey:
+        """Inverse of :meth:`to_bytes` (validates the length unless ``insecure``)."""
+        if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) == 0:
+            raise CryptoError("Paillier public key: expected the modulus as non-empty bytes")
+        return cls(int.from_bytes(bytes(data), "big"), backend=backend, insecure=insecure)
+
+    # ----------------------------------------------------------- obfuscator pool
+    def precompute(self, k: int, private_key: PrivateKey | None = None) -> None:
+        """Precompute ``k`` obfuscators ``r**n mod n**2``; later encryptions consume them first.
+
+        With ``private_key`` (the key holder precomputing for its own encryptions) the ``python``
+        back end uses the CRT.
+        """
+        if k < 0:
+            raise CryptoError(f"precompute: k must be >= 0, got {k}")
+        self._pool.extend(self.backend.random_rn(self, int(k), private_key))
+
+    @property
+    def pool_size(self) -> int:
+        """Obfuscators left in the pool."""
+        return len(self._pool)
+
+    def obfuscators(self, k: int, private_key: PrivateKey | None = None) -> list:
+        """``k`` obfuscators: from the pool first, fresh ones for the rest."""
+        take = min(k, len(self._pool))
+        out = self._pool[:take]
+        del self._pool[:take]
+        if k > take:
+            out += self.backend.random_rn(self, k - take, private_key)
+        return out
+
+
+class PrivateKey:
+    """A Paillier private key (``p``, ``q``) for ``public_key``; decrypts with the CRT."""
+
+    def __init__(self, public_key: PublicKey, p: int, q: int, *, _native: dict | None = None) -> None:
+        p, q = int(p), int(q)
+        if p * q != public_key.n or p == q:
+            raise CryptoError("Paillier private key: p * q must equal the public modulus n with p != q")
+        if p > q:
+            p, q = q, p
+        self.public_key = public_key
+        self.p, self.q = p, q
+        self._native: dict[str, Any] = dict(_native or {})
+        P, Q = mpz(p), mpz(q)
+        self._p2, self._q2 = P * P, Q * Q
+        g = mpz(public_key.n + 1)
+        self._hp = invert((powmod(g, P - 1, self._p2) - 1) // P, P)
+        self._hq = invert((powmod(g, Q - 1, self._q2) - 1) // Q, Q)
+        self._P, self._Q = P, Q
+        self._pinv_q = invert(P, Q)
+        n = mpz(public_key.n)
+        # obfuscators r^n mod n^2 by the CRT: exponents reduced modulo phi(p^2), phi(q^2)
+        self._rn_crt = (self._p2, self._q2, n % (P * (P - 1)), n % (Q * (Q - 1)), invert(self._q2, self._p2))
+
+    def __repr__(self) -> str:
+        return f"PrivateKey({self.public_key.bits} bits)"
+
+    def precompute(self, k: int) -> None:
+        """:meth:`PublicKey.precompute` with this key's CRT speed-up."""
+        self.public_key.precompute(k, self)
+
+    def decrypt_residues(self, cts) -> list[int]:
+        """Plaintexts in ``[0, n)`` of ciphertext integers ``cts``."""
+        native = self.public_key.backend.decrypt(self, cts)
+        if native is not None:
+            return native
+        P, Q, p2, q2, hp, hq, pinv = self._P, self._Q, self._p2, self._q2, self._hp, self._hq, self._pinv_q
+        out = []
+        for c in cts:
+            mp = (powmod(c, P - 1, p2) - 1) // P * hp % P
+            mq = (powmod(c, Q - 1, q2) - 1) // Q * hq % Q
+            out.append(int(mp + P * ((mq - mp) * pinv % Q)))
+        return out
+
+    def decrypt_mantissas(self, cts) -> list[int]:
+        """Signed mantissas (see :mod:`verticalfs.crypto.encoding`); overflow -> CryptoError."""
+        pub = self.public_key
+        return from_residues(self.decrypt_residues(cts), pub.n, pub.max_int)
+
+
+def generate_keypair(bits: int = MIN_SECURE_BITS, *, backend: str = "auto",
+                     insecure: bool = False) -> tuple[PublicKey, PrivateKey]:
+    """A fresh Paillier key pair.
+
+    Parameters
+    ----------
+    bits : int
+        Length of the modulus ``n`` (default 2048; shorter only with ``insecure=True``).
+    backend : str
+        ``auto`` (the fastest available back end that supports ``bits``), ``python``, ``phe``,
+        ``pypaillier`` or ``heu``.
+    insecure : bool
+        Allow ``bits < 2048`` (tests only).
+    """
+    bits = check_bits(bits, insecure, "generate_keypair")
+    b = resolve_backend(backend, bits) if str(backend).lower() == "auto" else get_backend(backend)
+    if not b.supports_bits(bits):
+        raise CryptoError(f"Paillier back end {b.name!r} refuses {bits}-bit keys (minimum {b.min_bits}); "
+                          f"use a longer key or backend 'python'")
+    p, q, native = b.generate(bits)
+    natives = {b.name: native} if native is not None else None
+    pub = PublicKey(p * q, backend=b, insecure=insecure, _native=natives)
+    return pub, PrivateKey(pub, p, q)
