@@ -1,0 +1,53 @@
+"""SparseVFL (sparsevfl.md) and the data-reduction baselines of its section 5.
+
+Registered names: ``sparsevfl``, ``sparsevfl-16``, ``original``, ``q16``, ``q8``, ``dim`` (DIM-k),
+``top-w``, ``pca``, ``autoencoder`` (see :mod:`verticalfs.methods.sparsevfl.method`).
+"""
+
+from verticalfs.methods.sparsevfl import khan, messages  # noqa: F401  (register the party handlers)
+from verticalfs.methods.sparsevfl.coding import Coding
+from verticalfs.methods.sparsevfl.method import (
+    DEFAULT_LAMBDA,
+    PAPER_LAMBDAS,
+    Q8,
+    Q16,
+    AutoencoderParams,
+    CodedVFLMethod,
+    CodedVFLParams,
+    Dim,
+    DimParams,
+    Original,
+    PCAParams,
+    SparseVFL,
+    SparseVFL16,
+    SparseVFL16Params,
+    SparseVFLParams,
+    TopParams,
+    TopW,
+    TopWParams,
+)
+from verticalfs.methods.sparsevfl.trainer import CodedVFLTrainer, wall_time_info
+
+__all__ = [
+    "DEFAULT_LAMBDA",
+    "PAPER_LAMBDAS",
+    "Q8",
+    "Q16",
+    "AutoencoderParams",
+    "CodedVFLMethod",
+    "CodedVFLParams",
+    "CodedVFLTrainer",
+    "Coding",
+    "Dim",
+    "DimParams",
+    "Original",
+    "PCAParams",
+    "SparseVFL",
+    "SparseVFL16",
+    "SparseVFL16Params",
+    "SparseVFLParams",
+    "TopParams",
+    "TopW",
+    "TopWParams",
+    "wall_time_info",
+]

@@ -1,0 +1,191 @@
+"""PCA and AUTOENCODER of sparsevfl.md section 5 (Khan, ten Thij and Wilbik 2022).
+
+Each passive party reduces its own features once, without labels, to ``e`` components: PCA fitted
+on its training rows, or a small autoencoder trained on them (encoder ``Linear(d, d//2) -> ReLU ->
+Linear(d//2, e) -> ReLU``, decoder ``Linear(e, d//2) -> ReLU -> Linear(d//2, d)``, MSE, Adam,
+early stopping on the party's own validation reconstruction loss with patience 3: the public
+SparseVFL re-implementation of Khan et al.). It then uploads the reduced train, validation and test
+rows in one message (:class:`ReducedFeatures`, float32: sparsevfl.md runs these with Q = 32), and
+the active party trains its top model alone on the concatenation. That upload is all the traffic:
+no gradient ever goes back, so the client models are never optimised for the task (section 5.1).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+from verticalfs.data.vertical import ACTIVE
+from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.methods.sparsevfl.messages import xavier_init
+from verticalfs.methods.sparsevfl.trainer import CodedVFLTrainer
+from verticalfs.nn.models import seeded
+from verticalfs.parties import PassiveParty, passive_handler
+from verticalfs.training.batches import BatchPlan
+from verticalfs.training.history import derive_seed
+from verticalfs.transport.messages import message
+
+REDUCERS = ("pca", "autoencoder")
+_F4 = np.dtype("<f4")
+
+
+@message
+class ReduceRequest:
+    """Active -> passive, phase ``train``: reduce your features to ``n_components`` and upload them."""
+
+    kind: str
+    n_components: int
+    seed: int
+    epochs: int = 200
+    lr: float = 0.01
+    batch_size: int = 1024
+    patience: int = 3
+
+
+@message
+class ReducedFeatures:
+    """Passive -> active: the reduced rows of each split, float32 row-major, ``dim`` columns."""
+
+    dim: int
+    train: bytes
+    val: bytes
+    test: bytes
+
+
+class AutoEncoder(nn.Module):
+    """The autoencoder of the public re-implementation of Khan et al. (see the module docstring)."""
+
+    def __init__(self, d_in: int, dim: int) -> None:
+        super().__init__()
+        mid = max(1, d_in // 2)
+        self.encoder = nn.Sequential(nn.Linear(d_in, mid), nn.ReLU(), nn.Linear(mid, dim), nn.ReLU())
+        self.decoder = nn.Sequential(nn.Linear(dim, mid), nn.ReLU(), nn.Linear(mid, d_in))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.encoder(x))
+
+
+def train_autoencoder(X: torch.Tensor, X_val: torch.Tensor, dim: int, *, seed: int, epochs: int, lr: float,
+                      batch_size: int, patience: int) -> AutoEncoder:
+    """Train on ``X``; keep the epoch with the lowest reconstruction MSE on ``X_val``."""
+    ae = seeded(seed, lambda: AutoEncoder(X.shape[1], dim))
+    xavier_init(ae)
+    opt = torch.optim.Adam(ae.parameters(), lr=lr)
+    plan = BatchPlan(X.shape[0], batch_size, seed)
+    best, best_state, waited = float("inf"), copy.deepcopy(ae.state_dict()), 0
+    for epoch in range(epochs):
+        ae.train()
+        for b in range(plan.n_batches):
+            xb = X.index_select(0, torch.from_numpy(plan.rows(epoch, b)))
+            loss = nn.functional.mse_loss(ae(xb), xb)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        if X_val.shape[0] == 0:
+            best_state = copy.deepcopy(ae.state_dict())
+            continue
+        ae.eval()
+        with torch.no_grad():
+            v = float(nn.functional.mse_loss(ae(X_val), X_val))
+        if v < best:
+            best, best_state, waited = v, copy.deepcopy(ae.state_dict()), 0
+        else:
+            waited += 1
+            if waited > patience:
+                break
+    ae.load_state_dict(best_state)
+    ae.eval()
+    return ae
+
+
+@passive_handler(ReduceRequest)
+def _on_reduce(party: PassiveParty, sender: str, msg: ReduceRequest) -> ReducedFeatures:
+    if msg.kind not in REDUCERS:
+        raise ProtocolError(f"unknown reduction {msg.kind!r}; use one of {REDUCERS}")
+    X = {s: party.X(s) for s in ("train", "val", "test")}
+    if msg.kind == "pca":
+        from sklearn.decomposition import PCA
+
+        # PCA cannot give more components than features (or training rows).
+        k = max(1, min(msg.n_components, X["train"].shape[1], X["train"].shape[0]))
+        pca = PCA(n_components=k, svd_solver="full", random_state=msg.seed).fit(X["train"].numpy())
+        Z = {s: pca.transform(x.numpy()) if len(x) else np.zeros((0, k)) for s, x in X.items()}
+    else:
+        k = msg.n_components
+        ae = train_autoencoder(X["train"], X["val"], k, seed=msg.seed, epochs=msg.epochs, lr=msg.lr,
+                               batch_size=msg.batch_size, patience=msg.patience)
+        with torch.no_grad():
+            Z = {s: ae.encoder(x).numpy() for s, x in X.items()}
+    enc = {s: np.ascontiguousarray(z, dtype=_F4).tobytes() for s, z in Z.items()}
+    return ReducedFeatures(dim=k, train=enc["train"], val=enc["val"], test=enc["test"])
+
+
+class ReducedTrainer(CodedVFLTrainer):
+    """The active party of PCA / AUTOENCODER: one upload, then its top model trained alone.
+
+    Reuses :class:`CodedVFLTrainer`'s top model, loss, history and best-validation selection; the
+    epochs are local (no message), the checkpoint is the active party's top model only.
+    """
+
+    def __init__(self, *args, kind: str, reducer_epochs: int = 200, reducer_patience: int = 3,
+                 **kwargs) -> None:
+        if kind not in REDUCERS:
+            raise ConfigError(f"kind must be one of {REDUCERS}, got {kind!r}")
+        super().__init__(*args, **kwargs)
+        self.kind = kind
+        self.reducer_epochs = reducer_epochs
+        self.reducer_patience = reducer_patience
+        self.Z: dict[str, torch.Tensor] = {}
+
+    def setup(self) -> None:
+        """The one upload (phase ``train``, round 0), then the top model on its widths."""
+        blocks: dict[str, list[np.ndarray]] = {s: [] for s in ("train", "val", "test")}
+        with self.channel.at("train", 0):
+            for p in self.parties:
+                req = ReduceRequest(self.kind, self.params.embedding_dim, derive_seed(self.seed, "reduce", p),
+                                    self.reducer_epochs, self.params.lr, self.params.batch_size,
+                                    self.reducer_patience)
+                rep = self.channel.request(ACTIVE, p, req)
+                assert isinstance(rep, ReducedFeatures)
+                for s in blocks:
+                    raw = getattr(rep, s)
+                    n = self.server.n_samples(s)
+                    if len(raw) != 4 * n * rep.dim:
+                        raise ProtocolError(
+                            f"party {p!r} sent {len(raw)} bytes of {s} features, expected {n} x {rep.dim} float32"
+                        )
+                    blocks[s].append(np.frombuffer(raw, dtype=_F4).reshape(n, rep.dim))
+                self.embedding_dims[p] = rep.dim
+        self.Z = {s: torch.from_numpy(np.concatenate(b, 1).astype(np.float32)) for s, b in blocks.items()}
+        self.build_top()
+
+    def train_epoch(self, phase: str = "train") -> float:
+        t0 = time.perf_counter()
+        top, opt, loss_f = self.server.top, self.server.optimizer, self.loss
+        y_all, Z = self._targets("train"), self.Z["train"]
+        top.train()
+        total, n_seen = 0.0, 0
+        for b in range(self.plan.n_batches):
+            rows = torch.from_numpy(self.plan.rows(self.epoch, b))
+            loss = loss_f(top(Z.index_select(0, rows)), y_all.index_select(0, rows))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(rows)
+            n_seen += len(rows)
+        self.channel.ledger.add_compute(ACTIVE, phase, self.epoch, time.perf_counter() - t0)
+        self._zeros, self._entries = 0, 0
+        return total / max(1, n_seen)
+
+    def predict(self, split: str, phase: str = "eval") -> np.ndarray:
+        return self._output(self.Z[split].numpy())
+
+    def save_checkpoint(self) -> None:
+        self._saved_top = copy.deepcopy(self.server.top.state_dict())
+
+    def restore_checkpoint(self) -> None:
+        self.server.top.load_state_dict(self._saved_top)

@@ -1,0 +1,365 @@
+"""SparseVFL and the data-reduction baselines of sparsevfl.md section 5, as registered methods.
+
+Every method trains the same split model (the paper's section 5): per party ``Linear(d_m, e,
+bias=False)`` followed by the last activation (ReLU), and at the active party ``Linear(M e, 12) ->
+ReLU -> Linear(12, out)``, Adam with learning rate 0.01 at every party, batches of 1024, 200
+epochs, and the test metrics of the epoch with the best validation ROC-AUC. They differ only in
+what crosses (the :class:`~verticalfs.methods.sparsevfl.coding.Coding`) and in the penalty:
+
+=================  =====================================  ==========================  =========
+name               forward (embeddings)                   backward (gradients)        penalty
+=================  =====================================  ==========================  =========
+``original``       float32                                float32                     none
+``q16``            float16                                float16                     none
+``q8``             int8 (per-tensor scale)                int8                        none
+``dim``            float32, ``embedding_dim`` = k         float32                     none
+``sparsevfl``      run-length, Q = ``bits`` (32)          masked, Q bits              L1 (eq. 5)
+``sparsevfl-16``   run-length, Q = 16                     masked, 16 bits             L1 (eq. 5)
+``top-w``          run-length, Q = 16                     top-W values + positions    L1 (eq. 5)
+``pca``            one upload of PCA-reduced rows          none                        none
+``autoencoder``    one upload of autoencoder codes         none                        none
+=================  =====================================  ==========================  =========
+
+``dim`` is the paper's DIM-k (one registered name; ``k`` is its ``embedding_dim``, default 2, the
+paper's grid is 2, 3, 4, 6). The channel's payload codec is not used by these methods: each fixes
+its own coding, which is what they are compared on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from verticalfs.exceptions import ConfigError
+from verticalfs.methods.base import Method
+from verticalfs.methods.registry import register
+from verticalfs.methods.sparsevfl.coding import ORDERS, Coding
+from verticalfs.methods.sparsevfl.khan import ReducedTrainer
+from verticalfs.methods.sparsevfl.messages import LAST_ACTIVATIONS
+from verticalfs.methods.sparsevfl.trainer import NORMS, CodedVFLTrainer, wall_time_info
+
+#: lambda of eq. 5 used for the paper's headline SPARSEVFL-16 result on Adult (section 5.1, Tables 2-3)
+DEFAULT_LAMBDA = 0.01
+#: lambdas of Figure 3
+PAPER_LAMBDAS = (0.01, 0.0158, 0.0251, 0.0398, 0.0631, 0.1, 0.1585)
+PAPER = "sparsevfl.md (Inoue et al., KDD FL4Data-Mining 2023)"
+
+
+@dataclass
+class TopParams:
+    """Training of the active party's top model (shared by every method of this folder).
+
+    Parameters
+    ----------
+    epochs : int
+        Epochs (sparsevfl.md section 5: 200).
+    batch_size : int
+        Mini-batch size agreed by all parties (section 5: 1024).
+    lr : float
+        Learning rate of every party's optimizer (section 5: 0.01).
+    optimizer : str
+        ``adam`` (the paper: "four Adam optimizers"), ``adamw`` or ``sgd``.
+    weight_decay : float
+        L2 penalty of every optimizer (the paper: none).
+    embedding_dim : int
+        e = D_{h,m}, components per party (the paper: 8 on Adult, 4 on the other data sets).
+    top_hidden : int
+        Hidden width of the top model Linear(M e, top_hidden) -> ReLU -> Linear(top_hidden, out)
+        (12; 0 = a linear top model).
+    class_weight : bool
+        Weight the loss by the training class ratio: BCE with pos_weight = n_neg / n_pos for
+        binary labels, cross-entropy with weights N / n_c for several classes (as the public
+        implementation).
+    """
+
+    epochs: int = 200
+    batch_size: int = 1024
+    lr: float = 0.01
+    optimizer: str = "adam"
+    weight_decay: float = 0.0
+    embedding_dim: int = 8
+    top_hidden: int = 12
+    class_weight: bool = True
+
+    def __post_init__(self) -> None:
+        if self.epochs < 0:
+            raise ConfigError(f"epochs must be >= 0, got {self.epochs}")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.embedding_dim < 1:
+            raise ConfigError(f"embedding_dim must be >= 1, got {self.embedding_dim}")
+        if self.top_hidden < 0:
+            raise ConfigError(f"top_hidden must be >= 0 (0 = linear top model), got {self.top_hidden}")
+
+
+@dataclass
+class CodedVFLParams(TopParams):
+    """Split training with coded messages (ORIGINAL, Q-16, Q-8 of sparsevfl.md section 5).
+
+    Parameters
+    ----------
+    hidden : tuple of int
+        Hidden widths (Linear + ReLU) of each bottom model before its output layer; empty = the
+        paper's single linear layer.
+    bias : bool
+        Bias in the bottom model's output layer (the paper's runs: none).
+    last_activation : str
+        Last activation of every bottom model: ``relu`` (section 4.1), ``selu``, ``elu`` (Table 2's
+        ablation) or ``none``.
+    """
+
+    hidden: tuple = ()
+    bias: bool = False
+    last_activation: str = "relu"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.last_activation not in LAST_ACTIVATIONS:
+            raise ConfigError(f"last_activation must be one of {LAST_ACTIVATIONS}, got {self.last_activation!r}")
+        if any(int(h) < 1 for h in self.hidden):
+            raise ConfigError(f"hidden widths must be >= 1, got {self.hidden}")
+
+
+@dataclass
+class DimParams(CodedVFLParams):
+    """DIM-k: ORIGINAL with k embedding components per party (sparsevfl.md section 5).
+
+    Parameters
+    ----------
+    embedding_dim : int
+        k (the paper: 2, 3, 4 or 6; default 2).
+    """
+
+    embedding_dim: int = 2
+
+
+@dataclass
+class SparseVFLParams(CodedVFLParams):
+    """SparseVFL (sparsevfl.md Algorithm 1).
+
+    Parameters
+    ----------
+    lam : float
+        lambda of equation 5, the weight of lambda / (M N) sum ||h||_1 (the paper's Adult headline:
+        0.01; Figure 3 sweeps 0.01 .. 0.1585).
+    norm : str
+        Embedding penalty: ``l1`` (eq. 5), ``l2`` (per-sample L2 norm, Table 2) or ``none``.
+    order : str
+        Run-length traversal: ``vertical`` (column by column, the paper's choice) or ``horizontal``.
+    bits : int
+        Q, bits per transmitted value: 32 (SPARSEVFL) or 16 (SPARSEVFL-16).
+    """
+
+    lam: float = DEFAULT_LAMBDA
+    norm: str = "l1"
+    order: str = "vertical"
+    bits: int = 32
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.lam < 0:
+            raise ConfigError(f"lam (lambda of eq. 5) must be >= 0, got {self.lam}")
+        if self.norm not in NORMS:
+            raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if self.order not in ORDERS:
+            raise ConfigError(f"order must be one of {ORDERS}, got {self.order!r}")
+        if self.bits not in (16, 32):
+            raise ConfigError(f"bits (Q) must be 16 or 32, got {self.bits!r}")
+
+
+@dataclass
+class SparseVFL16Params(SparseVFLParams):
+    """SPARSEVFL-16: SparseVFL with 16-bit values (sparsevfl.md section 5).
+
+    Parameters
+    ----------
+    bits : int
+        Q (16).
+    """
+
+    bits: int = 16
+
+
+@dataclass
+class TopWParams(SparseVFLParams):
+    """TOP-W-16: SparseVFL's embeddings with top-W gradient sparsification (sparsevfl.md section 5).
+
+    Parameters
+    ----------
+    bits : int
+        Q of the embedding values and of the W gradient values (16).
+    top_w : int
+        W, gradient entries kept per party and batch (the paper: 1024, 2048, 4096).
+    """
+
+    bits: int = 16
+    top_w: int = 1024
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.top_w < 1:
+            raise ConfigError(f"top_w (W) must be >= 1, got {self.top_w}")
+
+
+@dataclass
+class PCAParams(TopParams):
+    """PCA of Khan et al. as run in sparsevfl.md section 5: a one-off upload of e PCA components.
+
+    Parameters
+    ----------
+    embedding_dim : int
+        e, components per party (at most the party's feature count).
+    """
+
+
+@dataclass
+class AutoencoderParams(TopParams):
+    """AUTOENCODER of Khan et al. as run in sparsevfl.md section 5.
+
+    Parameters
+    ----------
+    embedding_dim : int
+        e, the code width of each party's autoencoder.
+    ae_epochs : int
+        Maximum epochs of each party's local autoencoder training.
+    ae_patience : int
+        Early stopping: epochs without a better validation reconstruction loss.
+    """
+
+    ae_epochs: int = 200
+    ae_patience: int = 3
+
+
+class _TrainedMethod(Method):
+    """Shared ``fit`` tail: history, metrics of the restored checkpoint, support, info."""
+
+    paper = PAPER
+
+    def _finish(self, fed, trainer: CodedVFLTrainer, extra: dict) -> _TrainedMethod:
+        self.trainer_ = trainer
+        self.history_ = trainer.history
+        self.metrics_ = trainer.finish()
+        self.support_ = fed.collect_support()
+        led = fed.ledger
+        info = {
+            "best_epoch": trainer.best_epoch(),
+            "best_val": trainer.best_score,
+            "select_metric": trainer.select_key,
+            "embedding_dims": dict(trainer.embedding_dims),
+            "bytes_train": led.bytes_where(phase="train"),
+            "bytes_by_kind_train": {k: v for (ph, k), v in led.by("phase", "kind").items() if ph == "train"},
+            "wall_time": wall_time_info(led, fed.party_names),
+        }
+        info.update(extra)
+        self.info_ = info
+        return self
+
+
+class CodedVFLMethod(_TrainedMethod):
+    """Base of the split-training methods: set ``forward`` / ``backward`` (or override ``coding``)."""
+
+    Params = CodedVFLParams
+    forward = "float32"
+    backward = "float32"
+
+    def coding(self) -> Coding:
+        p = self.params
+        return Coding(forward=self.forward, backward=self.backward, bits=getattr(p, "bits", 32),
+                      order=getattr(p, "order", "vertical"), top_w=getattr(p, "top_w", 1024))
+
+    def fit(self, fed) -> CodedVFLMethod:
+        p = self.params
+        coding = self.coding()
+        trainer = CodedVFLTrainer(fed.server, fed.channel, fed.party_names, p, coding,
+                                  lam=getattr(p, "lam", 0.0), norm=getattr(p, "norm", "none"),
+                                  seed=self.seed, callbacks=self.callbacks, entry_hook=self.entry_hook)
+        trainer.setup()
+        trainer.fit(phase="train")
+        return self._finish(fed, trainer, {
+            "coding": {"forward": coding.forward, "backward": coding.backward, "bits": coding.bits,
+                       "order": coding.order, "top_w": coding.top_w},
+            "lam": trainer.lam, "norm": trainer.norm,
+        })
+
+
+@register
+class Original(CodedVFLMethod):
+    name = "original"
+    summary = "SparseVFL's ORIGINAL: the same split model, dense float32 embeddings and gradients, no penalty."
+
+
+@register
+class Q16(CodedVFLMethod):
+    name = "q16"
+    summary = "Q-16: ORIGINAL with float16 embeddings and gradients."
+    forward = backward = "float16"
+
+
+@register
+class Q8(CodedVFLMethod):
+    name = "q8"
+    summary = "Q-8: ORIGINAL with int8 embeddings and gradients (per-tensor scale)."
+    forward = backward = "int8"
+
+
+@register
+class Dim(CodedVFLMethod):
+    name = "dim"
+    summary = "DIM-k: ORIGINAL with k = embedding_dim components per party."
+    Params = DimParams
+
+
+@register
+class SparseVFL(CodedVFLMethod):
+    name = "sparsevfl"
+    summary = "SparseVFL: ReLU + L1 on embeddings, run-length coded embeddings, masked gradients (Q = 32)."
+    Params = SparseVFLParams
+    forward = "rle"
+    backward = "masked"
+
+
+@register
+class SparseVFL16(SparseVFL):
+    name = "sparsevfl-16"
+    summary = "SPARSEVFL-16: SparseVFL with 16-bit values."
+    Params = SparseVFL16Params
+
+
+@register
+class TopW(CodedVFLMethod):
+    name = "top-w"
+    summary = "TOP-W-16: SparseVFL embeddings (ReLU + L1, run-length), top-W gradient sparsification."
+    Params = TopWParams
+    forward = "rle"
+    backward = "topw"
+
+
+class _ReducedMethod(_TrainedMethod):
+    kind = "pca"
+
+    def fit(self, fed) -> _ReducedMethod:
+        p = self.params
+        trainer = ReducedTrainer(fed.server, fed.channel, fed.party_names, p, Coding(), kind=self.kind,
+                                 reducer_epochs=getattr(p, "ae_epochs", 0),
+                                 reducer_patience=getattr(p, "ae_patience", 0),
+                                 seed=self.seed, callbacks=self.callbacks, entry_hook=self.entry_hook)
+        trainer.setup()
+        trainer.fit(phase="train")
+        return self._finish(fed, trainer, {"reduction": self.kind})
+
+
+@register
+class PCAReduction(_ReducedMethod):
+    name = "pca"
+    summary = "PCA (Khan et al.): each party uploads e PCA components once; the active party trains alone."
+    Params = PCAParams
+    kind = "pca"
+
+
+@register
+class AutoencoderReduction(_ReducedMethod):
+    name = "autoencoder"
+    summary = "AUTOENCODER (Khan et al.): each party uploads its autoencoder codes once; the active party trains alone."
+    Params = AutoencoderParams
+    kind = "autoencoder"
