@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
 import verticalfs
+from verticalfs.data.partition import add_overlap
 from verticalfs.data.vertical import ACTIVE, PartyBlock, VerticalDataset
 from verticalfs.exceptions import ConfigError
 from verticalfs.federation import Federation
 from verticalfs.methods import create
+from verticalfs.methods.feast.baselines import is_overlap_copy
 from verticalfs.methods.feast.messages import FeastSetup, StatVariables
 from verticalfs.methods.feast.statvar import (
     random_groups,
@@ -30,6 +35,17 @@ def selected(m):
 
 def columns_of(data, sel, split="train"):
     return [data.party(p).X[split][:, data.party(p).feature_names.index(f)] for p, f in sel]
+
+
+def real_data(name, **kw):
+    """A data set by name; the ones not built in are read from ``$VERTICALFS_DATA`` (or
+    ``<repo>/../shared/datasets``) and the test is skipped when that folder is missing."""
+    if name == "breast_cancer":
+        return verticalfs.build_data(name, **kw)
+    path = Path(os.environ.get("VERTICALFS_DATA") or Path(__file__).resolve().parents[2].parent / "shared" / "datasets")
+    if not path.is_dir():
+        pytest.skip(f"real data sets not found at {path}; set VERTICALFS_DATA to run this test")
+    return verticalfs.build_data(name, data_dir=path, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +93,63 @@ def test_feast_with_one_party_equals_mi():
     mi, _ = fit("mi", data, n_select=8)
     assert len(feast.info_["rounds"]) == 1
     assert selected(feast) == selected(mi)
+
+
+@pytest.mark.parametrize("dataset", ["breast_cancer", "physionet2012"])
+def test_feast_with_one_party_equals_cfeast_by_party(dataset):
+    """One party: FEAST's round structure (which cfeast keeps with rounds="parties") selects the
+    party's top N by I(Y; F_i) in round 1, so both select the same features in the same order; the
+    greedy reading of CFEAST conditions each pick on the previous ones and selects others."""
+    data = real_data(dataset, parties=1, seed=0)
+    feast, _ = fit("feast", data, n_select=10)
+    cfeast, _ = fit("cfeast", data, n_select=10, rounds="parties")
+    assert feast.info_["sample_size"] == cfeast.info_["sample_size"]
+    assert len(cfeast.info_["rounds"]) == 1
+    assert selected(feast) == selected(cfeast)
+    assert feast.info_["rounds"] == cfeast.info_["rounds"]
+    greedy, _ = fit("cfeast", data, n_select=10)
+    assert selected(greedy) != selected(cfeast)
+    assert "rounds" not in greedy.info_  # the default reading is unchanged
+
+
+@pytest.mark.parametrize("dataset, parties, params", [
+    ("breast_cancer", 3, {}),
+    ("breast_cancer", 4, {"overlap": 4, "tail_delete": 20.0}),  # overlap and tail deletion at work
+    ("physionet2012", 4, {}),
+])
+def test_feast_with_m1_equals_cfeast_by_party(dataset, parties, params):
+    """m = 1: each statistical variable V_j is one selected feature F_j with its bins renumbered by
+    first appearance, a bijection of codes, so every SU value and hence every score is cfeast's with
+    V_j = F_j (up to the order of floating-point sums), over several parties. Both need the same
+    sample: cfeast's m only sets L' = min(L, B^(m+1)|Y|), so it gets m = 1 too."""
+    params = dict(params)
+    data = real_data(dataset, parties=parties, overlap=params.pop("overlap", 0), seed=0)
+    kw = dict(n_select=12, m=1, **params)
+    feast, _ = fit("feast", data, **kw)
+    cfeast, _ = fit("cfeast", data, rounds="parties", **kw)
+    assert feast.info_["sample_size"] == cfeast.info_["sample_size"] == min(2 * 8 ** 2, data.n_samples("train"))
+    assert len(feast.info_["rounds"]) >= 3  # several rounds conditioned on the selected features
+    assert selected(feast) == selected(cfeast)
+    # same party, N^t, window, overlap and tail deletions in every round
+    assert feast.info_["rounds"] == cfeast.info_["rounds"]
+    if "tail_delete" in params:
+        assert sum(r["tail_deleted"] for r in cfeast.info_["rounds"]) > 0
+        assert sum(sum(r["overlap_deleted"].values()) for r in cfeast.info_["rounds"]) > 0
+    # merging m = 3 features per statistical variable changes FEAST's scores: it departs from cfeast
+    f3, _ = fit("feast", data, n_select=12, **params)
+    c3, _ = fit("cfeast", data, n_select=12, rounds="parties", **params)
+    assert selected(f3) != selected(c3)
+
+
+def test_cfeast_rounds_param(cancer):
+    with pytest.raises(ConfigError, match="rounds"):
+        fit("cfeast", cancer, rounds="all")
+    with pytest.raises(ConfigError, match="rounds='parties'"):
+        fit("cfeast", cancer, tail_delete=10.0)
+    with pytest.warns(UserWarning, match=r"cfeast: .* after 5 of n_select=9"):
+        m, fed = fit("cfeast", cancer, n_select=9, rounds="parties", n_hat=2)  # 2 + 2 + 1 from 3 parties
+    assert fed.ledger.total_bytes == 0
+    assert all(r["window"] <= 2 for r in m.info_["rounds"])
 
 
 def test_feast_with_one_feature_per_party_equals_cfeast():
@@ -247,6 +320,44 @@ def test_random_and_raw(cancer):
     assert len(set(selected(r1))) == 7 and r1.info_["selection_bytes"] == 0
     raw, _ = fit("raw", cancer, n_select=3)
     assert sum(m.sum() for m in raw.get_support().values()) == sum(p.n_features for p in cancer.parties)
+
+
+def test_raw_keeps_the_original_features_without_the_copies():
+    """feast.md section 5.1: Raw is "the original feature set, which does not contain overlapping
+    features"; each party drops the columns its schema names as copies."""
+    plain = verticalfs.build_data("breast_cancer", parties=3, seed=0)
+    data = verticalfs.build_data("breast_cancer", parties=3, overlap=5, seed=0)
+    raw, fed = fit("raw", data, n_select=3)
+    kept = selected(raw)
+    assert kept == [(p.name, f) for p in plain.parties for f in p.feature_names]
+    dropped = [(p.name, f) for p in data.parties for f in p.feature_names if (p.name, f) not in kept]
+    assert len(dropped) == 15 and all(f.endswith("@copy") for _, f in dropped)
+    for p, f in dropped:  # each is a copy of a column another party holds
+        src = [q.name for q in data.parties if q.name != p and f[: -len("@copy")] in q.feature_names]
+        assert len(src) == 1
+        (a,), (b,) = columns_of(data, [(p, f)]), columns_of(data, [(src[0], f[: -len("@copy")])])
+        np.testing.assert_array_equal(a, b)
+    assert raw.info_["selection_bytes"] == 0 and raw.info_["n_selected"] == 30
+
+
+def test_raw_drops_categorical_copies_and_renamed_copies():
+    # A and B both hold a column "x"; C receives copies of all three columns of A and B: "x@copy",
+    # "x@copy'" (renamed on the clash) and the categorical "color@copy", one-hot as "color@copy=<k>"
+    n = 120
+    rng = np.random.default_rng(0)
+    blocks = [
+        PartyBlock("A", pd.DataFrame({"x": rng.random(n), "color": rng.choice(["red", "blue"], n)}), ["color"]),
+        PartyBlock("B", pd.DataFrame({"x": rng.random(n)})),
+        PartyBlock("C", pd.DataFrame({"z": rng.random(n)})),
+    ]
+    vds = VerticalDataset(name="copies", blocks=blocks, y=rng.integers(0, 2, n), task="binary", ids=np.arange(n))
+    data = add_overlap(vds, [0, 0, 3], seed=0).prepare(seed=0)
+    assert sorted(data.party("C").feature_names) == sorted(
+        ["z", "x@copy", "x@copy'", "color@copy=blue", "color@copy=red"])
+    raw, _ = fit("raw", data)
+    assert selected(raw) == [("A", "x"), ("A", "color=blue"), ("A", "color=red"), ("B", "x"), ("C", "z")]
+    assert [is_overlap_copy(f) for f in ("x@copy", "x@copy''", "color@copy=a=b", "x", "x@copyright",
+                                         "copy", "x@copy_2")] == [True, True, True, False, False, False, False]
 
 
 def test_cfeast_sends_nothing(cancer):

@@ -5,15 +5,21 @@ The two FATE baselines (``fate-iv``, ``fate-lasso``) live in ``methods/fate``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from verticalfs.data.vertical import ACTIVE
-from verticalfs.exceptions import ProtocolError
+from verticalfs.exceptions import ConfigError, DataError, ProtocolError
 from verticalfs.methods.feast.messages import FeatureScores, LabelScoresRequest
-from verticalfs.methods.feast.method import check_binning, draw_sample, rank_and_pick
-from verticalfs.methods.feast.party import SCORES, ZERO, discretize_party
+from verticalfs.methods.feast.method import (
+    check_binning,
+    draw_sample,
+    rank_and_pick,
+    select_in_rounds,
+)
+from verticalfs.methods.feast.party import SCORES, ZERO, FeastPartyState, discretize_party
 from verticalfs.methods.registry import register
 from verticalfs.selection.base import FilterMethod, FilterParams
 from verticalfs.selection.info import column_mutual_info, normalised_cmi
@@ -46,6 +52,15 @@ class CFeastParams(FilterParams):
         One tenth (section 4.3).
     score : str
         su (equation 12), su-noalpha or cmi.
+    rounds : str
+        How CFEAST reads section 5.1 (see :class:`CFeast`): ``greedy`` (default) one feature per
+        step over all pooled features; ``parties`` FEAST's rounds of section 4.4 over the pooled
+        data's party blocks (per round all top-ranked features of the best party).
+    tail_delete : float
+        ``rounds="parties"`` only: FEAST's tail deletion, percentage of the features ranked below
+        the top N-hat pruned each round (default 0 = off).
+    n_hat : int
+        ``rounds="parties"`` only: FEAST's window, 0 = the paper's N-hat (features still to select).
     """
 
     bins: int = 8
@@ -55,21 +70,55 @@ class CFeastParams(FilterParams):
     overlap_delete: bool = True
     overlap_ratio: float = 0.1
     score: str = "su"
+    rounds: str = "greedy"
+    tail_delete: float = 0.0
+    n_hat: int = 0
+
+
+#: the two readings of CFEAST (feast.md section 5.1), values of ``CFeastParams.rounds``
+CFEAST_ROUNDS: tuple[str, ...] = ("greedy", "parties")
 
 
 @register
 class CFeast(FilterMethod):
-    """``cfeast``: FEAST on pooled data, one feature per step (the public implementation's
-    ``featureSelectionInSingleParty``): the first pick maximises ``I(Y; F_i)``, each later pick
-    maximises equation 13 with the selected features themselves in place of the statistical
-    variables, ``(1/|S|) sum_{F_j in S} SU(Y; F_i | F_j)``.
+    """``cfeast``: FEAST's normalised CMI criterion on pooled data (feast.md section 5.1, "CFEAST").
 
     Not federated: it reads the pooled data (``needs_pooled_data``), so it sends no bytes during
-    selection (nor to evaluate: the columns are already pooled).
+    selection (nor to evaluate: the columns are already pooled). It draws the same stratified sample
+    as ``feast`` (same seed, ``bins``, ``m``, ``sample_size``) and bins each party block's columns
+    exactly as that party would, so the two see the same codes.
+
+    Section 5.1 says only "we transfer all datasets directly to the active party and select
+    features using a centralized method, i.e., using a variant of Equation 13 (replacing V_j with
+    the selected feature F_j)". It admits two readings, chosen by ``rounds``:
+
+    - ``"greedy"`` (default): a centralised method forgets the parties. One feature per step (the
+      public implementation's ``featureSelectionInSingleParty``): the first pick maximises
+      ``I(Y; F_i)``, each later pick maximises ``(1/|S|) sum_{F_j in S} SU(Y; F_i | F_j)`` over all
+      remaining features; overlap deletion uses the median over all candidates.
+    - ``"parties"``: only the scores change, not FEAST's procedure. FEAST's rounds of section 4.4
+      over the pooled data's party blocks (:func:`~verticalfs.methods.feast.method.select_in_rounds`):
+      round 1 scores by ``I(Y; F_i)``, later rounds by equation 13 with every selected feature
+      ``F_j`` as its own ``V_j`` (FEAST's :class:`~verticalfs.methods.feast.party.FeastPartyState`
+      fed the selected columns instead of statistical variables; same normalised score, alpha,
+      overlap deletion per party block, tail deletion and ``n_hat``); global ranking, the party
+      with the best average among the top N-hat gives all of its top features, ``N-hat -= N^t``;
+      each party at most once. With one party it selects what ``feast`` (and ``mi``) select. With
+      ``m = 1`` (for both: ``m`` also sets the sample size ``L'``) each of FEAST's statistical
+      variables is one selected feature with its bins renumbered by first appearance, a bijection,
+      so every SU value is the same and the two select the same features in the same rounds; the
+      scores differ only by floating-point rounding (~1e-16: the renumbering reorders the cells
+      summed in each entropy, FEAST's random groups reorder the sum over ``V_j``), which could
+      matter only for two features whose scores tie to the last bits.
+
+    Both readings fit the paper's "centralized method" and its remark that CFEAST beats FEAST "in
+    most cases" (section 5.2); ``greedy`` stays the default, as the public implementation's
+    ``featureSelectionInSingleParty`` selects one feature per step.
     """
 
     name = "cfeast"
-    summary = "Reference: FEAST's normalised CMI criterion on pooled data, greedy one feature at a time."
+    summary = ("Reference: FEAST's normalised CMI criterion on pooled data, greedy one feature at a time "
+               "(rounds='parties': FEAST's rounds over the parties).")
     paper = "feast.md section 5.1 (CFEAST)"
     Params = CFeastParams
     needs_pooled_data = True
@@ -77,16 +126,28 @@ class CFeast(FilterMethod):
     def select(self, fed) -> list[tuple[str, int]]:
         p = self.params
         check_binning(self.name, p)
+        if p.rounds not in CFEAST_ROUNDS:
+            raise ConfigError(f"{self.name}: unknown rounds {p.rounds!r}; use 'greedy' (one feature per step) "
+                              "or 'parties' (FEAST's rounds over the parties, feast.md section 4.4)")
+        if p.rounds == "greedy" and (float(p.tail_delete) > 0 or int(p.n_hat) > 0):
+            raise ConfigError(f"{self.name}: tail_delete={p.tail_delete} and n_hat={p.n_hat} belong to FEAST's "
+                              "rounds over the parties; set rounds='parties' or leave them at 0")
         data = fed.pooled_data()
         _, rows, labels = draw_sample(self, fed, int(p.m))
         self.info_["sample_size"] = int(len(rows))
         labels = labels.astype(np.int64)
-        blocks, owner = [], []
-        for part in data.parties:
-            codes = discretize_party(part.X["train"], rows, labels, p.discretizer, int(p.bins), True, part.name)
-            blocks.append(codes)
-            owner += [(part.name, j) for j in range(codes.shape[1])]
-        C = np.concatenate(blocks, 1)
+        codes = {part.name: discretize_party(part.X["train"], rows, labels, p.discretizer, int(p.bins), True,
+                                             part.name)
+                 for part in data.parties}
+        if p.rounds == "parties":
+            return self._select_by_party(list(fed.party_names), codes, labels)
+        return self._select_greedy(codes, labels)
+
+    def _select_greedy(self, codes: dict[str, np.ndarray], labels: np.ndarray) -> list[tuple[str, int]]:
+        """``rounds="greedy"``: one feature per step over all pooled features."""
+        p = self.params
+        owner = [(q, j) for q, c in codes.items() for j in range(c.shape[1])]
+        C = np.concatenate(list(codes.values()), 1)
         d = C.shape[1]
         cand = np.ones(d, dtype=bool)
         total = np.zeros(d)
@@ -113,6 +174,33 @@ class CFeast(FilterMethod):
             picked.append(best)
             cand[best] = False
         return [owner[j] for j in picked]
+
+    def _select_by_party(self, names: list[str], codes: dict[str, np.ndarray], labels: np.ndarray
+                         ) -> list[tuple[str, int]]:
+        """``rounds="parties"``: FEAST's rounds (section 4.4) on the pooled party blocks, ``V_j = F_j``."""
+        p = self.params
+        # one FEAST scoring state per party block, held here (pooled data, no messages)
+        states = {q: FeastPartyState(codes[q], labels) for q in names}
+
+        def share(t: int, q: str, chosen: list[int], receivers: tuple[str, ...]) -> None:
+            # section 5.1: the selected features F_j themselves, one V_j each, instead of FEAST's
+            # merged statistical variables
+            states[q].select(chosen)
+            F = states[q].codes[:, np.asarray(chosen, dtype=np.int64)]
+            for r in receivers:
+                states[r].receive(F)
+
+        def score(t: int, q: str, top: int) -> tuple[np.ndarray, np.ndarray, int]:
+            idx, s, n_del = states[q].score(p.score, bool(p.overlap_delete), float(p.overlap_ratio))
+            return (idx, s, n_del) if top < 0 else (idx[:top], s[:top], n_del)
+
+        def drop(q: str, idx: list[int]) -> None:
+            states[q].drop(idx)
+
+        selected, rounds = select_in_rounds(self.name, names, int(p.n_select), int(p.n_hat), float(p.tail_delete),
+                                            score, share, drop, stacklevel=5)  # via select, _select_by_party
+        self.info_["rounds"] = rounds
+        return selected
 
     def gather(self, fed, selected):
         """Pooled data: the columns are read directly (no messages)."""
@@ -220,14 +308,29 @@ class RandomSelect(FilterMethod):
         return out
 
 
+#: ``add_overlap`` (``data/partition.py``) names a copied column ``<column>@copy``, appending ``'`` while
+#: the name is taken; preparation one-hot encodes a categorical copy as ``<column>@copy=<category>``
+COPY_SUFFIX = "@copy"
+_COPY_NAME = re.compile(re.escape(COPY_SUFFIX) + r"'*(=.*)?$", re.DOTALL)
+
+
+def is_overlap_copy(name: str) -> bool:
+    """Whether a prepared feature name is a column a party received as a copy (``overlap``).
+
+    True for ``<column>@copy``, its clash-free variants ``<column>@copy'`` (``''``, ...) and the
+    one-hot columns ``<column>@copy=<category>`` of a copied categorical column.
+    """
+    return _COPY_NAME.search(str(name)) is not None
+
+
 @dataclass
 class RawParams(FilterParams):
-    """All features (feast.md section 5.1, "Raw").
+    """All original features (feast.md section 5.1, "Raw").
 
     Parameters
     ----------
     n_select : int
-        Ignored: every feature is kept.
+        Ignored: every feature that is not an overlap copy is kept.
     classifier : str
         lr, svm, rf, xgboost or mlp.
     """
@@ -235,21 +338,31 @@ class RawParams(FilterParams):
 
 @register
 class Raw(FilterMethod):
-    """``raw``: no selection; the classifier is trained on every prepared feature of every party.
+    """``raw``: no selection; the classifier is trained on every original feature of every party.
 
-    The paper's Raw uses the original features without the injected overlapping copies; here it
-    is every feature the parties hold (with ``overlap`` that includes the copies, which add no
-    information to the classifier).
+    feast.md section 5.1: "the original feature set, which does not contain overlapping features".
+    A party knows which of its columns it received as copies of other parties' columns (injected
+    with ``overlap``, :func:`verticalfs.data.partition.add_overlap`, named ``<column>@copy``): so
+    each party keeps every feature of its own schema whose name is not a copy's
+    (:func:`is_overlap_copy`); no ground-truth mask is read. Without ``overlap`` that is every
+    feature. The schemas are the parties' public feature names, so selection sends no message.
     """
 
     name = "raw"
-    summary = "Baseline: every feature of every party (n_select ignored)."
+    summary = "Baseline: every original feature of every party, without the overlap copies (n_select ignored)."
     paper = "feast.md section 5.1 (Raw)"
     Params = RawParams
     selects_all = True
 
     def select(self, fed) -> list[tuple[str, int]]:
-        return [(q, i) for q, n in fed.feature_names().items() for i in range(len(n))]
+        out = [(q, i) for q, names in fed.feature_names().items()
+               for i, f in enumerate(names) if not is_overlap_copy(f)]
+        if not out:
+            raise DataError(f"{self.name}: every feature of parties {list(fed.party_names)} is an overlap copy "
+                            f"(named '<column>{COPY_SUFFIX}'), so there is no original feature to keep; "
+                            "build the data with fewer copies (overlap) or rename the columns")
+        return out
 
 
-__all__ = ["SCORES", "CFeast", "MutualInfo", "RandomSelect", "Raw"]
+__all__ = ["CFEAST_ROUNDS", "COPY_SUFFIX", "SCORES", "CFeast", "MutualInfo", "RandomSelect", "Raw",
+           "is_overlap_copy"]

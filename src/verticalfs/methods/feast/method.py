@@ -42,6 +42,7 @@ for the evaluation classifier (phase ``train``, see :class:`~verticalfs.selectio
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,6 +173,80 @@ def rank_and_pick(reports: dict[str, tuple[np.ndarray, np.ndarray]], order: list
     return names[best], index[top][party[top] == best].tolist(), ranking
 
 
+#: ``score(t, party, top) -> (indices best first, scores, n_deleted)``: one candidate party's report
+ScoreFn = Callable[[int, str, int], tuple[np.ndarray, np.ndarray, int]]
+#: ``share(t, party, indices, receivers)``: the party selected last round passes on its selection
+ShareFn = Callable[[int, str, list[int], tuple[str, ...]], None]
+#: ``drop(party, indices)``: tail deletion at a candidate party
+DropFn = Callable[[str, list[int]], None]
+
+
+def select_in_rounds(name: str, names: list[str], n_select: int, n_hat: int, tail_delete: float,
+                     score: ScoreFn, share: ShareFn, drop: DropFn, begin_round: Callable[[int], None] | None = None,
+                     stacklevel: int = 4) -> tuple[list[tuple[str, int]], list[dict]]:
+    """FEAST's round structure (feast.md sections 4.1 and 4.4), independent of where the scores come from.
+
+    Round ``t``: ``begin_round(t)``; from ``t = 2`` on, ``share`` the party selected last round (its
+    newly selected features) with the remaining candidates; ``score`` every candidate party (the top
+    ``N-hat`` of each, or all of them when tail deletion is on); a party with no candidate left
+    leaves; :func:`rank_and_pick` chooses the party and its features; ``N-hat^{t+1} = N-hat^t - N^t``;
+    optionally ``drop`` the bottom ``tail_delete`` % of the features ranked below the top ``N-hat``
+    (of the parties that stay candidates). Each party is selected at most once (section 4.5); if
+    the parties run out before ``n_select`` features, a warning names ``name`` and the count.
+
+    ``feast`` runs it with messages (scores at the parties from statistical variables); ``cfeast``
+    with ``rounds="parties"`` runs it on the pooled data (scores from the selected features
+    themselves). ``stacklevel`` points the warning at the caller of ``fit`` (4: called from
+    ``select``). Returns ``(selected (party, index) in order, per-round info)``.
+    """
+    remaining = int(n_select)
+    candidates = list(names)
+    selected: list[tuple[str, int]] = []
+    prev: tuple[str, list[int]] | None = None
+    rounds = []
+    t = 0
+    while remaining > 0 and candidates:
+        t += 1
+        if begin_round is not None:
+            begin_round(t)
+        if prev is not None:
+            share(t, prev[0], prev[1], tuple(candidates))
+        window = remaining if n_hat <= 0 else min(int(n_hat), remaining)
+        top = -1 if tail_delete > 0 else window
+        reports: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        deleted = {}
+        for q in candidates:
+            idx, s, n_del = score(t, q, top)
+            reports[q] = (np.asarray(idx, dtype=np.int64), np.asarray(s, dtype=np.float64))
+            deleted[q] = int(n_del)
+        # a party with no candidate left leaves the candidate set
+        candidates = [q for q in candidates if len(reports[q][0])]
+        best, chosen, ranking = rank_and_pick({q: reports[q] for q in candidates}, names, window)
+        if best is None:
+            break
+        selected += [(best, i) for i in chosen]
+        remaining -= len(chosen)
+        candidates.remove(best)
+        prev = (best, chosen)
+        n_tail = 0
+        if tail_delete > 0 and remaining > 0:
+            # the features ranked below the top N-hat, of the parties that stay candidates
+            rest = [(q, i) for q, i, _ in ranking[window:] if q != best]
+            n_tail = int(len(rest) * float(tail_delete) / 100.0)
+            to_drop: dict[str, list[int]] = {}
+            for q, i in rest[len(rest) - n_tail:] if n_tail else []:
+                to_drop.setdefault(q, []).append(i)
+            for q, idx in to_drop.items():
+                drop(q, idx)
+        rounds.append({"round": t, "party": best, "n_selected": len(chosen), "window": window,
+                       "overlap_deleted": deleted, "tail_deleted": n_tail})
+    if remaining > 0:
+        warnings.warn(f"{name}: every party has been selected once (or has no candidate left) after "
+                      f"{len(selected)} of n_select={n_select} features; selection stopped early "
+                      "(feast.md section 4.5: a party is selected at most once)", stacklevel=stacklevel)
+    return selected, rounds
+
+
 @register
 class Feast(FilterMethod):
     name = "feast"
@@ -192,54 +267,24 @@ class Feast(FilterMethod):
             ch.send(ACTIVE, q, FeastSetup(rows=sent_rows, labels=labels, bins=int(p.bins),
                                           discretizer=p.discretizer, supervised_bins=bool(p.supervised_bins),
                                           seed=int(self.seed)))
-        remaining = int(p.n_select)
-        candidates = list(names)
-        selected: list[tuple[str, int]] = []
-        prev: tuple[str, list[int]] | None = None
-        rounds = []
-        t = 0
-        while remaining > 0 and candidates:
-            t += 1
-            ch.set_position(round=t)
-            if prev is not None:
-                ch.send(ACTIVE, prev[0], ShareSelected(indices=np.asarray(prev[1], dtype=np.int32), m=int(p.m),
-                                                       round=t, receivers=tuple(candidates)))
-            window = remaining if p.n_hat <= 0 else min(int(p.n_hat), remaining)
-            top = -1 if p.tail_delete > 0 else window
-            reports: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-            deleted = {}
-            for q in candidates:
-                rep = ch.request(ACTIVE, q, ScoreRequest(round=t, top=top, score=p.score,
-                                                         overlap_delete=bool(p.overlap_delete),
-                                                         overlap_ratio=float(p.overlap_ratio)))
-                if not isinstance(rep, FeatureScores):
-                    raise ProtocolError(f"party {q!r} answered ScoreRequest with {type(rep).__name__}")
-                reports[q] = (np.asarray(rep.indices, dtype=np.int64), np.asarray(rep.scores, dtype=np.float64))
-                deleted[q] = int(rep.n_deleted)
-            # a party with no candidate left leaves the candidate set
-            candidates = [q for q in candidates if len(reports[q][0])]
-            best, chosen, ranking = rank_and_pick({q: reports[q] for q in candidates}, names, window)
-            if best is None:
-                break
-            selected += [(best, i) for i in chosen]
-            remaining -= len(chosen)
-            candidates.remove(best)
-            prev = (best, chosen)
-            n_tail = 0
-            if p.tail_delete > 0 and remaining > 0:
-                # the features ranked below the top N-hat, of the parties that stay candidates
-                rest = [(q, i) for q, i, _ in ranking[window:] if q != best]
-                n_tail = int(len(rest) * float(p.tail_delete) / 100.0)
-                drop: dict[str, list[int]] = {}
-                for q, i in rest[len(rest) - n_tail:] if n_tail else []:
-                    drop.setdefault(q, []).append(i)
-                for q, idx in drop.items():
-                    ch.send(ACTIVE, q, DropCandidates(indices=np.asarray(idx, dtype=np.int32)))
-            rounds.append({"round": t, "party": best, "n_selected": len(chosen), "window": window,
-                           "overlap_deleted": deleted, "tail_deleted": n_tail})
+
+        def share(t: int, q: str, chosen: list[int], receivers: tuple[str, ...]) -> None:
+            # the selected party merges its features into V^t and sends it to the candidates itself
+            ch.send(ACTIVE, q, ShareSelected(indices=np.asarray(chosen, dtype=np.int32), m=int(p.m),
+                                             round=t, receivers=receivers))
+
+        def score(t: int, q: str, top: int) -> tuple[np.ndarray, np.ndarray, int]:
+            rep = ch.request(ACTIVE, q, ScoreRequest(round=t, top=top, score=p.score,
+                                                     overlap_delete=bool(p.overlap_delete),
+                                                     overlap_ratio=float(p.overlap_ratio)))
+            if not isinstance(rep, FeatureScores):
+                raise ProtocolError(f"party {q!r} answered ScoreRequest with {type(rep).__name__}")
+            return rep.indices, rep.scores, rep.n_deleted
+
+        def drop(q: str, idx: list[int]) -> None:
+            ch.send(ACTIVE, q, DropCandidates(indices=np.asarray(idx, dtype=np.int32)))
+
+        selected, rounds = select_in_rounds(self.name, names, int(p.n_select), int(p.n_hat), float(p.tail_delete),
+                                            score, share, drop, begin_round=lambda t: ch.set_position(round=t))
         self.info_["rounds"] = rounds
-        if remaining > 0:
-            warnings.warn(f"feast: every party has been selected once (or has no candidate left) after "
-                          f"{len(selected)} of n_select={p.n_select} features; selection stopped early "
-                          "(feast.md section 4.5: a party is selected at most once)", stacklevel=3)
         return selected
