@@ -6,7 +6,8 @@
 Writes into ``--out`` (default ``benchmarks/sparsevfl/results/``): one JSON per run in ``runs/``
 (reused by later invocations with the same settings unless ``--fresh``), ``results.json`` (every
 run's summary), ``figure3_<data>.png`` and ``table2.md`` / ``table3.md`` / ``figure3_<data>.md``;
-and ``benchmarks/sparsevfl/RESULTS.md`` with every table and the acceptance line (all atomically).
+and ``benchmarks/sparsevfl/RESULTS.md`` with every table and the acceptance line (all atomically;
+with another ``--out``, ``RESULTS.md`` goes there instead).
 
 Stages (``--stages``, default all):
 
@@ -466,8 +467,10 @@ def main(argv=None) -> int:
     md.append(f"{len(runs)} runs taking {run_minutes:.0f} min of run time in total (each run's own wall "
               f"clock, {args.workers} at a time); this invocation took {minutes:.1f} min (runs already in "
               f"results/runs/ are reused).\n")
-    write_bytes_atomic(HERE / "RESULTS.md", "\n".join(md).encode())
-    print(f"\nwrote {out}/ and {HERE / 'RESULTS.md'} in {minutes:.1f} min", flush=True)
+    # RESULTS.md next to this script records the default output; a run elsewhere (--out) keeps its own
+    results_md = HERE / "RESULTS.md" if out.resolve() == (HERE / "results").resolve() else out / "RESULTS.md"
+    write_bytes_atomic(results_md, "\n".join(md).encode())
+    print(f"\nwrote {out}/ and {results_md} in {minutes:.1f} min", flush=True)
     return 0
 
 
