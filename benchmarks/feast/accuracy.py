@@ -1,5 +1,9 @@
 """FEAST against its baselines on PhysioNet 2012: test ROC-AUC against N (feast.md Figure 8).
 
+The full reproduction of section 5 (all seven methods incl. FATE-IV/-Lasso, five classifiers, PhysioNet
+and Adult, cost figures, B/m sweeps, deletion ablation) is ``run.py`` next to this file; this script
+stays as the smaller PhysioNet comparison with both protocols side by side.
+
 Set-up (feast.md section 5.1): 4 parties, a random column split, and 4-16 columns of other
 parties copied into each party (``overlap``, drawn per party and seed); B = 8, m = 3,
 equal-frequency bins. For each seed, method and N the selection runs once (federated, on the
