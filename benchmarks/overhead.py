@@ -70,7 +70,7 @@ def time_method(name: str, data, epochs: int, seed: int, batch_size: int | None)
     if batch_size is not None:
         params["batch_size"] = batch_size
     method = create(name, seed=seed, callbacks=[timer], **params)
-    fed = Federation(data)
+    fed = Federation.in_process(data)
     method.fit(fed)
     return timer.per_epoch
 

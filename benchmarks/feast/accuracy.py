@@ -70,7 +70,7 @@ def main(argv=None) -> None:
         y_all = np.concatenate([y["train"], y["val"], y["test"]])
         for name in methods:
             for n in (ns if name != "raw" else [0]):
-                fed = Federation(data)
+                fed = Federation.in_process(data)
                 m = create(name, seed=seed, n_select=max(n, 1), classifier=clfs[0]).fit(fed)
                 sel = m.selected_
                 sel_bytes = fed.ledger.bytes_where(phase="selection")

@@ -138,14 +138,13 @@ def run_selection(method: str, data, seed: int, n: int, params: dict, repeats: i
 
     secs, out = [], None
     for _ in range(max(1, repeats)):
-        fed = Federation(data)
+        fed = Federation.in_process(data)
         m = create(method, seed=seed, n_select=max(1, n), **params)
-        m.check_params(fed)
+        m.join_parties(fed)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             t0 = time.perf_counter()
-            with fed.channel.at("selection"):
-                sel = m.select(fed)
+            sel = m.select(fed)
             secs.append(time.perf_counter() - t0)
         if out is None:
             info = {k: v for k, v in m.info_.items() if k in ("sample_size", "rounds", "key_bits", "backend", "runs",

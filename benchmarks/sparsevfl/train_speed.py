@@ -41,9 +41,9 @@ PUBLIC = {"original": 0.30, "sparsevfl-16": 0.46}
 def measure(data, name: str, epochs: int, repeats: int) -> tuple[float, float]:
     method = create(name, seed=0, epochs=epochs)
     p = method.params
-    fed = Federation(data)
-    tr = CodedVFLTrainer(fed.server, fed.channel, fed.party_names, p, method.coding(),
-                         lam=getattr(p, "lam", 0.0), norm=getattr(p, "norm", "none"), seed=0)
+    fed = Federation.in_process(data)
+    tr = CodedVFLTrainer(fed, name, p, **method.coding(), lam=getattr(p, "lam", 0.0),
+                         norm=getattr(p, "norm", "none"), seed=0)
     tr.setup()
     tr.fit(1)  # warm-up
     train, full = [], []

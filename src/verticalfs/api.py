@@ -151,11 +151,11 @@ def run(
     *,
     seed: int = 0,
     params: Mapping[str, Any] | None = None,
-    codec: str = "float32",
+    codec: str | None = None,
     progress: bool = False,
     bandwidths_mbps: Sequence[float] = (10.0, 100.0),
     data_config: Mapping[str, Any] | None = None,
-    channel=None,
+    federation: Federation | None = None,
 ) -> RunResult:
     """Run a registered method on prepared data and collect the result.
 
@@ -169,27 +169,31 @@ def run(
         Seeds model initialisation, batch order and the method's own randomness.
     params : mapping
         The method's hyper-parameters (strings are converted, as from ``--param``).
-    codec : str
-        Payload codec for tensors: ``float32``, ``float16``, ``int8``.
+    codec : str, optional
+        Payload codec of the embeddings and gradients (``float32``, ``float16``, ``int8``, ...) for
+        methods that take one (default float32); an error for methods that fix their own codecs.
     progress : bool
         Show a progress bar.
     bandwidths_mbps : sequence of float
         Bandwidths at which to report estimated wall time (sparsevfl.md section 4.4).
+    federation : Federation, optional
+        Run over this federation (e.g. one built with ``trace=True``, or a networked one) instead of
+        a new in-process one.
     """
     cls = registry.get(method)
     metric = primary_metric(data.labels.task)
     callbacks = [ProgressCallback(method, metric)] if progress else []
-    m = cls(seed=seed, callbacks=callbacks, **dict(params or {}))
-    fed = Federation(data, codec=codec, channel=channel)
-    m.entry_hook = spurious_hook(fed, data.ground_truth)
+    m = cls(seed=seed, callbacks=callbacks, codec=codec, **dict(params or {}))
+    fed = Federation.in_process(data) if federation is None else federation
+    m.entry_hook = spurious_hook(fed, data.ground_truth) if fed.is_local else None
     t0 = time.perf_counter()
     m.fit(fed)
     elapsed = time.perf_counter() - t0
-    selection = selection_block(fed, m.get_support(), data.ground_truth)
+    selection = selection_block(data, m.get_support(), data.ground_truth)
     comm = fed.ledger.summary()
     n_epochs = max(1, len(m.history_))
     cfg = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(m.params).items()}
-    cfg["codec"] = codec
+    cfg["codec"] = m.codec if m.codec is not None else m.codec_description()
     if data_config:
         cfg["data"] = dict(data_config)
     estimates = [estimate_wall_time(fed.ledger, b).to_dict() for b in bandwidths_mbps] if len(fed.ledger) else []
@@ -212,12 +216,12 @@ def run(
     )
 
 
-def selection_block(fed: Federation, support: Mapping[str, np.ndarray],
+def selection_block(data: PreparedData, support: Mapping[str, np.ndarray],
                     ground_truth: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    names = fed.feature_names()
+    names = {p.name: p.feature_names for p in data.parties}
     out: dict[str, Any] = {"parties": {}}
     has_gt = any(np.asarray(v).any() for v in ground_truth.values())
-    for p in fed.party_names:
+    for p in data.party_names:
         mask = np.asarray(support[p], dtype=bool)
         entry = {
             "kept": [n for n, k in zip(names[p], mask, strict=True) if k],
@@ -228,10 +232,10 @@ def selection_block(fed: Federation, support: Mapping[str, np.ndarray],
             entry.update({k: v for k, v in selection_scores(mask, ground_truth[p]).items()
                           if k in ("spurious_removed", "tpr", "n_spurious")})
         out["parties"][p] = entry
-    kept = np.concatenate([np.asarray(support[p], dtype=bool) for p in fed.party_names])
+    kept = np.concatenate([np.asarray(support[p], dtype=bool) for p in data.party_names])
     out["n_kept"] = int(kept.sum())
     out["n_features"] = int(kept.size)
     if has_gt:
-        spur = np.concatenate([np.asarray(ground_truth[p], dtype=bool) for p in fed.party_names])
+        spur = np.concatenate([np.asarray(ground_truth[p], dtype=bool) for p in data.party_names])
         out.update(selection_scores(kept, spur))
     return out

@@ -140,7 +140,7 @@ def run_cmd(
     epochs: int = typer.Option(None, "--epochs", "-e", help="Communication epochs (the method's `epochs` parameter)."),
     seed: int = typer.Option(0, "--seed", "-s"),
     param: list[str] = typer.Option(None, "--param", "-p", help="Method parameter name=value (repeatable)."),
-    codec: str = typer.Option("float32", "--codec", help="Payload codec: float32, float16, int8."),
+    codec: str = typer.Option(None, "--codec", help="Payload codec of embeddings and gradients (float32, float16, int8) for methods that take one; default float32. Methods that fix their own codecs (the SparseVFL family) refuse it."),
     partition: str = typer.Option("random", "--partition", help="Column split: random or contiguous."),
     assignment: Path = typer.Option(None, "--assignment", help="TOML/JSON file with explicit columns per party."),
     scaling: str = typer.Option("minmax", "--scaling", help="minmax, standard or none (fitted on the training split)."),
@@ -207,7 +207,7 @@ def compare_cmd(
     epochs: int = typer.Option(None, "--epochs", "-e"),
     seeds: str = typer.Option("0", "--seeds", help="Comma-separated seeds, e.g. 0,1,2,3,4."),
     param: list[str] = typer.Option(None, "--param", "-p", help="method.name=value or name=value for all methods."),
-    codec: str = typer.Option("float32", "--codec"),
+    codec: str = typer.Option(None, "--codec", help="As for run: applied to every method, an error for those that fix their own codecs."),
     reference: bool = typer.Option(None, "--reference/--no-reference", help="Also run VFL on the original data (default: when --noise > 0) and report MB to 90 % of its best accuracy."),
     data_dir: Path = DataDir,
     progress: bool = typer.Option(True, "--progress/--no-progress"),
@@ -262,15 +262,11 @@ def compare_cmd(
 
 
 def _register_method_commands() -> None:
-    """Methods may add their own commands (e.g. LESS-VFL's grid search) via ``register_cli(app)``."""
-    import importlib
+    """Methods add their own commands (e.g. LESS-VFL's grid search) through the method registry."""
+    from verticalfs.methods.registry import commands
 
-    for mod in ("verticalfs.methods.less_vfl.cli",):
-        try:
-            m = importlib.import_module(mod)
-        except ModuleNotFoundError:
-            continue
-        m.register_cli(app)
+    for register in commands().values():
+        register(app)
 
 
 _register_method_commands()

@@ -35,7 +35,7 @@ def compare(
     params: Mapping[str, Mapping[str, Any]] | None = None,
     common_params: Mapping[str, Any] | None = None,
     data_dir=None,
-    codec: str = "float32",
+    codec: str | None = None,
     reference: bool | None = None,
     target_fraction: float = 0.9,
     min_spurious_removed: float = 0.8,

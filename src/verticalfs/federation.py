@@ -1,98 +1,238 @@
-"""A simulated federation: the parties of one run, each registered on a channel.
+"""The label holder's view of one run: its labels, a proxy per party, and the ledger.
 
-:class:`Federation` creates one :class:`~verticalfs.parties.PassiveParty` per column block (each
-given only its own columns), the :class:`~verticalfs.parties.ActiveParty` (given only the labels)
-and connects them with a channel (in-process by default). Method code receives the federation and
-talks to parties only through ``fed.channel``.
+A method's ``fit(fed)`` sees only this: :attr:`Federation.labels` (the label holder's own data),
+:meth:`Federation.proxy` (one :class:`~verticalfs.transport.node.PartyProxy` per feature party,
+every call carrying its phase, round and step) and :attr:`Federation.ledger` (every byte that
+crossed). What the parties hold is learnt through messages: their schema by a metered
+:class:`~verticalfs.transport.messages.Hello` exchange (:meth:`Federation.schema`), their selection
+by :class:`~verticalfs.transport.messages.SupportRequest` (:meth:`Federation.collect_support`).
+So a method runs unchanged whether the parties live in this process (:meth:`Federation.in_process`)
+or in other processes behind a networked channel.
 
-Two doors are *instrumentation*, not protocol, and say so in their names:
-
-- :meth:`Federation.observe_support` reads each party's current feature support so the per-epoch
-  history can report ``spurious_removed`` against the ground truth (an evaluator's view, not a
-  message; the final selection is reported through :class:`~verticalfs.transport.SupportRequest`).
-- :meth:`Federation.pooled_data` returns the pooled data; only the ``central`` reference method
-  (which is by definition not federated) and evaluation use it.
+Two doors are *instrumentation*, not protocol, available only when the federation was built in
+this process from pooled data, and say so in their names: :meth:`Federation.pooled_data` (for the
+non-federated references ``central`` and ``cfeast``, and evaluation) and
+:meth:`Federation.observe_support` (the evaluator's per-epoch ``spurious_removed``).
 """
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from verticalfs.data.vertical import ACTIVE, PreparedData
-from verticalfs.parties import ActiveParty, PassiveParty
+from verticalfs.data.vertical import LabelData, PreparedData
+from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.names import LABEL_HOLDER
+from verticalfs.party import PartyRuntime
 from verticalfs.transport.channel import Channel
 from verticalfs.transport.inprocess import InProcessChannel
 from verticalfs.transport.ledger import Ledger
-from verticalfs.transport.messages import SupportReport, SupportRequest
+from verticalfs.transport.messages import (
+    At,
+    Hello,
+    HelloRequest,
+    Join,
+    SupportReport,
+    SupportRequest,
+)
+from verticalfs.transport.node import Node, PartyProxy
+
+SETUP = At("setup")
+REPORT = At("report")
 
 
 class Federation:
-    """The parties of one run, wired to a channel.
+    """The label holder of one run, connected to the feature parties by ``channel``.
 
     Parameters
     ----------
-    data : PreparedData
-    channel : Channel, optional
-        Defaults to an :class:`~verticalfs.transport.InProcessChannel` with ``codec``.
-    codec : str
-        Payload codec for tensors (``float32``, ``float16``, ``int8``, ...).
-    trace : bool
-        Keep every decoded message on the in-process channel (for tests/inspection).
+    labels : LabelData
+        The label holder's own data: the labels of every split.
+    channel : Channel
+        Carries encoded messages to the parties.
+    party_names : sequence of str
+        The feature parties, in the order their embeddings are concatenated.
+    ledger : Ledger, optional
+        Where the label holder's node records every message (a new one by default).
     """
 
-    def __init__(self, data: PreparedData, *, channel: Channel | None = None, codec: str = "float32",
-                 trace: bool = False) -> None:
-        self._data = data
-        self.channel = channel if channel is not None else InProcessChannel(codec=codec, trace=trace)
-        self.server = ActiveParty(data.labels)
-        self._parties = {p.name: PassiveParty(p) for p in data.parties}
-        if isinstance(self.channel, InProcessChannel):
-            self.channel.register(self.server)
-            for p in self._parties.values():
-                self.channel.register(p)
-                p.send_to = functools.partial(self.channel.send, p.name)  # party-to-party messages
-        self.party_names = list(self._parties)
-        self.task = data.labels.task
-        self.n_classes = data.labels.n_classes
+    def __init__(self, labels: LabelData, channel: Channel, party_names: Sequence[str], *,
+                 ledger: Ledger | None = None) -> None:
+        names = [str(p) for p in party_names]
+        if len(set(names)) != len(names) or LABEL_HOLDER in names:
+            raise ConfigError(f"party names must be unique and not {LABEL_HOLDER!r}, got {names}")
+        self.labels = labels
+        self.channel = channel
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.node = Node(LABEL_HOLDER, channel, self.ledger)
+        self.party_names = names
+        self._proxies = {p: PartyProxy(self.node, p) for p in names}
+        self._schema: dict[str, Hello] | None = None
+        self._local: _Local | None = None
+
+    # ----------------------------------------------------------------- building
+    @classmethod
+    def in_process(cls, data: PreparedData, *, trace: bool = False,
+                   roles: Mapping[str, type] | None = None) -> Federation:
+        """Every party of ``data`` in this process, each given only its own columns, behind an
+        :class:`~verticalfs.transport.inprocess.InProcessChannel` (bytes only).
+
+        ``roles`` maps method names to party role classes for methods that are not registered
+        (e.g. one defined in a test); registered methods are found in the registry.
+        """
+        channel = InProcessChannel(trace=trace)
+        ledger = Ledger()
+        role_for = None
+        if roles:
+            from verticalfs.party import _registry_role
+
+            extra = dict(roles)
+
+            def role_for(method: str):
+                return extra[method] if method in extra else _registry_role(method)
+
+        runtimes = [PartyRuntime(p, role_for=role_for) for p in data.parties]
+        for r in runtimes:
+            channel.register(r.connect(channel, ledger))
+        fed = cls(data.labels, channel, [r.name for r in runtimes], ledger=ledger)
+        channel.register(fed.node)
+        fed._local = _Local(data, {r.name: r for r in runtimes})
+        return fed
+
+    # ------------------------------------------------------------------- views
+    @property
+    def label_holder(self) -> str:
+        return LABEL_HOLDER
 
     @property
-    def active(self) -> str:
-        return ACTIVE
+    def task(self) -> str:
+        return self.labels.task
 
     @property
-    def ledger(self) -> Ledger:
-        return self.channel.ledger
+    def n_classes(self) -> int:
+        return self.labels.n_classes
 
-    # ---------------------------------------------------------- instrumentation
-    def observe_support(self) -> dict[str, np.ndarray]:
-        """Instrumentation: each party's current support (bool per prepared feature)."""
-        out = {}
-        for name, p in self._parties.items():
-            m = np.zeros(len(p.feature_names), dtype=bool)
-            m[p.kept] = True
-            out[name] = m
-        return out
+    def n_samples(self, split: str = "train") -> int:
+        return len(self.labels.y[split])
 
-    def pooled_data(self) -> PreparedData:
-        """Instrumentation: the pooled data (for the non-federated ``central`` reference only)."""
-        return self._data
+    def proxy(self, name: str) -> PartyProxy:
+        try:
+            return self._proxies[name]
+        except KeyError:
+            raise ConfigError(f"no party named {name!r}; parties are {self.party_names}") from None
+
+    @property
+    def proxies(self) -> list[PartyProxy]:
+        return [self._proxies[p] for p in self.party_names]
+
+    # ---------------------------------------------------------------- protocol
+    def schema(self) -> dict[str, Hello]:
+        """Each party's public schema (feature names, rows per split), asked once (phase ``setup``)."""
+        if self._schema is None:
+            out = {}
+            for p in self.party_names:
+                hello = self._proxies[p].request(HelloRequest(), SETUP, expect=Hello)
+                for s, n in self.labels.y.items():
+                    if int(hello.n_samples.get(s, -1)) != len(n):
+                        raise ConfigError(
+                            f"party {p!r} has {hello.n_samples.get(s)} {s} rows, the label holder {len(n)}; "
+                            "align the parties by id first")
+                out[p] = hello
+            self._schema = out
+        return self._schema
 
     def feature_names(self) -> dict[str, list[str]]:
-        """Prepared feature names per party (public metadata: parties announce their schema)."""
-        return {n: list(p.feature_names) for n, p in self._parties.items()}
+        """Prepared feature names per party (from the schema exchange)."""
+        return {p: list(h.feature_names) for p, h in self.schema().items()}
 
-    # ----------------------------------------------------------------- protocol
-    def collect_support(self) -> dict[str, np.ndarray]:
-        """Ask every party which features it still uses (phase ``report``); bool mask per party."""
-        out = {}
+    def join(self, method: str, spec: Any | Mapping[str, Any], *, expect: type | None = None,
+             at: At = SETUP) -> dict[str, Any]:
+        """Send ``Join(method, spec)`` to every party (``spec`` one message, or one per party);
+        return the replies by party."""
+        replies = {}
+        for p in self.party_names:
+            s = spec[p] if isinstance(spec, Mapping) else spec
+            replies[p] = self._proxies[p].request(Join(method=method, spec=s), at, expect=expect)
+        return replies
+
+    def collect_support(self, at: At = REPORT) -> dict[str, np.ndarray]:
+        """Ask every party which features it still uses; a bool mask per party."""
         names = self.feature_names()
-        with self.channel.at("report"):
-            for p in self.party_names:
-                rep = self.channel.request(ACTIVE, p, SupportRequest())
-                assert isinstance(rep, SupportReport)
-                m = np.zeros(len(names[p]), dtype=bool)
-                m[np.asarray(rep.kept, dtype=np.int64)] = True
-                out[p] = m
+        out = {}
+        for p in self.party_names:
+            rep = self._proxies[p].request(SupportRequest(), at, expect=SupportReport)
+            kept = np.asarray(rep.kept, dtype=np.int64).reshape(-1)
+            if kept.size and (kept.min() < 0 or kept.max() >= len(names[p])):
+                raise ProtocolError(f"party {p!r} reported feature indices outside its {len(names[p])} features")
+            m = np.zeros(len(names[p]), dtype=bool)
+            m[kept] = True
+            out[p] = m
         return out
+
+    def close(self) -> None:
+        self.channel.close()
+
+    # ---------------------------------------------------------- instrumentation
+    def _need_local(self, what: str) -> _Local:
+        if self._local is None:
+            raise ConfigError(f"{what} needs the pooled data, which only a federation built in this process "
+                              "(Federation.in_process) has")
+        return self._local
+
+    def pooled_data(self) -> PreparedData:
+        """Instrumentation: the pooled data (for the non-federated references and evaluation only)."""
+        return self._need_local("pooled_data()").data
+
+    def observe_support(self) -> dict[str, np.ndarray]:
+        """Instrumentation: each party's current support, read without a message (evaluator only)."""
+        loc = self._need_local("observe_support()")
+        return {p: loc.runtimes[p].data.support() for p in self.party_names}
+
+    def local_runtime(self, name: str) -> PartyRuntime:
+        """Instrumentation for tests: the in-process party ``name`` itself (never for protocol code)."""
+        return self._need_local("local_runtime()").runtimes[name]
+
+    @property
+    def is_local(self) -> bool:
+        return self._local is not None
+
+
+class _Local:
+    """What an in-process federation keeps for instrumentation (never given to a method's protocol)."""
+
+    def __init__(self, data: PreparedData, runtimes: dict[str, PartyRuntime]) -> None:
+        self.data = data
+        self.runtimes = runtimes
+
+
+class LocalFederation:
+    """The non-federated reference: every party's role driven in this process *without messages*.
+
+    Same interface as :class:`Federation` for :class:`~verticalfs.training.split.SplitTrainer`
+    (``labels``, ``party_names``, ``proxy``, ``join``, ``ledger``), but the proxies are
+    :class:`~verticalfs.party.LocalProxy` objects: nothing is serialised and nothing is recorded on
+    :attr:`ledger`. Only ``central`` uses it, on pooled data: the same model, the same arithmetic,
+    the messages gone.
+    """
+
+    def __init__(self, data: PreparedData) -> None:
+        from verticalfs.party import LocalProxy
+
+        self.labels = data.labels
+        self.ledger = Ledger()
+        self.party_names = list(data.party_names)
+        self.runtimes = {p.name: PartyRuntime(p) for p in data.parties}
+        self._proxies = {p: LocalProxy(r) for p, r in self.runtimes.items()}
+
+    def proxy(self, name: str):
+        return self._proxies[name]
+
+    def schema(self) -> dict[str, Hello]:
+        """The parties' schemas, read locally (nothing is sent)."""
+        return {p: self._proxies[p].request(HelloRequest(), SETUP, expect=Hello) for p in self.party_names}
+
+    def join(self, method: str, spec, *, expect: type | None = None, at: At = SETUP) -> dict[str, Any]:
+        return {p: self._proxies[p].request(Join(method=method, spec=spec[p] if isinstance(spec, Mapping) else spec),
+                                            at, expect=expect) for p in self.party_names}

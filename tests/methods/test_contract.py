@@ -1,4 +1,8 @@
-"""The contract every registered method honours; new methods are picked up automatically."""
+"""The contract every registered method honours; new methods are picked up automatically.
+
+Each method runs with the small settings it declares itself (``test_params``), on breast cancer
+with injected noise features and three feature parties.
+"""
 
 from __future__ import annotations
 
@@ -6,39 +10,19 @@ import dataclasses
 
 import numpy as np
 import pytest
+import torch
 
 import verticalfs
 from verticalfs.exceptions import ConfigError
 from verticalfs.federation import Federation
 from verticalfs.methods import Method, available, create, get
-
-EPOCHS = 3
-
-
-def small_params(cls) -> dict:
-    """Small values for the epoch-like parameters the method has; unknown ones keep defaults."""
-    out = {}
-    for f in dataclasses.fields(cls.Params):
-        default = f.default if f.default is not dataclasses.MISSING else None
-        if f.name == "epochs":
-            out[f.name] = EPOCHS
-        elif isinstance(default, int) and not isinstance(default, bool) and default > 1 and (
-            "epoch" in f.name or f.name in ("t1", "t2", "rounds", "pretrain", "warmup", "iterations")
-        ):
-            out[f.name] = min(default, 2 if f.name in ("t2",) else 1)
-        elif f.name == "hidden" and isinstance(default, tuple):
-            out[f.name] = (16, 8)
-    return out
+from verticalfs.party import Role
 
 
 def fit(name: str, data, seed: int = 0):
     cls = get(name)
-    params = small_params(cls)
-    try:
-        method = create(name, seed=seed, **params)
-    except ConfigError:  # the small values break a constraint between parameters
-        method = create(name, seed=seed, **({"epochs": EPOCHS} if "epochs" in params else {}))
-    fed = Federation(data)
+    method = create(name, seed=seed, **cls.test_params)
+    fed = Federation.in_process(data)
     returned = method.fit(fed)
     return method, returned, fed
 
@@ -65,6 +49,19 @@ def test_registry_has_baselines():
     assert names == sorted(names)
 
 
+@pytest.mark.parametrize("name", available())
+def test_declares_its_parts(name):
+    """Every method declares its own small settings, its party role and its codec policy."""
+    cls = get(name)
+    assert "test_params" in {k for c in cls.__mro__ if issubclass(c, Method) for k in vars(c)}
+    fields = {f.name for f in dataclasses.fields(cls.Params)}
+    assert set(cls.test_params) <= fields, f"{name}: test_params names unknown parameters"
+    assert cls.codec_policy in ("channel", "fixed", "none")
+    if cls.needs_pooled_data:
+        return
+    assert cls.Role is not None and issubclass(cls.Role, Role), f"{name} runs at the parties without a role"
+
+
 class TestContract:
     def test_is_a_method(self, fitted):
         name, method, _, _ = fitted
@@ -86,12 +83,22 @@ class TestContract:
             assert m.shape == (p.n_features,)
             np.testing.assert_array_equal(method.get_support(p.name, indices=True), np.flatnonzero(m))
 
+    def test_support_agrees_with_the_parties(self, fitted):
+        """What the label holder reports as kept is what each party really still uses."""
+        _, method, _, fed = fitted
+        if method.needs_pooled_data:
+            return
+        observed = fed.observe_support()
+        for p, mask in method.get_support().items():
+            np.testing.assert_array_equal(mask, observed[p])
+
     def test_bytes(self, fitted):
         _, method, _, fed = fitted
         if method.needs_pooled_data:
             assert fed.ledger.total_bytes == 0
         else:
             assert fed.ledger.total_bytes > 0
+            assert fed.ledger.bytes_where(phase="setup") > 0  # schemas and Join are metered
 
     def test_history_entries(self, fitted):
         _, method, _, fed = fitted
@@ -104,15 +111,19 @@ class TestContract:
         assert epochs == sorted(epochs)
         byts = [e["bytes"] for e in h]
         assert byts == sorted(byts)  # cumulative
-        if not method.needs_pooled_data:
-            assert byts[-1] <= fed.ledger.total_bytes
+        assert byts[-1] <= fed.ledger.total_bytes
 
     def test_metrics(self, fitted):
         _, method, _, _ = fitted
         assert 0.0 <= method.metrics_["accuracy"] <= 1.0
+        assert 0.0 <= method.metrics_["roc_auc"] <= 1.0
 
     def test_same_seed_same_result(self, fitted, data):
+        """Also after other code has used torch's and numpy's global generators."""
         name, method, _, fed = fitted
+        torch.manual_seed(12345)
+        np.random.seed(54321)
+        torch.rand(7)
         again, _, fed2 = fit(name, data, seed=0)
         assert comparable(again.history_) == comparable(method.history_)
         for p, m in method.get_support().items():
@@ -127,3 +138,11 @@ class TestContract:
     def test_get_support_before_fit(self, fitted):
         with pytest.raises(ConfigError):
             create(fitted[0]).get_support()
+
+    def test_codec_policy(self, fitted):
+        name, method, _, _ = fitted
+        if method.codec_policy == "channel":
+            assert create(name, codec="float16").codec == "float16"
+        else:
+            with pytest.raises(ConfigError, match="--codec"):
+                create(name, codec="float16")

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import verticalfs
-from verticalfs.data.vertical import ACTIVE
 from verticalfs.exceptions import ConfigError
 from verticalfs.federation import Federation
 from verticalfs.methods import create
 from verticalfs.methods.fate import information_values, quantile_bins, woe_iv
+from verticalfs.names import LABEL_HOLDER as ACTIVE
 from verticalfs.training.batches import BatchPlan
 from verticalfs.training.history import derive_seed
 
@@ -35,7 +35,7 @@ def pooled_train(data) -> np.ndarray:
 
 
 def fit(name, data, trace=False, **params):
-    fed = Federation(data, trace=trace)
+    fed = Federation.in_process(data, trace=trace)
     m = create(name, seed=0, **{**FAST, **params})
     m.fit(fed)
     return m, fed
@@ -95,12 +95,12 @@ class TestFateIV:
 
     def test_bad_params(self, data):
         with pytest.raises(ConfigError, match="insecure"):
-            create("fate-iv", key_bits=1024).fit(Federation(data))
+            create("fate-iv", key_bits=1024).fit(Federation.in_process(data))
         with pytest.raises(ConfigError, match="packing"):
-            create("fate-iv", packing="zip", **FAST).fit(Federation(data))
+            create("fate-iv", packing="zip", **FAST).fit(Federation.in_process(data))
         reg = verticalfs.build_data("wine", parties=2, seed=0)  # multiclass
         with pytest.raises(ConfigError, match="binary"):
-            create("fate-iv", **FAST).fit(Federation(reg))
+            create("fate-iv", **FAST).fit(Federation.in_process(reg))
 
 
 # ------------------------------------------------------------------------------- lasso
@@ -133,7 +133,7 @@ class TestFateLasso:
         assert runs[-1]["nonzero"] == 10 and m.info_["nonzero"] == 10
         assert len(runs) >= 2  # the bisection moved
         # the selected features are exactly the non-zero coefficients of the chosen run
-        nz = {p: np.flatnonzero(fed._parties[p].state["fate_lasso"]["w"]) for p in fed.party_names}
+        nz = {p: np.flatnonzero(fed.local_runtime(p).role.state["w"]) for p in fed.party_names}
         sel = {p: np.flatnonzero(s) for p, s in m.support_.items()}
         for p in fed.party_names:
             np.testing.assert_array_equal(nz[p], sel[p])
@@ -142,7 +142,7 @@ class TestFateLasso:
         m, fed = run10
         alpha = m.info_["alpha"]
         w_ref, b_ref = lasso_in_the_clear(data, alpha, epochs=3)
-        w = np.concatenate([fed._parties[p].state["fate_lasso"]["w"] for p in fed.party_names])
+        w = np.concatenate([fed.local_runtime(p).role.state["w"] for p in fed.party_names])
         np.testing.assert_allclose(w, w_ref, rtol=0, atol=1e-9)
         assert m.info_["runs"][-1]["intercept"] == pytest.approx(b_ref, abs=1e-9)
         assert np.count_nonzero(w_ref) == 10
@@ -172,9 +172,9 @@ class TestFateLasso:
 
     def test_bad_params(self, data):
         with pytest.raises(ConfigError, match="insecure"):
-            create("fate-lasso", key_bits=1024).fit(Federation(data))
+            create("fate-lasso", key_bits=1024).fit(Federation.in_process(data))
         with pytest.raises(ConfigError, match="alpha_range"):
-            create("fate-lasso", alpha_range=(1.0, 0.1), **FAST).fit(Federation(data))
+            create("fate-lasso", alpha_range=(1.0, 0.1), **FAST).fit(Federation.in_process(data))
 
 
 # ----------------------------------------------------------------------------- privacy
@@ -191,7 +191,7 @@ def assert_no_labels(fed, data):
     """No message to a passive party carries the labels, or any batch of them, in the clear:
     the only per-row content sent to the parties is ciphertext bytes."""
     y = np.asarray(data.labels.y["train"], dtype=np.float64)
-    to_parties = [m for s, r, m in fed.channel.messages if s == ACTIVE and r != ACTIVE]
+    to_parties = [m for s, r, m in fed.channel.decoded() if s == ACTIVE and r != ACTIVE]
     assert to_parties
     for msg in to_parties:
         for a in arrays_of(msg):

@@ -11,7 +11,7 @@ import pytest
 
 import verticalfs
 from verticalfs.data.partition import add_overlap
-from verticalfs.data.vertical import ACTIVE, PartyBlock, VerticalDataset
+from verticalfs.data.vertical import PartyBlock, VerticalDataset
 from verticalfs.exceptions import ConfigError
 from verticalfs.federation import Federation
 from verticalfs.methods import create
@@ -22,10 +22,11 @@ from verticalfs.methods.feast.statvar import (
     statistical_variable,
     statistical_variables,
 )
+from verticalfs.names import LABEL_HOLDER as ACTIVE
 
 
 def fit(name, data, trace=False, **params):
-    fed = Federation(data, trace=trace)
+    fed = Federation.in_process(data, trace=trace)
     return create(name, seed=params.pop("seed", 0), **params).fit(fed), fed
 
 
@@ -186,12 +187,12 @@ def test_identical_copy_is_deleted_as_overlapping():
     m, fed = fit("feast", data, n_select=2)
     # round 1: f (A) and its copy (B) tie on MI; A comes first, B is scored against V = {f} next
     assert selected(m) == [("A", "f"), ("B", "g")]
-    st = fed._parties["B"].state["feast"]
+    st = fed.local_runtime("B").role.state
     assert st.deleted_overlap == [data.party("B").feature_names.index("f_copy")]
     assert m.info_["rounds"][1]["overlap_deleted"] == {"B": 1}
     # without the deletion the copy is kept as a candidate (score 0)
     m2, fed2 = fit("feast", data, n_select=2, overlap_delete=False)
-    assert fed2._parties["B"].state["feast"].deleted_overlap == []
+    assert fed2.local_runtime("B").role.state.deleted_overlap == []
     assert selected(m2) == [("A", "f"), ("B", "g")]
 
 
@@ -229,7 +230,7 @@ def test_labels_and_statistical_variables_on_the_ledger(cancer):
     assert (setup.payload >= L).all()  # one byte per label at least
     # the labels really are in the message
     y = cancer.labels.y["train"]
-    msgs = [msg for s, r, msg in fed.channel.messages if isinstance(msg, FeastSetup)]
+    msgs = [msg for s, r, msg in fed.channel.decoded() if isinstance(msg, FeastSetup)]
     assert all(msg.rows is None and np.array_equal(msg.labels, y) for msg in msgs)
     # statistical variables go party to party, in phase selection
     sv = frame[frame.kind == "StatVariables"]
@@ -237,7 +238,7 @@ def test_labels_and_statistical_variables_on_the_ledger(cancer):
     assert not (sv.sender == ACTIVE).any() and not (sv.receiver == ACTIVE).any()
     assert fed.ledger.summary()["by_direction"]["peer"] == int(sv.bytes.sum())
     # ... and carry merged group ids, not feature values
-    for _, _, msg in fed.channel.messages:
+    for _, _, msg in fed.channel.decoded():
         if isinstance(msg, StatVariables):
             assert msg.values.dtype.kind == "u"
             assert msg.values.shape[1] <= 4  # ceil(|S^k| / m) groups
@@ -249,7 +250,7 @@ def test_labels_and_statistical_variables_on_the_ledger(cancer):
 def test_sample_size_rule_in_the_protocol(cancer):
     m, fed = fit("feast", cancer, trace=True, n_select=4, bins=2, m=2)
     assert m.info_["sample_size"] == 2 ** 3 * 2
-    msg = next(msg for _, _, msg in fed.channel.messages if isinstance(msg, FeastSetup))
+    msg = next(msg for _, _, msg in fed.channel.decoded() if isinstance(msg, FeastSetup))
     assert len(msg.rows) == 16 and len(msg.labels) == 16
     np.testing.assert_array_equal(msg.labels, cancer.labels.y["train"][msg.rows])
     m2, _ = fit("feast", cancer, n_select=4, sample_size=100)
@@ -261,7 +262,7 @@ def test_tail_deletion_prunes_candidates(cancer):
     frame = fed.ledger.to_frame()
     assert (frame.kind == "DropCandidates").sum() > 0
     assert sum(r["tail_deleted"] for r in m.info_["rounds"]) > 0
-    dropped = {p: set(fed._parties[p].state["feast"].deleted_tail) for p in cancer.party_names}
+    dropped = {p: set(fed.local_runtime(p).role.state.deleted_tail) for p in cancer.party_names}
     for p, f in selected(m):
         assert cancer.party(p).feature_names.index(f) not in dropped[p]
 

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 import verticalfs
-from verticalfs.data.vertical import ACTIVE
 from verticalfs.federation import Federation
 from verticalfs.methods import create
-from verticalfs.methods.less_vfl import grid_search, select_best
-from verticalfs.methods.less_vfl.messages import SelectFeatures
-from verticalfs.methods.less_vfl.search import summarise
-from verticalfs.training.vfl import TrainConfig, VFLTrainer
+from verticalfs.methods.less_vfl.role import SelectFeatures
+from verticalfs.names import LABEL_HOLDER as ACTIVE
+from verticalfs.training.split import SplitTrainer, TrainConfig
+from verticalfs.transport.messages import At
+from verticalfs.tuning import grid_search, select_best, summarise
 
 FAST = {"epochs": 3, "pretrain_epochs": 1, "select_epochs_s": 10, "select_epochs_m": 10, "hidden": (16, 8),
         "batch_size": 64}
@@ -45,7 +45,7 @@ def data():
 
 
 def fit(name, data, seed=0, trace=False, **extra):
-    fed = Federation(data, trace=trace)
+    fed = Federation.in_process(data, trace=trace)
     m = create(name, seed=seed, **fast(name, **extra))
     return m, m.fit(fed), fed
 
@@ -77,11 +77,11 @@ def test_selection_phase_is_one_upload_and_one_message_per_party(data):
         expected += [(ACTIVE, q, "EmbedRequest"), (ACTIVE, q, "SelectFeatures"), (q, ACTIVE, "Embeddings")]
     assert kinds == sorted(expected)
     # the upload is the whole training split, without autograd
-    reqs = [msg for s, r, msg in fed.channel.messages if type(msg).__name__ == "EmbedRequest" and msg.batch == -1
+    reqs = [msg for s, r, msg in fed.channel.decoded() if type(msg).__name__ == "EmbedRequest" and msg.batch == -1
             and msg.split == "train"]
     assert len(reqs) == len(data.party_names) and not any(r.train for r in reqs)
-    n_train = fed.server.n_samples("train")
-    for s, _r, msg in fed.channel.messages:
+    n_train = fed.n_samples("train")
+    for s, _r, msg in fed.channel.decoded():
         if type(msg).__name__ == "Embeddings" and s != ACTIVE and msg.values.shape[0] == n_train:
             assert msg.values.shape[1] == 8  # embedding_dim default
     phases = [h["phase"] for h in m.history_]
@@ -99,7 +99,7 @@ def test_later_messages_carry_only_significant_components(data):
     K = m.info_["n_components"]
     assert sum(K.values()) < 8 * len(K)  # stage 2 dropped some components
     last_epoch = max(r.round for r in fed.ledger.records() if r.phase == "train")
-    n_train = fed.server.n_samples("train")
+    n_train = fed.n_samples("train")
     up = {q: fed.ledger.payload_where(phase="train", kind="Embeddings", sender=q, round=last_epoch)
           for q in data.party_names}
     for q, k in K.items():
@@ -107,26 +107,25 @@ def test_later_messages_carry_only_significant_components(data):
             assert up[q] == 0
         else:
             assert up[q] == n_train * k * 4  # float32, |K_m| columns
-    assert fed.server.top.input_layer.in_features == sum(K.values())
+    assert m.trainer_.top.input_layer.in_features == sum(K.values())
 
 
 # ----------------------------------------------------------------------------- shrinking
 def test_zeroed_groups_are_removed_from_the_model(data):
-    fed = Federation(data)
-    tr = VFLTrainer(fed.server, fed.channel, fed.party_names, TrainConfig(hidden=(16, 8), batch_size=64), seed=0)
+    fed = Federation.in_process(data)
+    tr = SplitTrainer(fed, "less-vfl", TrainConfig(hidden=(16, 8), batch_size=64), seed=0)
     tr.setup()
     tr.fit(1, phase="pretrain")
     q = data.party_names[0]
-    party = fed._parties[q]
-    d0 = len(party.kept)
-    with fed.channel.at("selection"):
-        fed.channel.send(ACTIVE, q, SelectFeatures(components=np.arange(8), lambdas=(1.0,), lr=0.05, epochs=30,
-                                                   batch_size=64, seed=1))
-    info = party.state["less_vfl"]
+    party = fed.local_runtime(q).role
+    d0 = len(party.data.kept)
+    fed.proxy(q).send(SelectFeatures(components=np.arange(8), lambdas=(1.0,), lr=0.05, epochs=30,
+                                     batch_size=64, seed=1), At("selection"))
+    info = party.selection_info
     kept = info["n_features_after"]
     assert 0 < kept < d0
-    assert party.model.input_layer.in_features == kept == len(party.kept)
-    assert party.X("train").shape[1] == kept
+    assert party.model.input_layer.in_features == kept == len(party.data.kept)
+    assert party.data.X("train").shape[1] == kept
     assert torch.all(torch.linalg.vector_norm(party.model.input_layer.weight, dim=0) > 0)
     assert fed.observe_support()[q].sum() == kept
 
@@ -134,8 +133,8 @@ def test_zeroed_groups_are_removed_from_the_model(data):
 def test_group_lasso_removes_zeroed_features_for_real(data):
     m, _, fed = fit("group-lasso", data, lambda_m=50.0)
     for q in data.party_names:
-        party = fed._parties[q]
-        assert party.model.input_layer.in_features == len(party.kept) == m.support_[q].sum()
+        party = fed.local_runtime(q).role
+        assert party.model.input_layer.in_features == len(party.data.kept) == m.support_[q].sum()
     spur = np.concatenate([data.ground_truth[q] for q in data.party_names])
     kept = np.concatenate([m.support_[q] for q in data.party_names])
     assert not kept[spur].any()  # every spurious feature went
@@ -143,14 +142,14 @@ def test_group_lasso_removes_zeroed_features_for_real(data):
 
 
 def test_party_without_significant_component_leaves(data):
-    fed = Federation(data)
-    tr = VFLTrainer(fed.server, fed.channel, fed.party_names, TrainConfig(hidden=(16, 8), batch_size=64), seed=0)
+    fed = Federation.in_process(data)
+    tr = SplitTrainer(fed, "less-vfl", TrainConfig(hidden=(16, 8), batch_size=64), seed=0)
     tr.setup()
     q = data.party_names[1]
-    with fed.channel.at("selection"):
-        fed.channel.send(ACTIVE, q, SelectFeatures(components=np.zeros(0, dtype=np.int64), lambdas=(0.1,),
-                                                   lr=0.05, epochs=1, batch_size=64, seed=1))
-    assert fed._parties[q].state["left"] and len(fed._parties[q].kept) == 0
+    fed.proxy(q).send(SelectFeatures(components=np.zeros(0, dtype=np.int64), lambdas=(0.1,), lr=0.05, epochs=1,
+                                     batch_size=64, seed=1), At("selection"))
+    role = fed.local_runtime(q).role
+    assert role.left and len(role.data.kept) == 0
 
 
 # ----------------------------------------------------------------------------- selection quality

@@ -10,24 +10,26 @@ import pytest
 import torch
 
 import verticalfs
-from verticalfs.codecs import rle
+from verticalfs.codecs import get_codec, masked_values, rle, topw_decode, topw_encode, unmask
 from verticalfs.exceptions import ConfigError
 from verticalfs.federation import Federation
 from verticalfs.methods import create
-from verticalfs.methods.sparsevfl import CodedVFLTrainer, Coding
-from verticalfs.methods.sparsevfl.messages import (
-    CodedEmbeddings,
-    CodedGradients,
-    SparseBottom,
-    xavier_init,
-)
+from verticalfs.methods.sparsevfl import CodedVFLTrainer
 from verticalfs.methods.sparsevfl.method import SparseVFLParams
-from verticalfs.nn.models import make_optimizer
-from verticalfs.transport.serde import HEADER_SIZE
+from verticalfs.nn.models import MLP, init_weights, make_optimizer
+from verticalfs.transport import Embeddings, Gradients
+from verticalfs.transport.serde import HEADER_SIZE, TENSOR_MESSAGE_OVERHEAD
 
-# a message whose only field is ``bytes``: header + tag u8 + length u32
-BYTES_MSG_OVERHEAD = HEADER_SIZE + 1 + 4
+#: an Embeddings message of a 2-D run-length coded tensor: the tensor head plus the u32 length
+RLE_MSG_OVERHEAD = TENSOR_MESSAGE_OVERHEAD + 4
+#: a masked-gradient message: header, tensor tag + codec + dtype + ndim, one u32 dimension
+MASKED_MSG_OVERHEAD = HEADER_SIZE + 1 + 3 + 4
 SMALL = {"epochs": 2, "batch_size": 64}
+
+
+def client_model(d_in: int, e: int, hidden=()):
+    """SparseVFL's client model: Linear(d_in, e, bias=False) -> ReLU, Xavier-initialised."""
+    return init_weights(MLP(d_in, hidden, e, "relu", out_activation="relu", out_bias=False), "xavier")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def data():
 
 def fit(name: str, data, trace: bool = False, seed: int = 0, **params):
     method = create(name, seed=seed, **{**SMALL, **params})
-    fed = Federation(data, trace=trace)
+    fed = Federation.in_process(data, trace=trace)
     method.fit(fed)
     return method, fed
 
@@ -49,7 +51,7 @@ def payload(fed, kind: str, phase: str = "train") -> int:
 def messages(fed, kind: str, phase: str = "train"):
     """(ledger record, decoded message) pairs of one kind, in order (needs ``trace=True``)."""
     out = []
-    for rec, (_, _, msg) in zip(fed.ledger.records(), fed.channel.messages, strict=True):
+    for rec, (_, _, msg) in zip(fed.ledger.records(), fed.channel.decoded(), strict=True):
         assert rec.kind == type(msg).__name__
         if rec.kind == kind and rec.phase == phase:
             out.append((rec, msg))
@@ -65,20 +67,21 @@ class TestMaskedGradients:
     def test_same_update_as_dense(self, optimizer, order, hidden):
         gen = torch.Generator().manual_seed(1)
         X = torch.rand(50, 7, generator=gen) - 0.3
-        model = SparseBottom(7, 4, hidden=hidden, bias=False, last_activation="relu")
-        xavier_init(model)
+        model = client_model(7, 4, hidden)
         init = copy.deepcopy(model)
         models = [model, copy.deepcopy(model)]
         opts = [make_optimizer(m.parameters(), optimizer, 0.05) for m in models]
-        coding = Coding(forward="rle", backward="masked", bits=32, order=order)
+        codec = rle.RLE32Codec(order=order)
         outs = [m(X) for m in models]
         h = outs[0].detach().numpy()
         assert 0.1 < (h == 0).mean() < 0.9  # the mask matters
-        data, kept_mask = coding.encode_embeddings_keep_mask(h)
-        _, decoded_mask = coding.decode_embeddings(data, *h.shape)
+        kept_mask = rle.nonzero_mask(h, bits=32)  # what the party keeps
+        data = codec.encode(h)
+        decoded = get_codec("rle32").decode(memoryview(data), h.size).reshape(h.shape)
+        decoded_mask = decoded != 0  # what the label holder decodes
         np.testing.assert_array_equal(kept_mask, decoded_mask)
         G = torch.randn(h.shape, generator=gen).numpy()  # non-zero everywhere, also where h = 0
-        Gm = coding.decode_gradients(coding.encode_gradients(G, decoded_mask), *h.shape, kept_mask)
+        Gm = unmask(masked_values(G, decoded_mask, order=order), kept_mask, order=order)
         assert np.count_nonzero(Gm) == kept_mask.sum() < G.size
         for out, g, opt in zip(outs, (G, Gm), opts, strict=True):
             opt.zero_grad()
@@ -92,15 +95,13 @@ class TestMaskedGradients:
     def test_masked_gradient_in_wrong_places_differs(self):
         """Control: the same values written at other positions change the update."""
         X = torch.rand(40, 5, generator=torch.Generator().manual_seed(2)) - 0.3
-        model = SparseBottom(5, 3)
-        xavier_init(model)
+        model = client_model(5, 3)
         h = model(X).detach().numpy()
-        coding = Coding(forward="rle", backward="masked", order="vertical")
-        _, mask = coding.encode_embeddings_keep_mask(h)
+        mask = rle.nonzero_mask(h, bits=32)
         G = np.random.default_rng(0).normal(size=h.shape).astype(np.float32)
-        data = coding.encode_gradients(G, mask)
-        wrong = Coding(forward="rle", backward="masked", order="horizontal").decode_gradients(data, *h.shape, mask)
-        right = coding.decode_gradients(data, *h.shape, mask)
+        vals = masked_values(G, mask, order="vertical")
+        wrong = unmask(vals, mask, order="horizontal")
+        right = unmask(vals, mask, order="vertical")
         np.testing.assert_array_equal(right[mask], G[mask])
         assert not np.array_equal(wrong, right)
 
@@ -109,34 +110,36 @@ class TestBytes:
     def test_sparsevfl_smaller_than_original(self, data):
         orig, fo = fit("original", data)
         sp, fs = fit("sparsevfl", data, lam=0.01)
-        for kind in ("CodedEmbeddings", "CodedGradients"):
+        for kind in ("Embeddings", "Gradients"):
             assert payload(fs, kind) < payload(fo, kind)
         assert sp.history_[-1]["bytes"] < orig.history_[-1]["bytes"]
         # original: 4 bytes per value, both ways
         n_values = data.n_samples("train") * 8 * 3 * SMALL["epochs"]
-        assert payload(fo, "CodedEmbeddings") == payload(fo, "CodedGradients") == 4 * n_values
+        assert payload(fo, "Embeddings") == payload(fo, "Gradients") == 4 * n_values
 
     @pytest.mark.parametrize("name,bits", [("sparsevfl", 32), ("sparsevfl-16", 16)])
     def test_ledger_equals_encoded_sizes(self, data, name, bits):
         _, fed = fit(name, data, trace=True, lam=0.05)
-        ups = messages(fed, "CodedEmbeddings")
-        downs = messages(fed, "CodedGradients")
+        ups = messages(fed, "Embeddings")
+        downs = messages(fed, "Gradients")
         assert len(ups) == len(downs) == 3 * SMALL["epochs"] * -(-data.n_samples("train") // 64)
         for (ru, mu), (rd, md) in zip(ups, downs, strict=True):
-            assert isinstance(mu, CodedEmbeddings) and isinstance(md, CodedGradients)
+            assert isinstance(mu, Embeddings) and isinstance(md, Gradients)
             assert ru.sender == rd.receiver and ru.step == rd.step
-            assert ru.payload == len(mu.data) and ru.overhead == BYTES_MSG_OVERHEAD
-            values, mask = rle.rle_decode(mu.data)
+            assert ru.overhead == RLE_MSG_OVERHEAD
+            mask = mu.values != 0
             assert ru.payload == rle.rle_size_bytes(mask, bits=bits, order="vertical")
+            assert ru.payload == len(get_codec(f"rle{bits}").encode(mu.values))
             # the masked gradient: Q bits per transmitted embedding entry, nothing else
-            assert rd.payload == len(md.data) == int(mask.sum()) * bits // 8
-            assert rd.overhead == BYTES_MSG_OVERHEAD
+            assert md.values.shape == (int(mask.sum()),)
+            assert rd.payload == int(mask.sum()) * bits // 8
+            assert rd.overhead == MASKED_MSG_OVERHEAD
 
     def test_baselines_relate(self, data):
         orig, fo = fit("original", data)
         runs = {n: fit(n, data) for n in ("q16", "q8")}
         dim2 = fit("dim", data, embedding_dim=2)
-        kinds = ("CodedEmbeddings", "CodedGradients")
+        kinds = ("Embeddings", "Gradients")
         base = {k: payload(fo, k) for k in kinds}
         for k in kinds:
             assert payload(runs["q16"][1], k) * 2 == base[k]
@@ -150,22 +153,23 @@ class TestBytes:
     @pytest.mark.parametrize("name", ["pca", "autoencoder"])
     def test_reduction_is_one_upload(self, data, name):
         method, fed = fit(name, data, epochs=3)
-        recs = [r for r in fed.ledger.records() if r.phase not in ("eval", "report")]
+        recs = [r for r in fed.ledger.records() if r.phase not in ("setup", "eval", "report")]
         assert sorted(r.kind for r in recs) == ["ReduceRequest"] * 3 + ["ReducedFeatures"] * 3
         n_rows = sum(data.n_samples(s) for s in ("train", "val", "test"))
         dims = method.info_["embedding_dims"]
         assert payload(fed, "ReducedFeatures") == sum(4 * n_rows * d for d in dims.values())
         byts = [e["bytes"] for e in method.history_]
-        assert len(byts) == 3 and len(set(byts)) == 1 and byts[0] == fed.ledger.bytes_where(phase="train")
+        assert len(byts) == 3 and len(set(byts)) == 1
+        assert byts[0] == fed.ledger.bytes_where(phase="train") + fed.ledger.bytes_where(phase="setup")
         assert fed.ledger.bytes_where(phase="eval") == 0  # evaluation is local to the active party
 
     def test_top_w_gradient_size(self, data):
         W = 100
         _, fed = fit("top-w", data, trace=True, top_w=W)
-        for rec, msg in messages(fed, "CodedGradients"):
+        for rec, msg in messages(fed, "TopWGradients"):
             n = min(64, data.n_samples("train") - 64 * rec.step)
             size = n * 8
-            assert len(msg.data) == rec.payload
+            assert len(msg.positions) + 2 * msg.values.size == rec.payload
             if W < size:
                 assert rec.payload == -(-W * rle.index_bits(size) // 8) + 2 * W
             else:
@@ -173,9 +177,8 @@ class TestBytes:
 
 
 def test_top_w_keeps_largest():
-    coding = Coding(forward="rle", backward="topw", bits=32, top_w=5)
     g = np.random.default_rng(3).normal(size=(12, 3)).astype(np.float32)
-    out = coding.decode_gradients(coding.encode_gradients(g, None), 12, 3, None)
+    out = topw_decode(*topw_encode(g, 5), 12, 3)
     keep = np.argsort(-np.abs(g).ravel())[:5]
     np.testing.assert_array_equal(np.flatnonzero(out.ravel()), np.sort(keep))
     np.testing.assert_array_equal(out.ravel()[keep], g.ravel()[keep])
@@ -193,13 +196,12 @@ def test_penalty_is_eq5_with_m_parties():
     """lambda / (M N) sum ||h||_1 with M the number of passive parties (not a fixed 3)."""
     for k in (2, 4):
         d = verticalfs.build_data("breast_cancer", parties=k, seed=0)
-        fed = Federation(d)
+        fed = Federation.in_process(d)
         params = SparseVFLParams(lam=0.3, embedding_dim=3)
-        tr = CodedVFLTrainer(fed.server, fed.channel, fed.party_names, params,
-                             Coding(forward="rle", backward="masked"), lam=0.3)
+        tr = CodedVFLTrainer(fed, "sparsevfl", params, forward="rle", backward="masked", lam=0.3)
         tr.setup()
         H = torch.rand(10, 3 * k)
-        assert float(tr.penalty(H, 10)) == pytest.approx(0.3 / (k * 10) * float(H.sum()), rel=1e-6)
+        assert float(tr.extra_loss(H, 10)) == pytest.approx(0.3 / (k * 10) * float(H.sum()), rel=1e-6)
 
 
 def test_best_validation_checkpoint(data):

@@ -8,14 +8,15 @@ import pytest
 import verticalfs
 from verticalfs.exceptions import ConfigError
 from verticalfs.federation import Federation
+from verticalfs.methods.filter import FilterMethod, FilterParams, FilterRole
 from verticalfs.selection import (
     CLASSIFIERS,
-    FilterMethod,
-    FilterParams,
     cross_validate_selected,
     evaluate_selected,
     make_classifier,
 )
+
+ROLES = {"fixed-test": FilterRole}
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ class Fixed(FilterMethod):
 
 def test_filter_method_gathers_in_selection_order():
     data = verticalfs.build_data("breast_cancer", parties=3, seed=0)
-    fed = Federation(data, trace=True)
+    fed = Federation.in_process(data, trace=True, roles=ROLES)
     m = Fixed(seed=0).fit(fed)
     a, b = fed.party_names[:2]
     assert m.info_["selected"] == [f"{b}:{data.party(b).feature_names[2]}", f"{a}:{data.party(a).feature_names[0]}",
@@ -81,6 +82,7 @@ def test_filter_method_gathers_in_selection_order():
     assert m.info_["selection_bytes"] == 0 and m.info_["gather_bytes"] > 0
     assert fed.ledger.bytes_where(phase="train") == m.info_["gather_bytes"]
     assert m.history_[0]["bytes"] == m.info_["gather_bytes"]
+    assert fed.ledger.total_bytes == m.info_["gather_bytes"] + fed.ledger.bytes_where(phase="setup")
     X, _ = m.gather(fed, m.selected_)
     ref = np.stack([data.party(b).X["test"][:, 2], data.party(a).X["test"][:, 0], data.party(b).X["test"][:, 0]], 1)
     np.testing.assert_array_equal(X["test"], ref)
@@ -92,6 +94,6 @@ def test_filter_method_gathers_in_selection_order():
 def test_n_select_validated():
     data = verticalfs.build_data("breast_cancer", parties=3, seed=0)
     with pytest.raises(ConfigError, match="n_select"):
-        Fixed(seed=0, n_select=31).fit(Federation(data))
+        Fixed(seed=0, n_select=31).fit(Federation.in_process(data, roles=ROLES))
     with pytest.raises(ConfigError, match="classifier"):
-        Fixed(seed=0, classifier="knn").fit(Federation(data))
+        Fixed(seed=0, classifier="knn").fit(Federation.in_process(data, roles=ROLES))

@@ -8,7 +8,7 @@ import pytest
 import verticalfs
 from verticalfs.evaluation import CLASSIFICATION_METRICS, REGRESSION_METRICS
 from verticalfs.federation import Federation
-from verticalfs.training import BatchPlan, TrainConfig, VFLTrainer, epoch_permutation
+from verticalfs.training import BatchPlan, SplitTrainer, TrainConfig, epoch_permutation
 from verticalfs.transport import Embeddings
 
 SMALL = {"epochs": 3, "batch_size": 64, "hidden": (16, 8)}
@@ -83,7 +83,7 @@ class TestTasks:
         assert res.metrics["accuracy"] > 0.6  # chance is about 0.4
         assert 0.0 <= res.metrics["roc_auc"] <= 1.0
         # the top model has one output per class
-        assert res.method_obj.trainer_.server.top.n_outputs == 3
+        assert res.method_obj.trainer_.top.n_outputs == 3
 
     def test_metric_keys(self, vfl_run):
         entry = vfl_run.history[-1]
@@ -111,13 +111,12 @@ class TestMiniBatches:
         assert len(plan.rows(0, 2)) == 2
 
     def test_passive_and_active_plans_agree(self, bc):
-        fed = Federation(bc, trace=True)
-        trainer = VFLTrainer(fed.server, fed.channel, fed.party_names,
-                             TrainConfig(epochs=2, batch_size=64, hidden=(8,)), seed=5)
+        fed = Federation.in_process(bc, trace=True)
+        trainer = SplitTrainer(fed, "vfl", TrainConfig(epochs=2, batch_size=64, hidden=(8,)), seed=5)
         trainer.setup()
         trainer.fit()
         for name in fed.party_names:
-            plan = fed._parties[name].plan
+            plan = fed.local_runtime(name).role.plan
             assert plan is not trainer.plan
             assert (plan.n, plan.batch_size, plan.shuffle_seed) == (
                 trainer.plan.n, trainer.plan.batch_size, trainer.plan.shuffle_seed)
@@ -126,8 +125,8 @@ class TestMiniBatches:
                     np.testing.assert_array_equal(plan.rows(e, b), trainer.plan.rows(e, b))
         # every training Embeddings message has the rows of its batch
         records = list(fed.ledger.records())
-        assert len(records) == len(fed.channel.messages)
-        sizes = [m.values.shape[0] for rec, (s, r, m) in zip(records, fed.channel.messages, strict=True)
+        assert len(records) == len(fed.channel.decoded())
+        sizes = [m.values.shape[0] for rec, (s, r, m) in zip(records, fed.channel.decoded(), strict=True)
                  if isinstance(m, Embeddings) and rec.phase == "train"]
         expected = [len(trainer.plan.rows(e, b)) for e in range(2) for b in range(trainer.plan.n_batches)
                     for _ in fed.party_names]
@@ -135,16 +134,15 @@ class TestMiniBatches:
 
     def test_no_index_list_travels(self, bc):
         """Batches are agreed by seed: an EmbedRequest names the batch, not the rows."""
-        fed = Federation(bc, trace=True)
-        trainer = VFLTrainer(fed.server, fed.channel, fed.party_names,
-                             TrainConfig(epochs=1, batch_size=64, hidden=(8,)), seed=0)
+        fed = Federation.in_process(bc, trace=True)
+        trainer = SplitTrainer(fed, "vfl", TrainConfig(epochs=1, batch_size=64, hidden=(8,)), seed=0)
         trainer.setup()
         trainer.train_epoch()
-        reqs = [m for s, r, m in fed.channel.messages if type(m).__name__ == "EmbedRequest"]
+        reqs = [m for s, r, m in fed.channel.decoded() if type(m).__name__ == "EmbedRequest"]
         assert reqs and all(isinstance(m.batch, int) for m in reqs)
         assert fed.ledger.payload_where(kind="EmbedRequest") == 0
 
     def test_batch_order_depends_on_seed(self, bc):
-        a = VFLTrainer(Federation(bc).server, None, [], TrainConfig(), seed=0).plan
-        b = VFLTrainer(Federation(bc).server, None, [], TrainConfig(), seed=1).plan
+        a = SplitTrainer(Federation.in_process(bc), "vfl", TrainConfig(), seed=0).plan
+        b = SplitTrainer(Federation.in_process(bc), "vfl", TrainConfig(), seed=1).plan
         assert not np.array_equal(a.rows(0, 0), b.rows(0, 0))

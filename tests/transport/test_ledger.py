@@ -7,7 +7,7 @@ import pytest
 
 import verticalfs
 from verticalfs.federation import Federation
-from verticalfs.training import TrainConfig, VFLTrainer
+from verticalfs.training import SplitTrainer, TrainConfig
 from verticalfs.training.batches import n_batches
 from verticalfs.transport import (
     TENSOR_MESSAGE_OVERHEAD,
@@ -29,9 +29,9 @@ def data():
 @pytest.fixture(scope="module")
 def one_epoch(data):
     """One epoch of standard VFL with float32 payloads; the trainer and its federation."""
-    fed = Federation(data, codec="float32")
+    fed = Federation.in_process(data)
     cfg = TrainConfig(epochs=1, batch_size=BATCH, embedding_dim=EMB, hidden=(16,))
-    trainer = VFLTrainer(fed.server, fed.channel, fed.party_names, cfg, seed=0)
+    trainer = SplitTrainer(fed, "vfl", cfg, seed=0)
     trainer.setup()
     trainer.fit()
     return trainer, fed
@@ -124,7 +124,8 @@ class TestStandardVFLBytes:
         assert s["by_direction"]["up"] + s["by_direction"]["down"] == s["total_bytes"]
         up = sum(r.bytes for r in led.records() if r.receiver == "active")
         assert s["by_direction"]["up"] == up
-        assert set(s["by_kind"]) == {"ModelSpec", "Ready", "EmbedRequest", "Embeddings", "Gradients"}
+        assert set(s["by_kind"]) == {"HelloRequest", "Hello", "Join", "Ready", "EmbedRequest", "Embeddings",
+                                     "Gradients"}
         assert sum(s["by_kind"].values()) == s["total_bytes"]
 
     def test_frame_matches_records(self, one_epoch):
@@ -150,9 +151,9 @@ class TestStandardVFLBytes:
 
     @pytest.mark.parametrize("codec,per_value,extra", [("float16", 2, 0), ("int8", 1, 4)])
     def test_smaller_codecs(self, data, codec, per_value, extra):
-        fed = Federation(data, codec=codec)
+        fed = Federation.in_process(data)
         cfg = TrainConfig(epochs=1, batch_size=BATCH, embedding_dim=EMB, hidden=(16,))
-        trainer = VFLTrainer(fed.server, fed.channel, fed.party_names, cfg, seed=0)
+        trainer = SplitTrainer(fed, "vfl", cfg, seed=0, codec=codec)
         trainer.setup()
         trainer.train_epoch()
         n, P = data.n_samples("train"), len(data.parties)

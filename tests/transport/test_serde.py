@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from verticalfs.exceptions import TransportError
+from verticalfs.training.split import SplitSpec as ModelSpec
 from verticalfs.transport import (
     HEADER_SIZE,
     PHASES,
@@ -17,7 +18,6 @@ from verticalfs.transport import (
     Embeddings,
     EmbedRequest,
     Gradients,
-    ModelSpec,
     Ready,
     SupportReport,
     decode,

@@ -97,12 +97,16 @@ __all__ = [
     "decode_masked",
     "encode_masked",
     "index_bits",
+    "masked_values",
+    "pack_bits",
     "nonzero_mask",
     "rle_decode",
     "rle_encode",
     "rle_header",
     "rle_size_bits",
     "rle_size_bytes",
+    "unmask",
+    "unpack_bits",
 ]
 
 _FLAG_DENSE = 0x01
@@ -472,6 +476,53 @@ def encode_masked(
     return _round(sel, vdt).tobytes()
 
 
+def masked_values(values: np.ndarray, mask: np.ndarray, *, order: str = "vertical") -> np.ndarray:
+    """``values[mask]`` in traversal order, as a 1-D array (the masked gradient of §4.2 before its
+    values are coded at ``Q`` bits by a float codec; :func:`encode_masked` is the same at ``Q``)."""
+    vertical = _is_vertical(order)
+    values = _matrix(values, "values")
+    mask = _mask_of(mask)
+    if mask.shape != values.shape:
+        raise ConfigError(f"mask has shape {mask.shape} but values have shape {values.shape}; they must match")
+    return values.T[mask.T] if vertical else values[mask]
+
+
+def unmask(vals: np.ndarray, mask: np.ndarray, *, order: str = "vertical") -> np.ndarray:
+    """Inverse of :func:`masked_values`: an ``(N, D)`` float32 array, zeros outside ``mask``."""
+    vertical = _is_vertical(order)
+    mask = _mask_of(mask)
+    vals = np.asarray(vals).reshape(-1)
+    nnz = int(np.count_nonzero(mask))
+    if vals.size != nnz:
+        raise TransportError(f"masked gradient has {vals.size} values, but the mask of shape {mask.shape} "
+                             f"selects {nnz}; sender and receiver masks differ")
+    if vertical:
+        out_t = np.zeros(mask.shape[::-1], dtype=np.float32)
+        out_t[mask.T] = vals
+        return np.ascontiguousarray(out_t.T)
+    out = np.zeros(mask.shape, dtype=np.float32)
+    out[mask] = vals
+    return out
+
+
+def pack_bits(values: np.ndarray, width: int) -> bytes:
+    """Pack unsigned integers below ``2**width`` (``width <= 32``) at ``width`` bits each, most
+    significant bit first, the last byte zero-padded: ``ceil(len(values) * width / 8)`` bytes."""
+    v = np.asarray(values)
+    if v.size and (int(v.min()) < 0 or (width < 64 and int(v.max()) >> width)):
+        raise ConfigError(f"values do not fit in {width} bits")
+    return _pack_bits(v.astype(_U64).reshape(-1), int(width))
+
+
+def unpack_bits(data: bytes | memoryview, count: int, width: int) -> np.ndarray:
+    """Inverse of :func:`pack_bits`: ``count`` integers (int64)."""
+    need = (count * width + 7) // 8
+    buf = np.frombuffer(data, dtype=np.uint8)
+    if buf.size != need:
+        raise TransportError(f"packed integers: {buf.size} bytes, expected {need} for {count} x {width} bits")
+    return _unpack_bits(buf, count, width).astype(np.int64)
+
+
 def decode_masked(
     data: bytes | memoryview, mask: np.ndarray, *, bits: int = 32, order: str = "vertical"
 ) -> np.ndarray:
@@ -558,16 +609,24 @@ def rle_size_bytes(mask: np.ndarray, *, bits: int = 32, order: str = "vertical")
 
 
 class _RLECodec(Codec):
-    """Forward run-length form for a message's tensor field (vertical traversal)."""
+    """Forward run-length form for a message's tensor field.
+
+    ``order`` is the traversal the *encoder* uses (vertical by default); it is written in the
+    flags, so one registered instance decodes both.
+    """
 
     bits: int
+
+    def __init__(self, order: str = "vertical") -> None:
+        _is_vertical(order)  # validates
+        self.order = order
 
     def encode(self, a: np.ndarray) -> bytes:
         a = np.asarray(a)
         if a.ndim != 2:  # 1-D: a column (N, 1); 0-D: (1, 1); more: (shape[0], rest)
             rows = a.shape[0] if a.ndim else 1
             a = a.reshape(rows, int(np.prod(a.shape[1:], dtype=np.int64)))
-        return rle_encode(a, bits=self.bits, order="vertical")
+        return rle_encode(a, bits=self.bits, order=self.order)
 
     def decode(self, data: memoryview, size: int) -> np.ndarray:
         h = rle_header(data)

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from verticalfs.codecs.integers import pack_uints, unpack_uints
 from verticalfs.crypto._bigint import mpz, powmod
 from verticalfs.crypto.encoding import (
     as_numeric,
@@ -445,8 +446,7 @@ class EncryptedArray:
     # --------------------------------------------------------- serialisation
     def to_bytes(self) -> bytes:
         """Ciphertexts in C order, each ``ciphertext_bytes`` wide, big-endian."""
-        w = self.public_key.ciphertext_bytes
-        return b"".join(int(c).to_bytes(w, "big") for c in self._c.ravel().tolist())
+        return pack_uints(self._c.ravel().tolist(), self.public_key.ciphertext_bytes)
 
     @classmethod
     def from_bytes(cls, public_key: PublicKey, data: bytes, shape: Sequence[int] | None = None,
@@ -462,7 +462,7 @@ class EncryptedArray:
         if int(np.prod(shape)) != k:
             raise CryptoError(f"from_bytes: {k} ciphertexts cannot have shape {shape}")
         n2 = public_key.nsquare
-        vals = [mpz(int.from_bytes(data[i : i + w], "big")) for i in range(0, len(data), w)]
+        vals = [mpz(v) for v in unpack_uints(data, w)]
         if vals and (max(vals) >= n2 or min(vals) <= 0):
             raise CryptoError("from_bytes: a ciphertext is not in [1, n**2); wrong key or corrupted data")
         return cls(public_key, _obj(vals, shape), exponent)

@@ -94,7 +94,9 @@ class PublicKey:
     # ------------------------------------------------------------ serialisation
     def to_bytes(self) -> bytes:
         """``n`` big-endian, ``ceil(bits / 8)`` bytes."""
-        return self.n.to_bytes((self.bits + 7) // 8, "big")
+        from verticalfs.codecs.integers import pack_uints
+
+        return pack_uints([self.n], (self.bits + 7) // 8)
 
     @classmethod
     def from_bytes(cls, data: bytes, *, backend: str | Backend = "auto", insecure: bool = False) -> PublicKey:

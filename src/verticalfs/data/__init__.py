@@ -11,7 +11,6 @@ from verticalfs.data.registry import DATASETS, list_datasets, load_dataset, reso
 from verticalfs.data.table import Table
 from verticalfs.data.user import AlignmentReport, load_party_files
 from verticalfs.data.vertical import (
-    ACTIVE,
     LabelData,
     PartyBlock,
     PartyData,
@@ -20,7 +19,6 @@ from verticalfs.data.vertical import (
 )
 
 __all__ = [
-    "ACTIVE",
     "DATASETS",
     "AlignmentReport",
     "LabelData",

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,8 +20,9 @@ import numpy as np
 import pandas as pd
 
 from verticalfs.data.table import Table
-from verticalfs.data.vertical import ACTIVE, PartyBlock, VerticalDataset
+from verticalfs.data.vertical import PartyBlock, VerticalDataset
 from verticalfs.exceptions import DataError
+from verticalfs.names import LABEL_HOLDER
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -106,8 +108,8 @@ def _check_assignment(table: Table, assignment: Mapping[str, Sequence[str]]) -> 
     seen: dict[str, str] = {}
     groups: dict[str, list[str]] = {}
     for party, names in assignment.items():
-        if party == ACTIVE:
-            raise DataError(f"party name {ACTIVE!r} is reserved for the label holder; rename it")
+        if party == LABEL_HOLDER:
+            raise DataError(f"party name {LABEL_HOLDER!r} is reserved for the label holder; rename it")
         names = [str(x) for x in names]
         unknown = [x for x in names if x not in known]
         if unknown:
@@ -193,6 +195,21 @@ def add_noise_features(
     return vds.with_blocks(blocks)
 
 
+#: :func:`add_overlap` names a copied column ``<column>@copy``, appending ``'`` while the name is
+#: taken; preparation one-hot encodes a categorical copy as ``<column>@copy=<category>``
+COPY_SUFFIX = "@copy"
+_COPY_NAME = re.compile(re.escape(COPY_SUFFIX) + r"'*(=.*)?$", re.DOTALL)
+
+
+def is_overlap_copy(name: str) -> bool:
+    """Whether a prepared feature name is a column a party received as a copy (:func:`add_overlap`).
+
+    True for ``<column>@copy``, its clash-free variants ``<column>@copy'`` (``''``, ...) and the
+    one-hot columns ``<column>@copy=<category>`` of a copied categorical column.
+    """
+    return _COPY_NAME.search(str(name)) is not None
+
+
 def add_overlap(vds: VerticalDataset, k: int | Sequence[int], *, seed: int = 0) -> VerticalDataset:
     """Copy ``k`` randomly chosen columns held by *other* parties into each party.
 
@@ -220,7 +237,7 @@ def add_overlap(vds: VerticalDataset, k: int | Sequence[int], *, seed: int = 0) 
         cat = list(b.categorical)
         for j in sorted(pick):
             src, c, s = others[j]
-            new = f"{c}@copy"
+            new = f"{c}{COPY_SUFFIX}"
             while new in X.columns:
                 new += "'"
             X[new] = originals[src].X[c].to_numpy()

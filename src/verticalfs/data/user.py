@@ -29,8 +29,9 @@ import numpy as np
 import pandas as pd
 
 from verticalfs.data.table import TASKS
-from verticalfs.data.vertical import ACTIVE, PartyBlock, VerticalDataset
+from verticalfs.data.vertical import PartyBlock, VerticalDataset
 from verticalfs.exceptions import DataError
+from verticalfs.names import LABEL_HOLDER
 
 __all__ = ["MAX_INFERRED_CLASSES", "SUFFIXES", "AlignmentReport", "load_party_files"]
 
@@ -250,9 +251,9 @@ def load_party_files(
     if not files:
         raise DataError("no party files given; pass {party name: path} with at least one file")
     files = {str(p): Path(f) for p, f in files.items()}
-    if ACTIVE in files:
+    if LABEL_HOLDER in files:
         raise DataError(
-            f"party name {ACTIVE!r} (file {str(files[ACTIVE])!r}) is reserved for the label holder "
+            f"party name {LABEL_HOLDER!r} (file {str(files[LABEL_HOLDER])!r}) is reserved for the label holder "
             "in the federation; give that party another name"
         )
     if label_party not in files:

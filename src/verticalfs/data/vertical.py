@@ -23,8 +23,8 @@ from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
 from verticalfs.data.table import Task
 from verticalfs.exceptions import DataError
+from verticalfs.names import LABEL_HOLDER
 
-ACTIVE = "active"
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 SCALINGS: tuple[str, ...] = ("minmax", "standard", "none")
 IMPUTATIONS: tuple[str, ...] = ("auto", "median", "none")
@@ -80,8 +80,8 @@ class VerticalDataset:
         names = [b.name for b in self.blocks]
         if len(set(names)) != len(names):
             raise DataError(f"data set {self.name!r}: party names must be unique, got {names}")
-        if ACTIVE in names:
-            raise DataError(f"party name {ACTIVE!r} is reserved for the label holder; rename the block")
+        if LABEL_HOLDER in names:
+            raise DataError(f"party name {LABEL_HOLDER!r} is reserved for the label holder; rename the block")
         for b in self.blocks:
             if len(b.X) != n:
                 raise DataError(

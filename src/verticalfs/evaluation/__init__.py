@@ -8,7 +8,7 @@ from verticalfs.evaluation.metrics import (
     roc_auc,
     selection_scores,
 )
-from verticalfs.evaluation.targets import bytes_to_reach
+from verticalfs.evaluation.targets import bytes_to_reach, target_figure
 
 __all__ = [
     "CLASSIFICATION_METRICS",
@@ -18,4 +18,5 @@ __all__ = [
     "primary_metric",
     "roc_auc",
     "selection_scores",
+    "target_figure",
 ]

@@ -37,3 +37,22 @@ def bytes_to_reach(
         if ok:
             return float(h[bytes_key])
     return None
+
+
+def target_figure(history: Sequence[dict], target_accuracy: float | None, task: str,
+                  min_spurious: float = 0.8) -> dict:
+    """Bytes to reach 0.9 x ``target_accuracy`` with >= 80 % spurious removed (less-vfl.md Table 2).
+
+    ``spurious_removed`` is in the history only when the ground truth is known; without it the
+    spurious condition is dropped and the result says so. Empty without a target.
+    """
+    if target_accuracy is None:
+        return {}
+    from verticalfs.evaluation.metrics import primary_metric
+
+    metric = primary_metric(task)
+    has_spur = any("spurious_removed" in h for h in history)
+    b = bytes_to_reach(history, 0.9 * float(target_accuracy), metric=metric,
+                       min_spurious_removed=min_spurious if has_spur else None)
+    return {"bytes_to_target": b, "target": 0.9 * float(target_accuracy), "target_metric": metric,
+            "target_requires_spurious_removed": min_spurious if has_spur else None}

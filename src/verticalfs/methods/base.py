@@ -1,8 +1,9 @@
 """The method interface.
 
 A method is a class with a ``name``, a ``Params`` dataclass (its hyper-parameters with the paper's
-defaults, each documented in the dataclass docstring), and :meth:`Method.fit`, which runs the
-protocol on a :class:`~verticalfs.federation.Federation` and sets the learned state:
+defaults, each documented in the dataclass docstring), a party ``Role`` (what it runs at each
+feature party; :mod:`verticalfs.party`) and :meth:`Method.fit`, which runs the protocol from the
+label holder on a :class:`~verticalfs.federation.Federation` and sets the learned state:
 
 - ``history_``: :class:`~verticalfs.training.History`, one entry per communication epoch;
 - ``support_``: per party, a bool mask over that party's prepared features (what it kept);
@@ -14,6 +15,7 @@ Like scikit-learn's selectors, :meth:`get_support` gives the support per party.
 from __future__ import annotations
 
 import dataclasses
+import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
@@ -21,31 +23,95 @@ import numpy as np
 
 from verticalfs.exceptions import ConfigError
 
+#: how a method treats the payload codec a user asks for (``--codec``)
+CODEC_POLICIES = ("channel", "fixed", "none")
+
 
 class Method(ABC):
     """Base class of every registered method.
 
-    Subclasses set ``name``, ``summary``, ``paper`` and ``Params`` and implement :meth:`fit`.
-    ``needs_pooled_data`` is True only for non-federated references (``central``).
+    Subclasses set ``name``, ``summary``, ``paper``, ``Params``, ``Role`` and ``test_params`` and
+    implement :meth:`fit`.
+
+    Class attributes
+    ----------------
+    Role : type or None
+        The party role created by ``Join(name, spec)`` at every feature party (``None`` for a method
+        that never runs at the parties).
+    needs_pooled_data : bool
+        True only for non-federated references (``central``, ``cfeast``).
+    codec_policy : {"channel", "fixed", "none"}
+        ``channel``: the method's embeddings and gradients use the codec the user asks for
+        (default float32); ``fixed``: the method fixes its own codecs (asking for one is an error);
+        ``none``: the method sends no tensors (asking for a codec is an error).
+    test_params : dict
+        Small settings for the shared contract tests (seconds, not minutes); every method declares
+        its own.
+    disclosures : dict
+        What the protocol deliberately reveals, by message kind, for the privacy audit:
+        ``labels_to_parties`` (kinds that carry labels to feature parties, e.g. FEAST's sample),
+        ``columns_to_label_holder`` (kinds that carry raw selected columns to the label holder,
+        e.g. the filter methods' evaluation). Anything not declared here is a leak.
     """
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
     Params: ClassVar[type]
+    Role: ClassVar[type | None] = None
     needs_pooled_data: ClassVar[bool] = False
+    codec_policy: ClassVar[str] = "channel"
+    test_params: ClassVar[dict[str, Any]] = {}
+    disclosures: ClassVar[dict[str, tuple[str, ...]]] = {}
 
-    def __init__(self, *, seed: int = 0, callbacks=(), **params: Any) -> None:
-        self.seed = seed
+    def __init__(self, *, seed: int = 0, callbacks=(), codec: str | None = None, **params: Any) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**32:
+            raise ConfigError(f"{self.name}: seed must be an integer in [0, 2**32), got {seed!r}")
+        self.seed = int(seed)
         self.callbacks = list(callbacks)
         self.params = make_params(self.Params, params, self.name)
+        self.codec = self.resolve_codec(codec)
         #: set by the runner: ``hook(entry)`` adds evaluator-only fields (``spurious_removed``)
         self.entry_hook = None
         self.info_: dict[str, Any] = {}
 
+    @classmethod
+    def resolve_codec(cls, codec: str | None) -> str | None:
+        """The payload codec this method uses for ``codec`` asked by the user (``None`` = default)."""
+        if codec is None:
+            return "float32" if cls.codec_policy == "channel" else None
+        from verticalfs.codecs import get_codec
+
+        get_codec(codec)  # unknown names are an error
+        if cls.codec_policy == "fixed":
+            raise ConfigError(f"method {cls.name!r} fixes its own codecs ({cls.codec_description()}); "
+                              f"--codec {codec} does not apply to it (leave --codec out)")
+        if cls.codec_policy == "none":
+            raise ConfigError(f"method {cls.name!r} sends no tensors, so --codec {codec} does not apply to it "
+                              "(leave --codec out)")
+        return codec
+
+    @classmethod
+    def codec_description(cls) -> str:
+        """The codecs the method uses, for results and messages (override for ``fixed`` methods)."""
+        return {"channel": "the channel codec", "none": "no tensors"}.get(cls.codec_policy, "its own")
+
     @abstractmethod
     def fit(self, fed) -> Method:
         """Run the method on the federation; return ``self``."""
+
+    # -------------------------------------------------------------------- tail
+    def finish_training(self, fed, trainer, info: dict | None = None) -> Method:
+        """The common end of a trained method: ``trainer_``, ``history_``, ``metrics_`` (the
+        trainer's final or best-checkpoint test metrics), ``support_`` (asked from the parties,
+        phase ``report``) and ``info_``."""
+        self.trainer_ = trainer
+        self.history_ = trainer.history
+        self.metrics_ = trainer.finish()
+        self.support_ = fed.collect_support()
+        if info:
+            self.info_.update(info)
+        return self
 
     def get_support(self, party: str | None = None, indices: bool = False):
         """Bool mask (or indices) of kept features for ``party``, or a dict over all parties."""
@@ -76,13 +142,21 @@ def make_params(cls: type, values: dict[str, Any], method: str = "") -> Any:
     return cls(**kwargs)
 
 
+def _finite(v: Any, f: dataclasses.Field, method: str) -> Any:
+    vals = v if isinstance(v, tuple) else (v,)
+    for x in vals:
+        if isinstance(x, float) and not math.isfinite(x):
+            raise ConfigError(f"method {method!r}: parameter {f.name!r} must be a finite number, got {v!r}")
+    return v
+
+
 def convert_value(v: Any, f: dataclasses.Field, method: str = "") -> Any:
     default = f.default if f.default is not dataclasses.MISSING else (
         f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]
     if not isinstance(v, str):
         if isinstance(default, tuple) and isinstance(v, list):
-            return tuple(v)
-        return v
+            return _finite(tuple(v), f, method)
+        return _finite(v, f, method)
     s = v.strip()
     try:
         if isinstance(default, bool):
@@ -94,17 +168,17 @@ def convert_value(v: Any, f: dataclasses.Field, method: str = "") -> Any:
         if isinstance(default, int) and not isinstance(default, bool):
             return int(s)
         if isinstance(default, float):
-            return float(s)
+            return _finite(float(s), f, method)
         if isinstance(default, tuple):
             if s in ("", "()", "[]", "none"):
                 return ()
             items = [x for x in s.strip("()[]").replace(";", ",").split(",") if x.strip()]
             elem = type(default[0]) if default else (float if any("." in x for x in items) else int)
-            return tuple(elem(x.strip()) for x in items)
+            return _finite(tuple(elem(x.strip()) for x in items), f, method)
         if default is None:
             for conv in (int, float):
                 try:
-                    return conv(s)
+                    return _finite(conv(s), f, method)
                 except ValueError:
                     pass
             return None if s.lower() == "none" else s

@@ -1,18 +1,26 @@
-"""Name -> method class registry (``register``, ``create``, ``available``).
+"""Name -> method class registry (``register``, ``get``, ``create``, ``available``) and the
+method-provided command-line commands (``command``, ``commands``).
 
 Every subpackage of :mod:`verticalfs.methods` is imported on first use, so a new method is a new
-folder that decorates its class with :func:`register`; nothing in the core changes.
+folder that decorates its class with :func:`register`; nothing in the core changes. A folder may
+also ship ``cli.py`` registering extra commands with :func:`command`; :func:`commands` loads those
+files on their own, without importing the methods (so ``verticalfs --help`` stays fast).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
+from collections.abc import Callable
+from pathlib import Path
 
 from verticalfs.exceptions import ConfigError
 
 _METHODS: dict[str, type] = {}
+_COMMANDS: dict[str, Callable] = {}
 _LOADED = False
+_COMMANDS_LOADED = False
 
 
 def register(cls: type) -> type:
@@ -50,5 +58,34 @@ def get(name: str) -> type:
 
 
 def create(name: str, **kwargs):
-    """Instantiate a registered method (``seed``, ``callbacks`` and its parameters)."""
+    """Instantiate a registered method (``seed``, ``callbacks``, ``codec`` and its parameters)."""
     return get(name)(**kwargs)
+
+
+def command(name: str):
+    """Decorator for ``register(app)``: a function adding the command ``name`` to a Typer app."""
+
+    def deco(fn: Callable) -> Callable:
+        other = _COMMANDS.get(name)
+        if other is not None and other.__qualname__ != fn.__qualname__:
+            raise ConfigError(f"command {name!r} is registered twice")
+        _COMMANDS[name] = fn
+        return fn
+
+    return deco
+
+
+def commands() -> dict[str, Callable]:
+    """The method-provided commands: ``{name: register(app)}`` from every ``methods/*/cli.py``."""
+    global _COMMANDS_LOADED
+    if not _COMMANDS_LOADED:
+        _COMMANDS_LOADED = True
+        root = Path(__file__).parent
+        for mod in pkgutil.iter_modules([str(root)]):
+            path = root / mod.name / "cli.py"
+            if not (mod.ispkg and path.is_file()):
+                continue
+            spec = importlib.util.spec_from_file_location(f"_verticalfs_cli_{mod.name}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+    return dict(_COMMANDS)

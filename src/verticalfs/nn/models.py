@@ -18,7 +18,9 @@ from torch import nn
 from verticalfs.exceptions import ConfigError
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU,
-               "leaky_relu": nn.LeakyReLU, "elu": nn.ELU}
+               "leaky_relu": nn.LeakyReLU, "elu": nn.ELU, "selu": nn.SELU}
+#: weight initialisations of :func:`init_weights`
+INITS = ("torch", "xavier")
 
 
 def _activation(name: str) -> nn.Module:
@@ -44,20 +46,22 @@ def _sliced_linear(layer: nn.Linear, rows=None, cols=None) -> nn.Linear:
 
 
 class MLP(nn.Module):
-    """``Linear -> act -> ... -> Linear``; ``widths`` are the hidden sizes (may be empty)."""
+    """``Linear -> act -> ... -> Linear [-> out_activation]``; ``widths`` are the hidden sizes (may
+    be empty); ``out_bias=False`` drops the bias of the output layer (SparseVFL's client model)."""
 
     def __init__(self, d_in: int, widths: Sequence[int], d_out: int, activation: str = "relu",
-                 out_activation: str | None = None) -> None:
+                 out_activation: str | None = None, out_bias: bool = True) -> None:
         super().__init__()
         if d_in < 1 or d_out < 1:
             raise ConfigError(f"MLP needs at least one input and one output, got {d_in} -> {d_out}")
         sizes = [d_in, *[int(w) for w in widths], d_out]
         layers: list[nn.Module] = []
         for i in range(len(sizes) - 1):
-            layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+            last = i == len(sizes) - 2
+            layers.append(nn.Linear(sizes[i], sizes[i + 1], bias=out_bias or not last))
             if i < len(sizes) - 2:
                 layers.append(_activation(activation))
-        if out_activation:
+        if out_activation and out_activation != "none":
             layers.append(_activation(out_activation))
         self.net = nn.Sequential(*layers)
         self.activation = activation
@@ -109,6 +113,22 @@ class BottomMLP(MLP):
 
 class TopModel(MLP):
     """The active party's fusion model on the concatenated embeddings (linear if no hidden widths)."""
+
+
+def init_weights(module: nn.Module, init: str = "torch") -> nn.Module:
+    """``torch``: leave PyTorch's default initialisation; ``xavier``: Xavier-uniform weights and unit
+    biases for every Linear layer (the initialisation of the public SparseVFL implementation, whose
+    paper states none)."""
+    if init == "torch":
+        return module
+    if init != "xavier":
+        raise ConfigError(f"unknown initialisation {init!r}; use one of {INITS}")
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.ones_(m.bias)
+    return module
 
 
 def seeded(seed: int, build):

@@ -1,7 +1,9 @@
-"""Messages, their serialisation, the byte ledger and the channels that carry them.
+"""Messages, their serialisation, the byte ledger, the messaging node and the channels.
 
-Nothing outside this package assumes the parties share memory: algorithm code uses only
-:class:`Channel` (``send``/``request``) and the message classes.
+Nothing outside this package assumes the parties share memory: a channel carries bytes only
+(:class:`Channel`), each party talks through a :class:`Node` (serialise, meter, dispatch) and the
+label holder reaches a party only through a :class:`PartyProxy`, every call carrying its position
+(:class:`At`: phase, round, step).
 """
 
 from verticalfs.transport.bandwidth import WallTime, estimate_wall_time
@@ -9,38 +11,54 @@ from verticalfs.transport.channel import Channel, Endpoint
 from verticalfs.transport.inprocess import InProcessChannel
 from verticalfs.transport.ledger import Ledger, Record
 from verticalfs.transport.messages import (
+    PHASES,
     Ack,
+    At,
+    Checkpoint,
+    Coded,
     Embeddings,
     EmbedRequest,
     Gradients,
-    ModelSpec,
+    Hello,
+    HelloRequest,
+    Join,
     Ready,
     SupportReport,
     SupportRequest,
+    coded,
     kind_name,
     message,
     tensor_field,
 )
-from verticalfs.transport.serde import HEADER_SIZE, PHASES, TENSOR_MESSAGE_OVERHEAD, decode, encode
+from verticalfs.transport.node import Node, PartyProxy
+from verticalfs.transport.serde import HEADER_SIZE, TENSOR_MESSAGE_OVERHEAD, decode, encode
 
 __all__ = [
     "HEADER_SIZE",
     "PHASES",
     "TENSOR_MESSAGE_OVERHEAD",
     "Ack",
+    "At",
     "Channel",
+    "Checkpoint",
+    "Coded",
     "EmbedRequest",
     "Embeddings",
     "Endpoint",
     "Gradients",
+    "Hello",
+    "HelloRequest",
     "InProcessChannel",
+    "Join",
     "Ledger",
-    "ModelSpec",
+    "Node",
+    "PartyProxy",
     "Ready",
     "Record",
     "SupportReport",
     "SupportRequest",
     "WallTime",
+    "coded",
     "decode",
     "encode",
     "estimate_wall_time",

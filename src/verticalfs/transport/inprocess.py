@@ -1,31 +1,30 @@
-"""The embedded default: every party in this process, every message still serialised and metered."""
+"""The embedded default: every party in this process, every message still serialised and metered.
+
+:class:`InProcessChannel` hands the encoded bytes of a message to the receiving party's
+:class:`~verticalfs.transport.channel.Endpoint` and returns the encoded reply: nothing but bytes
+crosses, exactly as over a network. With ``trace=True`` it keeps every ``(sender, receiver, bytes)``
+for inspection (the privacy audit decodes them).
+"""
 
 from __future__ import annotations
 
-from time import perf_counter
-from typing import Any
-
-from verticalfs.codecs import Codec, get_codec
 from verticalfs.exceptions import ProtocolError, TransportError
 from verticalfs.transport.channel import Channel, Endpoint
-from verticalfs.transport.ledger import Ledger
-from verticalfs.transport.messages import kind_name
-from verticalfs.transport.serde import _CODEC_TYPES, _PHASE_ID, decode_parts, encode_parts, phase_id
 
 
 class InProcessChannel(Channel):
-    """Delivers each message by serialising it, recording it, decoding it and calling the receiver.
+    """Delivers encoded messages to endpoints registered in this process."""
 
-    The receiver's handling time is measured and added to the ledger as that party's compute
-    time in the current phase/round (used by :mod:`verticalfs.transport.bandwidth`).
-    """
-
-    def __init__(self, *, codec: str | Codec = "float32", ledger: Ledger | None = None,
-                 trace: bool = False) -> None:
-        super().__init__(codec=codec, ledger=ledger)
+    def __init__(self, *, trace: bool = False) -> None:
         self._endpoints: dict[str, Endpoint] = {}
         self.trace = trace
-        self.messages: list[tuple[str, str, Any]] = []  # (sender, receiver, decoded msg) if trace
+        self.messages: list[tuple[str, str, bytes]] = []  # (sender, receiver, encoded) if trace
+
+    def decoded(self) -> list[tuple[str, str, object]]:
+        """The traced messages decoded: ``(sender, receiver, message)`` in order (for inspection)."""
+        from verticalfs.transport.serde import decode
+
+        return [(s, r, decode(d).msg) for s, r, d in self.messages]
 
     def register(self, endpoint: Endpoint) -> None:
         if endpoint.name in self._endpoints:
@@ -36,42 +35,27 @@ class InProcessChannel(Channel):
     def parties(self) -> list[str]:
         return list(self._endpoints)
 
-    def _carry(self, sender: str, receiver: str, msg: Any) -> Any:
-        phase, rnd, step = self.phase, self.round, self.step
-        pid = _PHASE_ID.get(phase)
-        if pid is None:
-            pid = phase_id(phase)  # raises
-        codec = self.codec
-        if type(codec) not in _CODEC_TYPES:  # e.g. a name assigned after construction
-            codec = self.codec = get_codec(codec)
-            _CODEC_TYPES.add(type(codec))
-        data, payload = encode_parts(msg, pid, rnd, step, codec)
-        self.ledger.record(sender, receiver, phase, type(msg).__name__, rnd, step, payload, len(data) - payload)
-        out = decode_parts(data)[0]
-        if self.trace:
-            self.messages.append((sender, receiver, out))
-        return out
-
-    def _deliver(self, sender: str, receiver: str, msg: Any) -> Any:
+    def _endpoint(self, receiver: str) -> Endpoint:
         try:
-            ep = self._endpoints[receiver]
+            return self._endpoints[receiver]
         except KeyError:
             raise TransportError(f"no party named {receiver!r} on this channel; parties: {self.parties}") from None
-        copy = self._carry(sender, receiver, msg)
-        t0 = perf_counter()
-        reply = ep.handle(sender, copy)
-        self.ledger.add_compute(receiver, self.phase, self.round, perf_counter() - t0)
+
+    def call(self, sender: str, receiver: str, data: bytes) -> bytes:
+        ep = self._endpoint(receiver)
+        if self.trace:
+            self.messages.append((sender, receiver, data))
+        reply = ep.receive(sender, data)
+        if reply is None:
+            raise ProtocolError(f"{receiver!r} sent no reply to a request from {sender!r}")
+        if self.trace:
+            self.messages.append((receiver, sender, reply))
         return reply
 
-    def send(self, sender: str, receiver: str, msg: Any) -> None:
-        reply = self._deliver(sender, receiver, msg)
+    def post(self, sender: str, receiver: str, data: bytes) -> None:
+        ep = self._endpoint(receiver)
+        if self.trace:
+            self.messages.append((sender, receiver, data))
+        reply = ep.receive(sender, data)
         if reply is not None:
-            raise ProtocolError(
-                f"{receiver!r} replied {kind_name(reply)} to the one-way message {kind_name(msg)}"
-            )
-
-    def request(self, sender: str, receiver: str, msg: Any) -> Any:
-        reply = self._deliver(sender, receiver, msg)
-        if reply is None:
-            raise ProtocolError(f"{receiver!r} sent no reply to {kind_name(msg)} from {sender!r}")
-        return self._carry(receiver, sender, reply)
+            raise ProtocolError(f"{receiver!r} replied to a one-way message from {sender!r}")

@@ -7,14 +7,24 @@ without touching the core; a collision is reported at import time.
 
 Field types that :mod:`verticalfs.transport.serde` can carry: ``None``, ``bool``, ``int`` (any
 size), ``float``, ``str``, ``bytes``, :class:`numpy.ndarray` (any numeric dtype, exact), lists and
-tuples of these, and ``dict`` with ``str`` keys. Fields declared with :func:`tensor_field` hold
-float tensors that go through the channel's payload codec (float32, float16, int8, ...).
+tuples of these, ``dict`` with ``str`` keys, and instances of other message classes (nested, e.g.
+the method-specific spec inside :class:`Join`).
+
+Float tensors in fields declared with :func:`tensor_field` go through a payload codec
+(:mod:`verticalfs.codecs`). The codec is chosen per value by the code that creates the message:
+``Embeddings(coded(h, "rle16"))`` sends ``h`` run-length coded at 16 bits; a bare array is sent as
+float32 (exact for float32 tensors). The receiver gets a plain float32 array either way: the codec
+id travels with the value.
+
+Where a message sits in the protocol travels with it too: every message is sent with an :class:`At`
+(phase, round, step) that serde writes into its header and the ledger records.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import zlib
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -40,7 +50,7 @@ def kind_id_of(cls: type) -> int:
 
 def message(cls: type[T]) -> type[T]:
     """Class decorator: make ``cls`` a frozen dataclass and register it as a message kind."""
-    if not dataclasses.is_dataclass(cls):
+    if "__dataclass_fields__" not in cls.__dict__:  # not yet a dataclass itself (a base may be)
         cls = dataclasses.dataclass(frozen=True, eq=False)(cls)
     kid = kind_id_of(cls)
     other = _REGISTRY.get(kid)
@@ -70,30 +80,80 @@ def kind_name(msg_or_cls: Any) -> str:
     return cls.__name__
 
 
-# --------------------------------------------------------------------------- core kinds
-@message
-class ModelSpec:
-    """Active -> passive at set-up: how to build the bottom model and agree on mini-batches.
+# --------------------------------------------------------------------------- position
+#: protocol phases, in the order of a typical run (their index is written in every message header)
+PHASES: tuple[str, ...] = ("setup", "pretrain", "selection", "train", "eval", "report", "other")
+_PHASE_SET = frozenset(PHASES)
 
-    Mini-batches are agreed by sample index: both sides draw the permutation of epoch ``e`` from
-    ``numpy.random.default_rng([shuffle_seed, e])``, so no index list travels per batch.
+
+@dataclass(frozen=True, slots=True)
+class At:
+    """Where a message sits in the protocol: ``phase``, ``round`` (an epoch or a protocol round) and
+    ``step`` (a mini-batch). Passed with every message; written into its header; recorded on the
+    ledger. A party's reply and the messages it sends while handling a message carry the position
+    of that message.
     """
 
-    hidden: tuple
-    embedding_dim: int
-    activation: str
-    optimizer: str
-    lr: float
-    weight_decay: float
-    seed: int
-    batch_size: int
-    shuffle_seed: int
-    momentum: float = 0.0
+    phase: str
+    round: int = 0
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        if self.phase not in _PHASE_SET:
+            raise TransportError(f"unknown phase {self.phase!r}; use one of {PHASES}")
+
+    def with_step(self, step: int) -> At:
+        return At(self.phase, self.round, step)
+
+
+# ----------------------------------------------------------------------------- coded values
+@dataclass(frozen=True, slots=True)
+class Coded:
+    """A float array to be sent with a given payload codec (see :func:`coded`)."""
+
+    array: Any
+    codec: Any  # a codec name or a verticalfs.codecs.Codec instance
+
+
+def coded(array, codec) -> Coded:
+    """Mark ``array`` (numpy or torch, float) to be encoded with ``codec`` (name or instance).
+
+    ``Embeddings(coded(h, "float16"))``: the receiver decodes a float32 array of the same shape.
+    """
+    return Coded(array, codec)
+
+
+# --------------------------------------------------------------------------- core kinds
+@message
+class HelloRequest:
+    """Label holder -> party, phase ``setup``: announce your schema."""
+
+
+@message
+class Hello:
+    """Party -> label holder: the party's public schema, no data: its prepared feature names and the
+    number of rows it holds per split (after id alignment)."""
+
+    feature_names: list
+    n_samples: dict
+
+
+@message
+class Join:
+    """Label holder -> party, phase ``setup``: take part in a run of ``method`` with ``spec``.
+
+    The party creates the method's role (its state, models and handlers for this run) from the
+    method registry and answers with the role's reply to ``spec`` (:class:`Ready` for split
+    learning, :class:`Ack` otherwise). ``spec`` is a message of the method's own kind.
+    """
+
+    method: str
+    spec: Any
 
 
 @message
 class Ready:
-    """Passive -> active reply to :class:`ModelSpec`: the party's sizes (no data)."""
+    """Party -> label holder, reply to a split-learning :class:`Join`: the party's sizes (no data)."""
 
     n_features: int
     embedding_dim: int
@@ -102,7 +162,7 @@ class Ready:
 
 @message
 class EmbedRequest:
-    """Active -> passive: send the embeddings of mini-batch ``batch`` of ``epoch`` on ``split``.
+    """Label holder -> party: send the embeddings of mini-batch ``batch`` of ``epoch`` on ``split``.
 
     ``batch = -1`` asks for the whole split (evaluation, or one-shot uploads such as LESS-VFL's).
     ``train=True`` keeps the autograd graph for the :class:`Gradients` that follow.
@@ -116,16 +176,25 @@ class EmbedRequest:
 
 @message
 class Embeddings:
-    """Passive -> active: embeddings ``(rows, embedding_dim)``."""
+    """Party -> label holder: embeddings ``(rows, width)`` in the codec the role chose."""
 
     values: np.ndarray = tensor_field()
 
 
 @message
 class Gradients:
-    """Active -> passive: the loss gradient with respect to the embeddings last sent."""
+    """Label holder -> party: the loss gradient for the embeddings last sent (its shape and codec
+    are the method's: dense ``(rows, width)``, or the values at the non-zero embedding entries)."""
 
     values: np.ndarray = tensor_field()
+
+
+@message
+class Checkpoint:
+    """Label holder -> party, one-way: ``save`` the current model state, or ``restore`` the saved
+    one (e.g. the best-validation checkpoint)."""
+
+    action: str
 
 
 @message
@@ -135,11 +204,11 @@ class Ack:
 
 @message
 class SupportRequest:
-    """Active -> passive: report the features still in the party's model."""
+    """Label holder -> party: report the features the party still uses."""
 
 
 @message
 class SupportReport:
-    """Passive -> active: indices (into the party's prepared features) still used by its model."""
+    """Party -> label holder: indices (into the party's prepared features) still in use."""
 
     kept: np.ndarray

@@ -1,4 +1,5 @@
-"""Message <-> bytes: the only place where bytes are produced.
+"""Message <-> bytes. Bytes are made only here and in :mod:`verticalfs.codecs` (tensor codecs, and
+the fixed-width integers the crypto layer uses for ciphertexts).
 
 Wire format of one message (all little-endian)::
 
@@ -7,8 +8,13 @@ Wire format of one message (all little-endian)::
 
 Field encodings: None (tag only); bool (1 byte); int (8 bytes, or a length-prefixed big integer);
 float (8 bytes); str and bytes (u32 length + data); ndarray (codec id u8, dtype code u8, ndim u8,
-ndim x u32 shape, a u32 length for variable-size codecs, then the data); list/tuple (u32 count + items); dict (u32 count + str key/value
-pairs).
+ndim x u32 shape, a u32 length for variable-size codecs, then the data); list/tuple (u32 count +
+items); dict (u32 count + str key/value pairs); a nested message (u16 kind + its fields, at most
+:data:`MAX_DEPTH` levels of nesting of lists, dicts and messages).
+
+Float arrays in tensor fields are encoded with the codec the sender chose for that value
+(:func:`verticalfs.transport.messages.coded`), float32 for a bare array; the codec id travels with
+the value, so the receiver needs no setting to decode it.
 
 **Payload vs. overhead.** The ledger records two numbers per message: ``payload`` = the bytes of
 array data (after the codec; including an int8 scale), ``bytes`` fields and big-integer digits;
@@ -31,7 +37,7 @@ import numpy as np
 
 from verticalfs.codecs import Codec, codec_by_id, get_codec
 from verticalfs.exceptions import TransportError
-from verticalfs.transport.messages import message_class
+from verticalfs.transport.messages import PHASES, At, Coded, message_class
 
 MAGIC = b"VF"
 VERSION = 1
@@ -39,11 +45,14 @@ HEADER = struct.Struct("<2sBBHIII")
 HEADER_SIZE = HEADER.size  # 18
 TENSOR_MESSAGE_OVERHEAD = HEADER_SIZE + 1 + 3 + 2 * 4
 
-PHASES: tuple[str, ...] = ("setup", "pretrain", "selection", "train", "eval", "report", "other")
 _PHASE_ID = {p: i for i, p in enumerate(PHASES)}
+#: nesting limit of lists, tuples, dicts and messages inside a message (a decoder guard)
+MAX_DEPTH = 32
 
-_T_NONE, _T_BOOL, _T_INT, _T_BIGINT, _T_FLOAT, _T_STR, _T_BYTES, _T_ARRAY, _T_LIST, _T_DICT, _T_TUPLE = range(11)
+(_T_NONE, _T_BOOL, _T_INT, _T_BIGINT, _T_FLOAT, _T_STR, _T_BYTES, _T_ARRAY, _T_LIST, _T_DICT, _T_TUPLE,
+ _T_MSG) = range(12)
 _U32 = struct.Struct("<I")
+_U16 = struct.Struct("<H")
 _I64 = struct.Struct("<q")
 _F64 = struct.Struct("<d")
 _ARR = struct.Struct("<BBB")
@@ -84,9 +93,10 @@ _TAG_FALSE = bytes((_T_BOOL, 0))
 _TAG_INT = struct.Struct("<Bq")
 _TAG_FLOAT = struct.Struct("<Bd")
 _TAG_LEN = struct.Struct("<BI")  # str, bytes, big int, list, tuple, dict: tag + u32
+_TAG_MSG = struct.Struct("<BH")  # nested message: tag + kind id
 _SHAPES: dict[int, struct.Struct] = {}  # ndim -> "<" + "I" * ndim
-_ARRAY_HEADS: dict[tuple[int, bool], struct.Struct] = {}
-_CODEC_TYPES: set[type] = set()  # Codec subclasses seen by encode()  # (ndim, length prefix) -> array head
+_ARRAY_HEADS: dict[tuple[int, bool], struct.Struct] = {}  # (ndim, length prefix) -> array head
+_FLOAT32 = get_codec("float32")
 
 
 def _shape_struct(ndim: int) -> struct.Struct:
@@ -117,16 +127,20 @@ def _raw_dtype(a: np.ndarray) -> tuple[int, np.dtype]:
 
 
 class _Writer:
-    __slots__ = ("parts", "payload", "codec")
+    __slots__ = ("parts", "payload", "codec", "depth")
 
     def __init__(self, codec: Codec):
         self.parts: list[bytes] = []
         self.payload = 0
         self.codec = codec
+        self.depth = 0
 
     def value(self, v: Any, tensor: bool = False) -> None:
         if type(v) is np.ndarray:  # the common case first
             self.array(v, tensor)
+            return
+        if type(v) is Coded:
+            self.coded(v)
             return
         p = self.parts
         if v is None:
@@ -158,25 +172,50 @@ class _Writer:
         elif hasattr(v, "detach") and hasattr(v, "numpy"):  # a torch tensor
             self.array(v.detach().cpu().numpy(), tensor)
         elif isinstance(v, (list, tuple)):
+            self._enter()
             p.append(_TAG_LEN.pack(_T_LIST if isinstance(v, list) else _T_TUPLE, len(v)))
             for x in v:
                 self.value(x, tensor)
+            self.depth -= 1
         elif isinstance(v, dict):
+            self._enter()
             p.append(_TAG_LEN.pack(_T_DICT, len(v)))
             for k, x in v.items():
                 if not isinstance(k, str):
                     raise TransportError(f"dict keys in messages must be str, got {type(k).__name__}")
                 self.value(k)
                 self.value(x, tensor)
+            self.depth -= 1
+        elif hasattr(type(v), "_vf_kind"):  # a nested message
+            self._enter()
+            cls = type(v)
+            p.append(_TAG_MSG.pack(_T_MSG, cls._vf_kind))
+            for name, t in zip(cls._vf_fields, cls._vf_tensor, strict=True):
+                self.value(getattr(v, name), t)
+            self.depth -= 1
         else:
             raise TransportError(f"cannot serialise a value of type {type(v).__name__} in a message")
 
-    def array(self, a: np.ndarray, tensor: bool) -> None:
+    def _enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise TransportError(f"message nests lists, dicts or messages more than {MAX_DEPTH} levels deep")
+
+    def coded(self, c: Coded) -> None:
+        a = c.array
+        if hasattr(a, "detach") and hasattr(a, "numpy"):
+            a = a.detach().cpu().numpy()
+        a = np.asarray(a)
+        if a.dtype.kind != "f":
+            raise TransportError(f"coded() takes a float array, got dtype {a.dtype}")
+        self.array(a, True, get_codec(c.codec))
+
+    def array(self, a: np.ndarray, tensor: bool, codec: Codec | None = None) -> None:
         ndim = a.ndim
         if ndim > 255:
             raise TransportError(f"array with {ndim} dimensions cannot be sent")
         if tensor and a.dtype.kind == "f":
-            codec = self.codec
+            codec = codec or self.codec
             data = codec.encode(a)
             if codec.fixed_size(a.size) is None:
                 head = _array_head(ndim, True).pack(_T_ARRAY, codec.id, 0, ndim, *a.shape, len(data))
@@ -191,21 +230,24 @@ class _Writer:
         self.payload += len(data)
 
 
-def encode(msg: Any, *, phase: str = "other", round: int = 0, step: int = 0, codec: str | Codec = "float32") -> Encoded:
-    """Serialise ``msg`` (an instance of a registered message class)."""
-    pid = _PHASE_ID.get(phase)
-    if pid is None:
-        pid = phase_id(phase)  # raises
-    if type(codec) not in _CODEC_TYPES:  # a name, or a codec class not seen yet
-        codec = get_codec(codec)
-        _CODEC_TYPES.add(type(codec))
-    return Encoded(*encode_parts(msg, pid, round, step, codec))
+def encode(msg: Any, at: At | None = None, *, phase: str = "other", round: int = 0, step: int = 0,
+           codec: str | Codec = "float32") -> Encoded:
+    """Serialise ``msg`` (an instance of a registered message class) at position ``at`` (or
+    ``phase``/``round``/``step``); ``codec`` is the codec of bare float arrays in tensor fields."""
+    if at is not None:
+        phase, round, step = at.phase, at.round, at.step
+    return Encoded(*encode_parts(msg, phase_id(phase), round, step, get_codec(codec)))
 
 
-def encode_parts(msg: Any, pid: int, round: int, step: int, codec: Codec) -> tuple[bytes, int]:
+def encode_at(msg: Any, at: At) -> tuple[bytes, int]:
+    """The messaging layer's entry point: ``(data, payload bytes)`` of ``msg`` at ``at``."""
+    return encode_parts(msg, _PHASE_ID[at.phase], at.round, at.step, _FLOAT32)
+
+
+def encode_parts(msg: Any, pid: int, round: int, step: int, codec: Codec = _FLOAT32) -> tuple[bytes, int]:
     """:func:`encode` for a phase id and a codec instance: ``(data, payload bytes)``.
 
-    The channels' hot path; it skips the argument checks :func:`encode` does.
+    The hot path; it skips the argument checks :func:`encode` does.
     """
     cls = type(msg)
     kid = getattr(cls, "_vf_kind", None)
@@ -226,6 +268,11 @@ def encode_parts(msg: Any, pid: int, round: int, step: int, codec: Codec) -> tup
                 parts.append(_array_head(v.ndim, False).pack(_T_ARRAY, codec.id, 0, v.ndim, *v.shape))
             parts.append(data)
             payload += len(data)
+        elif t is Coded and tensor:
+            if w is None:
+                w = _Writer(codec)
+                w.parts = parts
+            w.coded(v)
         elif t is int and -(2**63) <= v < 2**63:
             parts.append(_TAG_INT.pack(_T_INT, v))
         elif t is str:
@@ -255,15 +302,29 @@ class Decoded:
     round: int
     step: int
 
+    @property
+    def at(self) -> At:
+        return At(self.phase, self.round, self.step)
+
 
 def decode(data: bytes) -> Decoded:
     """Inverse of :func:`encode`."""
-    msg, ph, rnd, step = decode_parts(data)
-    return Decoded(msg, PHASES[ph] if ph < len(PHASES) else "other", rnd, step)
+    msg, ph, rnd, step, _ = decode_parts(data)
+    return Decoded(msg, PHASES[ph], rnd, step)
 
 
-def decode_parts(data: bytes) -> tuple[Any, int, int, int]:
-    """:func:`decode` without the :class:`Decoded` wrapper: ``(msg, phase id, round, step)``."""
+def decode_at(data: bytes) -> tuple[Any, At, int]:
+    """The messaging layer's entry point: ``(message, position, payload bytes)``.
+
+    The payload is counted exactly as :func:`encode` counts it, so the receiver of a message can
+    meter it without trusting a figure from the sender.
+    """
+    msg, ph, rnd, step, payload = decode_parts(data)
+    return msg, At(PHASES[ph], rnd, step), payload
+
+
+def decode_parts(data: bytes) -> tuple[Any, int, int, int, int]:
+    """:func:`decode` without the wrapper: ``(msg, phase id, round, step, payload bytes)``."""
     mv = memoryview(data)
     end = len(mv)
     if end < HEADER_SIZE:
@@ -271,11 +332,14 @@ def decode_parts(data: bytes) -> tuple[Any, int, int, int]:
     magic, ver, ph, kid, rnd, step, blen = HEADER.unpack_from(mv, 0)
     if magic != MAGIC or ver != VERSION:
         raise TransportError(f"not a verticalfs v{VERSION} message (magic {magic!r}, version {ver})")
+    if ph >= len(PHASES):
+        raise TransportError(f"message header has phase id {ph}; known phases are 0..{len(PHASES) - 1}")
     if HEADER_SIZE + blen != end:
         raise TransportError(f"message body is {end - HEADER_SIZE} bytes, header says {blen}")
     cls = message_class(kid)
     pos = HEADER_SIZE
     vals = []
+    payload = 0
     try:
         for _ in cls._vf_fields:
             tag = mv[pos]
@@ -296,6 +360,7 @@ def decode_parts(data: bytes) -> tuple[Any, int, int, int]:
                     raise TransportError("truncated message body")
                 vals.append(codec.decode(mv[pos : pos + nbytes], size).reshape(shape))
                 pos += nbytes
+                payload += nbytes
             elif tag == _T_INT:
                 vals.append(_I64.unpack_from(mv, pos + 1)[0])
                 pos += 9
@@ -306,20 +371,28 @@ def decode_parts(data: bytes) -> tuple[Any, int, int, int]:
                 r = _Reader(mv, pos)
                 vals.append(r.value())
                 pos = r.pos
+                payload += r.payload
     except (struct.error, IndexError):
         raise TransportError("truncated message body") from None
     if pos != end:
         raise TransportError(f"{cls.__name__}: {end - pos} trailing bytes after the last field")
-    return cls(*vals), ph, rnd, step
+    return cls(*vals), ph, rnd, step, payload
 
 
 class _Reader:
-    __slots__ = ("mv", "pos", "end")
+    __slots__ = ("mv", "pos", "end", "depth", "payload")
 
     def __init__(self, mv: memoryview, pos: int):
         self.mv = mv
         self.pos = pos
         self.end = len(mv)
+        self.depth = 0
+        self.payload = 0
+
+    def _enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise TransportError(f"message nests lists, dicts or messages more than {MAX_DEPTH} levels deep")
 
     def _take(self, n: int) -> memoryview:
         pos = self.pos
@@ -353,24 +426,38 @@ class _Reader:
             return self._unpack(_I64)[0]
         if tag == _T_BIGINT:
             n = self._u32()
+            self.payload += n
             return int.from_bytes(self._take(n), "little", signed=True)
         if tag == _T_FLOAT:
             return self._unpack(_F64)[0]
         if tag == _T_STR:
             return bytes(self._take(self._u32())).decode()
         if tag == _T_BYTES:
-            return bytes(self._take(self._u32()))
+            n = self._u32()
+            self.payload += n
+            return bytes(self._take(n))
         if tag in (_T_LIST, _T_TUPLE):
             n = self._u32()
+            self._enter()
             items = [self.value() for _ in range(n)]
+            self.depth -= 1
             return items if tag == _T_LIST else tuple(items)
         if tag == _T_DICT:
             n = self._u32()
+            self._enter()
             out = {}
             for _ in range(n):
                 k = self.value()
                 out[k] = self.value()
+            self.depth -= 1
             return out
+        if tag == _T_MSG:
+            (kid,) = self._unpack(_U16)
+            cls = message_class(kid)
+            self._enter()
+            vals = [self.value() for _ in cls._vf_fields]
+            self.depth -= 1
+            return cls(*vals)
         raise TransportError(f"unknown field tag {tag} in message")
 
     def array(self) -> np.ndarray:
@@ -384,9 +471,11 @@ class _Reader:
                 raise TransportError(f"unknown dtype code {code} in message")
             dt = _DTYPES[code]
             raw = self._take(size * dt.itemsize)
+            self.payload += len(raw)
             return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
         codec = codec_by_id(cid)
         nbytes = codec.fixed_size(size)
         if nbytes is None:
             nbytes = self._u32()
+        self.payload += nbytes
         return codec.decode(self._take(nbytes), size).reshape(shape)

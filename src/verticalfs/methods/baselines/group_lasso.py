@@ -5,12 +5,12 @@ model, applies ``prox_{lambda_m, eta}`` (:mod:`verticalfs.nn.prox`) to its input
 SGD on ``R_N + sum_m lambda_m G(theta_m)``. Every iteration communicates (embeddings up,
 gradients down), which is what LESS-VFL avoids.
 
-The prox is installed by one message per party in phase ``setup``
-(:class:`InstallGroupLasso`, one-way); from then on the party runs it as a ``post_step_hook``.
-At the end of each of its epochs (it counts its own steps against the agreed batch plan) a party
-removes the features whose group is exactly zero for real (``drop_features``): its input layer
-shrinks, later compute shrinks, and the history's ``spurious_removed`` reflects it. The active
-party never needs to know: embeddings keep their width.
+The party role (:class:`GroupLassoRole`) is plain split learning plus the prox as its post-step
+hook; ``lambda_m`` and the step size travel in its ``Join`` spec (:class:`GroupLassoSpec`). At the
+end of each of its epochs (it counts its own steps against the agreed batch plan) a party removes
+the features whose group is exactly zero for real: its input layer shrinks, later compute shrinks,
+and the history's ``spurious_removed`` reflects it. The label holder never needs to know:
+embeddings keep their width.
 
 Optimizer (interpretation): the paper says group lasso is solved "using P-SGD" and gives no step
 size. ``optimizer`` defaults to ``adam`` with lr 0.01 like every other method here, the prox step
@@ -29,59 +29,67 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from verticalfs.data.vertical import ACTIVE
-from verticalfs.methods.base import Method
-from verticalfs.methods.baselines.vfl import VFLParams
+from verticalfs.evaluation.targets import target_figure
+from verticalfs.methods.baselines.vfl import SMALL_SPLIT, VFL, VFLParams
 from verticalfs.methods.registry import register
 from verticalfs.nn.prox import prox_l21, zero_groups
-from verticalfs.parties import PassiveParty, passive_handler
-from verticalfs.training.history import final_metrics
-from verticalfs.training.vfl import TrainConfig, VFLTrainer
+from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer
 from verticalfs.transport.messages import message
 
 
 @message
-class InstallGroupLasso:
-    """Active -> passive, one-way, phase ``setup``: apply ``prox_{lam, eta}`` after every step."""
+class GroupLassoSpec(SplitSpec):
+    """Label holder -> party, inside ``Join``: split learning plus ``prox_{lam, eta}`` after every step."""
 
-    lam: float
-    eta: float
+    lam: float = 0.0
+    eta: float = 0.01
     center: bool = True
 
 
-def _prox_hook(lam: float, eta: float, center: bool):
-    def hook(party: PassiveParty) -> None:
-        layer = party.model.input_layer
+class GroupLassoRole(SplitRole):
+    """A party of ``group-lasso``: after every optimizer step the L2,1 prox on the input layer; at the
+    end of each epoch the features whose group is zero leave the model."""
+
+    spec: GroupLassoSpec
+
+    def __init__(self, data, spec, ctx) -> None:
+        super().__init__(data, spec, ctx)
+        self.mu = self.data.X("train").mean(0)
+        self.steps = 0
+
+    def post_step(self) -> None:
+        spec = self.spec
+        layer = self.model.input_layer
         with torch.no_grad():
             W_old = layer.weight.detach().clone()
-            layer.weight.copy_(prox_l21(W_old, lam, eta))
-            if center:
+            layer.weight.copy_(prox_l21(W_old, float(spec.lam), float(spec.eta)))
+            if spec.center:
                 # prox in the centred parametrisation W (x - mu) + (b + W mu): the bias keeps
                 # W mu fixed, so shrinking a group does not also move the unit's offset (same
-                # treatment as LESS-VFL's P-SGD stages, see methods/less_vfl/messages.py)
-                mu = party.state["gl_mu"]
-                layer.bias.add_((W_old - layer.weight) @ mu)
-        st = party.state
-        st["gl_steps"] = st.get("gl_steps", 0) + 1
-        if st["gl_steps"] % party.plan.n_batches == 0:  # end of an epoch: remove zeroed features
+                # treatment as LESS-VFL's P-SGD stages, see methods/less_vfl/role.py)
+                layer.bias.add_((W_old - layer.weight) @ self.mu)
+        self.steps += 1
+        if self.steps % self.plan.n_batches == 0:  # end of an epoch: remove zeroed features
             zero = zero_groups(layer).numpy()
             if zero.any():
-                keep = np.flatnonzero(~zero)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # a zero-input layer if every feature went
-                    party.drop_features(keep)
-                st["gl_mu"] = party.X("train").mean(0)
-
-    return hook
+                    self.drop_inputs(np.flatnonzero(~zero))
+                self.mu = self.data.X("train").mean(0)
 
 
-@passive_handler(InstallGroupLasso)
-def _on_install_group_lasso(party: PassiveParty, sender: str, msg: InstallGroupLasso) -> None:
-    party.require_model()
-    party.state["gl_mu"] = party.X("train").mean(0)
-    party.state["gl_steps"] = 0
-    party.post_step_hooks.append(_prox_hook(float(msg.lam), float(msg.eta), bool(msg.center)))
-    return None
+class GroupLassoTrainer(SplitTrainer):
+    spec_class = GroupLassoSpec
+
+    def __init__(self, *args, lam: float, center: bool, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.lam = lam
+        self.center = center
+
+    def spec_for(self, party: str) -> GroupLassoSpec:
+        base = super().spec_for(party)
+        return GroupLassoSpec(**{**vars(base), "lam": float(self.lam), "eta": float(self.config.lr),
+                                 "center": bool(self.center)})
 
 
 @dataclass
@@ -113,31 +121,23 @@ class GroupLassoParams(VFLParams):
 
 
 @register
-class GroupLasso(Method):
+class GroupLasso(VFL):
     name = "group-lasso"
     summary = "Group lasso on every party's input layer during VFL training (P-SGD); every step communicates."
     paper = "less-vfl.md section 2 eq. (2) and section 5 (baseline)"
     Params = GroupLassoParams
+    Role = GroupLassoRole
+    test_params = SMALL_SPLIT
 
     def fit(self, fed) -> GroupLasso:
-        from verticalfs.methods.less_vfl.method import target_figure
-
         p = self.params
-        trainer = VFLTrainer(fed.server, fed.channel, fed.party_names, TrainConfig.from_params(p),
-                             seed=self.seed, callbacks=self.callbacks, entry_hook=self.entry_hook)
+        trainer = GroupLassoTrainer(fed, self.name, self._config(), seed=self.seed, callbacks=self.callbacks,
+                                    entry_hook=self.entry_hook, codec=self.codec, lam=p.lambda_m, center=p.center)
         trainer.setup()
-        with fed.channel.at("setup", 0):
-            for q in fed.party_names:
-                fed.channel.send(ACTIVE, q, InstallGroupLasso(lam=float(p.lambda_m), eta=float(p.lr),
-                                                              center=bool(p.center)))
         trainer.fit(phase="train")
-        self.trainer_ = trainer
-        self.history_ = trainer.history
-        self.metrics_ = final_metrics(trainer.history) or trainer.evaluate(["test"])
-        self.support_ = fed.collect_support()
-        by_phase = fed.ledger.by("phase")
-        info = {"lambda_m": p.lambda_m, "bytes_by_phase": by_phase,
+        self.finish_training(fed, trainer)
+        info = {"lambda_m": p.lambda_m, "bytes_by_phase": fed.ledger.by("phase"),
                 "features_kept": {q: int(m.sum()) for q, m in self.support_.items()}}
-        info.update(target_figure(trainer.history, p.target_accuracy, fed.server.task))
-        self.info_ = info
+        info.update(target_figure(trainer.history, p.target_accuracy, fed.task))
+        self.info_.update(info)
         return self

@@ -1,7 +1,8 @@
 """``vfl``: standard vertical federated learning, less-vfl.md Appendix A, Algorithm 2.
 
 With the original data this is the papers' "VFL (Original)"; with injected noise features
-(``--noise``) it is "VFL (Spurious)". It keeps every feature.
+(``--noise``) it is "VFL (Spurious)". It keeps every feature. Its party role is the plain
+:class:`~verticalfs.training.split.SplitRole`.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from dataclasses import dataclass
 
 from verticalfs.methods.base import Method
 from verticalfs.methods.registry import register
-from verticalfs.training.history import final_metrics
-from verticalfs.training.vfl import TrainConfig, VFLTrainer
+from verticalfs.training.split import SplitRole, SplitTrainer, TrainConfig
 
 
 @dataclass
@@ -35,10 +35,14 @@ class VFLParams(TrainConfig):
     embedding_dim : int
         Embedding components per party.
     activation : str
-        Hidden activation (relu, tanh, sigmoid, gelu, leaky_relu, elu).
+        Hidden activation (relu, tanh, sigmoid, gelu, leaky_relu, elu, selu).
     top_hidden : tuple of int
         Hidden widths of the top model; empty = linear (less-vfl.md section 5).
     """
+
+
+#: small settings of the split-training methods for the shared contract tests
+SMALL_SPLIT = {"epochs": 3, "batch_size": 64, "hidden": (16, 8)}
 
 
 @register
@@ -47,15 +51,18 @@ class VFL(Method):
     summary = "Standard VFL (Algorithm 2): embeddings up, embedding gradients down, every feature kept."
     paper = "less-vfl.md Appendix A (Hu et al. 2019; Ceballos et al. 2020)"
     Params = VFLParams
+    Role = SplitRole
+    test_params = SMALL_SPLIT
+
+    def _config(self) -> TrainConfig:
+        return TrainConfig.from_params(self.params)
+
+    def make_trainer(self, fed, **kwargs) -> SplitTrainer:
+        return SplitTrainer(fed, self.name, self._config(), seed=self.seed,
+                            callbacks=self.callbacks, entry_hook=self.entry_hook, codec=self.codec or "float32", **kwargs)
 
     def fit(self, fed) -> VFL:
-        trainer = VFLTrainer(fed.server, fed.channel, fed.party_names, TrainConfig.from_params(self.params),
-                             seed=self.seed, callbacks=self.callbacks, entry_hook=self.entry_hook)
+        trainer = self.make_trainer(fed)
         trainer.setup()
         trainer.fit(phase="train")
-        self.trainer_ = trainer
-        self.history_ = trainer.history
-        self.metrics_ = final_metrics(trainer.history) or trainer.evaluate(["test"])
-        self.support_ = fed.collect_support()
-        return self
-
+        return self.finish_training(fed, trainer)

@@ -2,7 +2,6 @@
 feature binning) and ``fate-lasso`` (L1 hetero logistic regression), both over Paillier
 encryption (:mod:`verticalfs.crypto`)."""
 
-from verticalfs.methods.fate import messages  # noqa: F401  (registers the party handlers)
 from verticalfs.methods.fate.binning import information_values, quantile_bins, woe_iv
 from verticalfs.methods.fate.iv import FateIV, FateIVParams
 from verticalfs.methods.fate.lasso import FateLasso, FateLassoParams

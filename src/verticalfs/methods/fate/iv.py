@@ -34,12 +34,12 @@ import numpy as np
 
 from verticalfs.crypto import EncryptedArray, generate_keypair, unpack_slots
 from verticalfs.crypto.keys import check_bits
-from verticalfs.data.vertical import ACTIVE
 from verticalfs.exceptions import ConfigError, CryptoError, ProtocolError
 from verticalfs.methods.fate.binning import woe_iv
 from verticalfs.methods.fate.messages import IVBinSums, IVLabels, package_sizes
+from verticalfs.methods.fate.role import IVRole
+from verticalfs.methods.filter import SELECTION, FilterMethod, FilterParams
 from verticalfs.methods.registry import register
-from verticalfs.selection import FilterMethod, FilterParams
 
 PACKINGS = ("packed", "pair")
 
@@ -89,6 +89,8 @@ class FateIV(FilterMethod):
     summary = "FATE-IV: information value per feature from Paillier-encrypted labels (FATE hetero binning)."
     paper = "feast.md section 5.1 (baseline FATE-IV); FATE hetero feature binning"
     Params = FateIVParams
+    Role = IVRole
+    test_params = {"n_select": 5, "key_bits": 512, "insecure": True}
 
     def check_params(self, fed) -> None:
         super().check_params(fed)
@@ -106,7 +108,7 @@ class FateIV(FilterMethod):
 
     def select(self, fed) -> list[tuple[str, int]]:
         p = self.params
-        y = np.asarray(fed.server.labels.y["train"]).astype(np.int64)
+        y = np.asarray(fed.labels.y["train"]).astype(np.int64)
         n = len(y)
         n_event = int(y.sum())
         t0 = time.perf_counter()
@@ -128,9 +130,7 @@ class FateIV(FilterMethod):
         ivs: dict[str, float] = {}
         t_dec, n_dec = 0.0, 0
         for k, party in enumerate(fed.party_names):
-            rep = fed.channel.request(ACTIVE, party, msg)
-            if not isinstance(rep, IVBinSums):
-                raise ProtocolError(f"party {party!r} answered IVLabels with {type(rep).__name__}")
+            rep = fed.proxy(party).request(msg, SELECTION, expect=IVBinSums)
             bin_nums = np.asarray(rep.bin_nums, dtype=np.int64)
             if len(bin_nums) != len(names[party]) or (bin_nums < 1).any():
                 raise ProtocolError(f"party {party!r} sent bins for {len(bin_nums)} features, it has "

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from verticalfs.codecs.integers import pack_uints
 from verticalfs.crypto import EncryptedArray, generate_keypair
-from verticalfs.data.vertical import ACTIVE
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods.fate.iv import check_crypto_params
 from verticalfs.methods.fate.messages import (
@@ -59,10 +59,12 @@ from verticalfs.methods.fate.messages import (
     MaskedGradient,
     PartialPredictor,
 )
+from verticalfs.methods.fate.role import LassoRole
+from verticalfs.methods.filter import FilterMethod, FilterParams
 from verticalfs.methods.registry import register
-from verticalfs.selection import FilterMethod, FilterParams
 from verticalfs.training.batches import BatchPlan
 from verticalfs.training.history import derive_seed
+from verticalfs.transport.messages import At
 
 
 @dataclass
@@ -117,6 +119,8 @@ class FateLasso(FilterMethod):
     summary = "FATE-Lasso: L1 hetero logistic regression over Paillier-encrypted residuals; non-zero weights."
     paper = "feast.md section 5.1 (baseline FATE-Lasso); FATE hetero LR"
     Params = FateLassoParams
+    Role = LassoRole
+    test_params = {"n_select": 5, "key_bits": 512, "insecure": True, "epochs": 2, "rounds": 2}
 
     def check_params(self, fed) -> None:
         super().check_params(fed)
@@ -139,14 +143,13 @@ class FateLasso(FilterMethod):
     def _train(self, fed, pub, priv, alpha: float, run: int) -> tuple[dict, dict]:
         """One training run at ``alpha``; returns ``{party: (indices, |w|)}`` and run figures."""
         p = self.params
-        ch = fed.channel
-        y = np.asarray(fed.server.labels.y["train"]).astype(np.float64)
+        y = np.asarray(fed.labels.y["train"]).astype(np.float64)
         ys = 2.0 * y - 1.0
         n = len(ys)
         seed = derive_seed(self.seed, "fate-lasso", "batches")
         plan = BatchPlan(n, int(p.batch_size), seed)
         parties = fed.party_names
-        n_features = {q: len(v) for q, v in fed.feature_names().items()}
+        n_features = {q: len(v) for q, v in self.feature_names(fed).items()}
         wn = (pub.bits + 7) // 8
         b0, t0 = fed.ledger.total_bytes, time.perf_counter()
         start = LassoStart(public_key=pub.to_bytes() if run == 0 else b"", insecure=bool(p.insecure), run=run,
@@ -154,9 +157,9 @@ class FateLasso(FilterMethod):
                            shuffle_seed=seed,
                            feature_precision=int(p.feature_precision))
         partial: dict[str, np.ndarray] = {}
-        with ch.at("selection", round=run * int(p.epochs), step=0):
-            for q in parties:
-                partial[q] = self._predictor(ch.request(ACTIVE, q, start), q)
+        at = At("selection", run * int(p.epochs), 0)
+        for q in parties:
+            partial[q] = self._predictor(fed.proxy(q).request(start, at), q)
         b = 0.0
         steps = [(e, k) for e in range(int(p.epochs)) for k in range(plan.n_batches)]
         n_enc = 0
@@ -175,28 +178,23 @@ class FateLasso(FilterMethod):
             if p.fit_intercept:
                 b -= p.lr * float(d.mean())
             nxt = steps[i + 1] if i + 1 < len(steps) else (-1, -1)
-            with ch.at("selection", round=run * int(p.epochs) + e, step=k):
-                for q in parties:
-                    msg = EncryptedResidual(epoch=e, batch=k, data=data, exponent=enc.exponent)
-                    rep = ch.request(ACTIVE, q, msg)
-                    if not isinstance(rep, MaskedGradient):
-                        raise ProtocolError(f"party {q!r} answered EncryptedResidual with "
-                                            f"{type(rep).__name__}")
-                    masked = EncryptedArray.from_bytes(pub, rep.data, None, rep.exponent)
-                    if masked.size != n_features[q]:
-                        raise ProtocolError(f"party {q!r} sent {masked.size} gradient values for its "
-                                            f"{n_features[q]} features")
-                    res = priv.decrypt_residues(masked.ciphertexts())
-                    out = GradientResult(values=b"".join(r.to_bytes(wn, "big") for r in res),
-                                         next_epoch=nxt[0], next_batch=nxt[1])
-                    partial[q] = self._predictor(ch.request(ACTIVE, q, out), q)
-        coefs = {}
-        with ch.at("selection", round=run * int(p.epochs) + int(p.epochs) - 1, step=plan.n_batches):
+            at = At("selection", run * int(p.epochs) + e, k)
             for q in parties:
-                rep = ch.request(ACTIVE, q, CoefficientsRequest())
-                if not isinstance(rep, Coefficients):
-                    raise ProtocolError(f"party {q!r} answered CoefficientsRequest with {type(rep).__name__}")
-                coefs[q] = (np.asarray(rep.indices, dtype=np.int64),
+                msg = EncryptedResidual(epoch=e, batch=k, data=data, exponent=enc.exponent)
+                rep = fed.proxy(q).request(msg, at, expect=MaskedGradient)
+                masked = EncryptedArray.from_bytes(pub, rep.data, None, rep.exponent)
+                if masked.size != n_features[q]:
+                    raise ProtocolError(f"party {q!r} sent {masked.size} gradient values for its "
+                                        f"{n_features[q]} features")
+                res = priv.decrypt_residues(masked.ciphertexts())
+                out = GradientResult(values=pack_uints(res, wn),
+                                     next_epoch=nxt[0], next_batch=nxt[1])
+                partial[q] = self._predictor(fed.proxy(q).request(out, at), q)
+        coefs = {}
+        at = At("selection", run * int(p.epochs) + int(p.epochs) - 1, plan.n_batches)
+        for q in parties:
+            rep = fed.proxy(q).request(CoefficientsRequest(), at, expect=Coefficients)
+            coefs[q] = (np.asarray(rep.indices, dtype=np.int64),
                             np.asarray(rep.magnitudes, dtype=np.float64))
         nnz = int(sum(len(v[0]) for v in coefs.values()))
         info = {"alpha": float(alpha), "nonzero": nnz, "intercept": b, "encryptions": n_enc,
@@ -241,7 +239,7 @@ class FateLasso(FilterMethod):
         chosen = [(q, j) for _, _, j, q in ranked[:N]]
         if len(chosen) < N:  # fill in party order (documented)
             have = set(chosen)
-            names = fed.feature_names()
+            names = self.feature_names(fed)
             for q in fed.party_names:
                 for j in range(len(names[q])):
                     if len(chosen) < N and (q, j) not in have:

@@ -1,4 +1,4 @@
-"""The FATE baselines' messages (phase ``selection``) and the passive parties' side of them.
+"""The FATE baselines' messages (phase ``selection``); the feature parties' side is :mod:`.role`.
 
 Ciphertexts travel in ``bytes`` fields, each ciphertext at the key's fixed width
 (:meth:`verticalfs.crypto.EncryptedArray.to_bytes`), so the ledger's payload of a message is
@@ -25,17 +25,8 @@ the label holder holds the key)::
 
 from __future__ import annotations
 
-import secrets
-
 import numpy as np
 
-from verticalfs.crypto import EncryptedArray, PublicKey
-from verticalfs.crypto.encoding import from_residues, to_float
-from verticalfs.exceptions import ProtocolError
-from verticalfs.methods.fate.binning import quantile_bins
-from verticalfs.parties import PassiveParty, passive_handler
-from verticalfs.selection.messages import party_columns
-from verticalfs.training.batches import BatchPlan
 from verticalfs.transport.messages import message
 
 
@@ -79,24 +70,6 @@ def package_sizes(bin_nums: np.ndarray, capacity: int) -> np.ndarray:
         full, rest = divmod(int(b), int(capacity))
         out += [int(capacity)] * full + ([rest] if rest else [])
     return np.asarray(out, dtype=np.int64)
-
-
-@passive_handler(IVLabels)
-def _on_iv_labels(party: PassiveParty, sender: str, msg: IVLabels) -> IVBinSums:
-    pub = PublicKey.from_bytes(msg.public_key, insecure=msg.insecure)
-    X = party_columns(party, "train")
-    shape = tuple(int(s) for s in msg.shape)
-    if shape[0] != X.shape[0]:
-        raise ProtocolError(f"party {party.name!r}: IVLabels has {shape[0]} rows but the party has "
-                            f"{X.shape[0]} training rows")
-    labels = EncryptedArray.from_bytes(pub, msg.labels, shape)
-    codes, bin_nums = quantile_bins(X, int(msg.n_bins))
-    sums = labels.group_sum(codes, int(msg.n_bins))  # (d, n_bins[, 2])
-    keep = np.arange(int(msg.n_bins))[None, :] < bin_nums[:, None]  # the bins that exist, per feature
-    out = sums[keep] if sums.ndim == 2 else sums[keep, :]
-    if msg.packing == "packed":
-        out = out.pack(package_sizes(bin_nums, int(msg.capacity)), int(msg.slot_bits))
-    return IVBinSums(sums=out.to_bytes(), bin_nums=bin_nums.astype(np.int64))
 
 
 # ------------------------------------------------------------------------ fate-lasso
@@ -167,85 +140,3 @@ class Coefficients:
 
     indices: np.ndarray
     magnitudes: np.ndarray
-
-
-def _lasso_state(party: PassiveParty) -> dict:
-    st = party.state.get("fate_lasso")
-    if st is None:
-        raise ProtocolError(f"party {party.name!r} received a fate-lasso message before LassoStart")
-    return st
-
-
-def _predict(st: dict, epoch: int, batch: int) -> PartialPredictor:
-    if batch < 0:
-        return PartialPredictor(values=np.zeros(0))
-    rows = st["plan"].rows(epoch, batch)
-    st["rows"] = rows
-    return PartialPredictor(values=st["X"][rows] @ st["w"])
-
-
-@passive_handler(LassoStart)
-def _on_lasso_start(party: PassiveParty, sender: str, msg: LassoStart) -> PartialPredictor:
-    old = party.state.get("fate_lasso")
-    if msg.public_key:
-        pub = PublicKey.from_bytes(msg.public_key, insecure=msg.insecure)
-    elif old is not None:
-        pub = old["pub"]
-    else:
-        raise ProtocolError(f"party {party.name!r}: the first LassoStart must carry the public key")
-    X = party_columns(party, "train").astype(np.float64)
-    st = {
-        "pub": pub, "X": X, "w": np.zeros(X.shape[1]), "alpha": float(msg.alpha), "lr": float(msg.lr),
-        "plan": BatchPlan(X.shape[0], int(msg.batch_size), int(msg.shuffle_seed)),
-        "prec": int(msg.feature_precision), "run": int(msg.run),
-    }
-    party.state["fate_lasso"] = st
-    return _predict(st, 0, 0)
-
-
-@passive_handler(EncryptedResidual)
-def _on_encrypted_residual(party: PassiveParty, sender: str, msg: EncryptedResidual) -> MaskedGradient:
-    st = _lasso_state(party)
-    rows = st["plan"].rows(int(msg.epoch), int(msg.batch))
-    if not np.array_equal(rows, st.get("rows")):
-        raise ProtocolError(f"party {party.name!r}: EncryptedResidual for epoch {msg.epoch} batch "
-                            f"{msg.batch} does not follow the predictor it sent")
-    pub: PublicKey = st["pub"]
-    d = EncryptedArray.from_bytes(pub, msg.data, (len(rows),), int(msg.exponent))
-    g = d.dot(st["X"][rows], precision=st["prec"])  # [[X_B^T d]] (the sum over the batch)
-    # Mask: uniform integers below 2**(bits(n) - 3) <= n / 4, added to the mantissas. The masked
-    # value stays inside the decodable range (|g| is far below n / 12) and is statistically
-    # independent of g (distance ~ |g| / 2**(bits(n) - 3)).
-    top = pub.bits - 3
-    mask = [secrets.randbits(top) for _ in range(g.size)]
-    st["mask"], st["g_exponent"], st["batch_len"] = mask, g.exponent, len(rows)
-    masked = g.add_mantissas(np.array(mask, dtype=object))
-    return MaskedGradient(data=masked.to_bytes(), exponent=masked.exponent)
-
-
-@passive_handler(GradientResult)
-def _on_gradient_result(party: PassiveParty, sender: str, msg: GradientResult) -> PartialPredictor:
-    st = _lasso_state(party)
-    pub: PublicKey = st["pub"]
-    w_n = (pub.bits + 7) // 8
-    raw = msg.values
-    if len(raw) != w_n * len(st["mask"]):
-        raise ProtocolError(f"party {party.name!r}: GradientResult has {len(raw)} bytes, expected "
-                            f"{len(st['mask'])} values of {w_n} bytes")
-    res = [int.from_bytes(raw[i : i + w_n], "big") for i in range(0, len(raw), w_n)]
-    masked = from_residues(res, pub.n, pub.max_int)
-    g_int = np.array([m - r for m, r in zip(masked, st["mask"], strict=True)], dtype=object)
-    g = to_float(g_int, st["g_exponent"]) / st["batch_len"]
-    lr, alpha = st["lr"], st["alpha"]
-    w = st["w"] - lr * g
-    # proximal step of the L1 penalty (soft thresholding), FATE's L1 updater
-    st["w"] = np.sign(w) * np.maximum(np.abs(w) - lr * alpha, 0.0)
-    st["mask"] = []
-    return _predict(st, int(msg.next_epoch), int(msg.next_batch))
-
-
-@passive_handler(CoefficientsRequest)
-def _on_coefficients(party: PassiveParty, sender: str, msg: CoefficientsRequest) -> Coefficients:
-    w = _lasso_state(party)["w"]
-    nz = np.flatnonzero(w)
-    return Coefficients(indices=nz.astype(np.int64), magnitudes=np.abs(w[nz]))

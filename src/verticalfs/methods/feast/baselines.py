@@ -5,13 +5,12 @@ The two FATE baselines (``fate-iv``, ``fate-lasso``) live in ``methods/fate``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from verticalfs.data.vertical import ACTIVE
-from verticalfs.exceptions import ConfigError, DataError, ProtocolError
+from verticalfs.data.partition import COPY_SUFFIX, is_overlap_copy
+from verticalfs.exceptions import ConfigError, DataError
 from verticalfs.methods.feast.messages import FeatureScores, LabelScoresRequest
 from verticalfs.methods.feast.method import (
     check_binning,
@@ -20,10 +19,12 @@ from verticalfs.methods.feast.method import (
     select_in_rounds,
 )
 from verticalfs.methods.feast.party import SCORES, ZERO, FeastPartyState, discretize_party
+from verticalfs.methods.feast.role import MIRole
+from verticalfs.methods.filter import FilterMethod, FilterParams
 from verticalfs.methods.registry import register
-from verticalfs.selection.base import FilterMethod, FilterParams
 from verticalfs.selection.info import column_mutual_info, normalised_cmi
 from verticalfs.training.history import derive_seed
+from verticalfs.transport.messages import At
 
 
 @dataclass
@@ -121,6 +122,7 @@ class CFeast(FilterMethod):
                "(rounds='parties': FEAST's rounds over the parties).")
     paper = "feast.md section 5.1 (CFEAST)"
     Params = CFeastParams
+    Role = None
     needs_pooled_data = True
 
     def select(self, fed) -> list[tuple[str, int]]:
@@ -254,6 +256,8 @@ class MutualInfo(FilterMethod):
     summary = "Top-N by mutual information with the label (labels sent once to every party)."
     paper = "feast.md section 5.1 (MI)"
     Params = MIParams
+    Role = MIRole
+    disclosures = {"columns_to_label_holder": ("Columns",), "labels_to_parties": ("LabelScoresRequest",)}
 
     def select(self, fed) -> list[tuple[str, int]]:
         p = self.params
@@ -262,11 +266,9 @@ class MutualInfo(FilterMethod):
         self.info_["sample_size"] = int(len(rows))
         reports = {}
         for q in fed.party_names:
-            rep = fed.channel.request(ACTIVE, q, LabelScoresRequest(
+            rep = fed.proxy(q).request(LabelScoresRequest(
                 rows=sent_rows, labels=labels, bins=int(p.bins), discretizer=p.discretizer,
-                supervised_bins=bool(p.supervised_bins), top=int(p.n_select)))
-            if not isinstance(rep, FeatureScores):
-                raise ProtocolError(f"party {q!r} answered LabelScoresRequest with {type(rep).__name__}")
+                supervised_bins=bool(p.supervised_bins), top=int(p.n_select)), At("selection"), expect=FeatureScores)
             reports[q] = (np.asarray(rep.indices, dtype=np.int64), np.asarray(rep.scores, dtype=np.float64))
         _, _, ranking = rank_and_pick(reports, list(fed.party_names), int(p.n_select))
         return [(q, i) for q, i, _ in ranking[: int(p.n_select)]]
@@ -298,7 +300,7 @@ class RandomSelect(FilterMethod):
 
     def select(self, fed) -> list[tuple[str, int]]:
         rng = np.random.default_rng(derive_seed(self.seed, "random-selection"))
-        left = {q: list(range(len(n))) for q, n in fed.feature_names().items()}
+        left = {q: list(range(len(n))) for q, n in self.feature_names(fed).items()}
         out = []
         for _ in range(int(self.params.n_select)):
             parties = [q for q in fed.party_names if left[q]]
@@ -306,21 +308,6 @@ class RandomSelect(FilterMethod):
             i = left[q].pop(int(rng.integers(len(left[q]))))
             out.append((q, i))
         return out
-
-
-#: ``add_overlap`` (``data/partition.py``) names a copied column ``<column>@copy``, appending ``'`` while
-#: the name is taken; preparation one-hot encodes a categorical copy as ``<column>@copy=<category>``
-COPY_SUFFIX = "@copy"
-_COPY_NAME = re.compile(re.escape(COPY_SUFFIX) + r"'*(=.*)?$", re.DOTALL)
-
-
-def is_overlap_copy(name: str) -> bool:
-    """Whether a prepared feature name is a column a party received as a copy (``overlap``).
-
-    True for ``<column>@copy``, its clash-free variants ``<column>@copy'`` (``''``, ...) and the
-    one-hot columns ``<column>@copy=<category>`` of a copied categorical column.
-    """
-    return _COPY_NAME.search(str(name)) is not None
 
 
 @dataclass
@@ -355,7 +342,7 @@ class Raw(FilterMethod):
     selects_all = True
 
     def select(self, fed) -> list[tuple[str, int]]:
-        out = [(q, i) for q, names in fed.feature_names().items()
+        out = [(q, i) for q, names in self.feature_names(fed).items()
                for i, f in enumerate(names) if not is_overlap_copy(f)]
         if not out:
             raise DataError(f"{self.name}: every feature of parties {list(fed.party_names)} is an overlap copy "
@@ -364,5 +351,4 @@ class Raw(FilterMethod):
         return out
 
 
-__all__ = ["CFEAST_ROUNDS", "COPY_SUFFIX", "SCORES", "CFeast", "MutualInfo", "RandomSelect", "Raw",
-           "is_overlap_copy"]
+__all__ = ["CFEAST_ROUNDS", "SCORES", "CFeast", "MutualInfo", "RandomSelect", "Raw"]

@@ -1,4 +1,4 @@
-"""FEAST's messages and the feature parties' handlers (feast.md section 4, Figure 2).
+"""FEAST's messages (feast.md section 4, Figure 2); the feature parties' side is :mod:`.role`.
 
 All are sent in phase ``selection``:
 
@@ -25,13 +25,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from verticalfs.exceptions import ProtocolError
-from verticalfs.methods.feast.party import FeastPartyState, discretize_party
-from verticalfs.methods.feast.statvar import random_groups, statistical_variables
-from verticalfs.parties import PassiveParty, passive_handler
-from verticalfs.selection.info import column_mutual_info
-from verticalfs.selection.messages import party_columns
-from verticalfs.training.history import derive_seed
 from verticalfs.transport.messages import message
 
 
@@ -105,73 +98,3 @@ class LabelScoresRequest:
     discretizer: str
     supervised_bins: bool
     top: int
-
-
-def _state(party: PassiveParty) -> FeastPartyState:
-    st = party.state.get("feast")
-    if st is None:
-        raise ProtocolError(f"party {party.name!r} received a FEAST message before FeastSetup")
-    return st
-
-
-def _rows(rows) -> np.ndarray | None:
-    return None if rows is None else np.asarray(rows, dtype=np.int64)
-
-
-@passive_handler(FeastSetup)
-def _on_setup(party: PassiveParty, sender: str, msg: FeastSetup) -> None:
-    X = party_columns(party, "train")
-    codes = discretize_party(X, _rows(msg.rows), np.asarray(msg.labels), msg.discretizer, msg.bins,
-                             msg.supervised_bins, party.name)
-    party.state["feast"] = FeastPartyState(codes, msg.labels, seed=derive_seed(msg.seed, "feast-groups", party.name))
-    return None
-
-
-@passive_handler(ScoreRequest)
-def _on_score(party: PassiveParty, sender: str, msg: ScoreRequest) -> FeatureScores:
-    idx, s, n_del = _state(party).score(msg.score, msg.overlap_delete, msg.overlap_ratio)
-    if msg.top >= 0:
-        idx, s = idx[: msg.top], s[: msg.top]
-    return FeatureScores(indices=idx.astype(np.int32), scores=s.astype(np.float64), n_deleted=n_del)
-
-
-@passive_handler(ShareSelected)
-def _on_share_selected(party: PassiveParty, sender: str, msg: ShareSelected) -> None:
-    st = _state(party)
-    idx = np.asarray(msg.indices, dtype=np.int64)
-    st.select(idx)
-    if not msg.receivers:
-        return None
-    if party.send_to is None:
-        raise ProtocolError(f"party {party.name!r} cannot send party-to-party messages on this channel; "
-                            "FEAST's statistical variables go from the selected party to the candidates")
-    rng = np.random.default_rng([st.seed, int(msg.round)])
-    V = statistical_variables(st.codes[:, idx], random_groups(len(idx), int(msg.m), rng))
-    for r in msg.receivers:
-        party.send_to(str(r), StatVariables(values=V))
-    return None
-
-
-@passive_handler(StatVariables)
-def _on_stat_variables(party: PassiveParty, sender: str, msg: StatVariables) -> None:
-    _state(party).receive(msg.values)
-    return None
-
-
-@passive_handler(DropCandidates)
-def _on_drop(party: PassiveParty, sender: str, msg: DropCandidates) -> None:
-    _state(party).drop(msg.indices)
-    return None
-
-
-@passive_handler(LabelScoresRequest)
-def _on_label_scores(party: PassiveParty, sender: str, msg: LabelScoresRequest) -> FeatureScores:
-    X = party_columns(party, "train")
-    labels = np.asarray(msg.labels)
-    codes = discretize_party(X, _rows(msg.rows), labels, msg.discretizer, msg.bins, msg.supervised_bins,
-                             party.name)
-    s = column_mutual_info(codes, labels)
-    order = np.lexsort((np.arange(len(s)), -s))
-    if msg.top >= 0:
-        order = order[: msg.top]
-    return FeatureScores(indices=order.astype(np.int32), scores=s[order].astype(np.float64))

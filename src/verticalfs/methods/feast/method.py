@@ -47,8 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verticalfs.data.vertical import ACTIVE
-from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.exceptions import ConfigError
 from verticalfs.methods.feast.messages import (
     DropCandidates,
     FeastSetup,
@@ -57,12 +56,14 @@ from verticalfs.methods.feast.messages import (
     ShareSelected,
 )
 from verticalfs.methods.feast.party import SCORES
+from verticalfs.methods.feast.role import FeastRole
 from verticalfs.methods.feast.statvar import smallest_uint
+from verticalfs.methods.filter import FilterMethod, FilterParams
 from verticalfs.methods.registry import register
-from verticalfs.selection.base import FilterMethod, FilterParams
 from verticalfs.selection.discretize import canonical_discretizer
 from verticalfs.selection.sampling import resolve_sample_size, stratified_sample
 from verticalfs.training.history import derive_seed
+from verticalfs.transport.messages import At
 
 
 @dataclass
@@ -135,7 +136,7 @@ def check_binning(name: str, p) -> None:
 def draw_sample(method, fed, m: int) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
     """The label holder's stratified sample: ``(rows or None for all, row indices, labels)``."""
     p = method.params
-    y = np.asarray(fed.server.labels.y["train"])
+    y = np.asarray(fed.labels.y["train"])
     n = len(y)
     if fed.task == "regression":
         raise ConfigError(f"{method.name} scores features by mutual information with class labels; "
@@ -254,37 +255,41 @@ class Feast(FilterMethod):
                "stratified sampling and overlap deletion (labels of the sample go to every party).")
     paper = "feast.md section 4 (Fu et al., SIGMOD 2023)"
     Params = FeastParams
+    Role = FeastRole
+    disclosures = {"columns_to_label_holder": ("Columns",), "labels_to_parties": ("FeastSetup",)}
 
     def select(self, fed) -> list[tuple[str, int]]:
         p = self.params
         check_binning(self.name, p)
-        ch = fed.channel
         names = list(fed.party_names)
         sent_rows, rows, labels = draw_sample(self, fed, int(p.m))
         self.info_["sample_size"] = int(len(rows))
-        ch.set_position(round=0)
         for q in names:
-            ch.send(ACTIVE, q, FeastSetup(rows=sent_rows, labels=labels, bins=int(p.bins),
-                                          discretizer=p.discretizer, supervised_bins=bool(p.supervised_bins),
-                                          seed=int(self.seed)))
+            fed.proxy(q).send(FeastSetup(rows=sent_rows, labels=labels, bins=int(p.bins), discretizer=p.discretizer,
+                                         supervised_bins=bool(p.supervised_bins), seed=int(self.seed)),
+                              At("selection", 0))
 
         def share(t: int, q: str, chosen: list[int], receivers: tuple[str, ...]) -> None:
             # the selected party merges its features into V^t and sends it to the candidates itself
-            ch.send(ACTIVE, q, ShareSelected(indices=np.asarray(chosen, dtype=np.int32), m=int(p.m),
-                                             round=t, receivers=receivers))
+            fed.proxy(q).send(ShareSelected(indices=np.asarray(chosen, dtype=np.int32), m=int(p.m), round=t,
+                                            receivers=receivers), At("selection", t))
 
         def score(t: int, q: str, top: int) -> tuple[np.ndarray, np.ndarray, int]:
-            rep = ch.request(ACTIVE, q, ScoreRequest(round=t, top=top, score=p.score,
-                                                     overlap_delete=bool(p.overlap_delete),
-                                                     overlap_ratio=float(p.overlap_ratio)))
-            if not isinstance(rep, FeatureScores):
-                raise ProtocolError(f"party {q!r} answered ScoreRequest with {type(rep).__name__}")
+            rep = fed.proxy(q).request(ScoreRequest(round=t, top=top, score=p.score,
+                                                    overlap_delete=bool(p.overlap_delete),
+                                                    overlap_ratio=float(p.overlap_ratio)),
+                                       At("selection", t), expect=FeatureScores)
             return rep.indices, rep.scores, rep.n_deleted
 
         def drop(q: str, idx: list[int]) -> None:
-            ch.send(ACTIVE, q, DropCandidates(indices=np.asarray(idx, dtype=np.int32)))
+            fed.proxy(q).send(DropCandidates(indices=np.asarray(idx, dtype=np.int32)), At("selection", current[0]))
+
+        current = [0]
+
+        def begin_round(t: int) -> None:
+            current[0] = t
 
         selected, rounds = select_in_rounds(self.name, names, int(p.n_select), int(p.n_hat), float(p.tail_delete),
-                                            score, share, drop, begin_round=lambda t: ch.set_position(round=t))
+                                            score, share, drop, begin_round=begin_round)
         self.info_["rounds"] = rounds
         return selected

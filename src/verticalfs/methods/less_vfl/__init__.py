@@ -1,7 +1,7 @@
-"""LESS-VFL (less-vfl.md): ``less-vfl`` and ``local-lasso``; the grid search of section 5."""
+"""LESS-VFL (less-vfl.md): ``less-vfl`` and ``local-lasso``; the party role; the grid search of
+section 5 is :mod:`verticalfs.tuning` (command ``verticalfs less-vfl-grid``, :mod:`.cli`)."""
 
-from verticalfs.methods.less_vfl import messages  # noqa: F401  (registers the party handlers)
 from verticalfs.methods.less_vfl.method import LessVFL, LessVFLParams, LocalLasso, LocalLassoParams
-from verticalfs.methods.less_vfl.search import grid_search, select_best
+from verticalfs.methods.less_vfl.role import LessVFLRole, SelectFeatures
 
-__all__ = ["LessVFL", "LessVFLParams", "LocalLasso", "LocalLassoParams", "grid_search", "select_best"]
+__all__ = ["LessVFL", "LessVFLParams", "LessVFLRole", "LocalLasso", "LocalLassoParams", "SelectFeatures"]

@@ -1,15 +1,20 @@
 """``verticalfs less-vfl-grid``: the grid search of less-vfl.md section 5 from the command line.
 
-The CLI owner calls :func:`register_cli` from ``verticalfs.cli``.
+Registered with the method registry (:func:`verticalfs.methods.registry.command`); the CLI loads
+this file on its own (it imports nothing heavy at module level), so ``verticalfs --help`` stays
+fast.
 """
 
 from __future__ import annotations
+
+from verticalfs.methods.registry import command
 
 
 def _floats(s: str) -> list:
     return [None if x.strip().lower() == "none" else float(x) for x in s.split(",") if x.strip()]
 
 
+@command("less-vfl-grid")
 def register_cli(app) -> None:
     """Add the ``less-vfl-grid`` command to a typer app."""
     import typer
@@ -33,7 +38,7 @@ def register_cli(app) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from verticalfs.methods.less_vfl.search import grid_search, select_best, summarise
+        from verticalfs.tuning import grid_search, select_best, summarise
 
         con = Console()
         ls = _floats(lambdas_s) if method == "less-vfl" else [None]

@@ -2,7 +2,7 @@
 
 Protocol of one ``less-vfl`` run (phases as written on the ledger):
 
-1. ``setup``: the core :class:`~verticalfs.transport.messages.ModelSpec` exchange.
+1. ``setup``: every party's ``Join`` with its split-learning spec (:class:`~verticalfs.training.split.SplitSpec`).
 2. ``pretrain`` (stage 1): ``pretrain_epochs`` epochs of standard VFL (Algorithm 2).
 3. ``selection`` (stages 2 and 3):
 
@@ -42,17 +42,20 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from verticalfs.data.vertical import ACTIVE
-from verticalfs.evaluation.metrics import primary_metric
-from verticalfs.evaluation.targets import bytes_to_reach
+from verticalfs.evaluation.targets import target_figure
 from verticalfs.exceptions import ConfigError
 from verticalfs.methods.base import Method
-from verticalfs.methods.less_vfl.messages import SelectFeatures, SelectionInfo, SelectionInfoRequest
 from verticalfs.methods.less_vfl.psgd import StackedMLP, psgd_stable, significant
+from verticalfs.methods.less_vfl.role import (
+    LessVFLRole,
+    SelectFeatures,
+    SelectionInfo,
+    SelectionInfoRequest,
+)
 from verticalfs.methods.registry import register
-from verticalfs.training.history import derive_seed, final_metrics
-from verticalfs.training.vfl import TrainConfig, VFLTrainer
-from verticalfs.transport.messages import EmbedRequest
+from verticalfs.training.history import derive_seed
+from verticalfs.training.split import SplitTrainer, TrainConfig
+from verticalfs.transport.messages import At, Embeddings, EmbedRequest
 
 # Defaults chosen by the grid search on phishing (3 parties, 50 % noise) documented in
 # benchmarks/less_vfl/README.md ("Choosing the defaults").
@@ -218,26 +221,12 @@ def component_selection(top, H: torch.Tensor, y: torch.Tensor, task: str, lambda
     return stack.export(top, i), keeps[i], report
 
 
-def target_figure(history, target_accuracy, task: str, min_spurious: float = 0.8) -> dict:
-    """Bytes to reach 0.9 x ``target_accuracy`` with >= 80 % spurious removed (less-vfl.md Table 2).
-
-    ``spurious_removed`` is in the history only when the ground truth is known; without it the
-    spurious condition is dropped and the result says so.
-    """
-    if target_accuracy is None:
-        return {}
-    metric = primary_metric(task)
-    has_spur = any("spurious_removed" in h for h in history)
-    b = bytes_to_reach(history, 0.9 * float(target_accuracy), metric=metric,
-                       min_spurious_removed=min_spurious if has_spur else None)
-    return {"bytes_to_target": b, "target": 0.9 * float(target_accuracy), "target_metric": metric,
-            "target_requires_spurious_removed": min_spurious if has_spur else None}
-
-
 class _StagedLasso(Method):
     """Shared driver of less-vfl and local-lasso."""
 
+    Role = LessVFLRole
     component_selection: bool = True
+    test_params = {"epochs": 4, "batch_size": 64, "hidden": (16, 8), "pretrain_epochs": 1, "select_epochs_m": 3}
 
     def _validate(self) -> None:
         p = self.params
@@ -256,9 +245,8 @@ class _StagedLasso(Method):
     def fit(self, fed):
         self._validate()
         p = self.params
-        ch, server = fed.channel, fed.server
-        trainer = VFLTrainer(server, ch, fed.party_names, TrainConfig.from_params(p), seed=self.seed,
-                             callbacks=self.callbacks, entry_hook=self.entry_hook)
+        trainer = SplitTrainer(fed, self.name, TrainConfig.from_params(p), seed=self.seed,
+                               callbacks=self.callbacks, entry_hook=self.entry_hook, codec=self.codec)
         trainer.setup()
         # ---------------------------------------------------------------- stage 1
         trainer.fit(p.pretrain_epochs, phase="pretrain")
@@ -266,42 +254,44 @@ class _StagedLasso(Method):
         info: dict = {"pretrain_epochs": p.pretrain_epochs}
         parties = list(trainer.parties)
         dims = dict(trainer.embedding_dims)
-        with ch.at("selection", trainer.epoch):
-            if self.component_selection:
-                req = EmbedRequest("train", trainer.epoch, -1, False)
-                embs = {q: ch.request(ACTIVE, q, req).values for q in parties}
-                H = torch.cat([torch.from_numpy(np.asarray(embs[q], dtype=np.float32)) for q in parties], 1)
-                lambdas_s = tuple(p.lambdas_s) or (p.lambda_s,)
-                new_top, cols, rep = component_selection(
-                    server.top, H, server.y["train"], server.task, lambdas_s, lr=p.lr_s,
-                    epochs=p.select_epochs_s, batch_size=p.batch_size,
-                    seed=derive_seed(self.seed, "less-vfl", "stage2"), tol=p.tol_s, center=p.center)
-                if len(cols) == 0:
-                    # Every component was zeroed (lambda_s too large): nothing could be trained on.
-                    # Fall back to keeping all components and say so.
-                    cols = np.arange(H.shape[1])
-                    new_top = server.top
-                    rep["fallback_all_components"] = True
-                info["stage2"] = rep
-                info["lambda_s"] = rep["lambda_s"]
-            else:
-                new_top = server.top
-                cols = np.arange(sum(dims[q] for q in parties))
-            offsets = np.cumsum([0] + [dims[q] for q in parties])
-            K = {q: cols[(cols >= offsets[i]) & (cols < offsets[i + 1])] - offsets[i]
-                 for i, q in enumerate(parties)}
-            lambdas_m = tuple(p.lambdas_m) or (p.lambda_m,)
-            for q in parties:
-                ch.send(ACTIVE, q, SelectFeatures(
-                    components=np.asarray(K[q], dtype=np.int64), lambdas=tuple(float(v) for v in lambdas_m),
-                    lr=float(p.lr_m), epochs=int(p.select_epochs_m), batch_size=int(p.batch_size),
-                    seed=derive_seed(self.seed, "less-vfl", "stage3", q), tol=float(p.tol_m),
-                    normalize=bool(p.normalize_m), center=bool(p.center)))
-        # The active party's side of the shrink: top model = stage-2 result on the significant
+        at = At("selection", trainer.epoch)
+        if self.component_selection:
+            req = EmbedRequest("train", trainer.epoch, -1, False)
+            n = trainer.n_samples("train")
+            embs = {q: trainer.decode_forward(q, fed.proxy(q).request(req, at, expect=Embeddings), n)
+                    for q in parties}
+            H = torch.cat([torch.from_numpy(np.asarray(embs[q], dtype=np.float32)) for q in parties], 1)
+            lambdas_s = tuple(p.lambdas_s) or (p.lambda_s,)
+            new_top, cols, rep = component_selection(
+                trainer.top, H, trainer.y["train"], fed.task, lambdas_s, lr=p.lr_s,
+                epochs=p.select_epochs_s, batch_size=p.batch_size,
+                seed=derive_seed(self.seed, "less-vfl", "stage2"), tol=p.tol_s, center=p.center)
+            if len(cols) == 0:
+                # Every component was zeroed (lambda_s too large): nothing could be trained on.
+                # Fall back to keeping all components and say so.
+                cols = np.arange(H.shape[1])
+                new_top = trainer.top
+                rep["fallback_all_components"] = True
+            info["stage2"] = rep
+            info["lambda_s"] = rep["lambda_s"]
+        else:
+            new_top = trainer.top
+            cols = np.arange(sum(dims[q] for q in parties))
+        offsets = np.cumsum([0] + [dims[q] for q in parties])
+        K = {q: cols[(cols >= offsets[i]) & (cols < offsets[i + 1])] - offsets[i]
+             for i, q in enumerate(parties)}
+        lambdas_m = tuple(p.lambdas_m) or (p.lambda_m,)
+        for q in parties:
+            fed.proxy(q).send(SelectFeatures(
+                components=np.asarray(K[q], dtype=np.int64), lambdas=tuple(float(v) for v in lambdas_m),
+                lr=float(p.lr_m), epochs=int(p.select_epochs_m), batch_size=int(p.batch_size),
+                seed=derive_seed(self.seed, "less-vfl", "stage3", q), tol=float(p.tol_m),
+                normalize=bool(p.normalize_m), center=bool(p.center)), at)
+        # The label holder's side of the shrink: top model = stage-2 result on the significant
         # columns; parties with no significant component leave the training.
-        new_top = copy.deepcopy(new_top) if new_top is server.top else new_top
+        new_top = copy.deepcopy(new_top) if new_top is trainer.top else new_top
         new_top.keep_inputs(np.asarray(cols, dtype=np.int64))
-        server.top = new_top
+        trainer.top = new_top
         trainer.parties = [q for q in parties if len(K[q]) > 0]
         trainer.embedding_dims = {q: int(len(K[q])) for q in trainer.parties}
         trainer.rebuild_top_optimizer()
@@ -314,13 +304,10 @@ class _StagedLasso(Method):
         if post > 0:
             trainer.fit(post, phase="train")
         # ---------------------------------------------------------------- results
-        self.trainer_ = trainer
-        self.history_ = trainer.history
-        self.metrics_ = final_metrics(trainer.history) or trainer.evaluate(["test"])
-        self.support_ = fed.collect_support()
-        with ch.at("report"):
-            local = {q: ch.request(ACTIVE, q, SelectionInfoRequest()) for q in parties}
-        info["stage3"] = {q: (r.values if isinstance(r, SelectionInfo) else {}) for q, r in local.items()}
+        self.finish_training(fed, trainer)
+        report = At("report")
+        local = {q: fed.proxy(q).request(SelectionInfoRequest(), report, expect=SelectionInfo) for q in parties}
+        info["stage3"] = {q: r.values for q, r in local.items()}
         info["lambda_m"] = {q: v.get("lambda_m") for q, v in info["stage3"].items()}
         info["features_kept"] = {q: int(m.sum()) for q, m in self.support_.items()}
         led = fed.ledger
@@ -329,8 +316,8 @@ class _StagedLasso(Method):
         info["bytes_pretrain"] = by_phase.get("pretrain", 0)
         info["bytes_selection"] = by_phase.get("selection", 0)
         info["bytes_post_selection"] = by_phase.get("train", 0)
-        info.update(target_figure(trainer.history, p.target_accuracy, server.task))
-        self.info_ = info
+        info.update(target_figure(trainer.history, p.target_accuracy, fed.task))
+        self.info_.update(info)
         return self
 
 
@@ -342,6 +329,7 @@ class LessVFL(_StagedLasso):
     paper = "less-vfl.md section 3, Algorithm 1 (Castiglia et al., ICML 2023)"
     Params = LessVFLParams
     component_selection = True
+    test_params = {**_StagedLasso.test_params, "select_epochs_s": 3}
 
 
 @register

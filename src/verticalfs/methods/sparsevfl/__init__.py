@@ -4,8 +4,7 @@ Registered names: ``sparsevfl``, ``sparsevfl-16``, ``original``, ``q16``, ``q8``
 ``top-w``, ``pca``, ``autoencoder`` (see :mod:`verticalfs.methods.sparsevfl.method`).
 """
 
-from verticalfs.methods.sparsevfl import khan, messages  # noqa: F401  (register the party handlers)
-from verticalfs.methods.sparsevfl.coding import Coding
+from verticalfs.methods.sparsevfl.khan import KhanRole, ReducedTrainer
 from verticalfs.methods.sparsevfl.method import (
     DEFAULT_LAMBDA,
     PAPER_LAMBDAS,
@@ -26,6 +25,7 @@ from verticalfs.methods.sparsevfl.method import (
     TopW,
     TopWParams,
 )
+from verticalfs.methods.sparsevfl.role import CodedRole, CodedSpec, TopWGradients
 from verticalfs.methods.sparsevfl.trainer import CodedVFLTrainer, wall_time_info
 
 __all__ = [
@@ -36,17 +36,21 @@ __all__ = [
     "AutoencoderParams",
     "CodedVFLMethod",
     "CodedVFLParams",
+    "CodedRole",
+    "CodedSpec",
     "CodedVFLTrainer",
-    "Coding",
     "Dim",
     "DimParams",
+    "KhanRole",
     "Original",
     "PCAParams",
+    "ReducedTrainer",
     "SparseVFL",
     "SparseVFL16",
     "SparseVFL16Params",
     "SparseVFLParams",
     "TopParams",
+    "TopWGradients",
     "TopW",
     "TopWParams",
     "wall_time_info",

@@ -13,21 +13,19 @@ no gradient ever goes back, so the client models are never optimised for the tas
 from __future__ import annotations
 
 import copy
-import time
 
 import numpy as np
 import torch
 from torch import nn
 
-from verticalfs.data.vertical import ACTIVE
+from verticalfs.codecs import get_codec
 from verticalfs.exceptions import ConfigError, ProtocolError
-from verticalfs.methods.sparsevfl.messages import xavier_init
 from verticalfs.methods.sparsevfl.trainer import CodedVFLTrainer
-from verticalfs.nn.models import seeded
-from verticalfs.parties import PassiveParty, passive_handler
+from verticalfs.nn.models import init_weights, seeded
+from verticalfs.party import Context, Role, handles
 from verticalfs.training.batches import BatchPlan
 from verticalfs.training.history import derive_seed
-from verticalfs.transport.messages import message
+from verticalfs.transport.messages import Ack, At, message
 
 REDUCERS = ("pca", "autoencoder")
 _F4 = np.dtype("<f4")
@@ -72,8 +70,7 @@ class AutoEncoder(nn.Module):
 def train_autoencoder(X: torch.Tensor, X_val: torch.Tensor, dim: int, *, seed: int, epochs: int, lr: float,
                       batch_size: int, patience: int) -> AutoEncoder:
     """Train on ``X``; keep the epoch with the lowest reconstruction MSE on ``X_val``."""
-    ae = seeded(seed, lambda: AutoEncoder(X.shape[1], dim))
-    xavier_init(ae)
+    ae = seeded(seed, lambda: init_weights(AutoEncoder(X.shape[1], dim), "xavier"))
     opt = torch.optim.Adam(ae.parameters(), lr=lr)
     plan = BatchPlan(X.shape[0], batch_size, seed)
     best, best_state, waited = float("inf"), copy.deepcopy(ae.state_dict()), 0
@@ -102,11 +99,18 @@ def train_autoencoder(X: torch.Tensor, X_val: torch.Tensor, dim: int, *, seed: i
     return ae
 
 
-@passive_handler(ReduceRequest)
-def _on_reduce(party: PassiveParty, sender: str, msg: ReduceRequest) -> ReducedFeatures:
+class KhanRole(Role):
+    """A party of PCA / AUTOENCODER: reduces its own features once, without labels, and uploads them."""
+
+    @handles(ReduceRequest)
+    def on_reduce(self, msg: ReduceRequest, ctx: Context) -> ReducedFeatures:
+        return reduce_features({s: self.data.X(s) for s in ("train", "val", "test")}, msg)
+
+
+def reduce_features(X: dict[str, torch.Tensor], msg: ReduceRequest) -> ReducedFeatures:
+    """One party's reduction of its own rows ``X`` (by split) as ``msg`` asks."""
     if msg.kind not in REDUCERS:
         raise ProtocolError(f"unknown reduction {msg.kind!r}; use one of {REDUCERS}")
-    X = {s: party.X(s) for s in ("train", "val", "test")}
     if msg.kind == "pca":
         from sklearn.decomposition import PCA
 
@@ -120,15 +124,17 @@ def _on_reduce(party: PassiveParty, sender: str, msg: ReduceRequest) -> ReducedF
                                batch_size=msg.batch_size, patience=msg.patience)
         with torch.no_grad():
             Z = {s: ae.encoder(x).numpy() for s, x in X.items()}
-    enc = {s: np.ascontiguousarray(z, dtype=_F4).tobytes() for s, z in Z.items()}
+    f32 = get_codec("float32")
+    enc = {s: f32.encode(np.asarray(z, dtype=_F4)) for s, z in Z.items()}
     return ReducedFeatures(dim=k, train=enc["train"], val=enc["val"], test=enc["test"])
 
 
 class ReducedTrainer(CodedVFLTrainer):
-    """The active party of PCA / AUTOENCODER: one upload, then its top model trained alone.
+    """The label holder of PCA / AUTOENCODER: one upload, then its top model trained alone.
 
-    Reuses :class:`CodedVFLTrainer`'s top model, loss, history and best-validation selection; the
-    epochs are local (no message), the checkpoint is the active party's top model only.
+    Reuses :class:`CodedVFLTrainer`'s top model, loss, history and best-validation selection; its
+    exchange hooks read the uploaded rows instead of sending messages, and the checkpoint is the
+    label holder's top model only.
     """
 
     def __init__(self, *args, kind: str, reducer_epochs: int = 200, reducer_patience: int = 3,
@@ -142,50 +148,45 @@ class ReducedTrainer(CodedVFLTrainer):
         self.Z: dict[str, torch.Tensor] = {}
 
     def setup(self) -> None:
-        """The one upload (phase ``train``, round 0), then the top model on its widths."""
+        """``Join``, the one upload (phase ``train``, round 0), then the top model on its widths."""
+        self.fed.schema()
+        self.fed.join(self.method, None, expect=Ack)
         blocks: dict[str, list[np.ndarray]] = {s: [] for s in ("train", "val", "test")}
-        with self.channel.at("train", 0):
-            for p in self.parties:
-                req = ReduceRequest(self.kind, self.params.embedding_dim, derive_seed(self.seed, "reduce", p),
-                                    self.reducer_epochs, self.params.lr, self.params.batch_size,
-                                    self.reducer_patience)
-                rep = self.channel.request(ACTIVE, p, req)
-                assert isinstance(rep, ReducedFeatures)
-                for s in blocks:
-                    raw = getattr(rep, s)
-                    n = self.server.n_samples(s)
-                    if len(raw) != 4 * n * rep.dim:
-                        raise ProtocolError(
-                            f"party {p!r} sent {len(raw)} bytes of {s} features, expected {n} x {rep.dim} float32"
-                        )
-                    blocks[s].append(np.frombuffer(raw, dtype=_F4).reshape(n, rep.dim))
-                self.embedding_dims[p] = rep.dim
-        self.Z = {s: torch.from_numpy(np.concatenate(b, 1).astype(np.float32)) for s, b in blocks.items()}
+        at = At("train", 0)
+        for p in self.parties:
+            req = ReduceRequest(self.kind, self.params.embedding_dim, derive_seed(self.seed, "reduce", p),
+                                self.reducer_epochs, self.params.lr, self.params.batch_size,
+                                self.reducer_patience)
+            rep = self.fed.proxy(p).request(req, at, expect=ReducedFeatures)
+            if not 1 <= int(rep.dim) <= max(1, self.params.embedding_dim):
+                raise ProtocolError(f"party {p!r} sent {rep.dim} reduced features, asked for "
+                                    f"{self.params.embedding_dim}")
+            for s in blocks:
+                raw = getattr(rep, s)
+                n = self.n_samples(s)
+                if len(raw) != 4 * n * rep.dim:
+                    raise ProtocolError(
+                        f"party {p!r} sent {len(raw)} bytes of {s} features, expected {n} x {rep.dim} float32"
+                    )
+                blocks[s].append(get_codec("float32").decode(memoryview(raw), n * rep.dim).reshape(n, rep.dim))
+            self.embedding_dims[p] = int(rep.dim)
+        self.Z = {s: [torch.from_numpy(b) for b in bl] for s, bl in blocks.items()}
         self.build_top()
 
-    def train_epoch(self, phase: str = "train") -> float:
-        t0 = time.perf_counter()
-        top, opt, loss_f = self.server.top, self.server.optimizer, self.loss
-        y_all, Z = self._targets("train"), self.Z["train"]
-        top.train()
-        total, n_seen = 0.0, 0
-        for b in range(self.plan.n_batches):
-            rows = torch.from_numpy(self.plan.rows(self.epoch, b))
-            loss = loss_f(top(Z.index_select(0, rows)), y_all.index_select(0, rows))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(rows)
-            n_seen += len(rows)
-        self.channel.ledger.add_compute(ACTIVE, phase, self.epoch, time.perf_counter() - t0)
-        self._zeros, self._entries = 0, 0
-        return total / max(1, n_seen)
+    def forward_batch(self, epoch: int, batch: int, at: At, n_rows: int) -> list[np.ndarray]:
+        """The uploaded rows of the batch: no message (the parties' models are never trained)."""
+        rows = torch.from_numpy(self.plan.rows(epoch, batch))
+        return [z.index_select(0, rows).numpy() for z in self.Z["train"]]
 
-    def predict(self, split: str, phase: str = "eval") -> np.ndarray:
-        return self._output(self.Z[split].numpy())
+    def backward_batch(self, G: np.ndarray, at: At) -> None:
+        """No gradient goes back (section 5.1)."""
+
+    def embeddings(self, split: str, phase: str = "eval") -> np.ndarray:
+        Z = self.Z[split]
+        return torch.cat(Z, 1).numpy() if len(Z) > 1 else Z[0].numpy()
 
     def save_checkpoint(self) -> None:
-        self._saved_top = copy.deepcopy(self.server.top.state_dict())
+        self._saved_top = copy.deepcopy(self.top.state_dict())
 
     def restore_checkpoint(self) -> None:
-        self.server.top.load_state_dict(self._saved_top)
+        self.top.load_state_dict(self._saved_top)

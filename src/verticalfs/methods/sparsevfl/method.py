@@ -21,8 +21,8 @@ name               forward (embeddings)                   backward (gradients)  
 =================  =====================================  ==========================  =========
 
 ``dim`` is the paper's DIM-k (one registered name; ``k`` is its ``embedding_dim``, default 2, the
-paper's grid is 2, 3, 4, 6). The channel's payload codec is not used by these methods: each fixes
-its own coding, which is what they are compared on.
+paper's grid is 2, 3, 4, 6). Each method fixes its own codecs, which is what they are compared on:
+asking for another with ``--codec`` is an error (``codec_policy = "fixed"``).
 """
 
 from __future__ import annotations
@@ -32,10 +32,14 @@ from dataclasses import dataclass
 from verticalfs.exceptions import ConfigError
 from verticalfs.methods.base import Method
 from verticalfs.methods.registry import register
-from verticalfs.methods.sparsevfl.coding import ORDERS, Coding
-from verticalfs.methods.sparsevfl.khan import ReducedTrainer
-from verticalfs.methods.sparsevfl.messages import LAST_ACTIVATIONS
+from verticalfs.methods.sparsevfl.khan import KhanRole, ReducedTrainer
+from verticalfs.methods.sparsevfl.role import ORDERS, CodedRole
 from verticalfs.methods.sparsevfl.trainer import NORMS, CodedVFLTrainer, wall_time_info
+
+#: last activations of the client model (ReLU for SparseVFL, section 4.1; SeLU/eLU in Table 2)
+LAST_ACTIVATIONS = ("relu", "selu", "elu", "none")
+#: small settings of this folder's methods for the shared contract tests
+SMALL = {"epochs": 3, "batch_size": 64}
 
 #: lambda of eq. 5 used for the paper's headline SPARSEVFL-16 result on Adult (section 5.1, Tables 2-3)
 DEFAULT_LAMBDA = 0.01
@@ -235,12 +239,11 @@ class _TrainedMethod(Method):
     """Shared ``fit`` tail: history, metrics of the restored checkpoint, support, info."""
 
     paper = PAPER
+    codec_policy = "fixed"
+    test_params = SMALL
 
     def _finish(self, fed, trainer: CodedVFLTrainer, extra: dict) -> _TrainedMethod:
-        self.trainer_ = trainer
-        self.history_ = trainer.history
-        self.metrics_ = trainer.finish()
-        self.support_ = fed.collect_support()
+        self.finish_training(fed, trainer)
         led = fed.ledger
         info = {
             "best_epoch": trainer.best_epoch(),
@@ -252,35 +255,36 @@ class _TrainedMethod(Method):
             "wall_time": wall_time_info(led, fed.party_names),
         }
         info.update(extra)
-        self.info_ = info
+        self.info_.update(info)
         return self
 
 
 class CodedVFLMethod(_TrainedMethod):
-    """Base of the split-training methods: set ``forward`` / ``backward`` (or override ``coding``)."""
+    """Base of the split-training methods: set ``forward`` / ``backward`` (see :mod:`.role`)."""
 
     Params = CodedVFLParams
+    Role = CodedRole
     forward = "float32"
     backward = "float32"
 
-    def coding(self) -> Coding:
+    @classmethod
+    def codec_description(cls) -> str:
+        return f"forward {cls.forward}, backward {cls.backward}"
+
+    def coding(self) -> dict:
         p = self.params
-        return Coding(forward=self.forward, backward=self.backward, bits=getattr(p, "bits", 32),
-                      order=getattr(p, "order", "vertical"), top_w=getattr(p, "top_w", 1024))
+        return dict(forward=self.forward, backward=self.backward, bits=getattr(p, "bits", 32),
+                    order=getattr(p, "order", "vertical"), top_w=getattr(p, "top_w", 1024))
 
     def fit(self, fed) -> CodedVFLMethod:
         p = self.params
         coding = self.coding()
-        trainer = CodedVFLTrainer(fed.server, fed.channel, fed.party_names, p, coding,
-                                  lam=getattr(p, "lam", 0.0), norm=getattr(p, "norm", "none"),
-                                  seed=self.seed, callbacks=self.callbacks, entry_hook=self.entry_hook)
+        trainer = CodedVFLTrainer(fed, self.name, p, **coding, lam=getattr(p, "lam", 0.0),
+                                  norm=getattr(p, "norm", "none"), seed=self.seed, callbacks=self.callbacks,
+                                  entry_hook=self.entry_hook)
         trainer.setup()
         trainer.fit(phase="train")
-        return self._finish(fed, trainer, {
-            "coding": {"forward": coding.forward, "backward": coding.backward, "bits": coding.bits,
-                       "order": coding.order, "top_w": coding.top_w},
-            "lam": trainer.lam, "norm": trainer.norm,
-        })
+        return self._finish(fed, trainer, {"coding": coding, "lam": trainer.lam, "norm": trainer.norm})
 
 
 @register
@@ -333,14 +337,20 @@ class TopW(CodedVFLMethod):
     Params = TopWParams
     forward = "rle"
     backward = "topw"
+    test_params = {**SMALL, "top_w": 64}
 
 
 class _ReducedMethod(_TrainedMethod):
     kind = "pca"
+    Role = KhanRole
+
+    @classmethod
+    def codec_description(cls) -> str:
+        return "one float32 upload"
 
     def fit(self, fed) -> _ReducedMethod:
         p = self.params
-        trainer = ReducedTrainer(fed.server, fed.channel, fed.party_names, p, Coding(), kind=self.kind,
+        trainer = ReducedTrainer(fed, self.name, p, kind=self.kind,
                                  reducer_epochs=getattr(p, "ae_epochs", 0),
                                  reducer_patience=getattr(p, "ae_patience", 0),
                                  seed=self.seed, callbacks=self.callbacks, entry_hook=self.entry_hook)
@@ -363,3 +373,4 @@ class AutoencoderReduction(_ReducedMethod):
     summary = "AUTOENCODER (Khan et al.): each party uploads its autoencoder codes once; the active party trains alone."
     Params = AutoencoderParams
     kind = "autoencoder"
+    test_params = {**SMALL, "ae_epochs": 3}

@@ -3,8 +3,8 @@
 :class:`CodedVFLTrainer` keeps Algorithm 2's round structure, batch agreement, evaluation and
 history from :class:`~verticalfs.training.vfl.VFLTrainer` and changes what the paper changes:
 
-- set-up sends :class:`~verticalfs.methods.sparsevfl.messages.CodedSpec` (the paper's bottom model
-  and the coding) instead of the core ``ModelSpec``;
+- set-up sends :class:`~verticalfs.methods.sparsevfl.role.CodedSpec` (the paper's bottom model
+  and the coding) in every party's ``Join``;
 - the top model is ``Linear(M e, 12) -> ReLU -> Linear(12, out)`` (section 5, "a 2-layer MLP"),
   trained with BCE-with-logits weighted by ``pos_weight = n_neg / n_pos`` of the training rows for
   binary labels, class-weighted cross-entropy (``N / n_c``) for several classes, as the public
@@ -21,53 +21,48 @@ history from :class:`~verticalfs.training.vfl.VFLTrainer` and changes what the p
 
 from __future__ import annotations
 
-import copy
-import time
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from verticalfs.data.vertical import ACTIVE
-from verticalfs.exceptions import ConfigError
-from verticalfs.methods.sparsevfl.coding import Coding
-from verticalfs.methods.sparsevfl.messages import (
-    Checkpoint,
-    CodedEmbedRequest,
-    CodedGradients,
-    CodedSpec,
-    xavier_init,
-)
-from verticalfs.nn.models import TopModel, seeded
-from verticalfs.training.history import NON_METRIC_KEYS, Callback, derive_seed
-from verticalfs.training.vfl import TrainConfig, VFLTrainer
+from verticalfs.codecs import masked_values, topw_encode
+from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.methods.sparsevfl.role import CodedSpec, TopWGradients, check_spec, value_codec
+from verticalfs.names import LABEL_HOLDER
+from verticalfs.nn.models import TopModel, init_weights
+from verticalfs.training.history import derive_seed
+from verticalfs.training.split import SplitTrainer, TrainConfig
 from verticalfs.transport.bandwidth import estimate_wall_time
-from verticalfs.transport.messages import Ready
+from verticalfs.transport.messages import At, Gradients, coded
 
 NORMS = ("l1", "l2", "none")
 
 
-class CodedVFLTrainer(VFLTrainer):
-    """Algorithm 1 of sparsevfl.md (and its dense / quantised baselines) from the active party.
+class CodedVFLTrainer(SplitTrainer):
+    """Algorithm 1 of sparsevfl.md (and its dense / quantised baselines) from the label holder.
 
     Parameters
     ----------
-    server, channel, parties, seed, callbacks, entry_hook
-        As for :class:`VFLTrainer`.
+    fed, method, seed, callbacks, entry_hook
+        As for :class:`~verticalfs.training.split.SplitTrainer`.
     params
-        A :class:`~verticalfs.methods.sparsevfl.method.CodedVFLParams` (model and optimisation).
-    coding : Coding
-        Forward and backward coding of the messages.
+        A :class:`~verticalfs.methods.sparsevfl.method.TopParams` subclass (model and optimisation).
+    forward, backward : str
+        The codings (:data:`~verticalfs.methods.sparsevfl.role.FORWARD_CODINGS`,
+        :data:`~verticalfs.methods.sparsevfl.role.BACKWARD_CODINGS`).
+    bits, order, top_w
+        Q, the run-length traversal and W (see :class:`~verticalfs.methods.sparsevfl.role.CodedSpec`).
     lam : float
         lambda of equation 5 (0 = no penalty).
     norm : {"l1", "l2", "none"}
         The embedding penalty: L1 (eq. 5), or the per-sample L2 norm (Table 2's ablation).
     """
 
-    def __init__(self, server, channel, parties: Sequence[str], params, coding: Coding, *,
-                 lam: float = 0.0, norm: str = "l1", seed: int = 0, callbacks: Sequence[Callback] = (),
-                 entry_hook=None) -> None:
+    def __init__(self, fed, method: str, params, *, forward: str = "float32", backward: str = "float32",
+                 bits: int = 32, order: str = "vertical", top_w: int = 1024, lam: float = 0.0,
+                 norm: str = "l1", seed: int = 0, callbacks=(), entry_hook=None) -> None:
         if norm not in NORMS:
             raise ConfigError(f"norm must be one of {NORMS}, got {norm!r}")
         if lam < 0:
@@ -76,28 +71,32 @@ class CodedVFLTrainer(VFLTrainer):
             raise ConfigError(f"top_hidden must be >= 0, got {params.top_hidden}")
         config = TrainConfig(
             epochs=params.epochs, batch_size=params.batch_size, lr=params.lr, optimizer=params.optimizer,
-            weight_decay=params.weight_decay, hidden=tuple(getattr(params, "hidden", ())), embedding_dim=params.embedding_dim,
-            activation="relu", top_hidden=(params.top_hidden,) if params.top_hidden else (),
+            weight_decay=params.weight_decay, hidden=tuple(getattr(params, "hidden", ())),
+            embedding_dim=params.embedding_dim, activation="relu",
+            top_hidden=(params.top_hidden,) if params.top_hidden else (),
         )
-        super().__init__(server, channel, parties, config, seed=seed, callbacks=callbacks,
-                         entry_hook=entry_hook)
+        select = "val_r2" if fed.labels.task == "regression" else "val_roc_auc"
+        super().__init__(fed, method, config, seed=seed, callbacks=callbacks, entry_hook=entry_hook,
+                         select=select)
         self.params = params
-        self.coding = coding
+        self.coding = dict(forward=forward, backward=backward, bits=int(bits), order=order, top_w=int(top_w))
+        check_spec(CodedSpec(**self._spec_fields(LABEL_HOLDER)), method)
         self.lam = float(lam) if norm != "none" else 0.0
         self.norm = norm
-        self.task = server.task
         self.binary = self.task == "binary"
         self.loss = self._make_loss()
-        self.select_key = "val_r2" if self.task == "regression" else "val_roc_auc"
-        self.best_score: float | None = None
-        self.best_entry: dict | None = None
-        self._saved_top: dict | None = None
+        self._vcodec = value_codec(bits)
+        self._masks: dict[str, np.ndarray] = {}
         self._zeros = 0
         self._entries = 0
 
+    @property
+    def select_key(self) -> str:
+        return self.select
+
     # ------------------------------------------------------------------ loss
     def _make_loss(self):
-        y = self.server.y["train"]
+        y = self.y["train"]
         if self.task == "regression":
             return lambda out, t: F.mse_loss(out.reshape(-1), t)
         if self.binary:
@@ -107,16 +106,16 @@ class CodedVFLTrainer(VFLTrainer):
             return lambda out, t: F.binary_cross_entropy_with_logits(out[:, 0], t, pos_weight=pos_weight)
         weight = None
         if self.params.class_weight:
-            counts = torch.bincount(y, minlength=self.server.labels.n_classes).float()
+            counts = torch.bincount(y, minlength=self.labels.n_classes).float()
             weight = len(y) / counts.clamp(min=1.0)
         return lambda out, t: F.cross_entropy(out, t, weight=weight)
 
-    def _targets(self, split: str) -> torch.Tensor:
-        y = self.server.y[split]
+    def targets(self, split: str) -> torch.Tensor:
+        y = self.y[split]
         return y.float() if self.binary else y
 
-    def penalty(self, H: torch.Tensor, n: int) -> torch.Tensor | None:
-        """Equation 5's second term for the concatenated embeddings ``H`` of ``n`` rows."""
+    def extra_loss(self, H: torch.Tensor, n: int) -> torch.Tensor | None:
+        """Equation 5's second term for the concatenated embeddings ``H`` of ``n`` rows (line 18)."""
         if self.lam <= 0:
             return None
         scale = self.lam / (len(self.parties) * n)  # lambda / (M N)
@@ -132,163 +131,65 @@ class CodedVFLTrainer(VFLTrainer):
         return scale * total
 
     # ---------------------------------------------------------------- set-up
-    def setup(self) -> None:
-        """Send each party its :class:`CodedSpec`; build the top model on the reported sizes."""
-        p_, c = self.params, self.coding
-        with self.channel.at("setup", 0):
-            for p in self.parties:
-                spec = CodedSpec(
-                    embedding_dim=p_.embedding_dim, hidden=tuple(p_.hidden), bias=p_.bias,
-                    last_activation=p_.last_activation, optimizer=p_.optimizer, lr=p_.lr,
-                    weight_decay=p_.weight_decay, seed=derive_seed(self.seed, "model", p),
-                    batch_size=p_.batch_size, shuffle_seed=self.plan.shuffle_seed, forward=c.forward,
-                    backward=c.backward, bits=c.bits, order=c.order, top_w=c.top_w,
-                )
-                ready = self.channel.request(ACTIVE, p, spec)
-                assert isinstance(ready, Ready)
-                self._check_rows(p, ready.n_samples)
-                self.embedding_dims[p] = ready.embedding_dim
-        self.build_top()
+    def _spec_fields(self, party: str) -> dict:
+        p = self.params
+        return dict(
+            hidden=tuple(getattr(p, "hidden", ())), embedding_dim=p.embedding_dim, activation="relu",
+            optimizer=p.optimizer, lr=p.lr, weight_decay=p.weight_decay, seed=derive_seed(self.seed, "model", party),
+            batch_size=p.batch_size, shuffle_seed=self.plan.shuffle_seed,
+            last_activation=getattr(p, "last_activation", "relu"), out_bias=bool(getattr(p, "bias", False)),
+            init="xavier", **self.coding,
+        )
 
-    def _check_rows(self, party: str, n_samples: dict) -> None:
-        for s in ("train", "val", "test"):
-            if n_samples.get(s) != self.server.n_samples(s):
-                raise ConfigError(
-                    f"party {party!r} has {n_samples.get(s)} {s} rows, the active party "
-                    f"{self.server.n_samples(s)}; align the parties by id first"
-                )
+    def spec_for(self, party: str) -> CodedSpec:
+        return CodedSpec(**self._spec_fields(party))
 
-    def build_top(self) -> None:
-        d = sum(self.embedding_dims[p] for p in self.parties)
-        out = 1 if self.binary or self.task == "regression" else self.server.labels.n_classes
+    @property
+    def n_outputs(self) -> int:
+        return 1 if self.binary or self.task == "regression" else self.labels.n_classes
 
-        def build():
-            top = TopModel(d, self.config.top_hidden, out, "relu")
-            xavier_init(top)
-            return top
+    def make_top(self, d_in: int) -> torch.nn.Module:
+        return init_weights(TopModel(d_in, self.config.top_hidden, self.n_outputs, "relu"), "xavier")
 
-        self.server.top = seeded(derive_seed(self.seed, "model", ACTIVE), build)
-        self.rebuild_top_optimizer()
+    # -------------------------------------------------------------- exchange
+    def decode_forward(self, party: str, msg, n_rows: int) -> np.ndarray:
+        v = super().decode_forward(party, msg, n_rows)  # Algorithm 1 line 13 (decoded by the codec)
+        if self.coding["backward"] == "masked":
+            self._masks[party] = v != 0  # the transmitted positions, as the party kept them
+        return v
 
-    # -------------------------------------------------------------- training
+    def forward_batch(self, epoch: int, batch: int, at: At, n_rows: int) -> list[np.ndarray]:
+        blocks = super().forward_batch(epoch, batch, at, n_rows)
+        for v in blocks:
+            self._zeros += int(v.size - np.count_nonzero(v))
+            self._entries += int(v.size)
+        return blocks
+
+    def encode_backward(self, party: str, g: np.ndarray):
+        b = self.coding["backward"]
+        if b == "masked":  # line 23: only the values at the transmitted positions
+            mask = self._masks.pop(party, None)
+            if mask is None:
+                raise ProtocolError(f"no embedding mask of party {party!r} for its masked gradient")
+            return Gradients(coded(masked_values(g, mask, order=self.coding["order"]), self._vcodec))
+        if b == "topw":
+            positions, values = topw_encode(g, self.coding["top_w"])
+            return TopWGradients(positions=positions, values=coded(values, self._vcodec))
+        return Gradients(g if b == "float32" else coded(g, b))
+
     def train_epoch(self, phase: str = "train") -> float:
-        """One epoch of Algorithm 1; returns the mean training loss (penalty included)."""
-        ch, parties, coding = self.channel, self.parties, self.coding
-        top, opt = self.server.top, self.server.optimizer
-        y_all = self._targets("train")
-        dims = [self.embedding_dims[p] for p in parties]
-        epoch = self.epoch
-        top.train()
-        loss_f = self.loss
-        request, send = ch.request, ch.send
-        perf = time.perf_counter
-        total, n_seen, t_active, zeros = 0.0, 0, 0.0, 0
-        needs_mask = coding.needs_mask
-        for b in range(self.plan.n_batches):
-            ch.set_position(phase, epoch, b)
-            req = CodedEmbedRequest("train", epoch, b, True)
-            datas = [request(ACTIVE, p, req).data for p in parties]
-            t0 = perf()
-            rows = self.plan.rows(epoch, b)
-            n = len(rows)
-            blocks, masks = [], []
-            for data, d in zip(datas, dims, strict=True):
-                v, m = coding.decode_embeddings(data, n, d)  # Algorithm 1 line 13
-                blocks.append(v)
-                masks.append(m)
-            Hn = np.concatenate(blocks, 1) if len(blocks) > 1 else blocks[0]
-            zeros += int(Hn.size - np.count_nonzero(Hn))
-            H = torch.from_numpy(Hn).requires_grad_(True)
-            loss = loss_f(top(H), y_all.index_select(0, torch.from_numpy(rows)))
-            pen = self.penalty(H, n)  # line 18
-            if pen is not None:
-                loss = loss + pen
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            G = H.grad.numpy()
-            out_msgs = []
-            start = 0
-            for d, m in zip(dims, masks, strict=True):
-                g = G[:, start:start + d] if len(dims) > 1 else G
-                out_msgs.append(coding.encode_gradients(g, m if needs_mask else None))  # line 23
-                start += d
-            total += loss.item() * n
-            n_seen += n
-            t_active += perf() - t0
-            for p, data in zip(parties, out_msgs, strict=True):
-                send(ACTIVE, p, CodedGradients(data))
-        self.channel.ledger.add_compute(ACTIVE, phase, epoch, t_active)
-        self._zeros = zeros
-        self._entries = n_seen * sum(dims)
-        return total / max(1, n_seen)
+        self._zeros = self._entries = 0
+        return super().train_epoch(phase)
 
-    # ------------------------------------------------------------ evaluation
-    def _embeddings(self, split: str, phase: str) -> np.ndarray:
-        n = self.server.n_samples(split)
-        with self.channel.at(phase, self.epoch):
-            req = CodedEmbedRequest(split, self.epoch, -1, False)
-            blocks = [self.coding.decode_embeddings(self.channel.request(ACTIVE, p, req).data, n,
-                                                    self.embedding_dims[p])[0] for p in self.parties]
-        return np.concatenate(blocks, 1) if len(blocks) > 1 else blocks[0]
+    def entry_extras(self) -> dict:
+        return {"embedding_zeros": self._zeros / self._entries} if self._entries else {}
 
-    def _output(self, H: np.ndarray) -> np.ndarray:
-        top = self.server.top
-        top.eval()
-        with torch.no_grad():
-            out = top(torch.from_numpy(H)).numpy()
-        if self.binary:  # logits [0, z]: softmax gives [1 - sigmoid(z), sigmoid(z)]
+    def output(self, H: np.ndarray) -> np.ndarray:
+        """Top-model output (binary: two-column logits ``[0, z]``, softmax = ``[1 - p, p]``)."""
+        out = super().output(H)
+        if self.binary:
             return np.concatenate([np.zeros_like(out), out], 1)
         return out
-
-    def predict(self, split: str, phase: str = "eval") -> np.ndarray:
-        """Top-model output on a whole split (binary: two-column logits ``[0, z]``)."""
-        return self._output(self._embeddings(split, phase))
-
-    def record(self, phase: str, train_loss: float | None, **extra) -> dict:
-        """VFLTrainer's history entry plus the embedding zeros; keeps the best-validation checkpoint."""
-        if self._entries:
-            extra.setdefault("embedding_zeros", self._zeros / self._entries)
-        entry = super().record(phase, train_loss, **extra)
-        score = entry.get(self.select_key)
-        if score is not None and score == score and (self.best_score is None or score > self.best_score):
-            self.best_score = score
-            self.best_entry = entry
-            self.save_checkpoint()
-        return entry
-
-    # ----------------------------------------------------------- checkpoints
-    def save_checkpoint(self) -> None:
-        self._saved_top = copy.deepcopy(self.server.top.state_dict())
-        self._checkpoint_parties("save")
-
-    def restore_checkpoint(self) -> None:
-        self.server.top.load_state_dict(self._saved_top)
-        self._checkpoint_parties("restore")
-
-    def _checkpoint_parties(self, action: str) -> None:
-        with self.channel.at("eval", self.epoch):
-            for p in self.parties:
-                self.channel.send(ACTIVE, p, Checkpoint(action))
-
-    def finish(self) -> dict[str, float]:
-        """Restore the best-validation checkpoint (if any) and return its test metrics."""
-        last = self.history[-1] if self.history else None
-        if self.best_entry is not None and self.best_entry is not last:
-            self.restore_checkpoint()
-        if not self.history:
-            return self.evaluate(["test"])
-        if self.best_entry is None:  # no validation split: the last epoch
-            return _test_metrics(last)
-        return self.evaluate(["test"])
-
-    def best_epoch(self) -> int | None:
-        return None if self.best_entry is None else int(self.best_entry["epoch"])
-
-
-def _test_metrics(entry: dict) -> dict[str, float]:
-    return {k: v for k, v in entry.items() if k not in NON_METRIC_KEYS and k != "embedding_zeros"
-            and not k.startswith("val_") and isinstance(v, (int, float))}
 
 
 def wall_time_info(ledger, parties: Sequence[str], bandwidths_mbps: Sequence[float] = (10.0, 100.0),
@@ -301,7 +202,7 @@ def wall_time_info(ledger, parties: Sequence[str], bandwidths_mbps: Sequence[flo
     ``m^ = argmax_m (T_m + 8 S_m / B)``; ``tau_per_round`` sums that per epoch
     (:func:`verticalfs.transport.bandwidth.estimate_wall_time`), which is never smaller.
     """
-    T = {p: 0.0 for p in [ACTIVE, *parties]}
+    T = {p: 0.0 for p in [LABEL_HOLDER, *parties]}
     for (party, phase, _), sec in ledger.compute_seconds().items():
         if phase in phases and party in T:
             T[party] += sec
@@ -309,14 +210,14 @@ def wall_time_info(ledger, parties: Sequence[str], bandwidths_mbps: Sequence[flo
     for r in ledger.records():
         if r.phase not in phases:
             continue
-        other = r.sender if r.receiver == ACTIVE else r.receiver
+        other = r.sender if r.receiver == LABEL_HOLDER else r.receiver
         if other in S:
             S[other] += r.bytes
-    out: dict = {"T_0": T[ACTIVE], "T_m": {p: T[p] for p in parties}, "S_m": S, "phases": list(phases)}
+    out: dict = {"T_0": T[LABEL_HOLDER], "T_m": {p: T[p] for p in parties}, "S_m": S, "phases": list(phases)}
     for bw in bandwidths_mbps:
         B = bw * 1e6
         worst = max(parties, key=lambda p: T[p] + 8 * S[p] / B) if parties else None
-        tau = T[ACTIVE] + (T[worst] + 8 * S[worst] / B if worst is not None else 0.0)
+        tau = T[LABEL_HOLDER] + (T[worst] + 8 * S[worst] / B if worst is not None else 0.0)
         key = f"{bw:g}"
         out.setdefault("tau", {})[key] = tau
         out.setdefault("slowest", {})[key] = worst

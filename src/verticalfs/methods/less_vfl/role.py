@@ -1,4 +1,4 @@
-"""LESS-VFL's own messages and the passive party's side of stage 3 (local feature selection).
+"""LESS-VFL's own messages and the party's side: split learning plus stage 3 (local feature selection).
 
 Stage 2's upload uses the core kinds (:class:`~verticalfs.transport.messages.EmbedRequest` with
 ``batch=-1, train=False`` -> :class:`~verticalfs.transport.messages.Embeddings`). The only new
@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from verticalfs.methods.less_vfl.psgd import StackedMLP, psgd_stable, significant
-from verticalfs.parties import PassiveParty, passive_handler
+from verticalfs.party import Context, handles
+from verticalfs.training.split import SplitRole
 from verticalfs.transport.messages import message
 
 
@@ -74,33 +75,38 @@ def choose_lambda_m(lambdas, rel_err, tol: float) -> int:
     return max(ok, key=lambda i: lambdas[i])
 
 
-def local_feature_selection(party: PassiveParty, msg: SelectFeatures) -> dict:
+def local_feature_selection(party: LessVFLRole, msg: SelectFeatures) -> dict:
     """Stage 3 at ``party``: P-SGD on ``H_N + lambda_m G`` (eq. 5) from the pre-trained model.
 
     ``H_N`` is the mean over training samples of ``sum_{k in K_m} (h^k - h_pre^k)^2`` with
     ``h_pre`` the pre-trained model's embeddings, computed here (they equal the uploaded ones; no
-    message). The pre-trained model is kept (deep copy in ``party.state['pretrained']``); P-SGD
-    trains a copy per candidate lambda. Afterwards the party keeps the chosen copy, drops the
-    features whose input group is zero and the non-significant components, for real.
+    message). The pre-trained model is kept (``party.pretrained``); P-SGD trains a copy per
+    candidate lambda. Afterwards the party keeps the chosen copy, drops the features whose input
+    group is zero and the non-significant components, for real.
     """
-    model = party.require_model()
+    model = party.model
     K = np.asarray(msg.components, dtype=np.int64)
-    d_before = len(party.kept)
+    if K.size and (K.min() < 0 or K.max() >= model.n_outputs):
+        from verticalfs.exceptions import ProtocolError
+
+        raise ProtocolError(f"party {party.name!r}: SelectFeatures names components {K.tolist()} of its "
+                            f"{model.n_outputs}")
+    d_before = len(party.data.kept)
     info: dict = {"components": K.tolist(), "n_features_before": d_before}
     if K.size == 0:
         # No significant component: the party's embedding is not used by the server model, so
         # none of its features is significant (Proposition 4.4). It leaves the training.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            party.drop_features(np.zeros(0, dtype=np.int64))
-        party.state["left"] = True
+            party.drop_inputs(np.zeros(0, dtype=np.int64))
+        party.left = True
         info.update(n_features_after=0, left=True)
         return info
-    X = party.X("train")
+    X = party.data.X("train")
     model.eval()
     with torch.no_grad():
         h_pre = model(X)[:, torch.as_tensor(K)].clone()
-    party.state["pretrained"] = copy.deepcopy(model)
+    party.pretrained = copy.deepcopy(model)
     var = float(((h_pre - h_pre.mean(0)) ** 2).sum(1).mean())
     Kt = torch.as_tensor(K)
     # Interpretation (documented in the method's Params): with ``normalize`` the proxy loss is
@@ -131,12 +137,12 @@ def local_feature_selection(party: PassiveParty, msg: SelectFeatures) -> dict:
     new = stack.export(model, i)
     new.train()
     party.model = new
-    party._pending = None
+    party.pending = None
     keep = keeps[i]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a zero-input layer if every feature went
-        party.drop_features(keep)
-    party.keep_embedding_components(K)
+        party.drop_inputs(keep)
+    party.keep_outputs(K)
     info.update(
         lambda_m=lambdas[i],
         lr_m=lr_used,
@@ -150,12 +156,21 @@ def local_feature_selection(party: PassiveParty, msg: SelectFeatures) -> dict:
     return info
 
 
-@passive_handler(SelectFeatures)
-def _on_select_features(party: PassiveParty, sender: str, msg: SelectFeatures) -> None:
-    party.state["less_vfl"] = local_feature_selection(party, msg)
-    return None
+class LessVFLRole(SplitRole):
+    """A party of ``less-vfl`` / ``local-lasso``: split learning (stage 1 and after selection) plus
+    stage 3 when :class:`SelectFeatures` arrives."""
 
+    def __init__(self, data, spec, ctx) -> None:
+        super().__init__(data, spec, ctx)
+        self.selection_info: dict = {}
+        self.pretrained = None
+        self.left = False
 
-@passive_handler(SelectionInfoRequest)
-def _on_selection_info(party: PassiveParty, sender: str, msg: SelectionInfoRequest) -> SelectionInfo:
-    return SelectionInfo(values=dict(party.state.get("less_vfl", {})))
+    @handles(SelectFeatures)
+    def on_select_features(self, msg: SelectFeatures, ctx: Context) -> None:
+        self.selection_info = local_feature_selection(self, msg)
+        return None
+
+    @handles(SelectionInfoRequest)
+    def on_selection_info(self, msg: SelectionInfoRequest, ctx: Context) -> SelectionInfo:
+        return SelectionInfo(values=dict(self.selection_info))

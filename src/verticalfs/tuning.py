@@ -1,4 +1,7 @@
-"""The grid search of less-vfl.md section 5 / appendix C (Tables 5-8), from Python and the CLI.
+"""Grid searches over a method's regularisation: less-vfl.md section 5 / appendix C (Tables 5-8).
+
+This module sits above :mod:`verticalfs.api` (it runs whole runs), so method folders never import
+it at module level; ``verticalfs less-vfl-grid`` (the LESS-VFL folder's command) calls it.
 
 "We run a grid search to determine regularization parameters for LESS-VFL, local lasso, and group
 lasso, and the number of pre-training epochs for LESS-VFL and local lasso. We chose parameters that
@@ -25,12 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from verticalfs.api import build_data, run
 from verticalfs.evaluation.metrics import primary_metric
 
 
 def _reference_accuracy(dataset, parties, seed, data_dir, params) -> float | None:
-    from verticalfs.api import build_data, run
-
     data = build_data(dataset, parties=parties, noise=0.0, seed=seed, data_dir=data_dir)
     metric = primary_metric(data.labels.task)
     keep = {k: v for k, v in (params or {}).items() if k in ("epochs", "batch_size", "lr", "hidden",
@@ -78,8 +80,6 @@ def grid_search(
         ``val_accuracy``, ``spurious_removed``, ``n_kept``, ``mb_total`` (training traffic),
         ``mb_to_target`` (or None), ``info`` (the method's info block without per-candidate detail).
     """
-    from verticalfs.api import build_data, run
-
     rows: list[dict] = []
     base = dict(params or {})
     for seed in seeds:

@@ -1,9 +1,14 @@
-"""The base class of filter-type selection methods (FEAST and its baselines, FATE's IV and lasso).
+"""The base of filter-type selection methods (FEAST and its baselines, FATE's IV and lasso).
 
 A filter method first *selects* N features across the parties (:meth:`FilterMethod.select`,
 messages in phase ``selection`` only), then the selected columns of every split are gathered at
-the active party (:class:`~verticalfs.selection.messages.GatherColumns`, phase ``train``) and a
-classifier is trained there on the training rows: the papers' evaluation (feast.md section 5).
+the label holder (:class:`GatherColumns` -> :class:`Columns`, phase ``train``) and a classifier is
+trained there on the training rows: the papers' evaluation (feast.md section 5).
+
+Gathering moves raw feature columns to the label holder: it is the price of the evaluation, not
+part of any selection protocol, and the byte count says what it costs (declared in
+:attr:`FilterMethod.disclosures`, so the privacy audit knows). Every filter method's party role
+extends :class:`FilterRole`, which answers it.
 """
 
 from __future__ import annotations
@@ -14,13 +19,51 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verticalfs.data.vertical import ACTIVE, SPLITS
+from verticalfs.data.vertical import SPLITS
 from verticalfs.evaluation.metrics import prediction_metrics
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods.base import Method
+from verticalfs.party import Context, Role, handles
 from verticalfs.selection.evaluate import CLASSIFIERS, fit_predict
-from verticalfs.selection.messages import Columns, GatherColumns
 from verticalfs.training.history import History
+from verticalfs.transport.messages import Ack, At, message
+
+SELECTION = At("selection")
+GATHER = At("train")
+
+
+@message
+class GatherColumns:
+    """Label holder -> party, phase ``train``: send columns ``indices`` (into the party's prepared
+    features) of ``split``. The party also records ``indices`` as the features it keeps."""
+
+    split: str
+    indices: np.ndarray
+
+
+@message
+class Columns:
+    """Party -> label holder: the requested columns, ``(rows, len(indices))`` float32, exact (no codec)."""
+
+    values: np.ndarray
+
+
+class FilterRole(Role):
+    """A party's part in a filter method: answers :class:`GatherColumns` after selection."""
+
+    @handles(GatherColumns)
+    def on_gather_columns(self, msg: GatherColumns, ctx: Context) -> Columns:
+        idx = np.asarray(msg.indices, dtype=np.int64).reshape(-1)
+        X = self.data.X_all(msg.split).numpy()
+        if idx.size and (idx.min() < 0 or idx.max() >= X.shape[1]):
+            raise ProtocolError(f"party {self.name!r}: GatherColumns asks for columns {idx.tolist()} but the "
+                                f"party has {X.shape[1]} features")
+        self.data.keep(idx)
+        return Columns(values=np.ascontiguousarray(X[:, idx], dtype=np.float32))
+
+    def columns(self, split: str = "train") -> np.ndarray:
+        """All of the party's prepared columns of ``split`` (float32)."""
+        return self.data.X_all(split).numpy()
 
 
 @dataclass
@@ -43,7 +86,9 @@ class FilterParams:
 class FilterMethod(Method):
     """Selects ``n_select`` features across parties, then trains ``classifier`` on them.
 
-    Subclasses implement :meth:`select`. :meth:`fit` sets
+    Subclasses implement :meth:`select` (and set ``Role`` to a :class:`FilterRole` subclass that
+    handles their selection messages). :meth:`fit` asks the parties' schemas, joins them
+    (``Join(name, join_spec())``, phase ``setup``), selects, gathers, and sets
 
     - ``support_``: bool mask per party (the selected features);
     - ``selected_``: list of ``(party, index)`` in selection order;
@@ -55,6 +100,10 @@ class FilterMethod(Method):
     """
 
     Params = FilterParams
+    Role = FilterRole
+    codec_policy = "none"
+    test_params = {"n_select": 5}
+    disclosures = {"columns_to_label_holder": ("Columns",)}
     #: a subclass that selects every feature (``raw``) sets this to skip the n_select check
     selects_all: bool = False
 
@@ -62,8 +111,18 @@ class FilterMethod(Method):
     def select(self, fed) -> list[tuple[str, int]]:
         """Selected features in order as ``(party name, index into that party's prepared features)``.
 
-        Runs inside ``fed.channel.at("selection")``; uses only messages on ``fed.channel``.
+        Sends its messages through ``fed.proxy(name)`` in phase ``selection``.
         """
+
+    def join_spec(self, fed):
+        """The ``spec`` of the ``Join`` every party receives (default none)."""
+        return None
+
+    def feature_names(self, fed) -> dict[str, list[str]]:
+        """The parties' prepared feature names (their schemas, or the pooled data's)."""
+        if self.needs_pooled_data:
+            return {p.name: list(p.feature_names) for p in fed.pooled_data().parties}
+        return fed.feature_names()
 
     # ------------------------------------------------------------------ checks
     def check_params(self, fed) -> None:
@@ -73,24 +132,31 @@ class FilterMethod(Method):
             raise ConfigError(f"{self.name}: unknown classifier {p.classifier!r}; use one of {CLASSIFIERS}")
         if self.selects_all:
             return
-        total = sum(len(v) for v in fed.feature_names().values())
+        total = sum(len(v) for v in self.feature_names(fed).values())
         if not 1 <= int(p.n_select) <= total:
             raise ConfigError(f"{self.name}: n_select must be between 1 and the {total} features of all "
                               f"parties, got {p.n_select}")
 
     # --------------------------------------------------------------------- fit
-    def fit(self, fed) -> FilterMethod:
+    def join_parties(self, fed) -> None:
+        """Set-up (phase ``setup``): the parties' schemas, the parameter checks against them, and
+        every party's ``Join``. :meth:`fit` starts with it; call it before :meth:`select` alone."""
+        self.feature_names(fed)  # the schema exchange comes first
         self.check_params(fed)
+        if self.Role is not None and not self.needs_pooled_data:
+            fed.join(self.name, self.join_spec(fed), expect=Ack)
+
+    def fit(self, fed) -> FilterMethod:
+        self.join_parties(fed)
         for cb in self.callbacks:
             cb.on_train_begin(self, 1, "selection")
         led = fed.ledger
         b0 = led.total_bytes
         t0 = time.perf_counter()
-        with fed.channel.at("selection"):
-            selected = [(str(p), int(i)) for p, i in self.select(fed)]
+        selected = [(str(p), int(i)) for p, i in self.select(fed)]
         t_sel = time.perf_counter() - t0
         b1 = led.total_bytes
-        names = fed.feature_names()
+        names = self.feature_names(fed)
         self._check_selected(selected, names)
         self.selected_ = selected
         self.support_ = {p: np.zeros(len(n), dtype=bool) for p, n in names.items()}
@@ -99,7 +165,7 @@ class FilterMethod(Method):
 
         X, y = self.gather(fed, selected)
         b2 = led.total_bytes
-        lab = fed.server.labels
+        lab = fed.labels
         splits = [s for s in ("test", "val") if len(y[s])]
         outs = fit_predict(X["train"], y["train"], [X[s] for s in splits], self.params.classifier,
                            seed=self.seed, task=lab.task, n_classes=lab.n_classes)
@@ -143,21 +209,22 @@ class FilterMethod(Method):
         Every party is asked (an empty index list for a party with nothing selected) so that each
         party records which of its features were kept. Phase ``train``.
         """
-        y = {s: np.asarray(fed.server.labels.y[s]) for s in SPLITS}
+        y = {s: np.asarray(fed.labels.y[s]) for s in SPLITS}
         # per party: its selected indices and their positions in the selection order
         where = {p: ([i for q, i in selected if q == p], [k for k, (q, _) in enumerate(selected) if q == p])
                  for p in fed.party_names}
         pos = np.asarray([k for p in fed.party_names for k in where[p][1]], dtype=np.int64)
         X = {}
-        with fed.channel.at("train"):
-            for s in SPLITS:
-                blocks = []
-                for p in fed.party_names:
-                    idx = np.asarray(where[p][0], dtype=np.int64)
-                    rep = fed.channel.request(ACTIVE, p, GatherColumns(split=s, indices=idx))
-                    if not isinstance(rep, Columns):
-                        raise ProtocolError(f"party {p!r} answered GatherColumns with {type(rep).__name__}")
-                    blocks.append(np.asarray(rep.values, dtype=np.float32).reshape(len(y[s]), len(idx)))
-                M = np.concatenate(blocks, 1) if blocks else np.zeros((len(y[s]), 0), np.float32)
-                X[s] = M[:, np.argsort(pos)] if pos.size else M
+        for s in SPLITS:
+            blocks = []
+            for p in fed.party_names:
+                idx = np.asarray(where[p][0], dtype=np.int64)
+                rep = fed.proxy(p).request(GatherColumns(split=s, indices=idx), GATHER, expect=Columns)
+                v = np.asarray(rep.values, dtype=np.float32)
+                if v.shape != (len(y[s]), len(idx)):
+                    raise ProtocolError(f"party {p!r} sent columns of shape {v.shape} for {s}, expected "
+                                        f"{(len(y[s]), len(idx))}")
+                blocks.append(v)
+            M = np.concatenate(blocks, 1) if blocks else np.zeros((len(y[s]), 0), np.float32)
+            X[s] = M[:, np.argsort(pos)] if pos.size else M
         return X, y

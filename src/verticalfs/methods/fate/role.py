@@ -1,0 +1,136 @@
+"""The feature parties' side of the FATE baselines (FATE's *hosts*).
+
+:class:`IVRole` (``fate-iv``) bins its own columns and sums the encrypted label codes per bin;
+:class:`LassoRole` (``fate-lasso``) holds its own weights of the hetero L1 logistic regression and
+computes masked encrypted gradients. Neither ever sees a plaintext label. The message sequence is
+in :mod:`verticalfs.methods.fate.messages`.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+
+from verticalfs.codecs.integers import unpack_uints
+from verticalfs.crypto import EncryptedArray, PublicKey
+from verticalfs.crypto.encoding import from_residues, to_float
+from verticalfs.exceptions import ProtocolError
+from verticalfs.methods.fate.binning import quantile_bins
+from verticalfs.methods.fate.messages import (
+    Coefficients,
+    CoefficientsRequest,
+    EncryptedResidual,
+    GradientResult,
+    IVBinSums,
+    IVLabels,
+    LassoStart,
+    MaskedGradient,
+    PartialPredictor,
+    package_sizes,
+)
+from verticalfs.methods.filter import FilterRole
+from verticalfs.party import Context, handles
+from verticalfs.training.batches import BatchPlan
+
+
+class IVRole(FilterRole):
+    """A host of FATE's hetero feature binning."""
+
+    @handles(IVLabels)
+    def on_iv_labels(self, msg: IVLabels, ctx: Context) -> IVBinSums:
+        pub = PublicKey.from_bytes(msg.public_key, insecure=msg.insecure)
+        X = self.columns("train")
+        shape = tuple(int(s) for s in msg.shape)
+        if not shape or shape[0] != X.shape[0]:
+            raise ProtocolError(f"party {self.name!r}: IVLabels has shape {shape} but the party has "
+                                f"{X.shape[0]} training rows")
+        labels = EncryptedArray.from_bytes(pub, msg.labels, shape)
+        codes, bin_nums = quantile_bins(X, int(msg.n_bins))
+        sums = labels.group_sum(codes, int(msg.n_bins))  # (d, n_bins[, 2])
+        keep = np.arange(int(msg.n_bins))[None, :] < bin_nums[:, None]  # the bins that exist, per feature
+        out = sums[keep] if sums.ndim == 2 else sums[keep, :]
+        if msg.packing == "packed":
+            out = out.pack(package_sizes(bin_nums, int(msg.capacity)), int(msg.slot_bits))
+        return IVBinSums(sums=out.to_bytes(), bin_nums=bin_nums.astype(np.int64))
+
+
+class LassoRole(FilterRole):
+    """A host of FATE's hetero logistic regression with an L1 penalty."""
+
+    state: dict | None = None
+
+    def _state(self) -> dict:
+        if self.state is None:
+            raise ProtocolError(f"party {self.name!r} received a fate-lasso message before LassoStart")
+        return self.state
+
+    def _predict(self, epoch: int, batch: int) -> PartialPredictor:
+        st = self.state
+        if batch < 0:
+            return PartialPredictor(values=np.zeros(0))
+        rows = st["plan"].rows(epoch, batch)
+        st["rows"] = rows
+        return PartialPredictor(values=st["X"][rows] @ st["w"])
+
+    @handles(LassoStart)
+    def on_lasso_start(self, msg: LassoStart, ctx: Context) -> PartialPredictor:
+        old = self.state
+        if msg.public_key:
+            pub = PublicKey.from_bytes(msg.public_key, insecure=msg.insecure)
+        elif old is not None:
+            pub = old["pub"]
+        else:
+            raise ProtocolError(f"party {self.name!r}: the first LassoStart must carry the public key")
+        X = self.columns("train").astype(np.float64)
+        self.state = {
+            "pub": pub, "X": X, "w": np.zeros(X.shape[1]), "alpha": float(msg.alpha), "lr": float(msg.lr),
+            "plan": BatchPlan(X.shape[0], int(msg.batch_size), int(msg.shuffle_seed)),
+            "prec": int(msg.feature_precision), "run": int(msg.run),
+        }
+        return self._predict(0, 0)
+
+    @handles(EncryptedResidual)
+    def on_encrypted_residual(self, msg: EncryptedResidual, ctx: Context) -> MaskedGradient:
+        st = self._state()
+        rows = st["plan"].rows(int(msg.epoch), int(msg.batch))
+        if not np.array_equal(rows, st.get("rows")):
+            raise ProtocolError(f"party {self.name!r}: EncryptedResidual for epoch {msg.epoch} batch "
+                                f"{msg.batch} does not follow the predictor it sent")
+        pub: PublicKey = st["pub"]
+        d = EncryptedArray.from_bytes(pub, msg.data, (len(rows),), int(msg.exponent))
+        g = d.dot(st["X"][rows], precision=st["prec"])  # [[X_B^T d]] (the sum over the batch)
+        # Mask: uniform integers below 2**(bits(n) - 3) <= n / 4, added to the mantissas. The masked
+        # value stays inside the decodable range (|g| is far below n / 12) and is statistically
+        # independent of g (distance ~ |g| / 2**(bits(n) - 3)).
+        top = pub.bits - 3
+        mask = [secrets.randbits(top) for _ in range(g.size)]
+        st["mask"], st["g_exponent"], st["batch_len"] = mask, g.exponent, len(rows)
+        masked = g.add_mantissas(np.array(mask, dtype=object))
+        return MaskedGradient(data=masked.to_bytes(), exponent=masked.exponent)
+
+    @handles(GradientResult)
+    def on_gradient_result(self, msg: GradientResult, ctx: Context) -> PartialPredictor:
+        st = self._state()
+        pub: PublicKey = st["pub"]
+        w_n = (pub.bits + 7) // 8
+        raw = msg.values
+        if len(raw) != w_n * len(st.get("mask", ())):
+            raise ProtocolError(f"party {self.name!r}: GradientResult has {len(raw)} bytes, expected "
+                                f"{len(st.get('mask', ()))} values of {w_n} bytes")
+        res = unpack_uints(raw, w_n)
+        masked = from_residues(res, pub.n, pub.max_int)
+        g_int = np.array([m - r for m, r in zip(masked, st["mask"], strict=True)], dtype=object)
+        g = to_float(g_int, st["g_exponent"]) / st["batch_len"]
+        lr, alpha = st["lr"], st["alpha"]
+        w = st["w"] - lr * g
+        # proximal step of the L1 penalty (soft thresholding), FATE's L1 updater
+        st["w"] = np.sign(w) * np.maximum(np.abs(w) - lr * alpha, 0.0)
+        st["mask"] = []
+        return self._predict(int(msg.next_epoch), int(msg.next_batch))
+
+    @handles(CoefficientsRequest)
+    def on_coefficients(self, msg: CoefficientsRequest, ctx: Context) -> Coefficients:
+        w = self._state()["w"]
+        nz = np.flatnonzero(w)
+        return Coefficients(indices=nz.astype(np.int64), magnitudes=np.abs(w[nz]))

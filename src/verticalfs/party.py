@@ -1,0 +1,323 @@
+"""The party side of every protocol: a party's own data, its messaging, and the *role* it plays in a run.
+
+A feature-holding party is a :class:`PartyRuntime`: it owns its prepared columns
+(:class:`LocalData`, nothing else) and a messaging :class:`~verticalfs.transport.node.Node`. It
+answers three core kinds itself (:class:`~verticalfs.transport.messages.HelloRequest` with its
+schema, :class:`~verticalfs.transport.messages.SupportRequest` with the features it still uses,
+:class:`~verticalfs.transport.messages.Join`) and hands everything else to its current :class:`Role`.
+
+A role is one method's part at one party for one run: typed state, its own models, and one handler
+method per message kind, marked with :func:`handles`. The label holder creates it with a metered
+``Join(method, spec)``: the runtime looks the method up in the registry and builds
+``method.Role(data, spec, ctx)``. Several roles may handle the same message kind differently (the
+split-learning roles of SparseVFL and of plain VFL both answer
+:class:`~verticalfs.transport.messages.EmbedRequest`), and a role may keep as many models and
+pending graphs as its method needs.
+
+By default a role accepts messages only from the label holder; a handler declared with
+``handles(Kind, peers=True)`` also accepts them from other feature parties. Anything else is a
+:class:`~verticalfs.exceptions.ProtocolError` naming the party, the sender and the kind: a message the
+protocol does not expect is rejected, never executed.
+
+:class:`LocalProxy` lets a non-federated reference (``central``) drive the same roles in one
+process without messages.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from verticalfs.exceptions import ProtocolError
+from verticalfs.names import LABEL_HOLDER
+from verticalfs.transport.ledger import Ledger
+from verticalfs.transport.messages import (
+    Ack,
+    At,
+    Coded,
+    Hello,
+    HelloRequest,
+    Join,
+    SupportReport,
+    SupportRequest,
+    kind_name,
+)
+from verticalfs.transport.node import Node
+
+
+class LocalData:
+    """One party's own prepared columns, per split, and the features it still uses.
+
+    Parameters
+    ----------
+    name : str
+    feature_names : list of str
+        The party's prepared feature names (all of them, also those no longer used).
+    X : dict
+        Split name -> array ``(rows, features)``; stored as float32 torch tensors.
+    """
+
+    def __init__(self, name: str, feature_names: Sequence[str], X: dict[str, np.ndarray]) -> None:
+        self.name = name
+        self.feature_names = list(feature_names)
+        self._X_all = {s: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)) for s, a in X.items()}
+        self.kept = np.arange(len(self.feature_names))
+        self._X = dict(self._X_all)
+
+    @classmethod
+    def of(cls, data) -> LocalData:
+        """From a :class:`~verticalfs.data.vertical.PartyData`."""
+        return cls(data.name, data.feature_names, data.X)
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self._X_all)
+
+    def X(self, split: str) -> torch.Tensor:
+        """The columns still in use, for ``split``."""
+        try:
+            return self._X[split]
+        except KeyError:
+            raise ProtocolError(f"party {self.name!r} has no split {split!r}; splits are {self.splits}") from None
+
+    def X_all(self, split: str) -> torch.Tensor:
+        """Every prepared column, for ``split``."""
+        try:
+            return self._X_all[split]
+        except KeyError:
+            raise ProtocolError(f"party {self.name!r} has no split {split!r}; splits are {self.splits}") from None
+
+    def n_samples(self, split: str = "train") -> int:
+        return int(self.X_all(split).shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return len(self.feature_names)
+
+    @property
+    def kept_feature_names(self) -> list[str]:
+        return [self.feature_names[i] for i in self.kept]
+
+    def keep(self, indices) -> None:
+        """Use only the prepared features ``indices`` from now on."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.n_features):
+            raise ProtocolError(f"party {self.name!r}: feature indices {idx.tolist()} outside its "
+                                f"{self.n_features} features")
+        self.kept = idx
+        t = torch.as_tensor(idx)
+        self._X = {s: X.index_select(1, t).contiguous() for s, X in self._X_all.items()}
+
+    def keep_positions(self, positions) -> None:
+        """Keep positions ``positions`` of the features *currently* in use."""
+        self.keep(self.kept[np.asarray(positions, dtype=np.int64)])
+
+    def support(self) -> np.ndarray:
+        """Bool mask over the prepared features: still in use."""
+        m = np.zeros(self.n_features, dtype=bool)
+        m[self.kept] = True
+        return m
+
+
+class Context:
+    """What a handler may do besides replying: message other parties, at the current position."""
+
+    __slots__ = ("at", "sender", "_node")
+
+    def __init__(self, node: Node | None, at: At, sender: str) -> None:
+        self._node = node
+        self.at = at
+        self.sender = sender
+
+    def _need_node(self) -> Node:
+        if self._node is None:
+            raise ProtocolError("this party has no channel to other parties (a local reference run)")
+        return self._node
+
+    def send(self, receiver: str, msg: Any) -> None:
+        """One-way message to another party, at the position of the message being handled."""
+        self._need_node().send(receiver, msg, self.at)
+
+    def request(self, receiver: str, msg: Any) -> Any:
+        """Request to another party, at the position of the message being handled."""
+        return self._need_node().request(receiver, msg, self.at)
+
+
+def handles(*kinds: type, peers: bool = False):
+    """Mark a :class:`Role` method as the handler of message ``kinds``: ``fn(self, msg, ctx)``.
+
+    ``peers=True`` also accepts the kinds from other feature parties (default: the label holder only).
+    """
+
+    def deco(fn):
+        fn._vf_handles = (kinds, peers)
+        return fn
+
+    return deco
+
+
+class Role:
+    """One method's part at one party for one run (see the module docstring).
+
+    Subclasses mark handler methods with :func:`handles`; the runtime calls ``handler(msg, ctx)``
+    and sends back what it returns (``None`` for a one-way message). ``__init__(data, spec, ctx)``
+    receives the party's :class:`LocalData`, the ``spec`` of the ``Join`` and the context;
+    :meth:`joined` is the reply to the ``Join``.
+    """
+
+    _handlers: ClassVar[dict[type, tuple[str, bool]]] = {}
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        table: dict[type, tuple[str, bool]] = {}
+        for base in reversed(cls.__mro__[1:]):
+            table.update(getattr(base, "_handlers", {}))
+        for name, fn in vars(cls).items():
+            marks = getattr(fn, "_vf_handles", None)
+            if marks is not None:
+                kinds, peers = marks
+                for k in kinds:
+                    table[k] = (name, peers)
+        cls._handlers = table
+
+    def __init__(self, data: LocalData, spec: Any, ctx: Context) -> None:
+        self.data = data
+        self.spec = spec
+
+    def joined(self) -> Any:
+        """The reply to the ``Join`` that created this role."""
+        return Ack()
+
+    def handle(self, sender: str, msg: Any, ctx: Context) -> Any:
+        entry = self._handlers.get(type(msg))
+        if entry is None:
+            raise ProtocolError(f"party {self.data.name!r} ({type(self).__name__}) does not expect "
+                                f"{kind_name(msg)} from {sender!r}")
+        name, peers = entry
+        if sender != LABEL_HOLDER and not peers:
+            raise ProtocolError(f"party {self.data.name!r} accepts {kind_name(msg)} only from the label "
+                                f"holder, not from {sender!r}")
+        return getattr(self, name)(msg, ctx)
+
+    @property
+    def name(self) -> str:
+        return self.data.name
+
+
+def _registry_role(method: str) -> type[Role]:
+    from verticalfs.methods import registry
+
+    cls = registry.get(method)
+    role = getattr(cls, "Role", None)
+    if role is None:
+        raise ProtocolError(f"method {method!r} has no party role: it does not run at feature parties")
+    return role
+
+
+class PartyRuntime:
+    """A feature party: its :class:`LocalData`, its messaging node and the role of the current run.
+
+    Parameters
+    ----------
+    data : PartyData or LocalData
+        The party's own prepared columns (nothing else).
+    role_for : callable, optional
+        ``role_for(method) -> Role class``; default: the method registry.
+    allowed_methods : sequence of str, optional
+        Methods this party agrees to join (default: any registered method).
+    """
+
+    def __init__(self, data, *, role_for: Callable[[str], type[Role]] | None = None,
+                 allowed_methods: Sequence[str] | None = None) -> None:
+        self.data = data if isinstance(data, LocalData) else LocalData.of(data)
+        self.name = self.data.name
+        self.role: Role | None = None
+        self.node: Node | None = None
+        self._role_for = role_for or _registry_role
+        self._allowed = None if allowed_methods is None else set(allowed_methods)
+
+    def connect(self, channel, ledger: Ledger) -> Node:
+        """Attach a messaging node on ``channel`` (the node is the channel's endpoint for this party)."""
+        self.node = Node(self.name, channel, ledger, self.handle)
+        return self.node
+
+    def handle(self, sender: str, msg: Any, at: At, node: Node | None) -> Any:
+        t = type(msg)
+        if t is HelloRequest or t is Join or t is SupportRequest:
+            if sender != LABEL_HOLDER:
+                raise ProtocolError(f"party {self.name!r} accepts {kind_name(msg)} only from the label holder, "
+                                    f"not from {sender!r}")
+            if t is HelloRequest:
+                d = self.data
+                return Hello(feature_names=list(d.feature_names), n_samples={s: d.n_samples(s) for s in d.splits})
+            if t is SupportRequest:
+                return SupportReport(kept=np.asarray(self.data.kept, dtype=np.int64))
+            return self._join(msg, Context(node, at, sender))
+        if self.role is None:
+            raise ProtocolError(f"party {self.name!r} received {kind_name(msg)} from {sender!r} before any Join")
+        return self.role.handle(sender, msg, Context(node, at, sender))
+
+    def _join(self, msg: Join, ctx: Context) -> Any:
+        if self._allowed is not None and msg.method not in self._allowed:
+            raise ProtocolError(f"party {self.name!r} does not take part in method {msg.method!r}; it allows "
+                                f"{sorted(self._allowed)}")
+        cls = self._role_for(str(msg.method))
+        self.role = cls(self.data, msg.spec, ctx)
+        return self.role.joined()
+
+
+def _unwrap(msg: Any) -> Any:
+    """A copy of ``msg`` as the receiver would decode it, without serialising: coded arrays are
+    encoded and decoded with their codec (float32 values are passed as they are)."""
+    from dataclasses import fields, replace
+
+    from verticalfs.codecs import get_codec
+
+    changes = {}
+    for f in fields(msg):
+        v = getattr(msg, f.name)
+        if type(v) is Coded:
+            a = v.array.detach().cpu().numpy() if hasattr(v.array, "detach") else np.asarray(v.array)
+            codec = get_codec(v.codec)
+            if codec.name == "float32" and a.dtype == np.float32:
+                changes[f.name] = a
+            else:
+                changes[f.name] = codec.decode(memoryview(codec.encode(a)), a.size).reshape(a.shape)
+    return replace(msg, **changes) if changes else msg
+
+
+class LocalProxy:
+    """Drives a :class:`PartyRuntime` in this process without messages: the same interface as
+    :class:`~verticalfs.transport.node.PartyProxy`, no serialisation, nothing on any ledger.
+
+    Only for references that are not federated by definition (``central``): the parties' roles run
+    as they would in a federation, the bytes are simply not sent.
+    """
+
+    __slots__ = ("name", "_runtime")
+
+    def __init__(self, runtime: PartyRuntime) -> None:
+        self.name = runtime.name
+        self._runtime = runtime
+
+    def request(self, msg: Any, at: At, expect=None) -> Any:
+        reply = self._runtime.handle(LABEL_HOLDER, _unwrap(msg), at, None)
+        if reply is None:
+            raise ProtocolError(f"party {self.name!r} sent no reply to {kind_name(msg)}")
+        reply = _unwrap(reply)
+        if expect is not None and not isinstance(reply, expect):
+            raise ProtocolError(f"party {self.name!r} answered {kind_name(msg)} with {kind_name(reply)}")
+        return reply
+
+    def send(self, msg: Any, at: At) -> None:
+        if self._runtime.handle(LABEL_HOLDER, _unwrap(msg), at, None) is not None:
+            raise ProtocolError(f"party {self.name!r} replied to the one-way message {kind_name(msg)}")
+
+
+def clone_state(module: torch.nn.Module) -> dict:
+    """A deep copy of a module's state (for checkpoints)."""
+    return copy.deepcopy(module.state_dict())

@@ -1,0 +1,585 @@
+"""Split learning, written once: the label holder's :class:`SplitTrainer` and the party's :class:`SplitRole`.
+
+Standard VFL (less-vfl.md Appendix A, Algorithm 2) and every method built on it run this loop.
+Per mini-batch the label holder asks each party for the embeddings of the agreed batch
+(:class:`~verticalfs.transport.messages.EmbedRequest` -> :class:`~verticalfs.transport.messages.Embeddings`),
+runs its top model, updates it, and sends each party the gradient of the loss with respect to that
+party's embeddings (:class:`~verticalfs.transport.messages.Gradients`); each party back-propagates it
+through its bottom model and updates. Mini-batches are agreed by index (both sides derive the
+epoch's permutation from a shared seed, :mod:`verticalfs.training.batches`), so no index list
+travels. After every epoch the label holder evaluates on the test (and validation) split; the
+embeddings this needs are sent in phase ``eval``.
+
+Methods differ at a few points only, and override those hooks instead of copying the loop:
+
+============================  =====================  =============================================
+hook                          side                   used by
+============================  =====================  =============================================
+:meth:`SplitRole.build_model`  party                 SparseVFL's client model (via the spec)
+:meth:`SplitRole.encode_forward`  party              SparseVFL (run-length codes, keeps the mask)
+:meth:`SplitRole.decode_backward` party              SparseVFL (masked gradients), TOP-W
+:meth:`SplitRole.local_loss`   party                 a party-side regulariser (e.g. gates)
+:meth:`SplitRole.post_step`    party                 group lasso's proximal step
+:meth:`SplitTrainer.spec_for`  label holder          what each party is told at ``Join``
+:meth:`SplitTrainer.decode_forward` label holder     SparseVFL (mask, zero count)
+:meth:`SplitTrainer.extra_loss` label holder         SparseVFL's embedding penalty (eq. 5)
+:meth:`SplitTrainer.encode_backward` label holder    SparseVFL (masked), TOP-W, codecs
+:meth:`SplitTrainer.forward_batch` / ``backward_batch`` label holder  PCA/AUTOENCODER (no exchange)
+============================  =====================  =============================================
+
+plus ``select`` (keep the checkpoint of the best validation epoch instead of the last).
+
+Bytes per training epoch with float32 payloads: ``2 x N_train x sum(embedding_dim) x 4`` of payload
+(embeddings up, gradients down), plus per batch and party one header-only request and the fixed
+overhead of two tensor messages (see :mod:`verticalfs.transport.serde`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from verticalfs.codecs import get_codec
+from verticalfs.evaluation.metrics import prediction_metrics
+from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.names import LABEL_HOLDER
+from verticalfs.nn.models import MLP, TopModel, init_weights, make_optimizer, seeded
+from verticalfs.party import Context, Role, handles
+from verticalfs.training.batches import BatchPlan
+from verticalfs.training.history import NON_METRIC_KEYS, Callback, History, derive_seed
+from verticalfs.transport.messages import (
+    At,
+    Checkpoint,
+    Embeddings,
+    EmbedRequest,
+    Gradients,
+    Ready,
+    coded,
+    message,
+)
+
+
+# ---------------------------------------------------------------------------------- configuration
+@dataclass
+class TrainConfig:
+    """Hyper-parameters of split training (shared by every method built on it).
+
+    Parameters
+    ----------
+    epochs : int
+        Communication epochs of training.
+    batch_size : int
+        Mini-batch size agreed by all parties.
+    lr : float
+        Learning rate of every party's optimizer (less-vfl.md section 5: Adam, 0.01).
+    optimizer : {"adam", "adamw", "sgd"}
+    weight_decay : float
+    hidden : tuple of int
+        Hidden widths of each party's bottom MLP (two hidden layers = the paper's 3-layer MLP).
+    embedding_dim : int
+        Embedding components per party.
+    activation : str
+        Hidden activation of the bottom MLPs (and of an MLP top model).
+    top_hidden : tuple of int
+        Hidden widths of the top model; empty = linear top model (less-vfl.md section 5).
+    """
+
+    epochs: int = 50
+    batch_size: int = 256
+    lr: float = 0.01
+    optimizer: str = "adam"
+    weight_decay: float = 0.0
+    hidden: tuple[int, ...] = (64, 32)
+    embedding_dim: int = 8
+    activation: str = "relu"
+    top_hidden: tuple[int, ...] = ()
+
+    @classmethod
+    def from_params(cls, params) -> TrainConfig:
+        """The TrainConfig fields of any params dataclass that extends it."""
+        return cls(**{f.name: getattr(params, f.name) for f in fields(cls)})
+
+    def validate(self) -> None:
+        if self.epochs < 0:
+            raise ConfigError(f"epochs must be >= 0, got {self.epochs}")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.embedding_dim < 1:
+            raise ConfigError(f"embedding_dim must be >= 1, got {self.embedding_dim}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"lr must be a finite number > 0, got {self.lr}")
+
+
+def loss_fn(task: str):
+    if task == "regression":
+        return lambda out, y: F.mse_loss(out.reshape(-1), y)
+    return F.cross_entropy
+
+
+# ----------------------------------------------------------------------------------- the spec
+@message
+class SplitSpec:
+    """Label holder -> party, inside ``Join``: the bottom model, its optimizer, the agreed
+    mini-batches and the codecs of both directions.
+
+    The bottom model is ``MLP(d_in, hidden, embedding_dim)`` with ``activation`` between layers,
+    ``last_activation`` after the output layer (``none`` for plain VFL, ``relu`` for SparseVFL),
+    an output bias if ``out_bias`` and the initialisation ``init`` (``torch`` or ``xavier``), built
+    with torch's RNG seeded by ``seed``. Mini-batches: both sides draw the permutation of epoch
+    ``e`` from ``numpy.random.default_rng([shuffle_seed, e])``. ``forward`` is the codec of the
+    embeddings the party sends, ``backward`` the codec of the gradients it receives.
+    """
+
+    hidden: tuple
+    embedding_dim: int
+    activation: str
+    optimizer: str
+    lr: float
+    weight_decay: float
+    seed: int
+    batch_size: int
+    shuffle_seed: int
+    momentum: float = 0.0
+    last_activation: str = "none"
+    out_bias: bool = True
+    init: str = "torch"
+    forward: str = "float32"
+    backward: str = "float32"
+
+
+# ------------------------------------------------------------------------------- the party side
+class SplitRole(Role):
+    """A party in split learning: its bottom model, optimizer, agreed batches and pending graph.
+
+    Handles :class:`EmbedRequest` (forward a batch or a whole split), :class:`Gradients`
+    (back-propagate the last training batch) and :class:`Checkpoint` (save / restore the model).
+    Override the hooks to change what is sent or how the party learns (see the module docstring).
+    """
+
+    spec: SplitSpec
+
+    def __init__(self, data, spec: SplitSpec, ctx: Context) -> None:
+        super().__init__(data, spec, ctx)
+        if not isinstance(spec, SplitSpec):
+            raise ProtocolError(f"party {data.name!r}: {type(self).__name__} needs a SplitSpec, got "
+                                f"{type(spec).__name__}")
+        self.model = seeded(int(spec.seed), lambda: self.build_model(len(data.kept)))
+        self.optimizer = self.make_optimizer()
+        self.plan = BatchPlan(data.n_samples("train"), int(spec.batch_size), int(spec.shuffle_seed))
+        self.pending: torch.Tensor | None = None
+        self.saved: dict | None = None
+        self._dense32 = spec.forward == "float32"
+
+    # ------------------------------------------------------------------ hooks
+    def build_model(self, d_in: int) -> torch.nn.Module:
+        """The bottom model on ``d_in`` inputs (called under the spec's seed)."""
+        s = self.spec
+        model = MLP(d_in, tuple(int(h) for h in s.hidden), int(s.embedding_dim), s.activation,
+                    out_activation=s.last_activation, out_bias=bool(s.out_bias))
+        return init_weights(model, s.init)
+
+    def make_optimizer(self, lr: float | None = None):
+        s = self.spec
+        return make_optimizer(self.model.parameters(), s.optimizer, s.lr if lr is None else lr,
+                              s.weight_decay, s.momentum)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.model(X)
+
+    def encode_forward(self, h: torch.Tensor, train: bool) -> Any:
+        """The message carrying the embeddings ``h`` (default: :class:`Embeddings` in ``spec.forward``)."""
+        v = h.detach().numpy()
+        return Embeddings(v if self._dense32 else coded(v, self.spec.forward))
+
+    def decode_backward(self, msg: Any, out: torch.Tensor) -> torch.Tensor:
+        """The dense gradient for the pending embeddings ``out`` from the received message."""
+        g = torch.from_numpy(msg.values)
+        if g.shape != out.shape:
+            raise ProtocolError(f"party {self.name!r}: gradient shape {tuple(g.shape)} != embedding shape "
+                                f"{tuple(out.shape)}")
+        return g
+
+    def local_loss(self) -> torch.Tensor | None:
+        """A party-side term added to the loss before back-propagating (default none)."""
+        return None
+
+    def post_step(self) -> None:
+        """Runs after every optimizer step (default nothing)."""
+
+    # ---------------------------------------------------------------- helpers
+    def rows(self, split: str, epoch: int, batch: int) -> torch.Tensor:
+        X = self.data.X(split)
+        if batch >= 0:
+            X = X.index_select(0, torch.from_numpy(self.plan.rows(epoch, batch)))
+        return X
+
+    def drop_inputs(self, keep_local) -> None:
+        """Remove features for real: keep positions ``keep_local`` of the *current* inputs."""
+        keep_local = np.asarray(keep_local, dtype=np.int64)
+        self.model.keep_inputs(keep_local)
+        self.data.keep_positions(keep_local)
+        self.optimizer = self.make_optimizer()
+
+    def keep_outputs(self, keep) -> None:
+        """Keep only embedding components ``keep`` (the output layer shrinks)."""
+        self.model.keep_outputs(np.asarray(keep, dtype=np.int64))
+        self.optimizer = self.make_optimizer()
+
+    def step(self, out: torch.Tensor, g: torch.Tensor) -> None:
+        """Back-propagate ``g`` through ``out`` (plus :meth:`local_loss`), step, :meth:`post_step`."""
+        opt = self.optimizer
+        opt.zero_grad(set_to_none=True)
+        local = self.local_loss()
+        if local is None:
+            out.backward(g)
+        else:
+            torch.autograd.backward([out, local], [g, torch.ones_like(local)])
+        opt.step()
+        self.post_step()
+
+    # --------------------------------------------------------------- handlers
+    def joined(self) -> Ready:
+        return Ready(n_features=len(self.data.kept), embedding_dim=int(self.model.n_outputs),
+                     n_samples={s: self.data.n_samples(s) for s in self.data.splits})
+
+    @handles(EmbedRequest)
+    def on_embed_request(self, msg: EmbedRequest, ctx: Context) -> Any:
+        model = self.model
+        X = self.rows(msg.split, msg.epoch, msg.batch)
+        if msg.train:
+            if not model.training:
+                model.train()
+            out = self.forward(X)
+            self.pending = out
+            return self.encode_forward(out, True)
+        if model.training:
+            model.eval()
+        with torch.no_grad():
+            out = self.forward(X)
+        return self.encode_forward(out, False)
+
+    @handles(Gradients)
+    def on_gradients(self, msg: Any, ctx: Context) -> None:
+        out = self.pending
+        if out is None:
+            raise ProtocolError(f"party {self.name!r} received {type(msg).__name__} without a pending "
+                                "forward pass")
+        self.pending = None
+        self.step(out, self.decode_backward(msg, out))
+        return None
+
+    @handles(Checkpoint)
+    def on_checkpoint(self, msg: Checkpoint, ctx: Context) -> None:
+        if msg.action == "save":
+            self.saved = copy.deepcopy(self.model.state_dict())
+        elif msg.action == "restore":
+            if self.saved is None:
+                raise ProtocolError(f"party {self.name!r} has no checkpoint to restore")
+            self.model.load_state_dict(self.saved)
+        else:
+            raise ProtocolError(f"unknown checkpoint action {msg.action!r}; use 'save' or 'restore'")
+        return None
+
+
+# ------------------------------------------------------------------------ the label holder's side
+class SplitTrainer:
+    """Runs split learning from the label holder over the parties' proxies.
+
+    Parameters
+    ----------
+    fed : Federation
+        The label holder's view (``labels``, ``proxy``, ``join``, ``ledger``), or a
+        :class:`~verticalfs.federation.LocalFederation` for the non-federated reference.
+    method : str
+        The registered method whose role the parties take (sent in ``Join``).
+    config : TrainConfig
+    seed : int
+        Seeds model initialisation (per party, derived) and the batch order.
+    callbacks : sequence of Callback
+    entry_hook : callable, optional
+        ``hook(entry)`` may add fields to each history entry (e.g. ``spurious_removed``).
+    eval_splits : sequence of str
+        Splits evaluated after every epoch (test as plain metric names, others as ``<split>_<name>``).
+    select : str, optional
+        A history key (e.g. ``val_roc_auc``): keep the checkpoint of the epoch where it is highest
+        and report that epoch's test metrics; default: the last epoch.
+    codec : str
+        Payload codec of the embeddings and gradients (``float32``, ``float16``, ``int8``, ...).
+    """
+
+    spec_class: type = SplitSpec
+
+    def __init__(self, fed, method: str, config: TrainConfig, *, seed: int = 0,
+                 callbacks: Sequence[Callback] = (), entry_hook: Callable[[dict], None] | None = None,
+                 eval_splits: Sequence[str] = ("test", "val"), select: str | None = None,
+                 codec: str = "float32") -> None:
+        config.validate()
+        get_codec(codec)  # validates the name
+        self.fed = fed
+        self.method = method
+        self.config = config
+        self.seed = seed
+        self.callbacks = list(callbacks)
+        self.entry_hook = entry_hook
+        self.labels = fed.labels
+        self.task = self.labels.task
+        self.y = {s: torch.from_numpy(np.asarray(v)) for s, v in self.labels.y.items()}
+        self.eval_splits = tuple(s for s in eval_splits if self.n_samples(s) > 0)
+        self.select = select
+        self.codec = codec
+        self.history = History()
+        self.epoch = 0  # communication epochs run so far, over all phases
+        self.parties = list(fed.party_names)
+        self.embedding_dims: dict[str, int] = {}
+        self.loss = loss_fn(self.task)
+        self.plan = BatchPlan(self.n_samples("train"), config.batch_size, derive_seed(seed, "batches"))
+        self.top: torch.nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.best_score: float | None = None
+        self.best_entry: dict | None = None
+        self._saved_top: dict | None = None
+
+    def n_samples(self, split: str = "train") -> int:
+        return int(self.y[split].shape[0])
+
+    @property
+    def ledger(self):
+        return self.fed.ledger
+
+    # ---------------------------------------------------------------- set-up
+    def spec_for(self, party: str) -> Any:
+        """What ``party`` is told at ``Join`` (default: a :class:`SplitSpec` of the config)."""
+        c = self.config
+        return SplitSpec(
+            hidden=tuple(c.hidden), embedding_dim=c.embedding_dim, activation=c.activation,
+            optimizer=c.optimizer, lr=c.lr, weight_decay=c.weight_decay,
+            seed=derive_seed(self.seed, "model", party), batch_size=c.batch_size,
+            shuffle_seed=self.plan.shuffle_seed, forward=self.codec, backward=self.codec,
+        )
+
+    def setup(self) -> None:
+        """Learn the parties' schemas and ``Join`` every party with its spec (phase ``setup``); build
+        the top model on the reported sizes."""
+        self.fed.schema()
+        replies = self.fed.join(self.method, {p: self.spec_for(p) for p in self.parties}, expect=Ready)
+        for p, ready in replies.items():
+            n = ready.n_samples
+            for s in ("train", "val", "test"):
+                if int(n.get(s, -1)) != self.n_samples(s):
+                    raise ConfigError(f"party {p!r} has {n.get(s)} {s} rows, the label holder "
+                                      f"{self.n_samples(s)}; align the parties by id first")
+            self.embedding_dims[p] = int(ready.embedding_dim)
+        self.build_top()
+
+    @property
+    def n_outputs(self) -> int:
+        return self.labels.n_outputs
+
+    def make_top(self, d_in: int) -> torch.nn.Module:
+        c = self.config
+        return TopModel(d_in, c.top_hidden, self.n_outputs, c.activation)
+
+    def build_top(self) -> None:
+        d = sum(self.embedding_dims[p] for p in self.parties)
+        self.top = seeded(derive_seed(self.seed, "model", LABEL_HOLDER), lambda: self.make_top(d))
+        self.rebuild_top_optimizer()
+
+    def rebuild_top_optimizer(self) -> None:
+        c = self.config
+        self.optimizer = make_optimizer(self.top.parameters(), c.optimizer, c.lr, c.weight_decay)
+
+    # ----------------------------------------------------------------- hooks
+    def targets(self, split: str) -> torch.Tensor:
+        return self.y[split]
+
+    def decode_forward(self, party: str, msg: Any, n_rows: int) -> np.ndarray:
+        """The embedding block of ``party`` from its message (shape checked: untrusted input)."""
+        v = msg.values
+        if v.shape != (n_rows, self.embedding_dims[party]):
+            raise ProtocolError(f"party {party!r} sent embeddings of shape {v.shape}, expected "
+                                f"{(n_rows, self.embedding_dims[party])}")
+        return v
+
+    def extra_loss(self, H: torch.Tensor, n: int) -> torch.Tensor | None:
+        """A term added to the label holder's loss on the concatenated embeddings (default none)."""
+        return None
+
+    def encode_backward(self, party: str, g: np.ndarray) -> Any:
+        """The message carrying the gradient block ``g`` of ``party``."""
+        return Gradients(g if self.codec == "float32" else coded(g, self.codec))
+
+    def forward_batch(self, epoch: int, batch: int, at: At, n_rows: int) -> list[np.ndarray]:
+        """Every training party's embedding block of one batch."""
+        req = EmbedRequest("train", epoch, batch, True)
+        fed = self.fed
+        return [self.decode_forward(p, fed.proxy(p).request(req, at, expect=Embeddings), n_rows)
+                for p in self.parties]
+
+    def backward_batch(self, G: np.ndarray, at: At) -> None:
+        """Send every training party the gradient of its block of ``G``."""
+        fed = self.fed
+        if len(self.parties) == 1:
+            fed.proxy(self.parties[0]).send(self.encode_backward(self.parties[0], G), at)
+            return
+        start = 0
+        for p in self.parties:
+            stop = start + self.embedding_dims[p]
+            fed.proxy(p).send(self.encode_backward(p, G[:, start:stop]), at)
+            start = stop
+
+    def output(self, H: np.ndarray) -> np.ndarray:
+        """The top model's output on concatenated embeddings, as ``prediction_metrics`` takes it."""
+        top = self.top
+        top.eval()
+        with torch.no_grad():
+            return top(torch.from_numpy(H)).numpy()
+
+    # -------------------------------------------------------------- training
+    def train_epoch(self, phase: str = "train") -> float:
+        """One epoch of Algorithm 2; returns the mean training loss (extra loss included)."""
+        top, opt, y_all = self.top, self.optimizer, self.targets("train")
+        epoch = self.epoch
+        top.train()
+        loss_f, extra_f = self.loss, self.extra_loss
+        perf = time.perf_counter
+        total, n_seen, t_active = 0.0, 0, 0.0
+        plan = self.plan
+        for b in range(plan.n_batches):
+            at = At(phase, epoch, b)
+            rows = plan.rows(epoch, b)
+            n = len(rows)
+            blocks = self.forward_batch(epoch, b, at, n)
+            t0 = perf()
+            # One leaf for the concatenated embeddings: the gradient of each party's block is a
+            # column slice of its gradient (exactly what autograd through torch.cat would give).
+            H = torch.from_numpy(np.concatenate(blocks, 1) if len(blocks) > 1 else blocks[0]).requires_grad_(True)
+            loss = loss_f(top(H), y_all.index_select(0, torch.from_numpy(rows)))
+            extra = extra_f(H, n)
+            if extra is not None:
+                loss = loss + extra
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            value = loss.item()
+            if not math.isfinite(value):
+                raise ConfigError(
+                    f"{self.method}: the training loss became {value} in epoch {epoch + 1}, batch {b + 1}; "
+                    "lower the learning rate (lr) or scale the features (--scaling standard or minmax)")
+            total += value * n
+            n_seen += n
+            t_active += perf() - t0
+            self.backward_batch(H.grad.numpy(), at)
+        self.ledger.add_compute(LABEL_HOLDER, phase, epoch, t_active)
+        return total / max(1, n_seen)
+
+    def embeddings(self, split: str, phase: str = "eval") -> np.ndarray:
+        """Concatenated embeddings of a whole split (requested in ``phase``)."""
+        at = At(phase, self.epoch)
+        n = self.n_samples(split)
+        req = EmbedRequest(split, self.epoch, -1, False)
+        blocks = [self.decode_forward(p, self.fed.proxy(p).request(req, at, expect=Embeddings), n)
+                  for p in self.parties]
+        return np.concatenate(blocks, 1) if len(blocks) > 1 else blocks[0]
+
+    def predict(self, split: str, phase: str = "eval") -> np.ndarray:
+        """Top-model output on a whole split (embeddings requested in ``phase``)."""
+        return self.output(self.embeddings(split, phase))
+
+    def evaluate(self, splits: Sequence[str] | None = None) -> dict[str, float]:
+        """Test metrics by name, other splits' metrics as ``<split>_<name>``."""
+        res: dict[str, float] = {}
+        labels = self.labels
+        for s in splits or self.eval_splits:
+            m = prediction_metrics(labels.task, labels.y[s], self.predict(s), labels.n_classes)
+            prefix = "" if s == "test" else f"{s}_"
+            res.update({prefix + k: v for k, v in m.items()})
+        return res
+
+    def entry_extras(self) -> dict:
+        """Extra fields for the history entry of the epoch just finished (default none)."""
+        return {}
+
+    def record(self, phase: str, train_loss: float | None, **extra) -> dict:
+        """Evaluate and append a history entry for the epoch just finished."""
+        led = self.ledger
+        entry = {"epoch": self.epoch, "phase": phase}
+        if train_loss is not None:
+            entry["train_loss"] = train_loss
+        entry.update(self.evaluate())
+        entry.update(self.entry_extras())
+        entry.update(extra)
+        entry["bytes"] = led.total_bytes - led.bytes_where(phase="eval")
+        entry["bytes_total"] = led.total_bytes
+        if self.entry_hook is not None:
+            self.entry_hook(entry)
+        self.history.append(entry)
+        if self.select is not None:
+            score = entry.get(self.select)
+            if score is not None and score == score and (self.best_score is None or score > self.best_score):
+                self.best_score = score
+                self.best_entry = entry
+                self.save_checkpoint()
+        for cb in self.callbacks:
+            cb.on_epoch_end(self, entry)
+        return entry
+
+    def fit(self, epochs: int | None = None, phase: str = "train",
+            after_epoch: Callable[[SplitTrainer], None] | None = None) -> History:
+        """Run ``epochs`` epochs (default ``config.epochs``) in ``phase``."""
+        epochs = self.config.epochs if epochs is None else epochs
+        for cb in self.callbacks:
+            cb.on_train_begin(self, epochs, phase)
+        try:
+            for _ in range(epochs):
+                loss = self.train_epoch(phase)
+                if after_epoch is not None:
+                    after_epoch(self)
+                self.epoch += 1
+                self.record(phase, loss)
+        finally:
+            for cb in self.callbacks:
+                cb.on_train_end(self)
+        return self.history
+
+    # ----------------------------------------------------------- checkpoints
+    def save_checkpoint(self) -> None:
+        self._saved_top = copy.deepcopy(self.top.state_dict())
+        self._checkpoint_parties("save")
+
+    def restore_checkpoint(self) -> None:
+        self.top.load_state_dict(self._saved_top)
+        self._checkpoint_parties("restore")
+
+    def _checkpoint_parties(self, action: str) -> None:
+        at = At("eval", self.epoch)
+        for p in self.parties:
+            self.fed.proxy(p).send(Checkpoint(action), at)
+
+    def finish(self) -> dict[str, float]:
+        """The run's test metrics: the last epoch's, or with ``select`` those of the restored best
+        checkpoint."""
+        if not self.history:
+            return self.evaluate(["test"])
+        last = self.history[-1]
+        if self.select is None or self.best_entry is None:
+            return test_metrics(last) or self.evaluate(["test"])
+        if self.best_entry is not last:
+            self.restore_checkpoint()
+        return self.evaluate(["test"])
+
+    def best_epoch(self) -> int | None:
+        return None if self.best_entry is None else int(self.best_entry["epoch"])
+
+
+def test_metrics(entry: dict) -> dict[str, float]:
+    """The test metrics of a history entry (not bookkeeping, not ``<split>_*``)."""
+    return {k: v for k, v in entry.items() if k not in NON_METRIC_KEYS and k != "embedding_zeros"
+            and not k.startswith("val_") and isinstance(v, (int, float)) and not isinstance(v, bool)}

@@ -1,0 +1,133 @@
+"""One party's messaging: serialise, meter, send through a channel; receive, decode, dispatch.
+
+Every party, the label holder included, talks through a :class:`Node`. It hands every message to
+:mod:`verticalfs.transport.serde` and is the only place where bytes are recorded on the
+:class:`~verticalfs.transport.ledger.Ledger`, so algorithm code never counts bytes itself.
+
+Metering rule (one record per message on a shared ledger; a complete record of the label holder's
+star on its own ledger when every party runs elsewhere):
+
+- the label holder records every message it sends and every reply it receives;
+- any other party records the messages it sends to parties other than the label holder, and the
+  replies to its requests (party-to-party messages, e.g. FEAST's statistical variables, which the
+  label holder never sees).
+
+The payload of a received message is counted by the decoder exactly as the encoder counts it.
+A party's node also records the time its handler took as that party's compute in the message's
+phase and round (:mod:`verticalfs.transport.bandwidth` uses it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from time import perf_counter
+from typing import Any
+
+from verticalfs.exceptions import ProtocolError
+from verticalfs.names import LABEL_HOLDER
+from verticalfs.transport.channel import Channel
+from verticalfs.transport.ledger import Ledger
+from verticalfs.transport.messages import At, kind_name
+from verticalfs.transport.serde import decode_at, encode_at
+
+#: ``handler(sender, msg, at, node) -> reply or None``: what a node does with a received message
+Handler = Callable[[str, Any, At, "Node"], Any]
+
+
+class Node:
+    """Messaging of the party ``name`` over ``channel``, metered on ``ledger``.
+
+    Parameters
+    ----------
+    name : str
+        This party's name.
+    channel : Channel
+        Carries the encoded messages.
+    ledger : Ledger
+        Where this node records what it sends (and, for the label holder, receives).
+    handler : callable, optional
+        Called for every message received; its return value is the reply (``None`` for one-way
+        messages). A node without a handler refuses incoming messages.
+    """
+
+    def __init__(self, name: str, channel: Channel, ledger: Ledger, handler: Handler | None = None) -> None:
+        self.name = name
+        self.channel = channel
+        self.ledger = ledger
+        self.handler = handler
+        self._hub = name == LABEL_HOLDER
+
+    # ------------------------------------------------------------------ sending
+    def request(self, receiver: str, msg: Any, at: At) -> Any:
+        """Send ``msg`` to ``receiver`` at ``at``; return its decoded reply."""
+        data, payload = encode_at(msg, at)
+        led = self.ledger
+        meter = self._hub or receiver != LABEL_HOLDER
+        if meter:
+            led.record(self.name, receiver, at.phase, type(msg).__name__, at.round, at.step, payload,
+                       len(data) - payload)
+        raw = self.channel.call(self.name, receiver, data)
+        reply, rat, rpay = decode_at(raw)
+        if meter:
+            led.record(receiver, self.name, rat.phase, type(reply).__name__, rat.round, rat.step, rpay,
+                       len(raw) - rpay)
+        return reply
+
+    def send(self, receiver: str, msg: Any, at: At) -> None:
+        """Send the one-way message ``msg`` to ``receiver`` at ``at``."""
+        data, payload = encode_at(msg, at)
+        if self._hub or receiver != LABEL_HOLDER:
+            self.ledger.record(self.name, receiver, at.phase, type(msg).__name__, at.round, at.step,
+                               payload, len(data) - payload)
+        self.channel.post(self.name, receiver, data)
+
+    # ---------------------------------------------------------------- receiving
+    def receive(self, sender: str, data: bytes) -> bytes | None:
+        """The :class:`~verticalfs.transport.channel.Endpoint` side: decode, handle, encode the reply."""
+        msg, at, payload = decode_at(data)
+        if self.handler is None:
+            raise ProtocolError(f"party {self.name!r} accepts no messages, got {kind_name(msg)} from {sender!r}")
+        if self._hub:  # a party-initiated message to the label holder
+            self.ledger.record(sender, self.name, at.phase, type(msg).__name__, at.round, at.step, payload,
+                               len(data) - payload)
+        t0 = perf_counter()
+        reply = self.handler(sender, msg, at, self)
+        self.ledger.add_compute(self.name, at.phase, at.round, perf_counter() - t0)
+        if reply is None:
+            return None
+        out, rpay = encode_at(reply, at)
+        if self._hub:
+            self.ledger.record(self.name, sender, at.phase, type(reply).__name__, at.round, at.step, rpay,
+                               len(out) - rpay)
+        return out
+
+
+class PartyProxy:
+    """The label holder's handle on one party: every call carries its protocol position.
+
+    Algorithms reach parties only through proxies (in the spirit of Flower's ``ClientProxy``), so
+    the same code runs over the in-process channel and over a network.
+    """
+
+    __slots__ = ("name", "_node")
+
+    def __init__(self, node: Node, name: str) -> None:
+        self.name = name
+        self._node = node
+
+    def request(self, msg: Any, at: At, expect: type | tuple[type, ...] | None = None) -> Any:
+        """Send ``msg`` at ``at`` and return the reply; with ``expect``, a reply of another kind is a
+        :class:`~verticalfs.exceptions.ProtocolError` naming the party."""
+        reply = self._node.request(self.name, msg, at)
+        if expect is not None and not isinstance(reply, expect):
+            want = " or ".join(k.__name__ for k in (expect if isinstance(expect, tuple) else (expect,)))
+            raise ProtocolError(f"party {self.name!r} answered {kind_name(msg)} with {kind_name(reply)}; "
+                                f"expected {want}")
+        return reply
+
+    def send(self, msg: Any, at: At) -> None:
+        """Send the one-way message ``msg`` at ``at``."""
+        self._node.send(self.name, msg, at)
+
+    def __repr__(self) -> str:
+        return f"PartyProxy({self.name!r})"
