@@ -1,14 +1,45 @@
 """verticalfs: vertical federated learning with feature selection, on one metered transport.
 
-Several parties hold different columns about the same samples; the active party holds the labels.
+Several parties hold different columns about the same samples; the label holder holds the labels.
 The package offers the papers' methods (LESS-VFL, SparseVFL, FEAST, FedSDG-FS, ICAFS) and their
 baselines over one transport whose ledger counts every byte that crosses.
+
+The public names below are imported on first use, so ``import verticalfs`` (and the command
+line's ``--help``) stays fast: torch, pandas and scikit-learn load only when needed.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-from verticalfs.api import RunResult, build_data, run  # noqa: E402
-from verticalfs.federation import Federation  # noqa: E402
-from verticalfs.methods import available as available_methods  # noqa: E402
+_LAZY = {
+    "RunResult": "verticalfs.api",
+    "build_data": "verticalfs.api",
+    "run": "verticalfs.api",
+    "Federation": "verticalfs.federation",
+    "available_methods": "verticalfs.methods.registry",
+}
 
 __all__ = ["Federation", "RunResult", "__version__", "available_methods", "build_data", "run"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from verticalfs.api import RunResult, build_data, run
+    from verticalfs.federation import Federation
+    from verticalfs.methods.registry import available as available_methods
+
+
+def __getattr__(name: str):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'verticalfs' has no attribute {name!r}")
+    attr = "available" if name == "available_methods" else name
+    value = getattr(importlib.import_module(mod), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -258,7 +258,11 @@ def compare_cmd(
                   fmt(row, "spurious_removed", pct=True), fmt(row, "n_kept"))
     console.print(t)
     paths = write_compare(summary, out)
-    console.print(f"wrote {paths['results']} and {paths['plot']}")
+    if isinstance(paths["plot"], str):
+        console.print(f"wrote {paths['results']}")
+        err.print(f"[yellow]no plot:[/] {paths['plot']}")
+    else:
+        console.print(f"wrote {paths['results']} and {paths['plot']}")
 
 
 def _register_method_commands() -> None:

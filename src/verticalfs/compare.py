@@ -17,6 +17,7 @@ import numpy as np
 from verticalfs.api import RunResult, build_data, run
 from verticalfs.evaluation.metrics import primary_metric
 from verticalfs.evaluation.targets import bytes_to_reach
+from verticalfs.exceptions import ConfigError
 from verticalfs.methods import registry
 from verticalfs.utils.io import save_figure_atomic, write_json_atomic
 
@@ -108,8 +109,15 @@ def _summ(res: RunResult, metric: str, target: float | None, min_sr: float | Non
 
 
 def plot_compare(summary: Mapping[str, Any], path: str | Path) -> Path:
-    """Test metric against megabytes sent (mean over seeds), one line per method."""
-    import matplotlib
+    """Test metric against megabytes sent (mean over seeds), one line per method.
+
+    Needs matplotlib (``pip install 'verticalfs[plot]'``); without it a :class:`ConfigError` says so.
+    """
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError("the plot needs matplotlib: pip install 'verticalfs[plot]' (results.json is "
+                          "written without it)") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -141,9 +149,13 @@ def plot_compare(summary: Mapping[str, Any], path: str | Path) -> Path:
     return out
 
 
-def write_compare(summary: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]:
+def write_compare(summary: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path | str]:
+    """``results.json`` and ``accuracy_vs_mb.png`` in ``out_dir``; without matplotlib the ``plot``
+    entry is the reason it was not drawn (a string), never a silent omission."""
     out_dir = Path(out_dir)
-    return {
-        "results": write_json_atomic(out_dir / "results.json", summary),
-        "plot": plot_compare(summary, out_dir / "accuracy_vs_mb.png"),
-    }
+    out: dict[str, Path | str] = {"results": write_json_atomic(out_dir / "results.json", summary)}
+    try:
+        out["plot"] = plot_compare(summary, out_dir / "accuracy_vs_mb.png")
+    except ConfigError as exc:
+        out["plot"] = str(exc)
+    return out

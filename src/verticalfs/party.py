@@ -208,6 +208,13 @@ class Role:
         return self.data.name
 
 
+def _load_methods() -> None:
+    """Import every registered method (their message kinds register on import)."""
+    from verticalfs.methods import registry
+
+    registry.available()
+
+
 def _registry_role(method: str) -> type[Role]:
     from verticalfs.methods import registry
 
@@ -239,6 +246,7 @@ class PartyRuntime:
         self.node: Node | None = None
         self._role_for = role_for or _registry_role
         self._allowed = None if allowed_methods is None else set(allowed_methods)
+        _load_methods()  # every method's message kinds must be decodable before its first Join
 
     def connect(self, channel, ledger: Ledger) -> Node:
         """Attach a messaging node on ``channel`` (the node is the channel's endpoint for this party)."""

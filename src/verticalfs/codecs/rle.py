@@ -467,13 +467,7 @@ def encode_masked(
         As in :func:`rle_encode`; the receiver must pass the same to :func:`decode_masked`.
     """
     vdt = _value_dtype(bits)
-    vertical = _is_vertical(order)
-    values = _matrix(values, "values")
-    mask = _mask_of(mask)
-    if mask.shape != values.shape:
-        raise ConfigError(f"mask has shape {mask.shape} but values have shape {values.shape}; they must match")
-    sel = values.T[mask.T] if vertical else values[mask]
-    return _round(sel, vdt).tobytes()
+    return _round(masked_values(values, mask, order=order), vdt).tobytes()
 
 
 def masked_values(values: np.ndarray, mask: np.ndarray, *, order: str = "vertical") -> np.ndarray:
@@ -528,7 +522,6 @@ def decode_masked(
 ) -> np.ndarray:
     """Inverse of :func:`encode_masked`: an ``(N, D)`` float32 array, zeros outside ``mask``."""
     vdt = _value_dtype(bits)
-    vertical = _is_vertical(order)
     mask = _mask_of(mask)
     raw = np.frombuffer(data, dtype=np.uint8)
     nnz = int(np.count_nonzero(mask))
@@ -537,14 +530,7 @@ def decode_masked(
             f"masked data has {raw.size} bytes, but the mask of shape {mask.shape} selects {nnz} values "
             f"({nnz * vdt.itemsize} bytes at Q={bits}); sender and receiver masks or bits differ"
         )
-    vals = raw.view(vdt)
-    if vertical:
-        out_t = np.zeros(mask.shape[::-1], dtype=np.float32)
-        out_t[mask.T] = vals
-        return np.ascontiguousarray(out_t.T)
-    out = np.zeros(mask.shape, dtype=np.float32)
-    out[mask] = vals
-    return out
+    return unmask(raw.view(vdt), mask, order=order)
 
 
 # ------------------------------------------------------------------------------------ sizes

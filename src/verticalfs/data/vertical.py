@@ -7,7 +7,7 @@ preprocessing on that party's own training rows, giving a :class:`PreparedData`:
 each party will own once the federation is built.
 
 Ground truth about injected spurious features is stored in ``spurious`` (per party) and copied into
-:attr:`PreparedData.ground_truth`. It is for evaluation only: :mod:`verticalfs.parties` never
+:attr:`PreparedData.ground_truth`. It is for evaluation only: :mod:`verticalfs.party` never
 receives it.
 """
 

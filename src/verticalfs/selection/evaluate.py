@@ -50,8 +50,8 @@ def make_classifier(name: str, seed: int = 0, task: str = "binary"):
         try:
             import xgboost
         except ImportError as exc:  # pragma: no cover - installed with the package's extras
-            raise ConfigError("classifier 'xgboost' needs the xgboost package (pip install xgboost-cpu); "
-                              "or choose one of lr, svm, rf, mlp") from exc
+            raise ConfigError("classifier 'xgboost' needs the xgboost package: pip install 'verticalfs[xgboost]' "
+                              "(or xgboost-cpu); or choose one of lr, svm, rf, mlp") from exc
         cls = xgboost.XGBRegressor if reg else xgboost.XGBClassifier
         return cls(n_estimators=100, random_state=seed, n_jobs=1, tree_method="hist", verbosity=0)
     if name == "mlp":

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from verticalfs.names import LABEL_HOLDER
 from verticalfs.transport.ledger import Ledger
 
 
@@ -34,7 +35,7 @@ class WallTime:
 
 
 def estimate_wall_time(ledger: Ledger, bandwidth_mbps: float, *, latency_ms: float = 0.0,
-                       active: str = "active", phases: tuple[str, ...] | None = None) -> WallTime:
+                       active: str = LABEL_HOLDER, phases: tuple[str, ...] | None = None) -> WallTime:
     """Estimated wall time of the synchronous protocol recorded in ``ledger``.
 
     Parameters

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from verticalfs.names import LABEL_HOLDER
+
 FIELDS = ("sender", "receiver", "phase", "kind", "round", "step", "payload", "overhead")
 
 
@@ -94,7 +96,7 @@ class Ledger:
     def compute_seconds(self) -> dict[tuple[str, str, int], float]:
         return dict(self._compute)
 
-    def summary(self, active: str = "active") -> dict:
+    def summary(self, active: str = LABEL_HOLDER) -> dict:
         """The ``communication`` block of a result: totals by phase, party, direction and kind."""
         by_party: dict[str, int] = defaultdict(int)
         direction = {"up": 0, "down": 0}

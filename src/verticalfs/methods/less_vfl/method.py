@@ -11,7 +11,7 @@ Protocol of one ``less-vfl`` run (phases as written on the ledger):
    - the active party runs P-SGD with ``lambda_s`` on its top model's input layer, one group per
      embedding component, over mini-batches of those fixed embeddings for ``select_epochs_s``
      epochs (= T1, lines 5-10), starting from the pre-trained top model; no message;
-   - one one-way :class:`~verticalfs.methods.less_vfl.messages.SelectFeatures` per party with its
+   - one one-way :class:`~verticalfs.methods.less_vfl.role.SelectFeatures` per party with its
      significant components ``K_m`` (lines 11-14); the party runs stage 3 in the handler (P-SGD
      with ``lambda_m`` on ``H_N``, ``select_epochs_m`` epochs = T2, lines 15-20), then drops the
      zeroed features and the non-significant components for real;

@@ -4,7 +4,7 @@ Every method trains the same split model (the paper's section 5): per party ``Li
 bias=False)`` followed by the last activation (ReLU), and at the active party ``Linear(M e, 12) ->
 ReLU -> Linear(12, out)``, Adam with learning rate 0.01 at every party, batches of 1024, 200
 epochs, and the test metrics of the epoch with the best validation ROC-AUC. They differ only in
-what crosses (the :class:`~verticalfs.methods.sparsevfl.coding.Coding`) and in the penalty:
+what crosses (the codings of :mod:`~verticalfs.methods.sparsevfl.role`) and in the penalty:
 
 =================  =====================================  ==========================  =========
 name               forward (embeddings)                   backward (gradients)        penalty

@@ -1,7 +1,8 @@
-"""The active party's side of SparseVFL (sparsevfl.md Algorithm 1) on top of :class:`VFLTrainer`.
+"""The label holder's side of SparseVFL (sparsevfl.md Algorithm 1) on the split-learning loop.
 
 :class:`CodedVFLTrainer` keeps Algorithm 2's round structure, batch agreement, evaluation and
-history from :class:`~verticalfs.training.vfl.VFLTrainer` and changes what the paper changes:
+history from :class:`~verticalfs.training.split.SplitTrainer` and overrides the hooks where the
+paper changes something:
 
 - set-up sends :class:`~verticalfs.methods.sparsevfl.role.CodedSpec` (the paper's bottom model
   and the coding) in every party's ``Join``;
