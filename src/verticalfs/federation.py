@@ -171,6 +171,11 @@ class Federation:
             out[p] = m
         return out
 
+    def limit_tensor_elements(self, n: int) -> None:
+        """Refuse received coded arrays of more than ``n`` values before decoding them (the label
+        holder knows the largest tensor its protocol expects, e.g. a whole split's embeddings)."""
+        self.node.max_elements = int(n)
+
     def close(self) -> None:
         self.channel.close()
 
@@ -228,6 +233,9 @@ class LocalFederation:
 
     def proxy(self, name: str):
         return self._proxies[name]
+
+    def limit_tensor_elements(self, n: int) -> None:
+        """Nothing is decoded without messages."""
 
     def schema(self) -> dict[str, Hello]:
         """The parties' schemas, read locally (nothing is sent)."""

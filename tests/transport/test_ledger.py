@@ -62,8 +62,8 @@ class TestStandardVFLBytes:
         train_bytes = fed.ledger.bytes_where(phase="train")
         payload = fed.ledger.payload_where(phase="train")
         assert train_bytes - payload == nb * P * per_batch_party
-        assert TENSOR_MESSAGE_OVERHEAD == 30
-        assert request_size() == 18 + (1 + 4 + len("train")) + 9 + 9 + 2
+        assert TENSOR_MESSAGE_OVERHEAD == 34
+        assert request_size() == 22 + (1 + 4 + len("train")) + 9 + 9 + 2
 
     def test_message_counts_and_kinds(self, one_epoch, data):
         _, fed = one_epoch

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -201,11 +202,11 @@ class TestAccounting:
         a = np.ones(shape, dtype=np.float32)
         enc = encode(cls(a), phase="train", round=3, step=9)
         assert enc.payload == 4 * a.size
-        assert enc.overhead == TENSOR_MESSAGE_OVERHEAD == 30
+        assert enc.overhead == TENSOR_MESSAGE_OVERHEAD == 34
         assert enc.size == len(enc.data) == enc.payload + enc.overhead
 
     def test_header_size(self):
-        assert HEADER_SIZE == 18
+        assert HEADER_SIZE == 22
 
     def test_embed_request_is_all_overhead(self):
         enc = encode(EmbedRequest("train", 1, 2, True))
@@ -230,9 +231,10 @@ class TestAccounting:
         enc = encode(Embeddings(np.zeros((2, 2), np.float32)), phase="eval", round=7, step=11)
         d = decode(enc.data)
         assert (d.phase, d.round, d.step) == ("eval", 7, 11)
-        magic, ver, ph, kid, rnd, step, blen = struct.unpack_from("<2sBBHIII", enc.data)
-        assert magic == b"VF" and ver == 1 and PHASES[ph] == "eval" and (rnd, step) == (7, 11)
+        magic, ver, ph, kid, rnd, step, blen, crc = struct.unpack_from("<2sBBHIIII", enc.data)
+        assert magic == b"VF" and ver == 2 and PHASES[ph] == "eval" and (rnd, step) == (7, 11)
         assert kid == Embeddings._vf_kind and blen == len(enc.data) - HEADER_SIZE
+        assert crc == zlib.crc32(enc.data[HEADER_SIZE:])
 
     def test_unknown_phase_raises(self):
         with pytest.raises(TransportError, match="phase"):
@@ -273,14 +275,14 @@ class TestCorruptData:
         head = bytearray(data[:HEADER_SIZE])
         struct.pack_into("<I", head, 14, len(body))
         with pytest.raises(TransportError, match="truncated"):
-            decode(bytes(head) + body)
+            decode(reseal(bytes(head) + body))
 
     def test_trailing_bytes(self, data):
         body = data[HEADER_SIZE:] + b"\x00"
         head = bytearray(data[:HEADER_SIZE])
         struct.pack_into("<I", head, 14, len(body))
         with pytest.raises(TransportError, match="trailing"):
-            decode(bytes(head) + body)
+            decode(reseal(bytes(head) + body))
 
     def test_bad_magic(self, data):
         with pytest.raises(TransportError, match="magic"):
@@ -302,19 +304,36 @@ class TestCorruptData:
         data = bytearray(encode(AnyValue(None)).data)
         data[HEADER_SIZE] = 200
         with pytest.raises(TransportError, match="tag"):
-            decode(bytes(data))
+            decode(reseal(data))
 
     def test_unknown_codec_id(self):
         data = bytearray(encode(Embeddings(np.zeros((1, 1), np.float32))).data)
         data[HEADER_SIZE + 1] = 250  # codec id byte after the array tag
         with pytest.raises(TransportError, match="codec"):
-            decode(bytes(data))
+            decode(reseal(data))
 
     def test_array_longer_than_body(self):
         data = bytearray(encode(Embeddings(np.zeros((2, 2), np.float32))).data)
         struct.pack_into("<I", data, HEADER_SIZE + 4, 1000)  # first shape entry
-        with pytest.raises(TransportError):
-            decode(bytes(data))
+        with pytest.raises(TransportError, match="truncated"):
+            decode(reseal(data))
+
+    def test_corrupted_body_is_an_error(self):
+        """A flipped bit anywhere in the body fails the CRC-32: never silently different numbers."""
+        data = encode(Embeddings(np.arange(12, dtype=np.float32).reshape(3, 4))).data
+        for i in range(HEADER_SIZE, len(data)):
+            bad = bytearray(data)
+            bad[i] ^= 0x10
+            with pytest.raises(TransportError, match="CRC"):
+                decode(bytes(bad))
+
+
+def reseal(data) -> bytes:
+    """``data`` with its header's CRC-32 recomputed over the (tampered) body: for tests of the
+    parser behind the integrity check."""
+    data = bytearray(data)
+    struct.pack_into("<I", data, HEADER_SIZE - 4, zlib.crc32(bytes(data[HEADER_SIZE:])))
+    return bytes(data)
 
 
 def _registered():

@@ -92,6 +92,9 @@ class Int8Codec(Codec):
         if len(data) != 4 + size:
             raise TransportError(f"int8 payload has {len(data)} bytes, expected {4 + size}")
         (scale,) = _F32.unpack_from(data, 0)
+        if not np.isfinite(scale):
+            raise TransportError(f"int8 payload has a non-finite scale ({scale}); the sender's values were "
+                                 "not finite")
         return np.frombuffer(data, dtype=np.int8, offset=4).astype(np.float32) * np.float32(scale)
 
 

@@ -89,6 +89,7 @@ from verticalfs.exceptions import ConfigError, TransportError
 
 __all__ = [
     "CODED_HEADER_BYTES",
+    "DEFAULT_MAX_DECODE",
     "DENSE_HEADER_BYTES",
     "MAX_ELEMENTS",
     "RLE16Codec",
@@ -377,35 +378,49 @@ def rle_header(data: bytes | memoryview) -> RLEHeader:
     )
 
 
-def rle_decode(data: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
-    """Inverse of :func:`rle_encode`.
+#: default cap on N * D of a run-length code (its values are tiny on the wire when zero)
+DEFAULT_MAX_DECODE = 1 << 24
+#: runs and elements decoded per chunk: bound the decoder's temporaries (a few hundred KB)
+#: whatever N * D is
+_RUN_CHUNK = 8192
+_ELEMENT_CHUNK = 16384
 
-    Returns
-    -------
-    values : ndarray of shape (N, D), float32
-        Zeros where nothing was transmitted; bit-exact for ``Q = 32``, float16-rounded for 16.
-    mask : ndarray of shape (N, D), bool
-        The transmitted non-zeros (for the dense form ``values != 0``); equal to the sender's
-        :func:`nonzero_mask`, which is what both sides keep for :func:`encode_masked`.
 
-    Raises
-    ------
-    TransportError
-        Truncated or corrupt data (bad flags, lengths, run indices out of range or out of order).
+def _unpack_bits_at(buf: np.ndarray, start: int, count: int, width: int) -> np.ndarray:
+    """``count`` integers of ``width`` bits starting at integer ``start`` of an MSB-first packing."""
+    if count == 0 or width == 0:
+        return np.zeros(count, dtype=np.int64)
+    bit0 = start * width
+    lo, shift = bit0 >> 3, bit0 & 7
+    hi = (bit0 + count * width + 7) >> 3
+    bits = np.unpackbits(buf[lo:hi])[shift:shift + count * width].reshape(count, width)
+    padded = np.zeros((count, 32), dtype=np.uint8)
+    padded[:, 32 - width:] = bits
+    return np.packbits(padded, axis=1).view(">u4").reshape(count).astype(np.int64)
+
+
+def _decode_values(data: bytes | memoryview, max_elements: int) -> tuple[np.ndarray, RLEHeader]:
+    """The ``(N, D)`` float32 values (C order) of a run-length code, every check before allocating.
+
+    Memory: the ``N * D`` float32 output plus temporaries bounded by the chunk sizes, whatever the
+    message claims.
     """
     h = rle_header(data)
-    raw = np.frombuffer(data, dtype=np.uint8)
     n, d, size = h.n, h.d, h.n * h.d
+    if size > max_elements:
+        raise TransportError(f"run-length data claims N={n} x D={d} = {size} values, more than the receiver "
+                             f"accepts ({max_elements}); raise the limit only if that shape is expected")
+    raw = np.frombuffer(data, dtype=np.uint8)
     vdt = _VALUE_DTYPES[h.bits]
     vb = vdt.itemsize
+    vertical = h.order == "vertical"
     if h.dense:
         expected = DENSE_HEADER_BYTES + size * vb
         if raw.size != expected:
             raise TransportError(
                 f"run-length data (dense form, N={n}, D={d}, Q={h.bits}) has {raw.size} bytes, expected {expected}"
             )
-        values = raw[DENSE_HEADER_BYTES:].view(vdt).astype(np.float32).reshape(n, d)
-        return values, values != 0
+        return raw[DENSE_HEADER_BYTES:].view(vdt).astype(np.float32).reshape(n, d), h
     runs = h.runs
     if runs > (size + 1) // 2:
         raise TransportError(f"run-length data corrupt: {runs} runs cannot occur in N*D = {size} elements")
@@ -418,31 +433,89 @@ def rle_decode(data: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
             f"at q2={q2} bits and a whole number of {h.bits}-bit values"
         )
     nnz = nval // vb
-    idx_buf = raw[raw.size - nidx :]
+    if nnz > size:
+        raise TransportError(f"run-length data corrupt: {nnz} values in N*D = {size} elements")
+    idx_buf = raw[raw.size - nidx:]
     pad = nidx * 8 - 2 * runs * q2
     if pad and idx_buf[-1] & ((1 << pad) - 1):
         raise TransportError("run-length data corrupt: non-zero padding bits after the run indices")
-    idx = _unpack_bits(idx_buf, 2 * runs, q2).astype(np.int64)
-    heads, ends = idx[:runs], idx[runs:]
-    if runs and (
-        np.any(ends < heads) or ends[-1] >= size or np.any(heads[1:] <= ends[:-1] + 1)
-    ):
-        raise TransportError(
-            f"run-length data corrupt: run indices are out of range [0, {size}) or not ordered, disjoint runs"
-        )
-    if int(np.sum(ends - heads + 1)) != nnz:
-        raise TransportError(
-            f"run-length data corrupt: the runs cover {int(np.sum(ends - heads + 1))} elements "
-            f"but {nnz} values were sent"
-        )
-    step = np.zeros(size + 1, dtype=np.int8)
-    step[heads] = 1
-    step[ends + 1] = -1
-    flat_mask = np.cumsum(step[:size], dtype=np.int8).view(np.bool_)  # 0/1 only: runs are disjoint
-    flat = np.zeros(size, dtype=np.float32)
-    flat[flat_mask] = raw[CODED_HEADER_BYTES : CODED_HEADER_BYTES + nval].view(vdt)
-    vertical = h.order == "vertical"
-    return _untraverse(flat, n, d, vertical), _untraverse(flat_mask, n, d, vertical)
+    vals = raw[CODED_HEADER_BYTES:CODED_HEADER_BYTES + nval].view(vdt)
+    out = np.zeros(size, dtype=np.float32)  # C order (N, D), filled in place: no transposed copy
+
+    def place(k: np.ndarray, v: np.ndarray) -> None:
+        """Values ``v`` at traversal positions ``k``."""
+        out[(k % n) * d + k // n if vertical else k] = v
+
+    filled, prev_end = 0, -2
+    for r0 in range(0, runs, _RUN_CHUNK):  # chunks of runs, each vectorised
+        kr = min(_RUN_CHUNK, runs - r0)
+        heads = _unpack_bits_at(idx_buf, r0, kr, q2)
+        ends = _unpack_bits_at(idx_buf, runs + r0, kr, q2)
+        if (np.any(ends < heads) or ends[-1] >= size or heads[0] <= prev_end + 1
+                or np.any(heads[1:] <= ends[:-1] + 1)):
+            raise TransportError(
+                f"run-length data corrupt: run indices are out of range [0, {size}) or not ordered, disjoint runs"
+            )
+        lengths = ends - heads + 1
+        cum = np.cumsum(lengths)
+        if filled + int(cum[-1]) > nnz:
+            raise TransportError(f"run-length data corrupt: the runs cover more than the {nnz} values sent")
+        g0 = 0
+        while g0 < kr:  # groups of runs covering at most _ELEMENT_CHUNK elements
+            base = int(cum[g0 - 1]) if g0 else 0
+            g1 = int(np.searchsorted(cum, base + _ELEMENT_CHUNK, side="right"))
+            if g1 <= g0:  # one run longer than a chunk: by elements
+                h0, length = int(heads[g0]), int(lengths[g0])
+                for off in range(0, length, _ELEMENT_CHUNK):
+                    m = min(_ELEMENT_CHUNK, length - off)
+                    v = vals[filled + base + off:filled + base + off + m]
+                    if np.count_nonzero(v) != m:
+                        raise TransportError("run-length data corrupt: a transmitted value is zero")
+                    place(h0 + off + np.arange(m, dtype=np.int64), v)
+                g0 += 1
+                continue
+            hs, ls = heads[g0:g1], lengths[g0:g1]
+            total = int(cum[g1 - 1]) - base
+            v = vals[filled + base:filled + base + total]
+            if np.count_nonzero(v) != total:
+                raise TransportError("run-length data corrupt: a transmitted value is zero")
+            place(np.repeat(hs - (cum[g0:g1] - ls - base), ls) + np.arange(total, dtype=np.int64), v)
+            g0 = g1
+        filled += int(cum[-1])
+        prev_end = int(ends[-1])
+    if filled != nnz:
+        raise TransportError(f"run-length data corrupt: the runs cover {filled} elements but {nnz} values were sent")
+    return out.reshape(n, d), h
+
+
+def rle_decode(data: bytes | memoryview, *, max_elements: int = DEFAULT_MAX_DECODE) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of :func:`rle_encode`.
+
+    Parameters
+    ----------
+    data : bytes
+        An :func:`rle_encode` byte string (untrusted: every length and index is checked).
+    max_elements : int
+        Refuse a code whose ``N * D`` exceeds this before allocating anything (an all-zero batch
+        is legitimately tiny on the wire, so its declared shape must be bounded by what the
+        receiver expects).
+
+    Returns
+    -------
+    values : ndarray of shape (N, D), float32
+        Zeros where nothing was transmitted; bit-exact for ``Q = 32``, float16-rounded for 16.
+    mask : ndarray of shape (N, D), bool
+        The transmitted non-zeros (``values != 0``: a transmitted value is never zero); equal to
+        the sender's :func:`nonzero_mask`, which is what both sides keep for :func:`encode_masked`.
+
+    Raises
+    ------
+    TransportError
+        Truncated or corrupt data (bad flags, lengths, run indices out of range or out of order,
+        a zero among the transmitted values), or a shape above ``max_elements``.
+    """
+    values, _ = _decode_values(data, max_elements)
+    return values, values != 0
 
 
 # -------------------------------------------------------------------------------- backward
@@ -622,8 +695,9 @@ class _RLECodec(Codec):
             raise TransportError(
                 f"codec {self.name!r}: data holds N={h.n} x D={h.d} values, the message shape {size}"
             )
-        values, _ = rle_decode(data)
-        return values.reshape(-1)
+        # serde checked ``size`` against the receiver's limit before calling
+        values, _ = _decode_values(data, size)
+        return values.reshape(-1)  # C order: a view, no copy
 
 
 class RLE32Codec(_RLECodec):

@@ -377,6 +377,9 @@ class SplitTrainer:
                     raise ConfigError(f"party {p!r} has {n.get(s)} {s} rows, the label holder "
                                       f"{self.n_samples(s)}; align the parties by id first")
             self.embedding_dims[p] = int(ready.embedding_dim)
+        # the largest tensor this protocol expects from a party: a whole split's embeddings
+        width = max(self.embedding_dims.values(), default=1)
+        self.fed.limit_tensor_elements(max(self.n_samples(s) for s in self.y) * width)
         self.build_top()
 
     @property

@@ -62,8 +62,30 @@ def message(cls: type[T]) -> type[T]:
     cls._vf_kind = kid  # type: ignore[attr-defined]
     cls._vf_fields = tuple(f.name for f in fields)  # type: ignore[attr-defined]
     cls._vf_tensor = tuple(bool(f.metadata.get("tensor")) for f in fields)  # type: ignore[attr-defined]
+    cls._vf_types = tuple(_allowed_types(f.type, f.default is None) for f in fields)  # type: ignore[attr-defined]
     _REGISTRY[kid] = cls
     return cls
+
+
+_TYPE_NAMES: dict[str, tuple[type, ...]] = {
+    "str": (str,), "int": (int,), "float": (float, int), "bool": (bool,), "bytes": (bytes,),
+    "np.ndarray": (np.ndarray,), "numpy.ndarray": (np.ndarray,), "ndarray": (np.ndarray,),
+    "tuple": (tuple,), "list": (list,), "dict": (dict,), "None": (type(None),),
+}
+
+
+def _allowed_types(annotation: Any, none_default: bool = False) -> tuple[type, ...] | None:
+    """The types a decoded field may have, from its annotation (``None``: anything, e.g. ``Any``);
+    a field whose default is ``None`` may also be ``None``."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
+    out: list[type] = [type(None)] if none_default else []
+    for part in text.split("|"):
+        name = part.strip().split("[", 1)[0].strip()
+        allowed = _TYPE_NAMES.get(name)
+        if allowed is None:
+            return None  # Any, object, a message class, ...: not checked here
+        out.extend(allowed)
+    return tuple(dict.fromkeys(out))
 
 
 def message_class(kind_id: int) -> type:

@@ -28,7 +28,7 @@ from verticalfs.names import LABEL_HOLDER
 from verticalfs.transport.channel import Channel
 from verticalfs.transport.ledger import Ledger
 from verticalfs.transport.messages import At, kind_name
-from verticalfs.transport.serde import decode_at, encode_at
+from verticalfs.transport.serde import DEFAULT_MAX_ELEMENTS, decode_at, encode_at
 
 #: ``handler(sender, msg, at, node) -> reply or None``: what a node does with a received message
 Handler = Callable[[str, Any, At, "Node"], Any]
@@ -56,6 +56,8 @@ class Node:
         self.ledger = ledger
         self.handler = handler
         self._hub = name == LABEL_HOLDER
+        #: the most values a received run-length coded (expanding) array may decode to
+        self.max_elements = DEFAULT_MAX_ELEMENTS
 
     # ------------------------------------------------------------------ sending
     def request(self, receiver: str, msg: Any, at: At) -> Any:
@@ -67,7 +69,7 @@ class Node:
             led.record(self.name, receiver, at.phase, type(msg).__name__, at.round, at.step, payload,
                        len(data) - payload)
         raw = self.channel.call(self.name, receiver, data)
-        reply, rat, rpay = decode_at(raw)
+        reply, rat, rpay = decode_at(raw, self.max_elements)
         if meter:
             led.record(receiver, self.name, rat.phase, type(reply).__name__, rat.round, rat.step, rpay,
                        len(raw) - rpay)
@@ -84,7 +86,7 @@ class Node:
     # ---------------------------------------------------------------- receiving
     def receive(self, sender: str, data: bytes) -> bytes | None:
         """The :class:`~verticalfs.transport.channel.Endpoint` side: decode, handle, encode the reply."""
-        msg, at, payload = decode_at(data)
+        msg, at, payload = decode_at(data, self.max_elements)
         if self.handler is None:
             raise ProtocolError(f"party {self.name!r} accepts no messages, got {kind_name(msg)} from {sender!r}")
         if self._hub:  # a party-initiated message to the label holder

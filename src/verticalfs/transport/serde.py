@@ -3,7 +3,8 @@ the fixed-width integers the crypto layer uses for ciphertexts).
 
 Wire format of one message (all little-endian)::
 
-    header (18 bytes): magic b"VF" | version u8 | phase u8 | kind u16 | round u32 | step u32 | body length u32
+    header (22 bytes): magic b"VF" | version u8 | phase u8 | kind u16 | round u32 | step u32
+                       | body length u32 | CRC-32 of the body u32
     body: the dataclass fields in declaration order, each a 1-byte type tag followed by its value
 
 Field encodings: None (tag only); bool (1 byte); int (8 bytes, or a length-prefixed big integer);
@@ -18,18 +19,28 @@ the value, so the receiver needs no setting to decode it.
 
 **Payload vs. overhead.** The ledger records two numbers per message: ``payload`` = the bytes of
 array data (after the codec; including an int8 scale), ``bytes`` fields and big-integer digits;
-``overhead`` = everything else (the 18-byte header, tags, shapes, scalars, strings). For an
+``overhead`` = everything else (the 22-byte header, tags, shapes, scalars, strings). For an
 :class:`~verticalfs.transport.messages.Embeddings` or
 :class:`~verticalfs.transport.messages.Gradients` message of a 2-D float32 tensor the overhead is
-exactly :data:`TENSOR_MESSAGE_OVERHEAD` = 18 + 1 + 3 + 2 x 4 = 30 bytes.
+exactly :data:`TENSOR_MESSAGE_OVERHEAD` = 22 + 1 + 3 + 2 x 4 = 34 bytes.
 
-:func:`encode` / :func:`decode` are the public entry points; channels call :func:`encode_parts` /
-:func:`decode_parts` (same bytes, no wrapper objects) on their hot path.
+**Decoding is safe against hostile bytes** (the decoder faces another organisation's messages):
+every failure is a :class:`~verticalfs.exceptions.TransportError`; the CRC-32 of the body is checked
+first, so a corrupted body is an error, never silently different numbers; every declared length is
+checked against the bytes actually received before anything is allocated; nesting is bounded
+(:data:`MAX_DEPTH`); an array whose codec can expand (run-length codes: an all-zero batch is tiny on
+the wire) is refused above ``max_elements`` values (:data:`DEFAULT_MAX_ELEMENTS`, or the shape the
+receiver expects: the label holder sets it from the batch size and embedding widths agreed at
+set-up); and each field's type is checked against the message class's annotation.
+
+:func:`encode` / :func:`decode` are the public entry points; the messaging layer calls
+:func:`encode_at` / :func:`decode_at` (same bytes, no wrapper objects) on its hot path.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +51,12 @@ from verticalfs.exceptions import TransportError
 from verticalfs.transport.messages import PHASES, At, Coded, message_class
 
 MAGIC = b"VF"
-VERSION = 1
-HEADER = struct.Struct("<2sBBHIII")
-HEADER_SIZE = HEADER.size  # 18
+VERSION = 2
+HEADER = struct.Struct("<2sBBHIIII")
+HEADER_SIZE = HEADER.size  # 22
 TENSOR_MESSAGE_OVERHEAD = HEADER_SIZE + 1 + 3 + 2 * 4
+#: default cap on the values of one decoded array whose codec can expand (run-length codes)
+DEFAULT_MAX_ELEMENTS = 1 << 24
 
 _PHASE_ID = {p: i for i, p in enumerate(PHASES)}
 #: nesting limit of lists, tuples, dicts and messages inside a message (a decoder guard)
@@ -289,9 +302,11 @@ def encode_parts(msg: Any, pid: int, round: int, step: int, codec: Codec = _FLOA
     if w is not None:
         payload += w.payload
     blen = 0
+    crc = 0
     for b in parts:
         blen += len(b)
-    parts[0] = HEADER.pack(MAGIC, VERSION, pid, kid, round & 0xFFFFFFFF, step & 0xFFFFFFFF, blen)
+        crc = zlib.crc32(b, crc)
+    parts[0] = HEADER.pack(MAGIC, VERSION, pid, kid, round & 0xFFFFFFFF, step & 0xFFFFFFFF, blen, crc)
     return b"".join(parts), payload
 
 
@@ -307,35 +322,52 @@ class Decoded:
         return At(self.phase, self.round, self.step)
 
 
-def decode(data: bytes) -> Decoded:
-    """Inverse of :func:`encode`."""
-    msg, ph, rnd, step, _ = decode_parts(data)
+def decode(data: bytes, *, max_elements: int = DEFAULT_MAX_ELEMENTS) -> Decoded:
+    """Inverse of :func:`encode`; every failure is a :class:`TransportError`."""
+    msg, ph, rnd, step, _ = decode_parts(data, max_elements)
     return Decoded(msg, PHASES[ph], rnd, step)
 
 
-def decode_at(data: bytes) -> tuple[Any, At, int]:
+def decode_at(data: bytes, max_elements: int = DEFAULT_MAX_ELEMENTS) -> tuple[Any, At, int]:
     """The messaging layer's entry point: ``(message, position, payload bytes)``.
 
     The payload is counted exactly as :func:`encode` counts it, so the receiver of a message can
     meter it without trusting a figure from the sender.
     """
-    msg, ph, rnd, step, payload = decode_parts(data)
+    msg, ph, rnd, step, payload = decode_parts(data, max_elements)
     return msg, At(PHASES[ph], rnd, step), payload
 
 
-def decode_parts(data: bytes) -> tuple[Any, int, int, int, int]:
+def decode_parts(data: bytes, max_elements: int = DEFAULT_MAX_ELEMENTS) -> tuple[Any, int, int, int, int]:
     """:func:`decode` without the wrapper: ``(msg, phase id, round, step, payload bytes)``."""
+    try:
+        return _decode(data, max_elements)
+    except TransportError:
+        raise
+    except RecursionError:
+        raise TransportError("message nests too deeply to decode") from None
+    except MemoryError:
+        raise TransportError("message would not fit in memory when decoded") from None
+    except Exception as exc:  # noqa: BLE001 - hostile bytes: anything else is a malformed message
+        raise TransportError(f"malformed message: {type(exc).__name__}: {exc}") from None
+
+
+def _decode(data, max_elements: int) -> tuple[Any, int, int, int, int]:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TransportError(f"a message is bytes, got {type(data).__name__}")
     mv = memoryview(data)
     end = len(mv)
     if end < HEADER_SIZE:
         raise TransportError(f"truncated message: {end} bytes, header alone is {HEADER_SIZE}")
-    magic, ver, ph, kid, rnd, step, blen = HEADER.unpack_from(mv, 0)
+    magic, ver, ph, kid, rnd, step, blen, crc = HEADER.unpack_from(mv, 0)
     if magic != MAGIC or ver != VERSION:
         raise TransportError(f"not a verticalfs v{VERSION} message (magic {magic!r}, version {ver})")
     if ph >= len(PHASES):
         raise TransportError(f"message header has phase id {ph}; known phases are 0..{len(PHASES) - 1}")
     if HEADER_SIZE + blen != end:
         raise TransportError(f"message body is {end - HEADER_SIZE} bytes, header says {blen}")
+    if zlib.crc32(mv[HEADER_SIZE:]) != crc:
+        raise TransportError("message body does not match its CRC-32: corrupted in transit")
     cls = message_class(kid)
     pos = HEADER_SIZE
     vals = []
@@ -354,6 +386,9 @@ def decode_parts(data: bytes) -> tuple[Any, int, int, int, int]:
                 codec = codec_by_id(cid)
                 nbytes = codec.fixed_size(size)
                 if nbytes is None:
+                    if size > max_elements:
+                        raise TransportError(f"{cls.__name__}: a coded array of shape {tuple(shape)} "
+                                             f"({size} values) exceeds the receiver's limit of {max_elements}")
                     (nbytes,) = _U32.unpack_from(mv, pos)
                     pos += 4
                 if pos + nbytes > end:
@@ -368,7 +403,7 @@ def decode_parts(data: bytes) -> tuple[Any, int, int, int, int]:
                 vals.append(bool(mv[pos + 1]))
                 pos += 2
             else:
-                r = _Reader(mv, pos)
+                r = _Reader(mv, pos, max_elements)
                 vals.append(r.value())
                 pos = r.pos
                 payload += r.payload
@@ -376,18 +411,28 @@ def decode_parts(data: bytes) -> tuple[Any, int, int, int, int]:
         raise TransportError("truncated message body") from None
     if pos != end:
         raise TransportError(f"{cls.__name__}: {end - pos} trailing bytes after the last field")
+    check_types(cls, vals)
     return cls(*vals), ph, rnd, step, payload
 
 
-class _Reader:
-    __slots__ = ("mv", "pos", "end", "depth", "payload")
+def check_types(cls: type, vals: list) -> None:
+    """Each decoded field against the type its message class declares (untrusted input)."""
+    for name, allowed, v in zip(cls._vf_fields, cls._vf_types, vals, strict=True):
+        if allowed is not None and not isinstance(v, allowed):
+            want = " or ".join(sorted(t.__name__ for t in allowed))
+            raise TransportError(f"{cls.__name__}.{name}: expected {want}, got {type(v).__name__}")
 
-    def __init__(self, mv: memoryview, pos: int):
+
+class _Reader:
+    __slots__ = ("mv", "pos", "end", "depth", "payload", "max_elements")
+
+    def __init__(self, mv: memoryview, pos: int, max_elements: int = DEFAULT_MAX_ELEMENTS):
         self.mv = mv
         self.pos = pos
         self.end = len(mv)
         self.depth = 0
         self.payload = 0
+        self.max_elements = max_elements
 
     def _enter(self) -> None:
         self.depth += 1
@@ -431,23 +476,33 @@ class _Reader:
         if tag == _T_FLOAT:
             return self._unpack(_F64)[0]
         if tag == _T_STR:
-            return bytes(self._take(self._u32())).decode()
+            raw = bytes(self._take(self._u32()))
+            try:
+                return raw.decode()
+            except UnicodeDecodeError:
+                raise TransportError("a str field is not valid UTF-8") from None
         if tag == _T_BYTES:
             n = self._u32()
             self.payload += n
             return bytes(self._take(n))
         if tag in (_T_LIST, _T_TUPLE):
             n = self._u32()
+            if n > self.end - self.pos:  # every item takes at least one byte
+                raise TransportError(f"a list claims {n} items in {self.end - self.pos} bytes")
             self._enter()
             items = [self.value() for _ in range(n)]
             self.depth -= 1
             return items if tag == _T_LIST else tuple(items)
         if tag == _T_DICT:
             n = self._u32()
+            if 2 * n > self.end - self.pos:  # every key and value takes at least one byte
+                raise TransportError(f"a dict claims {n} entries in {self.end - self.pos} bytes")
             self._enter()
             out = {}
             for _ in range(n):
                 k = self.value()
+                if type(k) is not str:
+                    raise TransportError(f"dict keys in messages are str, got {type(k).__name__}")
                 out[k] = self.value()
             self.depth -= 1
             return out
@@ -457,6 +512,7 @@ class _Reader:
             self._enter()
             vals = [self.value() for _ in cls._vf_fields]
             self.depth -= 1
+            check_types(cls, vals)
             return cls(*vals)
         raise TransportError(f"unknown field tag {tag} in message")
 
@@ -476,6 +532,9 @@ class _Reader:
         codec = codec_by_id(cid)
         nbytes = codec.fixed_size(size)
         if nbytes is None:
+            if size > self.max_elements:
+                raise TransportError(f"a coded array of shape {tuple(shape)} ({size} values) exceeds the "
+                                     f"receiver's limit of {self.max_elements}")
             nbytes = self._u32()
         self.payload += nbytes
         return codec.decode(self._take(nbytes), size).reshape(shape)
