@@ -17,6 +17,7 @@ non-federated references ``central`` and ``cfeast``, and evaluation) and
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -170,6 +171,17 @@ class Federation:
             m[kept] = True
             out[p] = m
         return out
+
+    def restrict(self, party_names: Sequence[str]) -> Federation:
+        """The same run (node, ledger, schema) seen with only ``party_names`` taking part, e.g. after
+        an earlier method of a pipeline left some parties without features."""
+        names = [p for p in self.party_names if p in set(party_names)]
+        sub = copy.copy(self)
+        sub.party_names = names
+        sub._proxies = {p: self._proxies[p] for p in names}
+        if self._schema is not None:
+            sub._schema = {p: self._schema[p] for p in names}
+        return sub
 
     def limit_tensor_elements(self, n: int) -> None:
         """Refuse received coded arrays of more than ``n`` values before decoding them (the label

@@ -2,9 +2,11 @@
 
 A feature-holding party is a :class:`PartyRuntime`: it owns its prepared columns
 (:class:`LocalData`, nothing else) and a messaging :class:`~verticalfs.transport.node.Node`. It
-answers three core kinds itself (:class:`~verticalfs.transport.messages.HelloRequest` with its
+answers four core kinds itself (:class:`~verticalfs.transport.messages.HelloRequest` with its
 schema, :class:`~verticalfs.transport.messages.SupportRequest` with the features it still uses,
-:class:`~verticalfs.transport.messages.Join`) and hands everything else to its current :class:`Role`.
+:class:`~verticalfs.transport.messages.KeepFeatures` to narrow them (between the methods of a
+pipeline), :class:`~verticalfs.transport.messages.Join`) and hands everything else to its current
+:class:`Role`. The features it keeps carry over from one role to the next.
 
 A role is one method's part at one party for one run: typed state, its own models, and one handler
 method per message kind, marked with :func:`handles`. The label holder creates it with a metered
@@ -42,6 +44,7 @@ from verticalfs.transport.messages import (
     Hello,
     HelloRequest,
     Join,
+    KeepFeatures,
     SupportReport,
     SupportRequest,
     kind_name,
@@ -255,14 +258,17 @@ class PartyRuntime:
 
     def handle(self, sender: str, msg: Any, at: At, node: Node | None) -> Any:
         t = type(msg)
-        if t is HelloRequest or t is Join or t is SupportRequest:
+        if t is HelloRequest or t is Join or t is SupportRequest or t is KeepFeatures:
             if sender != LABEL_HOLDER:
                 raise ProtocolError(f"party {self.name!r} accepts {kind_name(msg)} only from the label holder, "
                                     f"not from {sender!r}")
             if t is HelloRequest:
                 d = self.data
                 return Hello(feature_names=list(d.feature_names), n_samples={s: d.n_samples(s) for s in d.splits})
-            if t is SupportRequest:
+            if t is KeepFeatures:
+                self.data.keep(msg.indices)
+                self.role = None  # a role built on the old columns must not go on
+            if t in (SupportRequest, KeepFeatures):
                 return SupportReport(kept=np.asarray(self.data.kept, dtype=np.int64))
             return self._join(msg, Context(node, at, sender))
         if self.role is None:

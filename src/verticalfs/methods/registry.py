@@ -49,12 +49,24 @@ def available() -> list[str]:
     return sorted(_METHODS)
 
 
+_PIPELINES: dict[str, type] = {}
+
+
 def get(name: str) -> type:
+    """The method class of ``name``; ``a+b`` names a pipeline of registered methods
+    (:mod:`verticalfs.methods.pipeline`)."""
     _load_all()
-    try:
+    if name in _METHODS:
         return _METHODS[name]
-    except KeyError:
-        raise ConfigError(f"unknown method {name!r}; available: {', '.join(sorted(_METHODS))}") from None
+    if "+" in name:
+        cls = _PIPELINES.get(name)
+        if cls is None:
+            from verticalfs.methods.pipeline import pipeline_class
+
+            cls = _PIPELINES[name] = pipeline_class(name)
+        return cls
+    raise ConfigError(f"unknown method {name!r}; available: {', '.join(sorted(_METHODS))} "
+                      "(or a pipeline such as feast+sparsevfl-16)")
 
 
 def create(name: str, **kwargs):

@@ -230,6 +230,14 @@ class SupportRequest:
 
 
 @message
+class KeepFeatures:
+    """Label holder -> party: use only the prepared features ``indices`` from now on (e.g. the
+    selection of an earlier method in a pipeline); the reply is the party's support report."""
+
+    indices: np.ndarray
+
+
+@message
 class SupportReport:
     """Party -> label holder: indices (into the party's prepared features) still in use."""
 
