@@ -186,9 +186,14 @@ def run(
     m = cls(seed=seed, callbacks=callbacks, codec=codec, **dict(params or {}))
     fed = Federation.in_process(data) if federation is None else federation
     m.entry_hook = spurious_hook(fed, data.ground_truth) if fed.is_local else None
+    node = getattr(fed, "node", None)
+    if node is not None:
+        node.reset_clock()
     t0 = time.perf_counter()
     m.fit(fed)
     elapsed = time.perf_counter() - t0
+    if node is not None:
+        node.flush()  # the label holder's work after its last message
     selection = selection_block(data, m.get_support(), data.ground_truth)
     comm = fed.ledger.summary()
     n_epochs = max(1, len(m.history_))

@@ -172,6 +172,11 @@ class Federation:
             out[p] = m
         return out
 
+    def mark(self, at: At) -> None:
+        """Record the label holder's own compute since its last message at ``at`` (for work that
+        sends nothing, e.g. local epochs of a top model on uploaded features)."""
+        self.node.mark(at)
+
     def restrict(self, party_names: Sequence[str]) -> Federation:
         """The same run (node, ledger, schema) seen with only ``party_names`` taking part, e.g. after
         an earlier method of a pipeline left some parties without features."""
@@ -248,6 +253,9 @@ class LocalFederation:
 
     def limit_tensor_elements(self, n: int) -> None:
         """Nothing is decoded without messages."""
+
+    def mark(self, at: At) -> None:
+        """Nothing is metered without messages."""
 
     def schema(self) -> dict[str, Hello]:
         """The parties' schemas, read locally (nothing is sent)."""

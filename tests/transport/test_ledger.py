@@ -262,3 +262,34 @@ class TestBandwidthModel:
                         if ph == "train" and r == "active") * 2
         assert wt.transfer_seconds >= 8 * per_party / 1e6 * 0.9
         assert np.isfinite(wt.seconds) and wt.seconds > wt.transfer_seconds
+
+
+class TestComputeOfEveryParty:
+    """Every party's compute is on the ledger, the label holder's own work (encryption,
+    decryption, its top model) included, so a wall-time estimate is never below it."""
+
+    @pytest.mark.parametrize("method,params", [
+        ("fate-iv", {"n_select": 5, "key_bits": 512, "insecure": True}),
+        ("feast", {"n_select": 5}),
+        ("vfl", {"epochs": 2, "batch_size": 64, "hidden": (8,)}),
+        ("sparsevfl-16", {"epochs": 2, "batch_size": 64}),
+        ("pca", {"epochs": 3, "batch_size": 64}),
+    ])
+    def test_estimate_covers_the_measured_compute(self, data, method, params):
+        res = verticalfs.run(method, data, seed=0, params=params)
+        led = res.federation.ledger
+        comp = led.compute_seconds()
+        own = sum(sec for (party, _, _), sec in comp.items() if party == "active")
+        parties = {p: sum(sec for (q, _, _), sec in comp.items() if q == p) for p in data.party_names}
+        assert own > 0 and all(v > 0 for v in parties.values())
+        # everything measured is either the label holder's work or a party's (plus serialisation)
+        assert own + sum(parties.values()) <= res.timings["total_seconds"] * 1.05 + 0.01
+        assert own + max(parties.values()) >= 0.5 * res.timings["total_seconds"] / len(data.party_names)
+        for bw in (1e6, 100.0, 10.0):
+            est = estimate_wall_time(led, bw)
+            assert est.seconds >= own
+            assert est.compute_seconds >= own
+        if method == "fate-iv":
+            crypto = res.info["encrypt_seconds"] + res.info["decrypt_seconds"] + res.info["keygen_seconds"]
+            assert own >= crypto  # the label holder's encryption and decryption are counted
+            assert estimate_wall_time(led, 100.0).seconds >= crypto

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -452,15 +451,13 @@ class SplitTrainer:
         epoch = self.epoch
         top.train()
         loss_f, extra_f = self.loss, self.extra_loss
-        perf = time.perf_counter
-        total, n_seen, t_active = 0.0, 0, 0.0
+        total, n_seen = 0.0, 0
         plan = self.plan
         for b in range(plan.n_batches):
             at = At(phase, epoch, b)
             rows = plan.rows(epoch, b)
             n = len(rows)
             blocks = self.forward_batch(epoch, b, at, n)
-            t0 = perf()
             # One leaf for the concatenated embeddings: the gradient of each party's block is a
             # column slice of its gradient (exactly what autograd through torch.cat would give).
             H = torch.from_numpy(np.concatenate(blocks, 1) if len(blocks) > 1 else blocks[0]).requires_grad_(True)
@@ -478,9 +475,8 @@ class SplitTrainer:
                     "lower the learning rate (lr) or scale the features (--scaling standard or minmax)")
             total += value * n
             n_seen += n
-            t_active += perf() - t0
             self.backward_batch(H.grad.numpy(), at)
-        self.ledger.add_compute(LABEL_HOLDER, phase, epoch, t_active)
+        self.fed.mark(At(phase, epoch, plan.n_batches))  # work after the last message of the epoch
         return total / max(1, n_seen)
 
     def embeddings(self, split: str, phase: str = "eval") -> np.ndarray:

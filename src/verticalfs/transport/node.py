@@ -13,8 +13,13 @@ star on its own ledger when every party runs elsewhere):
   label holder never sees).
 
 The payload of a received message is counted by the decoder exactly as the encoder counts it.
-A party's node also records the time its handler took as that party's compute in the message's
-phase and round (:mod:`verticalfs.transport.bandwidth` uses it).
+
+Compute time (:mod:`verticalfs.transport.bandwidth` estimates wall time from it): a party's node
+records the time its handler took as that party's compute in the message's phase and round. The
+label holder's node records the time *between* its exchanges (its own work: the top model, key
+generation, encryption, decryption, selection logic, ...) as the label holder's compute at the
+position of the message that follows, or of :meth:`Node.mark` for work that ends without one; the
+time spent waiting for a party is not counted there (it is that party's).
 """
 
 from __future__ import annotations
@@ -56,12 +61,35 @@ class Node:
         self.ledger = ledger
         self.handler = handler
         self._hub = name == LABEL_HOLDER
+        self._clock = perf_counter()  # the label holder's: end of its last exchange
+        self._last_at: At | None = None
         #: the most values a received run-length coded (expanding) array may decode to
         self.max_elements = DEFAULT_MAX_ELEMENTS
+
+    # ------------------------------------------------------------ own compute
+    def mark(self, at: At) -> None:
+        """The label holder's compute since its last exchange, recorded at ``at``."""
+        if self._hub:
+            now = perf_counter()
+            self.ledger.add_compute(self.name, at.phase, at.round, now - self._clock)
+            self._clock = now
+            self._last_at = at
+
+    def flush(self) -> None:
+        """Record the label holder's compute since its last exchange at that exchange's position
+        (e.g. an evaluation classifier trained after the last message)."""
+        if self._hub and self._last_at is not None:
+            self.mark(self._last_at)
+
+    def reset_clock(self) -> None:
+        """Start counting the label holder's compute from now (the start of a run)."""
+        self._clock = perf_counter()
 
     # ------------------------------------------------------------------ sending
     def request(self, receiver: str, msg: Any, at: At) -> Any:
         """Send ``msg`` to ``receiver`` at ``at``; return its decoded reply."""
+        if self._hub:
+            self.mark(at)
         data, payload = encode_at(msg, at)
         led = self.ledger
         meter = self._hub or receiver != LABEL_HOLDER
@@ -73,15 +101,21 @@ class Node:
         if meter:
             led.record(receiver, self.name, rat.phase, type(reply).__name__, rat.round, rat.step, rpay,
                        len(raw) - rpay)
+        if self._hub:
+            self._clock = perf_counter()
         return reply
 
     def send(self, receiver: str, msg: Any, at: At) -> None:
         """Send the one-way message ``msg`` to ``receiver`` at ``at``."""
+        if self._hub:
+            self.mark(at)
         data, payload = encode_at(msg, at)
         if self._hub or receiver != LABEL_HOLDER:
             self.ledger.record(self.name, receiver, at.phase, type(msg).__name__, at.round, at.step,
                                payload, len(data) - payload)
         self.channel.post(self.name, receiver, data)
+        if self._hub:
+            self._clock = perf_counter()
 
     # ---------------------------------------------------------------- receiving
     def receive(self, sender: str, data: bytes) -> bytes | None:
