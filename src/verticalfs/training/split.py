@@ -497,6 +497,8 @@ class SplitTrainer:
         res: dict[str, float] = {}
         labels = self.labels
         for s in splits or self.eval_splits:
+            if self.n_samples(s) == 0:
+                continue
             m = prediction_metrics(labels.task, labels.y[s], self.predict(s), labels.n_classes)
             prefix = "" if s == "test" else f"{s}_"
             res.update({prefix + k: v for k, v in m.items()})
