@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import platform
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,7 @@ class RunResult:
     timings: dict[str, float]
     info: dict[str, Any] = field(default_factory=dict)
     estimates: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     method_obj: Any = field(default=None, repr=False)
     federation: Any = field(default=None, repr=False)
 
@@ -119,6 +121,7 @@ class RunResult:
             "history": self.history,
             "timings": self.timings,
             "info": self.info,
+            "warnings": self.warnings,
         }
 
     def save(self, path: str | Path) -> Path:
@@ -156,6 +159,7 @@ def run(
     bandwidths_mbps: Sequence[float] = (10.0, 100.0),
     data_config: Mapping[str, Any] | None = None,
     federation: Federation | None = None,
+    threads: int | None = 1,
 ) -> RunResult:
     """Run a registered method on prepared data and collect the result.
 
@@ -179,7 +183,26 @@ def run(
     federation : Federation, optional
         Run over this federation (e.g. one built with ``trace=True``, or a networked one) instead of
         a new in-process one.
+    threads : int, optional
+        Torch CPU threads during the run, restored afterwards (default 1, as the CLI: the parties'
+        models are small, and one thread is several times faster on a few cores); ``None`` leaves
+        torch's setting alone.
     """
+    if threads is None:
+        return _run(method, data, seed=seed, params=params, codec=codec, progress=progress,
+                    bandwidths_mbps=bandwidths_mbps, data_config=data_config, federation=federation)
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(threads))
+    try:
+        return _run(method, data, seed=seed, params=params, codec=codec, progress=progress,
+                    bandwidths_mbps=bandwidths_mbps, data_config=data_config, federation=federation)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_config, federation) -> RunResult:
     cls = registry.get(method)
     metric = primary_metric(data.labels.task)
     callbacks = [ProgressCallback(method, metric)] if progress else []
@@ -194,7 +217,7 @@ def run(
     elapsed = time.perf_counter() - t0
     if node is not None:
         node.flush()  # the label holder's work after its last message
-    selection = selection_block(data, m.get_support(), data.ground_truth)
+    selection = selection_block(data, m.get_support(), data.ground_truth, getattr(m, "feature_scores_", None))
     comm = fed.ledger.summary()
     n_epochs = max(1, len(m.history_))
     cfg = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(m.params).items()}
@@ -202,6 +225,9 @@ def run(
     if data_config:
         cfg["data"] = dict(data_config)
     estimates = [estimate_wall_time(fed.ledger, b).to_dict() for b in bandwidths_mbps] if len(fed.ledger) else []
+    notes = selection_warnings(method, selection) + [str(w) for w in (getattr(m, "info_", {}) or {}).get("warnings", [])]
+    for w in notes:
+        warnings.warn(w, stacklevel=2)
     return RunResult(
         method=method,
         dataset=data.name,
@@ -216,22 +242,65 @@ def run(
                  "python": platform.python_version()},
         info=dict(getattr(m, "info_", {}) or {}),
         estimates=estimates,
+        warnings=notes,
         method_obj=m,
         federation=fed,
     )
 
 
+def selection_warnings(method: str, selection: Mapping[str, Any]) -> list[str]:
+    """Say loudly when a run removed every feature, or every feature of a party."""
+    out = []
+    if selection.get("n_kept") == 0:
+        out.append(f"{method} removed every feature: its model predicts from nothing (chance level). Lower its "
+                   "regularisation (lambda) or selection threshold, or check the data")
+        return out
+    for p, e in selection.get("parties", {}).items():
+        if e.get("n_features") and e.get("n_kept") == 0:
+            out.append(f"{method}: party {p!r} kept none of its {e['n_features']} features and takes no further "
+                       "part in the model")
+    return out
+
+
+def columns_of(names: list[str], sources: list[str], mask: np.ndarray, scores: np.ndarray | None) -> list[dict]:
+    """The selection by the user's columns: one-hot levels grouped back to their source column (kept
+    if any of its levels is; its score the largest of its levels'), in the file's column order."""
+    groups: dict[str, list[int]] = {}
+    for j, src in enumerate(sources):
+        groups.setdefault(src, []).append(j)
+    out = []
+    for src, idx in groups.items():
+        e: dict[str, Any] = {"column": src, "kept": bool(mask[idx].any())}
+        if len(idx) > 1 or names[idx[0]] != src:  # a categorical column: its levels
+            e["levels"] = [names[j].split("=", 1)[1] if "=" in names[j] else names[j] for j in idx]
+            e["levels_kept"] = [lv for lv, j in zip(e["levels"], idx, strict=True) if mask[j]]
+        if scores is not None:
+            vals = np.asarray(scores, dtype=np.float64)[idx]
+            vals = vals[np.isfinite(vals)]
+            e["score"] = float(vals.max()) if vals.size else None
+        out.append(e)
+    return out
+
+
 def selection_block(data: PreparedData, support: Mapping[str, np.ndarray],
-                    ground_truth: Mapping[str, np.ndarray]) -> dict[str, Any]:
+                    ground_truth: Mapping[str, np.ndarray],
+                    scores: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """The ``selection`` block of a result: per party the kept prepared features and the kept and
+    removed columns by the user's names (with the method's score where it has one)."""
     names = {p.name: p.feature_names for p in data.parties}
     out: dict[str, Any] = {"parties": {}}
     has_gt = any(np.asarray(v).any() for v in ground_truth.values())
-    for p in data.party_names:
+    for party in data.parties:
+        p = party.name
         mask = np.asarray(support[p], dtype=bool)
+        cols = columns_of(names[p], list(party.sources), mask, (scores or {}).get(p))
         entry = {
             "kept": [n for n, k in zip(names[p], mask, strict=True) if k],
             "n_kept": int(mask.sum()),
             "n_features": int(mask.size),
+            "columns": cols,
+            "kept_columns": [c["column"] for c in cols if c["kept"]],
+            "removed_columns": [c["column"] for c in cols if not c["kept"]],
         }
         if has_gt:
             entry.update({k: v for k, v in selection_scores(mask, ground_truth[p]).items()

@@ -1,15 +1,22 @@
-"""The ``verticalfs`` command line: a thin Typer app over the method and data-set registries."""
+"""The ``verticalfs`` command line: a thin Typer app over the method and data-set registries.
+
+Every option is checked before any data is loaded or any epoch runs (:mod:`verticalfs.options`);
+every problem is one line ``error: ...`` naming the option, file or column and the fix, with exit
+code 2. Ctrl-C says what was interrupted and where finished results are (exit code 130).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from verticalfs.exceptions import VerticalFSError
+from verticalfs.exceptions import ConfigError, VerticalFSError
 
 app = typer.Typer(
     add_completion=False,
@@ -36,30 +43,60 @@ def _main(
 
 
 def _fail(exc: Exception) -> None:
-    err.print(f"[bold red]error:[/] {exc}")
+    from rich.text import Text
+
+    msg = " ".join(str(exc).split())  # one line
+    err.print(Text("error: ", style="bold red") + Text(msg), soft_wrap=True, highlight=False)
     raise typer.Exit(2)
+
+
+def _interrupted(what: str, where: str | None = None) -> None:
+    err.print(f"interrupted: {what}" + (f"; {where}" if where else "; nothing was written"), soft_wrap=True)
+    raise typer.Exit(130)
 
 
 def _parse_params(items: list[str] | None) -> dict[str, str]:
     out = {}
     for it in items or []:
         if "=" not in it:
-            raise typer.BadParameter(f"--param expects name=value, got {it!r}")
+            raise ConfigError(f"--param expects name=value, got {it!r}")
         k, v = it.split("=", 1)
         out[k.strip()] = v.strip()
     return out
 
 
-def _parse_floats(s: str) -> float | list[float]:
-    parts = [p for p in s.replace(";", ",").split(",") if p.strip()]
-    vals = [float(p) for p in parts]
-    return vals[0] if len(vals) == 1 else vals
+def _load_config(ctx: typer.Context, param, value: str | None):
+    """``--config run.toml``: every option of the command from a file (the command line wins)."""
+    if not value:
+        return value
+    import tomllib
 
-
-def _parse_ints(s: str) -> int | list[int]:
-    parts = [p for p in s.replace(";", ",").split(",") if p.strip()]
-    vals = [int(p) for p in parts]
-    return vals[0] if len(vals) == 1 else vals
+    path = Path(value)
+    try:
+        conf = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise typer.BadParameter(f"config file {value!r} does not exist") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(f"config file {value!r} is not valid TOML: {exc}") from None
+    names = {p.name for p in ctx.command.params}
+    defaults: dict[str, Any] = {}
+    for key, v in conf.items():
+        k = key.replace("-", "_")
+        if k == "pipeline":
+            defaults["method"] = "+".join(v) if isinstance(v, list) else str(v)
+        elif k in ("params", "param") and isinstance(v, dict):
+            defaults["param"] = [f"{pk}={pv}" for pk, pv in v.items()]
+        elif k in ("party_files", "party_file") and isinstance(v, dict):
+            defaults["party_file"] = [f"{pk}={pv}" for pk, pv in v.items()]
+        elif k in names:
+            defaults[k] = [str(x) for x in v] if isinstance(v, list) and k in ("categorical", "param") else (
+                ",".join(str(x) for x in v) if isinstance(v, list) else v)
+        else:
+            raise typer.BadParameter(f"config file {value!r}: unknown option {key!r}; options are "
+                                     f"{sorted(n for n in names if n != 'config')}")
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    ctx.meta["config_file"] = str(path)
+    return value
 
 
 @app.command()
@@ -104,69 +141,203 @@ def datasets(data_dir: Path = DataDir) -> None:
     console.print(t)
 
 
-def _build(dataset, parties, noise, overlap, seed, data_dir, partition, assignment, scaling,
-           party_file, label_party, label_column, id_column, impute="auto"):
-    from verticalfs.api import build_data
+# ----------------------------------------------------------------------------- data options
+@dataclasses.dataclass
+class DataOptions:
+    """The data options shared by ``run`` and ``compare`` (checked before loading)."""
 
-    if party_file:
-        from verticalfs.data.user import load_party_files
+    dataset: str | None
+    parties: int | None
+    noise: str
+    overlap: str
+    partition: str | None
+    assignment: Path | None
+    scaling: str
+    impute: str
+    party_file: list[str] | None
+    label_party: str | None
+    label_column: str | None
+    id_column: str
+    categorical: list[str] | None
+    na_values: str | None
+    delimiter: str
+    encoding: str
+    task: str | None
+    max_file_mb: float
+    data_dir: Path | None
 
-        files = {}
-        for it in party_file:
-            if "=" not in it:
-                raise typer.BadParameter(f"--party-file expects name=path, got {it!r}")
-            k, v = it.split("=", 1)
-            files[k] = v
-        if not label_party or not label_column:
-            raise typer.BadParameter("--party-file needs --label-party and --label-column")
-        vds, report = load_party_files(files, label_party=label_party, label_column=label_column,
-                                       id_column=id_column)
-        err.print(report.summary())
-        dataset = vds
-    elif dataset is None:
-        raise typer.BadParameter("give --dataset NAME (see `verticalfs datasets`) or --party-file name=path ...")
-    return build_data(dataset, parties=parties, noise=_parse_floats(noise), overlap=_parse_ints(overlap),
-                      partition_strategy=partition, assignment=assignment, seed=seed, data_dir=data_dir,
-                      scaling=scaling, impute=impute)
+    def check(self) -> dict:
+        """Everything that can be checked without reading data; returns the parsed values."""
+        from verticalfs.data.partition import STRATEGIES
+        from verticalfs.data.vertical import IMPUTATIONS, SCALINGS
+        from verticalfs.options import (
+            parse_categorical,
+            parse_counts,
+            parse_fractions,
+            parse_party_files,
+        )
+
+        out: dict[str, Any] = {}
+        if self.scaling not in SCALINGS:
+            raise ConfigError(f"--scaling must be one of {SCALINGS}, got {self.scaling!r}")
+        if self.impute not in IMPUTATIONS:
+            raise ConfigError(f"--impute must be one of {IMPUTATIONS}, got {self.impute!r}")
+        if self.task is not None and self.task not in ("classification", "regression", "binary", "multiclass"):
+            raise ConfigError(f"--task must be classification or regression, got {self.task!r}")
+        if not self.max_file_mb > 0:
+            raise ConfigError(f"--max-file-mb must be > 0, got {self.max_file_mb}")
+        files = parse_party_files(self.party_file)
+        if files:
+            given = [o for o, v in (("--dataset", self.dataset), ("--parties", self.parties),
+                                    ("--partition", self.partition), ("--assignment", self.assignment)) if v]
+            if given:
+                raise ConfigError(f"{', '.join(given)} do(es) not apply to --party-file data (each file is a "
+                                  "party's own columns); leave them out")
+            if not self.label_party or not self.label_column:
+                raise ConfigError("--party-file needs --label-party (the party whose file holds the label) and "
+                                  "--label-column")
+            if self.label_party not in files:
+                raise ConfigError(f"--label-party {self.label_party!r} has no --party-file; parties: {list(files)}")
+            out["categorical"] = parse_categorical(self.categorical, list(files))
+            n_parties = None
+        else:
+            for o, v in (("--categorical", self.categorical), ("--na-values", self.na_values),
+                         ("--label-party", self.label_party), ("--label-column", self.label_column)):
+                if v:
+                    raise ConfigError(f"{o} applies to --party-file data only")
+            if not self.dataset:
+                raise ConfigError("give --dataset NAME (see `verticalfs datasets`) or --party-file name=path ...")
+            if self.parties is not None and self.parties < 1:
+                raise ConfigError(f"--parties must be >= 1, got {self.parties}")
+            if self.partition is not None and self.partition not in STRATEGIES:
+                raise ConfigError(f"--partition must be one of {STRATEGIES}, got {self.partition!r}")
+            if self.assignment is not None and not Path(self.assignment).is_file():
+                raise ConfigError(f"--assignment file {str(self.assignment)!r} does not exist")
+            n_parties = self.parties or 3
+        out["files"] = files
+        out["noise"] = parse_fractions(self.noise, "--noise", n_parties=n_parties)
+        out["overlap"] = parse_counts(self.overlap, "--overlap", n_parties=n_parties)
+        return out
+
+    def build(self, seed: int, parsed: dict, *, noise=None):
+        from verticalfs.api import build_data
+
+        noise = parsed["noise"] if noise is None else noise
+        if parsed["files"]:
+            from verticalfs.data.user import load_party_files
+
+            vds, report = load_party_files(
+                parsed["files"], label_party=self.label_party, label_column=self.label_column,
+                id_column=self.id_column, categorical=parsed["categorical"], task=self.task,
+                na_values=self.na_values, delimiter=self.delimiter, encoding=self.encoding,
+                max_bytes=int(self.max_file_mb * 2**20), impute=None if self.impute == "auto" else self.impute)
+            err.print(report.summary(), soft_wrap=True, highlight=False, markup=False)
+            dataset = vds
+            parties = len(vds.blocks)
+        else:
+            dataset, parties = self.dataset, self.parties or 3
+        return build_data(dataset, parties=parties, noise=noise, overlap=parsed["overlap"],
+                          partition_strategy=self.partition or "random", assignment=self.assignment, seed=seed,
+                          data_dir=self.data_dir, scaling=self.scaling, impute=self.impute)
+
+    def config(self) -> dict:
+        return {"noise": self.noise, "overlap": self.overlap, "partition": self.partition or "random",
+                "scaling": self.scaling, "impute": self.impute}
 
 
+def _data_options(**kw) -> DataOptions:
+    return DataOptions(**kw)
+
+
+O = typer.Option  # noqa: E741 - short alias for the many option declarations below
+OPT_DATASET = O(None, "--dataset", "-d", help="A data set name (`verticalfs datasets`).")
+OPT_PARTIES = O(None, "--parties", "-k", help="Number of feature-holding parties (default 3; not for --party-file).")
+OPT_NOISE = O("0", "--noise", help="Gaussian noise features as a fraction of each party's columns; one value or one per party (0.8,0.25,0.1,0).")
+OPT_OVERLAP = O("0", "--overlap", help="Columns of other parties copied into each party (one value or one per party).")
+OPT_PARTITION = O(None, "--partition", help="Column split: random (default) or contiguous.")
+OPT_ASSIGNMENT = O(None, "--assignment", help="TOML/JSON file with explicit columns per party.")
+OPT_SCALING = O("minmax", "--scaling", help="minmax, standard or none (fitted on each party's training rows).")
+OPT_IMPUTE = O("auto", "--impute", help="Missing values, per party from its own training rows: median, mean, most-frequent, none (an error), auto (the data set's default).")
+OPT_PARTY_FILE = O(None, "--party-file", help="Your own data: party=path.csv|.csv.gz|.parquet (repeatable).")
+OPT_LABEL_PARTY = O(None, "--label-party", help="With --party-file: the party whose file holds the label.")
+OPT_LABEL_COLUMN = O(None, "--label-column", help="With --party-file: the label column.")
+OPT_ID_COLUMN = O("id", "--id-column", help="With --party-file: the id column shared by all files (read as text).")
+OPT_CATEGORICAL = O(None, "--categorical", help="With --party-file: party:col1,col2 (repeatable) to one-hot encode, or auto (every non-numeric column).")
+OPT_NA_VALUES = O(None, "--na-values", help="With --party-file: extra strings read as missing, comma-separated (e.g. '?,NA,').")
+OPT_DELIMITER = O(",", "--delimiter", help="With --party-file: the CSV delimiter.")
+OPT_ENCODING = O("utf-8", "--encoding", help="With --party-file: the files' text encoding.")
+OPT_TASK = O(None, "--task", help="classification or regression (inferred when unambiguous).")
+OPT_MAX_FILE = O(1024.0, "--max-file-mb", help="The most megabytes a compressed party file may expand to.")
+
+
+def _data_kwargs(locals_: dict) -> dict:
+    keys = [f.name for f in dataclasses.fields(DataOptions)]
+    return {k: locals_[k] for k in keys}
+
+
+# ----------------------------------------------------------------------------------------- run
 @app.command("run")
 def run_cmd(
-    method: str = typer.Option(..., "--method", "-m", help="A registered method (`verticalfs methods`)."),
-    dataset: str = typer.Option(None, "--dataset", "-d", help="A data set name (`verticalfs datasets`)."),
-    parties: int = typer.Option(3, "--parties", "-k", help="Number of feature-holding parties."),
-    noise: str = typer.Option("0", "--noise", help="Gaussian noise features as a fraction of each party's columns; one value or one per party (0.8,0.25,0.1,0)."),
-    overlap: str = typer.Option("0", "--overlap", help="Columns of other parties copied into each party (one value or one per party)."),
-    epochs: int = typer.Option(None, "--epochs", "-e", help="Communication epochs (the method's `epochs` parameter)."),
-    seed: int = typer.Option(0, "--seed", "-s"),
-    param: list[str] = typer.Option(None, "--param", "-p", help="Method parameter name=value (repeatable)."),
-    codec: str = typer.Option(None, "--codec", help="Payload codec of embeddings and gradients (float32, float16, int8) for methods that take one; default float32. Methods that fix their own codecs (the SparseVFL family) refuse it."),
-    partition: str = typer.Option("random", "--partition", help="Column split: random or contiguous."),
-    assignment: Path = typer.Option(None, "--assignment", help="TOML/JSON file with explicit columns per party."),
-    scaling: str = typer.Option("minmax", "--scaling", help="minmax, standard or none (fitted on the training split)."),
-    impute: str = typer.Option("auto", "--impute", help="Missing values: median (of each party's training rows), none (error), auto (the data set's default)."),
-    party_file: list[str] = typer.Option(None, "--party-file", help="Your own data: party=path.csv|.parquet (repeatable)."),
-    label_party: str = typer.Option(None, "--label-party", help="With --party-file: the party whose file holds the label."),
-    label_column: str = typer.Option(None, "--label-column", help="With --party-file: the label column."),
-    id_column: str = typer.Option("id", "--id-column", help="With --party-file: the id column shared by all files."),
+    method: str = O(..., "--method", "-m", help="A registered method (`verticalfs methods`), or a pipeline such as feast+sparsevfl-16."),
+    dataset: str = OPT_DATASET,
+    parties: int = OPT_PARTIES,
+    noise: str = OPT_NOISE,
+    overlap: str = OPT_OVERLAP,
+    epochs: int = O(None, "--epochs", "-e", help="Communication epochs (the method's `epochs` parameter).", min=0),
+    seed: int = O(0, "--seed", "-s", help="Seeds the split, the models and the method (0 .. 2**32-1)."),
+    param: list[str] = O(None, "--param", "-p", help="Method parameter name=value (repeatable)."),
+    codec: str = O(None, "--codec", help="Payload codec of embeddings and gradients (float32, float16, int8) for methods that take one; default float32. Methods that fix their own codecs (the SparseVFL family) refuse it."),
+    partition: str = OPT_PARTITION,
+    assignment: Path = OPT_ASSIGNMENT,
+    scaling: str = OPT_SCALING,
+    impute: str = OPT_IMPUTE,
+    party_file: list[str] = OPT_PARTY_FILE,
+    label_party: str = OPT_LABEL_PARTY,
+    label_column: str = OPT_LABEL_COLUMN,
+    id_column: str = OPT_ID_COLUMN,
+    categorical: list[str] = OPT_CATEGORICAL,
+    na_values: str = OPT_NA_VALUES,
+    delimiter: str = OPT_DELIMITER,
+    encoding: str = OPT_ENCODING,
+    task: str = OPT_TASK,
+    max_file_mb: float = OPT_MAX_FILE,
     data_dir: Path = DataDir,
-    out: Path = typer.Option(None, "--out", "-o", help="Write the result JSON here (atomically)."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    out: Path = O(None, "--out", "-o", help="Write the result JSON here (atomically)."),
+    progress: bool = O(True, "--progress/--no-progress", help="Show a progress bar."),
+    config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result.", callback=_load_config, is_eager=True),
 ) -> None:
     """Run one method on one data set and print its figures; optionally write the result JSON."""
-    from verticalfs.api import run
+    from verticalfs.options import check_out, check_seed
 
+    opts = _data_options(**_data_kwargs(locals()))
+    resolved = {k: (str(v) if isinstance(v, Path) else v) for k, v in locals().items()
+                if k not in ("opts", "check_out", "check_seed")}
     try:
+        check_seed(seed)
+        check_out(out)
+        parsed = opts.check()
         params = _parse_params(param)
         if epochs is not None:
             params.setdefault("epochs", str(epochs))
-        data = _build(dataset, parties, noise, overlap, seed, data_dir, partition, assignment, scaling,
-                      party_file, label_party, label_column, id_column, impute)
-        res = run(method, data, seed=seed, params=params, codec=codec, progress=progress,
-                  data_config={"noise": noise, "overlap": overlap, "partition": partition, "scaling": scaling,
-                               "impute": impute})
+        from verticalfs.methods import registry
+
+        cls = registry.get(method)
+        cls(seed=seed, codec=codec, **params)  # parameters checked before any data is loaded
     except VerticalFSError as exc:
         _fail(exc)
+    from verticalfs.api import run
+
+    stage = "loading the data"
+    try:
+        data = opts.build(seed, parsed)
+        stage = f"running {method}"
+        res = run(method, data, seed=seed, params=params, codec=codec, progress=progress,
+                  data_config=opts.config())
+    except VerticalFSError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        _interrupted(f"{stage} (seed {seed})")
+    res.config["cli"] = {k: v for k, v in resolved.items() if v is not None}
     _print_result(res)
     if out is not None:
         res.save(out)
@@ -194,47 +365,113 @@ def _print_result(res) -> None:
             t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
     t.add_row("time", f"{res.timings['total_seconds']:.1f} s")
     console.print(t)
+    _print_selection(res)
+    for w in res.warnings:
+        err.print(f"[bold yellow]warning:[/] {w}", soft_wrap=True)
 
 
+def _print_selection(res) -> None:
+    """Per party, the kept and removed columns by the names in the user's data, with scores."""
+    t = RichTable(title="selection by column (one-hot levels grouped to their column)")
+    t.add_column("party")
+    t.add_column("kept columns (score)")
+    t.add_column("removed columns")
+    for p, e in res.selection["parties"].items():
+        def show(c):
+            sc = c.get("score")
+            lv = f" [{len(c['levels_kept'])}/{len(c['levels'])} levels]" if "levels" in c else ""
+            return c["column"] + lv + (f" ({sc:.3g})" if sc is not None else "")
+        kept = [show(c) for c in e["columns"] if c["kept"]]
+        removed = [c["column"] for c in e["columns"] if not c["kept"]]
+        t.add_row(p, ", ".join(kept) or "-", ", ".join(removed) or "-")
+    console.print(t)
+
+
+# ------------------------------------------------------------------------------------- compare
 @app.command("compare")
 def compare_cmd(
-    methods: str = typer.Option(..., "--methods", help="Comma-separated method names."),
-    dataset: str = typer.Option(..., "--dataset", "-d"),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for results.json and accuracy_vs_mb.png."),
-    parties: int = typer.Option(3, "--parties", "-k"),
-    noise: str = typer.Option("0", "--noise"),
-    overlap: str = typer.Option("0", "--overlap"),
-    epochs: int = typer.Option(None, "--epochs", "-e"),
-    seeds: str = typer.Option("0", "--seeds", help="Comma-separated seeds, e.g. 0,1,2,3,4."),
-    param: list[str] = typer.Option(None, "--param", "-p", help="method.name=value or name=value for all methods."),
-    codec: str = typer.Option(None, "--codec", help="As for run: applied to every method, an error for those that fix their own codecs."),
-    reference: bool = typer.Option(None, "--reference/--no-reference", help="Also run VFL on the original data (default: when --noise > 0) and report MB to 90 % of its best accuracy."),
+    methods: str = O(..., "--methods", help="Comma-separated method names."),
+    out: Path = O(..., "--out", "-o", help="Folder for results.json, accuracy_vs_mb.png and runs/ (one JSON per finished run)."),
+    dataset: str = OPT_DATASET,
+    parties: int = OPT_PARTIES,
+    noise: str = OPT_NOISE,
+    overlap: str = OPT_OVERLAP,
+    epochs: int = O(None, "--epochs", "-e", min=0),
+    seeds: str = O("0", "--seeds", help="Comma-separated seeds, e.g. 0,1,2,3,4."),
+    param: list[str] = O(None, "--param", "-p", help="method.name=value or name=value for all methods."),
+    codec: str = O(None, "--codec", help="As for run: applied to every method, an error for those that fix their own codecs."),
+    reference: bool = O(None, "--reference/--no-reference", help="Also run VFL on the original data (default: when --noise > 0) and report MB to 90 % of its best accuracy."),
+    resume: bool = O(False, "--resume", help="Skip the runs already written to OUT/runs by an earlier, interrupted compare."),
+    partition: str = OPT_PARTITION,
+    assignment: Path = OPT_ASSIGNMENT,
+    scaling: str = OPT_SCALING,
+    impute: str = OPT_IMPUTE,
+    party_file: list[str] = OPT_PARTY_FILE,
+    label_party: str = OPT_LABEL_PARTY,
+    label_column: str = OPT_LABEL_COLUMN,
+    id_column: str = OPT_ID_COLUMN,
+    categorical: list[str] = OPT_CATEGORICAL,
+    na_values: str = OPT_NA_VALUES,
+    delimiter: str = OPT_DELIMITER,
+    encoding: str = OPT_ENCODING,
+    task: str = OPT_TASK,
+    max_file_mb: float = OPT_MAX_FILE,
     data_dir: Path = DataDir,
-    progress: bool = typer.Option(True, "--progress/--no-progress"),
+    progress: bool = O(True, "--progress/--no-progress"),
 ) -> None:
     """Run several methods on the same data and seeds: a table, results.json and a plot of accuracy against MB."""
     from verticalfs.compare import compare, write_compare
     from verticalfs.methods import registry
+    from verticalfs.options import check_out, parse_seeds
 
+    opts = _data_options(**_data_kwargs(locals()))
     names = [m.strip() for m in methods.split(",") if m.strip()]
     try:
-        for m in names:
-            registry.get(m)
+        check_out(out, "--out", directory=True)
+        seed_list = parse_seeds(seeds)
+        parsed = opts.check()
+        if not names:
+            raise ConfigError("--methods is empty; give comma-separated method names")
+        if len(set(names)) != len(names):
+            raise ConfigError(f"--methods names a method twice: {names}")
         common, specific = {}, {}
         for k, v in _parse_params(param).items():
-            if "." in k:
+            if "." in k and k.split(".", 1)[0] in names + ["vfl"]:
                 m, p = k.split(".", 1)
                 specific.setdefault(m, {})[p] = v
             else:
                 common[k] = v
-        summary = compare(dataset, names, parties=parties, noise=_parse_floats(noise), overlap=_parse_ints(overlap),
-                          seeds=[int(s) for s in seeds.split(",") if s.strip()], epochs=epochs,
-                          params=specific, common_params=common, data_dir=data_dir, codec=codec,
-                          reference=reference, progress=progress)
+        for m in names:
+            registry.get(m)
     except VerticalFSError as exc:
         _fail(exc)
+    state = {"current": None}
+
+    def on_start(method: str, seed: int) -> None:
+        state["current"] = (method, seed)
+
+    try:
+        summary = compare(opts, names, seeds=seed_list, epochs=epochs, params=specific, common_params=common,
+                          codec=codec, reference=reference, progress=progress, out_dir=out, resume=resume,
+                          parsed=parsed, on_start=on_start)
+    except VerticalFSError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        m, s = state["current"] or ("set-up", "-")
+        _interrupted(f"{m} (seed {s})", f"the finished runs are in {out / 'runs'}; rerun with --resume to "
+                     "complete the rest")
+    _print_compare(summary, opts, seeds)
+    paths = write_compare(summary, out)
+    if isinstance(paths["plot"], str):
+        console.print(f"wrote {paths['results']}")
+        err.print(f"[yellow]no plot:[/] {paths['plot']}")
+    else:
+        console.print(f"wrote {paths['results']} and {paths['plot']}")
+
+
+def _print_compare(summary: dict, opts: DataOptions, seeds: str) -> None:
     metric = summary["metric"]
-    t = RichTable(title=f"{dataset}: {parties} parties, noise {noise}, seeds {seeds}")
+    t = RichTable(title=f"{summary['dataset']}: {summary['parties']} parties, noise {opts.noise}, seeds {seeds}")
     for col in ("method", f"test {metric}", "MB sent (train)", "MB to target", "spurious removed", "features kept"):
         if col == "method":
             t.add_column(col, no_wrap=True, min_width=14)
@@ -251,18 +488,18 @@ def compare_cmd(
         return txt
 
     for row in summary["table"]:
+        if row.get("skipped"):
+            t.add_row(row["method"], "skipped", "-", "-", "-", "-")
+            continue
         mbt = fmt(row, "mb_to_target")
         if row["mb_to_target"] is not None and row["reached"] < row["runs"]:
             mbt += f" ({row['reached']}/{row['runs']} reached)"
         t.add_row(row["method"], fmt(row, "metric"), fmt(row, "train_mb"), mbt,
                   fmt(row, "spurious_removed", pct=True), fmt(row, "n_kept"))
     console.print(t)
-    paths = write_compare(summary, out)
-    if isinstance(paths["plot"], str):
-        console.print(f"wrote {paths['results']}")
-        err.print(f"[yellow]no plot:[/] {paths['plot']}")
-    else:
-        console.print(f"wrote {paths['results']} and {paths['plot']}")
+    for row in summary["table"]:
+        if row.get("skipped"):
+            console.print(f"{row['method']} skipped: {row['skipped']}", soft_wrap=True, highlight=False, markup=False)
 
 
 def _register_method_commands() -> None:
@@ -277,7 +514,10 @@ _register_method_commands()
 
 
 def main() -> None:  # pragma: no cover
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 if __name__ == "__main__":  # pragma: no cover

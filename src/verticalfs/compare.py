@@ -8,6 +8,7 @@ removed at least 80 % of the spurious features (less-vfl.md Table 2).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,32 +43,94 @@ def compare(
     min_spurious_removed: float = 0.8,
     progress: bool = False,
     on_result: Callable[[str, int, RunResult], None] | None = None,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    parsed: Mapping[str, Any] | None = None,
+    on_start: Callable[[str, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Run ``methods`` on ``dataset`` for each seed; return a JSON-ready summary with histories."""
-    noisy = bool(np.any(np.asarray(noise, dtype=float) > 0))
+    """Run ``methods`` on ``dataset`` for each seed; return a JSON-ready summary with histories.
+
+    ``dataset`` is a registered name, prepared-data source accepted by :func:`build_data`, or the
+    CLI's data options (with ``parsed``). With ``out_dir`` every finished run is written at once,
+    atomically, to ``out_dir/runs/<method>__seed<k>.json``; with ``resume`` the runs found there
+    are read back instead of run again. A method that cannot run on the data (e.g. a binary-only
+    method on several classes) is reported as skipped, with the reason, and the others go on.
+    """
+    noisy = bool(np.any(np.asarray(parsed["noise"] if parsed else noise, dtype=float) > 0))
     reference = noisy if reference is None else reference
     runs: dict[str, list[dict]] = {}
+    skipped: dict[str, str] = {}
+    run_dir = Path(out_dir) / "runs" if out_dir is not None else None
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    metric = None
+    n_parties = parties
+
+    def build(seed: int, noise_override=None):
+        if parsed is not None:
+            return dataset.build(seed, parsed, noise=noise_override)
+        return build_data(dataset, parties=parties, noise=noise if noise_override is None else noise_override,
+                          overlap=overlap, seed=seed, data_dir=data_dir)
+
+    def finished(name: str, seed: int) -> dict | None:
+        if not (resume and run_dir is not None):
+            return None
+        f = run_dir / f"{_safe(name)}__seed{seed}.json"
+        return json.loads(f.read_text()) if f.is_file() else None
+
+    def keep(name: str, seed: int, summ: dict) -> None:
+        runs.setdefault(name, []).append(summ)
+        if run_dir is not None:
+            write_json_atomic(run_dir / f"{_safe(name)}__seed{seed}.json", summ)
+
     for seed in seeds:
-        data = build_data(dataset, parties=parties, noise=noise, overlap=overlap, seed=seed, data_dir=data_dir)
-        metric = primary_metric(data.labels.task)
+        data = None
+        todo = [m for m in methods if m not in skipped]
+        need_ref = reference and finished(REFERENCE, seed) is None
+        if need_ref or any(finished(m, seed) is None for m in todo):
+            data = build(seed)
+            metric = primary_metric(data.labels.task)
+            n_parties = len(data.party_names)
         target = None
         if reference:
-            ref_data = build_data(dataset, parties=parties, noise=0.0, overlap=overlap, seed=seed, data_dir=data_dir)
-            rp = _method_params("vfl", epochs, common_params, (params or {}).get("vfl"))
-            ref = run("vfl", ref_data, seed=seed, params=rp, codec=codec, progress=progress)
-            best = ref.method_obj.history_.best(metric)
+            done = finished(REFERENCE, seed)
+            if done is None:
+                if on_start:
+                    on_start(REFERENCE, seed)
+                ref_data = build(seed, noise_override=0.0)
+                rp = _method_params("vfl", epochs, common_params, (params or {}).get("vfl"))
+                ref = run("vfl", ref_data, seed=seed, params=rp, codec=codec, progress=progress)
+                best = ref.method_obj.history_.best(primary_metric(ref_data.labels.task))
+                done = _summ(ref, primary_metric(ref_data.labels.task), None, min_spurious_removed)
+                done["reference_best"] = best
+                if on_result:
+                    on_result(REFERENCE, seed, ref)
+            keep(REFERENCE, seed, done)
+            best = done.get("reference_best")
             target = target_fraction * best if best is not None else None
-            runs.setdefault(REFERENCE, []).append(_summ(ref, metric, None, min_spurious_removed))
-            if on_result:
-                on_result(REFERENCE, seed, ref)
-        for m in methods:
-            mp = _method_params(m, epochs, common_params, (params or {}).get(m))
-            res = run(m, data, seed=seed, params=mp, codec=codec, progress=progress)
-            runs.setdefault(m, []).append(_summ(res, metric, target, min_spurious_removed if noisy else None))
-            if on_result:
-                on_result(m, seed, res)
+        for m in todo:
+            done = finished(m, seed)
+            if done is None:
+                if on_start:
+                    on_start(m, seed)
+                mp = _method_params(m, epochs, common_params, (params or {}).get(m))
+                try:
+                    res = run(m, data, seed=seed, params=mp, codec=codec, progress=progress)
+                except ConfigError as exc:  # the method cannot run on this data: skip it, keep the rest
+                    skipped[m] = str(exc)
+                    continue
+                done = _summ(res, metric, target, min_spurious_removed if noisy else None)
+                if on_result:
+                    on_result(m, seed, res)
+            keep(m, seed, done)
+        metric = metric or next((r["metric_name"] for rs in runs.values() for r in rs if "metric_name" in r), None)
     table = []
-    for name, rs in runs.items():
+    for name in ([REFERENCE] if reference else []) + list(methods):
+        if name in skipped and name not in runs:
+            table.append({"method": name, "runs": 0, "skipped": skipped[name], "metric": None, "reached": 0,
+                          "mb_to_target": None})
+            continue
+        rs = runs.get(name, [])
         row = {"method": name, "runs": len(rs)}
         for key in ("metric", "total_mb", "train_mb", "spurious_removed", "mb_to_target", "n_kept"):
             vals = [r[key] for r in rs if r.get(key) is not None]
@@ -75,8 +138,14 @@ def compare(
             row[key + "_std"] = float(np.std(vals)) if len(vals) > 1 else (0.0 if vals else None)
         row["reached"] = sum(r.get("mb_to_target") is not None for r in rs)
         table.append(row)
-    return {"dataset": str(dataset), "parties": parties, "noise": noise, "seeds": list(seeds),
-            "metric": metric, "table": table, "runs": runs}
+    name = dataset if isinstance(dataset, str) else getattr(dataset, "dataset", None) or "user files"
+    return {"dataset": str(name), "parties": n_parties, "noise": parsed["noise"] if parsed else noise,
+            "seeds": list(seeds), "metric": metric, "table": table, "runs": runs, "skipped": skipped}
+
+
+def _safe(name: str) -> str:
+    """A method name as a file name."""
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
 
 
 def _method_params(name, epochs, common, specific) -> dict[str, Any]:
@@ -97,6 +166,7 @@ def _summ(res: RunResult, metric: str, target: float | None, min_sr: float | Non
         mb = None if b is None else b / 1e6
     return {
         "seed": res.seed,
+        "metric_name": metric,
         "metric": res.metrics.get(metric),
         "total_mb": res.communication["total_bytes"] / 1e6,
         "train_mb": (hist[-1]["bytes"] / 1e6) if hist else 0.0,

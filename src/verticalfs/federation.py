@@ -162,6 +162,7 @@ class Federation:
         """Ask every party which features it still uses; a bool mask per party."""
         names = self.feature_names()
         out = {}
+        self.support_scores: dict[str, np.ndarray] = {}
         for p in self.party_names:
             rep = self._proxies[p].request(SupportRequest(), at, expect=SupportReport)
             kept = np.asarray(rep.kept, dtype=np.int64).reshape(-1)
@@ -170,6 +171,13 @@ class Federation:
             m = np.zeros(len(names[p]), dtype=bool)
             m[kept] = True
             out[p] = m
+            if rep.scores is not None:
+                sc = np.asarray(rep.scores, dtype=np.float64).reshape(-1)
+                if sc.shape != kept.shape:
+                    raise ProtocolError(f"party {p!r} reported {sc.size} scores for {kept.size} kept features")
+                full = np.full(len(names[p]), np.nan)
+                full[kept] = sc
+                self.support_scores[p] = full
         return out
 
     def mark(self, at: At) -> None:

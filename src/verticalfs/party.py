@@ -195,6 +195,10 @@ class Role:
         """The reply to the ``Join`` that created this role."""
         return Ack()
 
+    def feature_scores(self) -> np.ndarray | None:
+        """A score per kept feature for the final report (default none)."""
+        return None
+
     def handle(self, sender: str, msg: Any, ctx: Context) -> Any:
         entry = self._handlers.get(type(msg))
         if entry is None:
@@ -268,8 +272,12 @@ class PartyRuntime:
             if t is KeepFeatures:
                 self.data.keep(msg.indices)
                 self.role = None  # a role built on the old columns must not go on
-            if t in (SupportRequest, KeepFeatures):
+            if t is KeepFeatures:
                 return SupportReport(kept=np.asarray(self.data.kept, dtype=np.int64))
+            if t is SupportRequest:
+                scores = self.role.feature_scores() if self.role is not None else None
+                return SupportReport(kept=np.asarray(self.data.kept, dtype=np.int64),
+                                     scores=None if scores is None else np.asarray(scores, dtype=np.float32))
             return self._join(msg, Context(node, at, sender))
         if self.role is None:
             raise ProtocolError(f"party {self.name!r} received {kind_name(msg)} from {sender!r} before any Join")

@@ -108,3 +108,73 @@ class TestCompare:
         png = (tmp_path / "accuracy_vs_mb.png").read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n"
         assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporaries
+
+
+class TestInterruptions:
+    """Ctrl-C during ``compare`` keeps every finished run on disk; ``--resume`` completes the rest."""
+
+    ARGS = ["compare", "--methods", "vfl,group-lasso", "-d", "breast_cancer", "-k", "2", "-e", "1",
+            "--seeds", "0,1", "--no-progress", "--no-reference"]
+
+    def test_interrupt_then_resume(self, tmp_path, monkeypatch):
+        import verticalfs.compare as cmp
+
+        real_run = cmp.run
+        calls = []
+
+        def interrupted_after_first(*a, **kw):
+            calls.append(a[0])
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return real_run(*a, **kw)
+
+        out = tmp_path / "c"
+        monkeypatch.setattr(cmp, "run", interrupted_after_first)
+        res = runner.invoke(app, [*self.ARGS, "-o", str(out)])
+        assert res.exit_code == 130
+        assert "interrupted: group-lasso (seed 0)" in res.output and "--resume" in res.output
+        done = sorted(p.name for p in (out / "runs").iterdir())
+        assert done == ["vfl__seed0.json"]
+        first = (out / "runs" / "vfl__seed0.json").read_text()
+
+        calls.clear()
+        monkeypatch.setattr(cmp, "run", lambda *a, **kw: (calls.append(a[0]), real_run(*a, **kw))[1])
+        res = runner.invoke(app, [*self.ARGS, "-o", str(out), "--resume"])
+        assert res.exit_code == 0, res.output
+        assert calls == ["group-lasso", "vfl", "group-lasso"]  # the finished run is not run again
+        assert (out / "runs" / "vfl__seed0.json").read_text() == first
+        summary = json.loads((out / "results.json").read_text())
+        assert {r["method"]: r["runs"] for r in summary["table"]} == {"vfl": 2, "group-lasso": 2}
+
+    def test_a_method_that_cannot_run_is_skipped_not_fatal(self, tmp_path):
+        res = runner.invoke(app, ["compare", "--methods", "vfl,fate-iv", "-d", "wine", "-e", "1", "--no-progress",
+                                  "-o", str(tmp_path / "c"), "-p", "fate-iv.key_bits=512", "-p", "fate-iv.insecure=true"])
+        assert res.exit_code == 0, res.output
+        assert "skipped" in res.output and "binary label" in " ".join(res.output.split())
+        summary = json.loads((tmp_path / "c" / "results.json").read_text())
+        rows = {r["method"]: r for r in summary["table"]}
+        assert rows["vfl"]["runs"] == 1 and rows["fate-iv"]["runs"] == 0 and "binary" in rows["fate-iv"]["skipped"]
+
+    def test_run_interrupted_says_so(self, monkeypatch):
+        import verticalfs.api as api
+
+        def boom(*a, **kw):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(api, "run", boom)
+        res = runner.invoke(app, ["run", "-m", "vfl", "-d", "wine", "--no-progress"])
+        assert res.exit_code == 130 and "interrupted: running vfl (seed 0); nothing was written" in res.output
+
+
+def test_result_files_get_normal_permissions(tmp_path):
+    import os
+    import stat
+
+    from verticalfs.utils.io import write_json_atomic
+
+    old = os.umask(0o022)
+    try:
+        p = write_json_atomic(tmp_path / "r.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(p.stat().st_mode) == 0o644

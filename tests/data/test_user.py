@@ -64,7 +64,7 @@ class TestGoodFiles:
         vds, report = load_party_files(csv_files, **good_kwargs)
         assert isinstance(vds, VerticalDataset)
         assert vds.party_names == ["bank", "shop", "telecom"]
-        np.testing.assert_array_equal(vds.ids, COMMON)  # inner join, ordered by id
+        np.testing.assert_array_equal(vds.ids, COMMON.astype(str))  # inner join, ordered by id (read as text)
         # labels follow the ids
         assert vds.task == "binary"
         assert vds.class_names == ["no", "yes"]
@@ -96,7 +96,7 @@ class TestGoodFiles:
             "telecom": write(tmp_path / "telecom.pq", frames["telecom"]),
         }
         vds, report = load_party_files(files, **good_kwargs)
-        np.testing.assert_array_equal(vds.ids, COMMON)
+        np.testing.assert_array_equal(vds.ids, COMMON.astype(str))
         np.testing.assert_allclose(vds.block("shop").X["spend"], COMMON * 2.0)
         np.testing.assert_array_equal(vds.y, (COMMON % 3 == 0).astype(int))
         assert report.rows_lost == {"bank": 7, "shop": 7, "telecom": 3}
@@ -108,7 +108,7 @@ class TestGoodFiles:
         }
         vds, report = load_party_files(files, **good_kwargs)
         assert vds.party_names == ["shop"]
-        np.testing.assert_array_equal(vds.ids, np.arange(5, 20))
+        np.testing.assert_array_equal(vds.ids, np.arange(5, 20).astype(str))
         assert report.rows_lost == {"bank": 5, "shop": 5}
 
     def test_prepare_runs_on_user_data(self, csv_files, good_kwargs):
@@ -156,9 +156,15 @@ class TestTaskInference:
         np.testing.assert_array_equal(vds.y, [0, 2, 1, 2, 0])
         assert vds.class_names == ["3", "5", "7"]
 
-    def test_many_integer_values_are_regression(self, tmp_path):
-        vds = self.make(tmp_path, list(range(60)))
-        assert vds.task == "regression"
+    def test_many_integer_values_are_ambiguous(self, tmp_path):
+        with pytest.raises(DataError, match="--task"):
+            self.make(tmp_path, list(range(60)))
+        assert self.make(tmp_path, list(range(60)), task="regression").task == "regression"
+        assert self.make(tmp_path, list(range(60)), task="classification").task == "multiclass"
+
+    def test_a_stray_value_among_classes_is_ambiguous(self, tmp_path):
+        with pytest.raises(DataError, match="0.5"):
+            self.make(tmp_path, [0, 1] * 30 + [0.5])
 
     def test_explicit_task(self, tmp_path):
         vds = self.make(tmp_path, [1, 2, 3, 1], task="regression")
@@ -224,11 +230,14 @@ class TestBadInput:
         df = frames["telecom"].astype({"calls": float})
         df.loc[df["id"].isin([6, 8, 10]), "calls"] = np.nan
         write(csv_files["telecom"], df)
+        vds, report = self.load(csv_files)  # missing values are read; imputation is decided later
+        assert report.missing["telecom"] == {"calls": 3}
         with pytest.raises(DataError) as err:
-            self.load(csv_files)
+            vds.prepare(seed=0, test_size=0.3, val_size=0.0)
         msg = str(err.value)
-        assert str(csv_files["telecom"]) in msg and "'calls'" in msg
-        assert "3 missing" in msg and "impute" in msg
+        assert str(csv_files["telecom"]) in msg and "'calls'" in msg and "impute" in msg
+        prep = vds.prepare(seed=0, test_size=0.3, val_size=0.0, impute="median")
+        assert np.isfinite(prep.party("telecom").X["train"]).all()
 
     def test_nan_in_label_column(self, csv_files, frames):
         df = frames["bank"].copy()

@@ -8,9 +8,17 @@
 >>> print(report.summary())                                           # doctest: +SKIP
 
 Each file (``.csv``, ``.csv.gz``, ``.parquet`` or ``.pq``) holds the id column and that party's
-columns; the label column is in the file of ``label_party``. Rows are aligned with an inner join on
-the id (the ids present in every file, in sorted order); :class:`AlignmentReport` says how many rows
-each file lost.
+columns; the label column is in the file of ``label_party``. Ids are read as strings (``"007"`` and
+``"7"`` are different ids). Rows are aligned with an inner join on the id (the ids present in every
+file, in sorted order); :class:`AlignmentReport` says how many rows each file lost, which columns
+were taken as categorical and which have missing values (imputed later per party, on its own
+training rows, if asked).
+
+Files are checked before anything else runs, each problem reported with the file, the column and
+the fix: a directory instead of a file, an unknown type, no data rows, a delimiter that leaves one
+column, a file that is not in the given encoding, nested Parquet columns, duplicate or empty column
+names, a party file with only ids, a compressed file that expands past ``max_bytes``, a numeric
+column holding a marker such as ``?`` (pass ``na_values``), an ambiguous label (pass ``task``).
 
 The label holder may also hold features: in the federation its labels go to the active party and
 its other columns (if any) form a passive feature block named after it. If the label file holds
@@ -19,7 +27,10 @@ only the id and the label, it contributes no feature block.
 
 from __future__ import annotations
 
+import csv
+import gzip
 import importlib.util
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
@@ -33,11 +44,16 @@ from verticalfs.data.vertical import PartyBlock, VerticalDataset
 from verticalfs.exceptions import DataError
 from verticalfs.names import LABEL_HOLDER
 
-__all__ = ["MAX_INFERRED_CLASSES", "SUFFIXES", "AlignmentReport", "load_party_files"]
+__all__ = ["DEFAULT_MAX_BYTES", "MAX_INFERRED_CLASSES", "SUFFIXES", "AlignmentReport", "load_party_files"]
 
 SUFFIXES: tuple[str, ...] = (".csv", ".csv.gz", ".parquet", ".pq")
-#: Integer-like numeric labels with more distinct values than this are inferred to be regression.
-MAX_INFERRED_CLASSES = 50
+#: Integer-like numeric labels with at most this many distinct values are inferred to be classes;
+#: with more, the task is ambiguous and must be given (``task=``, ``--task``).
+MAX_INFERRED_CLASSES = 20
+#: The most bytes a compressed file may expand to (``max_bytes``; larger files are refused early)
+DEFAULT_MAX_BYTES = 1 << 30
+#: tasks a user may name: the precise ones and ``classification`` (binary or multiclass by count)
+USER_TASKS: tuple[str, ...] = (*TASKS, "classification")
 
 
 @dataclass
@@ -66,6 +82,9 @@ class AlignmentReport:
     rows_lost: dict[str, int] = field(default_factory=dict)
     n_aligned: int = 0
     label_party: str = ""
+    categorical: dict[str, list[str]] = field(default_factory=dict)
+    auto_categorical: bool = False
+    missing: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def summary(self) -> str:
         """A human-readable table of the alignment, one line per party."""
@@ -80,6 +99,14 @@ class AlignmentReport:
                 f"  {p:<{width}}  {self.rows_in_file[p]:>8}  {self.rows_kept[p]:>8}  "
                 f"{self.rows_lost[p]:>8}  {path}"
             )
+        cats = {p: c for p, c in self.categorical.items() if c}
+        if cats:
+            how = "chosen automatically (non-numeric)" if self.auto_categorical else "declared"
+            lines.append(f"categorical columns, {how}: " + "; ".join(f"{p}: {', '.join(c)}" for p, c in cats.items()))
+        miss = {p: m for p, m in self.missing.items() if m}
+        if miss:
+            lines.append("missing values among the aligned rows: " + "; ".join(
+                f"{p}: " + ", ".join(f"{c} ({k})" for c, k in m.items()) for p, m in miss.items()))
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -95,7 +122,38 @@ def _suffix(path: Path) -> str | None:
     return None
 
 
-def _read(party: str, path: Path) -> pd.DataFrame:
+class _Limited(io.RawIOBase):
+    """A readable stream that refuses to give more than ``limit`` bytes (a decompression guard)."""
+
+    def __init__(self, raw, limit: int, party: str, path: Path) -> None:
+        self.raw, self.limit, self.party, self.path, self.n = raw, limit, party, path, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        data = self.raw.read(len(b))
+        self.n += len(data)
+        if self.n > self.limit:
+            raise DataError(
+                f"party {self.party!r}: {str(self.path)!r} expands to more than {self.limit / 2**20:.0f} MiB "
+                "when decompressed; decompress it and check it, or raise the limit (max_bytes=..., "
+                "--max-file-mb)")
+        b[: len(data)] = data
+        return len(data)
+
+
+def _open_text(party: str, path: Path, max_bytes: int):
+    """A binary stream of the file's bytes (decompressed and size-limited for ``.gz``)."""
+    if path.name.lower().endswith(".gz"):
+        return io.BufferedReader(_Limited(gzip.open(path, "rb"), max_bytes, party, path))
+    return open(path, "rb")
+
+
+def _check_file(party: str, path: Path) -> str:
+    if path.is_dir():
+        raise DataError(f"party {party!r}: {str(path)!r} is a directory, not a file; give the path of the "
+                        "party's data file inside it")
     if not path.is_file():
         raise DataError(
             f"party {party!r}: file {str(path)!r} does not exist; check the path "
@@ -107,6 +165,26 @@ def _read(party: str, path: Path) -> pd.DataFrame:
             f"party {party!r}: file {str(path)!r} has an unsupported type; use one of "
             f"{', '.join(SUFFIXES)} (convert the file, or rename it if it already is one of these)"
         )
+    return suffix
+
+
+def _header(party: str, path: Path, delimiter: str, encoding: str, max_bytes: int) -> list[str]:
+    """The CSV's column names, read with the csv module (pandas would rename duplicates silently)."""
+    with _open_text(party, path, max_bytes) as fh:
+        try:
+            line = io.TextIOWrapper(fh, encoding=encoding, newline="").readline()
+        except UnicodeDecodeError:
+            raise DataError(f"party {party!r}: {str(path)!r} is not valid {encoding}; pass its encoding "
+                            "(--encoding latin-1, encoding='latin-1', ...)") from None
+    if not line.strip():
+        raise DataError(f"party {party!r}: {str(path)!r} is empty (no header row); give a file with a "
+                        "header row of column names and one row per sample")
+    return next(csv.reader([line], delimiter=delimiter))
+
+
+def _read(party: str, path: Path, *, delimiter: str = ",", encoding: str = "utf-8", na_values=None,
+          id_column: str = "id", max_bytes: int = DEFAULT_MAX_BYTES) -> pd.DataFrame:
+    suffix = _check_file(party, path)
     try:
         if suffix in (".parquet", ".pq"):
             if not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
@@ -114,12 +192,67 @@ def _read(party: str, path: Path) -> pd.DataFrame:
                     f"party {party!r}: reading the Parquet file {str(path)!r} needs pyarrow; "
                     "run `pip install pyarrow` (or convert the file to CSV)"
                 )
-            return pd.read_parquet(path)
-        return pd.read_csv(path)
+            df = _read_parquet(party, path)
+        else:
+            names = _header(party, path, delimiter, encoding, max_bytes)
+            empty = [i + 1 for i, c in enumerate(names) if not c.strip()]
+            if empty:
+                raise DataError(f"party {party!r}: {str(path)!r} has empty column names at positions {empty}; "
+                                "name every column in the header row")
+            dup = sorted({c for c in names if names.count(c) > 1})
+            if dup:
+                raise DataError(f"party {party!r}: {str(path)!r} has duplicate column names {dup}; rename them "
+                                "so that each column has its own name")
+            if len(names) == 1 and any(ch in names[0] for ch in ";\t|"):
+                guess = next(ch for ch in ";\t|" if ch in names[0])
+                raise DataError(f"party {party!r}: reading {str(path)!r} with delimiter {delimiter!r} gives a "
+                                f"single column {names[0][:40]!r}; its columns look separated by {guess!r}: pass "
+                                f"--delimiter {guess!r} (delimiter={guess!r})")
+            with _open_text(party, path, max_bytes) as fh:
+                df = pd.read_csv(fh, sep=delimiter, encoding=encoding, na_values=na_values,
+                                 dtype={id_column: str} if id_column in names else None)
     except DataError:
         raise
+    except UnicodeDecodeError:
+        raise DataError(f"party {party!r}: {str(path)!r} is not valid {encoding}; pass its encoding "
+                        "(--encoding latin-1, encoding='latin-1', ...)") from None
     except Exception as exc:  # pandas/pyarrow raise many types for malformed files
-        raise DataError(f"party {party!r}: could not read {str(path)!r}: {exc}") from exc
+        raise DataError(f"party {party!r}: could not read {str(path)!r}: {type(exc).__name__}: {exc}") from exc
+    if len(df) == 0:
+        raise DataError(f"party {party!r}: {str(path)!r} has a header but no data rows; give one row per sample")
+    return df
+
+
+def _read_parquet(party: str, path: Path) -> pd.DataFrame:
+    import pyarrow.parquet as pq
+    import pyarrow.types as pt
+
+    schema = pq.read_schema(path)
+    nested = [f.name for f in schema if pt.is_nested(f.type)]
+    if nested:
+        raise DataError(f"party {party!r}: {str(path)!r} has nested (list/struct/map) columns {nested}; "
+                        "flatten them into one plain column each")
+    names = [str(n) for n in schema.names]
+    dup = sorted({c for c in names if names.count(c) > 1})
+    if dup:
+        raise DataError(f"party {party!r}: {str(path)!r} has duplicate column names {dup}; rename them")
+    empty = [i + 1 for i, c in enumerate(names) if not c.strip()]
+    if empty:
+        raise DataError(f"party {party!r}: {str(path)!r} has empty column names at positions {empty}")
+    return pd.read_parquet(path)
+
+
+def _sort_ids(ids: np.ndarray) -> np.ndarray:
+    """Ids in a natural order: by integer value when every id is an integer literal (``"9"`` before
+    ``"10"``; ``"007"`` and ``"7"`` stay distinct, the shorter first), else as text."""
+    ids = np.asarray(ids, dtype=str)
+    if ids.size and np.all(np.char.isdigit(np.char.lstrip(ids, "-"))):
+        try:
+            vals = ids.astype(np.float64)
+        except ValueError:
+            return np.sort(ids)
+        return ids[np.lexsort((ids, np.char.str_len(ids), vals))]
+    return np.sort(ids)
 
 
 def _show(values, k: int = 5) -> str:
@@ -155,23 +288,45 @@ def _check_ids(party: str, path: Path, df: pd.DataFrame, id_column: str) -> None
 def _labels(
     y: pd.Series, task: str | None, path: Path, column: str
 ) -> tuple[np.ndarray, str, list[str] | None]:
-    """Task inference and label coding; returns (y, task, class_names)."""
+    """Task inference and label coding; returns (y, task, class_names).
+
+    Inference names only unambiguous cases: text or boolean labels and integer labels with at most
+    :data:`MAX_INFERRED_CLASSES` values are classes; labels with many non-integer values are a
+    regression target. Many distinct integers, or integers with a few non-integer values among them
+    (one 0.5 among 0/1 labels), are ambiguous: an error asks for ``task``.
+    """
     where = f"label column {column!r} in {str(path)!r}"
+    if task is not None and task not in USER_TASKS:
+        raise DataError(f"unknown task {task!r} for {where}; use one of {USER_TASKS} or None to infer it")
+    n_missing = int(y.isna().sum())
+    if n_missing:
+        raise DataError(f"{where} is missing for {n_missing} of the aligned rows; every row needs a label "
+                        "(drop those rows)")
     numeric = pd.api.types.is_numeric_dtype(y) and not pd.api.types.is_bool_dtype(y)
     values = y.to_numpy()
-    if task is not None and task not in TASKS:
-        raise DataError(f"unknown task {task!r} for {where}; use one of {TASKS} or None to infer it")
     if task is None:
-        if numeric:
-            v = values.astype(np.float64)
-            integer_like = bool(np.all(np.isfinite(v)) and np.all(v == np.round(v)))
-            n_unique = len(np.unique(v))
-            if not integer_like or n_unique > MAX_INFERRED_CLASSES:
-                task = "regression"
-            else:
-                task = "binary" if n_unique <= 2 else "multiclass"
+        if not numeric:
+            task = "classification"
         else:
-            task = "binary" if y.nunique() <= 2 else "multiclass"
+            v = values.astype(np.float64)
+            if not np.all(np.isfinite(v)):
+                raise DataError(f"{where} holds infinite values; a label must be a finite number or a class")
+            integer = v == np.round(v)
+            n_unique = len(np.unique(v))
+            if integer.all() and n_unique <= MAX_INFERRED_CLASSES:
+                task = "classification"
+            elif integer.all():
+                raise DataError(
+                    f"{where} has {n_unique} distinct integer values: classes or a quantity? Say which with "
+                    "--task classification or --task regression (task=...)")
+            elif integer.mean() > 0.95 and len(np.unique(v[integer])) <= MAX_INFERRED_CLASSES:
+                odd = np.unique(v[~integer])[:3].tolist()
+                raise DataError(
+                    f"{where} looks like classes {np.unique(v[integer])[:5].tolist()} but {int((~integer).sum())} "
+                    f"rows hold other values such as {odd}; fix those labels, or say --task regression "
+                    "(task='regression') if it is a quantity")
+            else:
+                task = "regression"
     if task == "regression":
         if not numeric:
             raise DataError(
@@ -191,11 +346,33 @@ def _labels(
             "label needs at least two (check the label column, or that the id alignment did not "
             "drop the other classes)"
         )
+    if task == "classification":
+        task = "binary" if len(uniq) == 2 else "multiclass"
     if task == "binary" and len(uniq) != 2:
         raise DataError(
             f"{where} has {len(uniq)} classes but task='binary'; use task='multiclass' (or None)"
         )
     return codes.astype(np.int64), task, names
+
+
+_MISSING_MARKERS = ("?", "-", "--", "na", "n/a", "nan", "null", "none", "missing", ".", "unknown", "")
+
+
+def _numeric_with_markers(s: pd.Series) -> list[str] | None:
+    """If ``s`` holds numbers except for a few marker values (``?``, ``-``, ...), those markers."""
+    if pd.api.types.is_numeric_dtype(s):
+        return None
+    v = s.dropna().astype(str).str.strip()
+    if v.empty:
+        return None
+    num = pd.to_numeric(v, errors="coerce")
+    bad = v[num.isna()]
+    if bad.empty or len(bad) > 0.5 * len(v):
+        return None
+    markers = sorted(bad.unique().tolist())
+    if len(markers) > 3:
+        return None
+    return markers
 
 
 # ---------------------------------------------------------------------------- main entry
@@ -205,8 +382,13 @@ def load_party_files(
     label_party: str,
     label_column: str,
     id_column: str = "id",
-    categorical: Mapping[str, Sequence[str]] | None = None,
+    categorical: Mapping[str, Sequence[str]] | str | None = None,
     task: str | None = None,
+    na_values: Sequence[str] | str | None = None,
+    delimiter: str = ",",
+    encoding: str = "utf-8",
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    impute: str | None = None,
     name: str = "user",
 ) -> tuple[VerticalDataset, AlignmentReport]:
     """Read one file per party and align the rows by id.
@@ -217,36 +399,43 @@ def load_party_files(
         One ``.csv``, ``.csv.gz``, ``.parquet`` or ``.pq`` file per party, each with the id column.
         Party order gives the order of the feature blocks.
     label_party : str
-        The party whose file holds ``label_column``. Its other columns, if any, become a passive
-        feature block with that party's name; the labels go to the active party.
+        The party whose file holds ``label_column``. Its other columns, if any, become a feature
+        block with that party's name; the labels go to the label holder.
     label_column : str
         Name of the label column.
     id_column : str
-        Name of the sample-id column, the same in every file; ids must be unique per file.
-    categorical : mapping of party name -> list of column names, optional
-        Non-numeric columns to one-hot encode later. Every non-numeric column must be listed.
-    task : {"binary", "multiclass", "regression"}, optional
-        Inferred when None: non-integer numeric labels (or more than 50 distinct integer values)
-        -> regression; two distinct values -> binary; otherwise multiclass. Classification labels
-        are mapped to codes ``0..C-1`` by sorted value; ``class_names`` keeps the original values.
+        Name of the sample-id column, the same in every file; ids must be unique per file. Read as
+        strings: ids that differ only by leading zeros are different ids.
+    categorical : mapping of party name -> list of column names, or ``"auto"``, optional
+        Non-numeric columns to one-hot encode later; ``"auto"`` takes every non-numeric column
+        (the report says which). Otherwise every non-numeric column must be listed.
+    task : {"classification", "binary", "multiclass", "regression"}, optional
+        Inferred when None where it is unambiguous (see :func:`_labels`); classification labels are
+        mapped to codes ``0..C-1`` by sorted value, ``class_names`` keeps the original values.
+    na_values : str or list of str, optional
+        Extra strings read as missing (pandas' ``na_values``; ``"?,NA,"`` as a comma-separated string).
+    delimiter, encoding : str
+        Of the CSV files.
+    max_bytes : int
+        The most bytes a compressed file may expand to (a guard against decompression bombs).
+    impute : str, optional
+        The data set's default imputation (``median``, ``mean``, ``most-frequent``, ``none``),
+        applied later per party on its own training rows (:meth:`VerticalDataset.prepare`).
     name : str
         Name of the data set.
 
     Returns
     -------
     VerticalDataset
-        Feature blocks aligned by id (``ids`` = the aligned ids, sorted), labels at the active
-        party.
+        Feature blocks aligned by id (``ids`` = the aligned ids, sorted), labels at the label
+        holder.
     AlignmentReport
-        Rows in each file, kept and lost.
+        Rows in each file, kept and lost; categorical columns; missing values.
 
     Raises
     ------
     DataError
-        Missing file, unsupported suffix, missing id or label column, duplicated ids, undeclared
-        non-numeric column, missing values, feature-name clash across parties, no common ids, or a
-        classification label with a single class. Each message names the file, the column and the
-        fix.
+        Any of the problems in the module docstring, with the file, the column and the fix.
     """
     if not files:
         raise DataError("no party files given; pass {party name: path} with at least one file")
@@ -262,8 +451,21 @@ def load_party_files(
         )
     if label_column == id_column:
         raise DataError(f"label_column and id_column are both {label_column!r}; they must differ")
-    categorical = {str(p): [str(c) for c in cols] for p, cols in (categorical or {}).items()}
-    unknown = [p for p in categorical if p not in files]
+    if task is not None and task not in USER_TASKS:
+        raise DataError(f"unknown task {task!r}; use one of {USER_TASKS} (or leave it out to infer it)")
+    if isinstance(na_values, str):
+        na_values = [v.strip() for v in na_values.split(",")]
+    if not isinstance(delimiter, str) or len(delimiter) != 1:
+        raise DataError(f"the delimiter must be one character, got {delimiter!r}")
+    try:
+        "x".encode(encoding)
+    except LookupError:
+        raise DataError(f"unknown encoding {encoding!r}; use a Python codec name such as utf-8 or latin-1") from None
+    auto = isinstance(categorical, str)
+    if auto and categorical != "auto":
+        raise DataError(f"categorical must be 'auto' or {{party: [columns]}}, got {categorical!r}")
+    declared = {} if auto else {str(p): [str(c) for c in cols] for p, cols in (categorical or {}).items()}
+    unknown = [p for p in declared if p not in files]
     if unknown:
         raise DataError(
             f"categorical names parties {unknown} that have no file; the parties are {list(files)}"
@@ -271,9 +473,11 @@ def load_party_files(
 
     frames: dict[str, pd.DataFrame] = {}
     for party, path in files.items():
-        df = _read(party, path)
+        df = _read(party, path, delimiter=delimiter, encoding=encoding, na_values=na_values,
+                   id_column=id_column, max_bytes=max_bytes)
         df.columns = [str(c) for c in df.columns]
         _check_ids(party, path, df, id_column)
+        df[id_column] = df[id_column].astype(str)
         frames[party] = df
 
     lpath = files[label_party]
@@ -284,27 +488,42 @@ def load_party_files(
             f"columns are {cols}. Pass label_column=... or label_party=... for the file holding it"
         )
 
-    # feature columns per party, declared categoricals, name clashes
+    # feature columns per party, categoricals, name clashes
     feats: dict[str, list[str]] = {}
+    cats: dict[str, list[str]] = {}
     owner: dict[str, str] = {}
     for party, df in frames.items():
         drop = {id_column, label_column} if party == label_party else {id_column}
         cols = [c for c in df.columns if c not in drop]
-        for c in categorical.get(party, []):
+        if not cols and party != label_party:
+            raise DataError(f"party {party!r}: {str(files[party])!r} holds only the id column {id_column!r}; a "
+                            "feature party's file needs at least one feature column (or leave the party out)")
+        for c in declared.get(party, []):
             if c not in cols:
                 raise DataError(
                     f"party {party!r}: column {c!r} is declared categorical but is not a feature "
                     f"column of {str(files[party])!r}; its feature columns are {cols}"
                 )
-        cat = set(categorical.get(party, []))
+        cat = list(declared.get(party, []))
         for c in cols:
-            s = df[c]
-            if c not in cat and not pd.api.types.is_numeric_dtype(s):
-                raise DataError(
-                    f"party {party!r}: column {c!r} in {str(files[party])!r} is not numeric "
-                    f"({s.dtype}); declare it via categorical={{{party!r}: [{c!r}]}} to one-hot "
-                    "encode it, or encode it as numbers yourself"
-                )
+            s_ = df[c]
+            if c not in cat and not pd.api.types.is_numeric_dtype(s_):
+                markers = _numeric_with_markers(s_)
+                if markers is not None:
+                    n_bad = int(s_.astype(str).str.strip().isin(markers).sum())
+                    quoted = ",".join(markers)
+                    raise DataError(
+                        f"party {party!r}: column {c!r} in {str(files[party])!r} holds numbers except for "
+                        f"{markers} in {n_bad} rows; if these mean 'unknown', pass --na-values {quoted!r} "
+                        f"(na_values={markers!r}) so they are read as missing values, not as a category")
+                if auto:
+                    cat.append(c)
+                else:
+                    raise DataError(
+                        f"party {party!r}: column {c!r} in {str(files[party])!r} is not numeric "
+                        f"({s_.dtype}); declare it with --categorical {party}:{c} (categorical={{{party!r}: "
+                        f"[{c!r}]}}) or --categorical auto to one-hot encode it, or encode it as numbers yourself"
+                    )
             if c in owner:
                 raise DataError(
                     f"column {c!r} is in the files of both {owner[c]!r} ({str(files[owner[c]])!r}) "
@@ -313,31 +532,24 @@ def load_party_files(
                 )
             owner[c] = party
         feats[party] = cols
+        cats[party] = [c for c in cols if c in set(cat)]
     if not any(feats.values()):
         raise DataError(
             "no party holds any feature column besides the id and label; add feature files"
         )
 
-    # inner join on ids: the ids present in every file, sorted
-    id_arrays = {p: df[id_column].to_numpy() for p, df in frames.items()}
-    dtypes = {p: str(frames[p][id_column].dtype) for p in frames}
-    try:
-        arrays = list(id_arrays.values())
-        common = reduce(np.intersect1d, arrays[1:], np.unique(arrays[0]))
-    except TypeError as exc:
-        raise DataError(
-            f"id column {id_column!r} has incomparable types across files ({dtypes}); use one "
-            "type in every file"
-        ) from exc
+    # inner join on ids (strings): the ids present in every file, sorted
+    id_arrays = {p: df[id_column].to_numpy(dtype=str) for p, df in frames.items()}
+    arrays = list(id_arrays.values())
+    common = _sort_ids(reduce(np.intersect1d, arrays[1:], np.unique(arrays[0])))
     if len(common) == 0:
-        examples = "; ".join(
-            f"{str(files[p])!r}: {_show(a, 3)} ({dtypes[p]})" for p, a in id_arrays.items()
-        )
+        examples = "; ".join(f"{str(files[p])!r}: {_show(a, 3)}" for p, a in id_arrays.items())
         raise DataError(
             f"no id in column {id_column!r} is present in every file; ids per file look like "
-            f"{examples}. Check that the files use the same ids and the same id type"
+            f"{examples}. Check that the files use the same ids (ids are compared as text: '007' and "
+            "'7' differ)"
         )
-    report = AlignmentReport(label_party=label_party, n_aligned=len(common))
+    report = AlignmentReport(label_party=label_party, n_aligned=len(common), auto_categorical=auto)
     aligned: dict[str, pd.DataFrame] = {}
     for party, df in frames.items():
         a = df.set_index(id_column).loc[common].reset_index(drop=True)
@@ -346,21 +558,9 @@ def load_party_files(
         report.rows_in_file[party] = len(df)
         report.rows_kept[party] = len(a)
         report.rows_lost[party] = len(df) - len(a)
-
-    # missing values among the aligned rows
-    for party, a in aligned.items():
-        check = feats[party] + ([label_column] if party == label_party else [])
-        if not check:
-            continue
-        n_na = a[check].isna().sum()
-        bad = n_na[n_na > 0]
-        if len(bad):
-            c, k = str(bad.index[0]), int(bad.iloc[0])
-            others = f" (also {list(map(str, bad.index[1:]))})" if len(bad) > 1 else ""
-            raise DataError(
-                f"party {party!r}: column {c!r} in {str(files[party])!r} has {k} missing values "
-                f"among the {len(a)} aligned rows{others}; impute them or drop those rows/the column"
-            )
+        report.categorical[party] = list(cats[party])
+        n_na = a[feats[party]].isna().sum() if feats[party] else pd.Series(dtype=int)
+        report.missing[party] = {str(c): int(k) for c, k in n_na.items() if k}
 
     y, task_, class_names = _labels(aligned[label_party][label_column], task, lpath, label_column)
 
@@ -369,10 +569,10 @@ def load_party_files(
         if not cols:
             continue
         X = aligned[party][cols].copy()
-        cat = [c for c in cols if c in set(categorical.get(party, []))]
+        cat = cats[party]
         for c in cols:
-            X[c] = X[c].astype(str) if c in cat else X[c].astype(np.float64)
-        blocks.append(PartyBlock(name=party, X=X, categorical=cat))
+            X[c] = X[c].where(X[c].isna(), X[c].astype(str)) if c in cat else X[c].astype(np.float64)
+        blocks.append(PartyBlock(name=party, X=X, categorical=cat, source=str(files[party])))
 
     vds = VerticalDataset(
         name=name,
@@ -381,5 +581,6 @@ def load_party_files(
         task=task_,
         ids=np.asarray(common),
         class_names=class_names,
+        impute=impute,
     )
     return vds, report

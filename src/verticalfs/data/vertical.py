@@ -13,21 +13,20 @@ receives it.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import MinMaxScaler, StandardScaler
 
+from verticalfs.data.preprocess import PartyPreprocessor
 from verticalfs.data.table import Task
 from verticalfs.exceptions import DataError
 from verticalfs.names import LABEL_HOLDER
 
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 SCALINGS: tuple[str, ...] = ("minmax", "standard", "none")
-IMPUTATIONS: tuple[str, ...] = ("auto", "median", "none")
+IMPUTATIONS: tuple[str, ...] = ("auto", "median", "mean", "most-frequent", "none")
 
 
 @dataclass
@@ -38,6 +37,7 @@ class PartyBlock:
     X: pd.DataFrame
     categorical: list[str] = field(default_factory=list)
     spurious: np.ndarray | None = None  # ground truth per column, evaluation only
+    source: str = ""  # the file the block came from (named in error messages)
 
     def __post_init__(self) -> None:
         if self.spurious is None:
@@ -139,9 +139,11 @@ class VerticalDataset:
         scaling : {"minmax", "standard", "none"}
             Per-column scaling fitted on the training rows only. Categorical columns are one-hot
             encoded (categories seen in training; unseen ones encode as all zeros).
-        impute : {"auto", "median", "none"}
-            Missing numeric values: ``median`` fills each column with the median of that party's
-            own training rows; ``none`` makes them an error; ``auto`` uses the data set's default
+        impute : {"auto", "median", "mean", "most-frequent", "none"}
+            Missing values, filled from each party's own training rows
+            (:class:`~verticalfs.data.preprocess.PartyPreprocessor`): ``median`` / ``mean`` for
+            numeric columns (categorical ones get their most frequent category), ``most-frequent``
+            for every column; ``none`` makes them an error; ``auto`` uses the data set's default
             (``median`` for loaders that document it, e.g. physionet2012; ``none`` otherwise).
         """
         if scaling not in SCALINGS:
@@ -153,13 +155,19 @@ class VerticalDataset:
         for frac, what in ((test_size, "test_size"), (val_size, "val_size")):
             if not 0.0 <= frac < 1.0:
                 raise DataError(f"{what} must be in [0, 1), got {frac}")
+        for b in self.blocks:  # unusable numbers are reported before any split or fit
+            PartyPreprocessor.check_values(b.name, b.X, b.categorical, where=b.source)
         idx = _split_indices(self, seed=seed, test_size=test_size, val_size=val_size)
         parties = []
         ground_truth = {}
         for b in self.blocks:
-            X_parts, names, spur = _preprocess_block(b, idx, scaling, impute)
-            parties.append(PartyData(name=b.name, feature_names=names, X=X_parts))
-            ground_truth[b.name] = spur
+            pp = PartyPreprocessor.fit(b.name, b.X.iloc[idx["train"]], b.categorical, scaling=scaling,
+                                       impute=impute, where=b.source)
+            X_parts = {s: pp.transform(b.X.iloc[idx[s]], where=b.source) for s in SPLITS}
+            spur_of = dict(zip(b.X.columns, b.spurious, strict=True))
+            parties.append(PartyData(name=b.name, feature_names=pp.feature_names, X=X_parts, preprocessor=pp,
+                                     sources=pp.sources))
+            ground_truth[b.name] = np.asarray([bool(spur_of[c]) for c in pp.sources], dtype=bool)
         y = {s: self.y[idx[s]] for s in SPLITS}
         if self.task == "regression":
             y = {s: v.astype(np.float32) for s, v in y.items()}
@@ -175,11 +183,21 @@ class VerticalDataset:
 
 @dataclass
 class PartyData:
-    """What one passive party owns after preparation: its own columns, per split."""
+    """What one passive party owns after preparation: its own columns, per split.
+
+    ``preprocessor`` is its fitted preprocessing (to apply to new rows); ``sources`` names the
+    user's column behind each prepared feature (a one-hot level's source column).
+    """
 
     name: str
     feature_names: list[str]
     X: dict[str, np.ndarray]  # split -> float32 (n_split, d)
+    preprocessor: PartyPreprocessor | None = None
+    sources: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.sources is None:
+            self.sources = list(self.feature_names)
 
     @property
     def n_features(self) -> int:
@@ -228,6 +246,23 @@ class PreparedData:
 
 
 # ---------------------------------------------------------------------------- helpers
+def _check_stratifiable(vds: VerticalDataset, y: np.ndarray, fraction: float, what: str) -> None:
+    """A stratified split of ``fraction`` needs every class twice and room for every class on both
+    sides; say so (with the fix) before scikit-learn does in its own words."""
+    counts = np.bincount(np.asarray(y, dtype=np.int64))
+    counts = counts[counts > 0]
+    n, k = len(y), len(counts)
+    rare = int((counts < 2).sum())
+    n_small = int(np.ceil(fraction * n))
+    if rare or n_small < k or n - n_small < k:
+        why = (f"{rare} of its {k} classes have a single row" if rare else
+               f"its {k} classes cannot all appear in a {what} split of {n_small} rows and the rest ({n - n_small})")
+        raise DataError(
+            f"data set {vds.name!r}: cannot draw a stratified {what} split from {n} rows: {why}. Merge rare "
+            f"classes or drop them, use more rows, lower the {what} fraction, or if the label is a quantity "
+            "say --task regression")
+
+
 def _split_indices(vds: VerticalDataset, *, seed: int, test_size: float, val_size: float):
     n = vds.n_samples
     all_idx = np.arange(n)
@@ -236,6 +271,8 @@ def _split_indices(vds: VerticalDataset, *, seed: int, test_size: float, val_siz
         test = all_idx[np.asarray(vds.predefined_test, dtype=bool)]
         rest = all_idx[~np.asarray(vds.predefined_test, dtype=bool)]
     elif test_size > 0:
+        if strat is not None:
+            _check_stratifiable(vds, strat, test_size, "test")
         rest, test = train_test_split(
             all_idx, test_size=test_size, random_state=seed, stratify=strat
         )
@@ -245,6 +282,8 @@ def _split_indices(vds: VerticalDataset, *, seed: int, test_size: float, val_siz
         frac = val_size / max(1e-12, (len(rest) / n))
         frac = min(frac, 0.5)
         strat_rest = vds.y[rest] if strat is not None else None
+        if strat_rest is not None:
+            _check_stratifiable(vds, strat_rest, frac, "validation")
         try:
             train, val = train_test_split(rest, test_size=frac, random_state=seed, stratify=strat_rest)
         except ValueError as exc:
@@ -252,62 +291,3 @@ def _split_indices(vds: VerticalDataset, *, seed: int, test_size: float, val_siz
     else:
         train, val = rest, rest[:0]
     return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
-
-
-def _preprocess_block(b: PartyBlock, idx: dict[str, np.ndarray], scaling: str, impute: str = "none"):
-    """Imputation + one-hot + scaling for one party, fitted on that party's training rows only."""
-    X = b.X
-    cat = [c for c in X.columns if c in set(b.categorical)]
-    num = [c for c in X.columns if c not in set(b.categorical)]
-    for c in num:
-        if not pd.api.types.is_numeric_dtype(X[c]):
-            raise DataError(
-                f"party {b.name!r}: column {c!r} is not numeric ({X[c].dtype}); list it as categorical "
-                "so it is one-hot encoded, or convert it to numbers"
-            )
-    spur_of = dict(zip(X.columns, b.spurious, strict=True))
-    parts: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
-    names: list[str] = []
-    spur: list[bool] = []
-    # numeric block, keeping column order of numerics
-    if num:
-        A = X[num].to_numpy(dtype=np.float64)
-        nan = np.isnan(A)
-        if nan.any():
-            bad = [c for c, m in zip(num, nan.any(0), strict=True) if m]
-            if impute != "median":
-                raise DataError(
-                    f"party {b.name!r}: columns {bad} contain NaN; impute or drop them first, or "
-                    "prepare with impute='median' (medians of the party's own training rows)"
-                )
-            with warnings.catch_warnings():  # an all-NaN training column is reported below
-                warnings.simplefilter("ignore", RuntimeWarning)
-                med = np.nanmedian(A[idx["train"]], axis=0)
-            empty = [c for c, v in zip(num, med, strict=True) if np.isnan(v) and c in bad]
-            if empty:
-                raise DataError(
-                    f"party {b.name!r}: columns {empty} have no value in the training rows; drop them"
-                )
-            A = np.where(nan, med[None, :], A)
-        tr = A[idx["train"]]
-        if scaling == "minmax":
-            sc = MinMaxScaler().fit(tr) if len(tr) else None
-        elif scaling == "standard":
-            sc = StandardScaler().fit(tr) if len(tr) else None
-        else:
-            sc = None
-        for s in SPLITS:
-            a = A[idx[s]]
-            parts[s].append(sc.transform(a) if sc is not None and len(a) else a)
-        names += [str(c) for c in num]
-        spur += [bool(spur_of[c]) for c in num]
-    for c in cat:
-        col = X[c].astype(str).to_numpy()
-        cats = np.unique(col[idx["train"]])
-        for s in SPLITS:
-            v = col[idx[s]]
-            parts[s].append((v[:, None] == cats[None, :]).astype(np.float64))
-        names += [f"{c}={k}" for k in cats]
-        spur += [bool(spur_of[c])] * len(cats)
-    out = {s: np.ascontiguousarray(np.hstack(parts[s]).astype(np.float32)) for s in SPLITS}
-    return out, names, np.asarray(spur, dtype=bool)

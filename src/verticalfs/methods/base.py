@@ -7,7 +7,9 @@ label holder on a :class:`~verticalfs.federation.Federation` and sets the learne
 
 - ``history_``: :class:`~verticalfs.training.History`, one entry per communication epoch;
 - ``support_``: per party, a bool mask over that party's prepared features (what it kept);
-- ``metrics_``: final test metrics; ``info_``: method-specific figures (JSON-serialisable).
+- ``metrics_``: final test metrics; ``info_``: method-specific figures (JSON-serialisable);
+- ``feature_scores_`` (optional): per party, a score per prepared feature (NaN where none): what
+  the method ranks or weighs features by (a filter's score, an input group's weight norm, a gate).
 
 Like scikit-learn's selectors, :meth:`get_support` gives the support per party.
 """
@@ -109,6 +111,7 @@ class Method(ABC):
         self.history_ = trainer.history
         self.metrics_ = trainer.finish()
         self.support_ = fed.collect_support()
+        self.feature_scores_ = dict(getattr(fed, "support_scores", {}) or {})
         if info:
             self.info_.update(info)
         return self
@@ -151,12 +154,16 @@ def _finite(v: Any, f: dataclasses.Field, method: str) -> Any:
 
 
 def convert_value(v: Any, f: dataclasses.Field, method: str = "") -> Any:
+    return _finite(_convert(v, f, method), f, method)
+
+
+def _convert(v: Any, f: dataclasses.Field, method: str = "") -> Any:
     default = f.default if f.default is not dataclasses.MISSING else (
         f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]
     if not isinstance(v, str):
         if isinstance(default, tuple) and isinstance(v, list):
-            return _finite(tuple(v), f, method)
-        return _finite(v, f, method)
+            return tuple(v)
+        return v
     s = v.strip()
     try:
         if isinstance(default, bool):
@@ -168,17 +175,17 @@ def convert_value(v: Any, f: dataclasses.Field, method: str = "") -> Any:
         if isinstance(default, int) and not isinstance(default, bool):
             return int(s)
         if isinstance(default, float):
-            return _finite(float(s), f, method)
+            return float(s)
         if isinstance(default, tuple):
             if s in ("", "()", "[]", "none"):
                 return ()
             items = [x for x in s.strip("()[]").replace(";", ",").split(",") if x.strip()]
             elem = type(default[0]) if default else (float if any("." in x for x in items) else int)
-            return _finite(tuple(elem(x.strip()) for x in items), f, method)
+            return tuple(elem(x.strip()) for x in items)
         if default is None:
             for conv in (int, float):
                 try:
-                    return _finite(conv(s), f, method)
+                    return conv(s)
                 except ValueError:
                     pass
             return None if s.lower() == "none" else s

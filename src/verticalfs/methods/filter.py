@@ -114,6 +114,15 @@ class FilterMethod(Method):
         Sends its messages through ``fed.proxy(name)`` in phase ``selection``.
         """
 
+    def record_scores(self, party: str, indices, scores) -> None:
+        """Remember the score the method gave features of ``party`` (the latest one counts); they
+        become ``feature_scores_`` and the result's per-column scores."""
+        if not hasattr(self, "_scores"):
+            self._scores: dict[tuple[str, int], float] = {}
+        for i, v in zip(np.asarray(indices).reshape(-1).tolist(), np.asarray(scores, dtype=np.float64).reshape(-1).tolist(),
+                        strict=True):
+            self._scores[(str(party), int(i))] = float(v)
+
     def join_spec(self, fed):
         """The ``spec`` of the ``Join`` every party receives (default none)."""
         return None
@@ -162,6 +171,10 @@ class FilterMethod(Method):
         self.support_ = {p: np.zeros(len(n), dtype=bool) for p, n in names.items()}
         for p, i in selected:
             self.support_[p][i] = True
+        self.feature_scores_ = {p: np.full(len(n), np.nan) for p, n in names.items()}
+        for (p, i), v in getattr(self, "_scores", {}).items():
+            if p in self.feature_scores_ and 0 <= i < len(self.feature_scores_[p]):
+                self.feature_scores_[p][i] = v
 
         X, y = self.gather(fed, selected)
         b2 = led.total_bytes

@@ -101,20 +101,27 @@ class TrainConfig:
     activation: str = "relu"
     top_hidden: tuple[int, ...] = ()
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     @classmethod
     def from_params(cls, params) -> TrainConfig:
         """The TrainConfig fields of any params dataclass that extends it."""
         return cls(**{f.name: getattr(params, f.name) for f in fields(cls)})
 
     def validate(self) -> None:
-        if self.epochs < 0:
-            raise ConfigError(f"epochs must be >= 0, got {self.epochs}")
+        if not isinstance(self.epochs, int) or self.epochs < 0:
+            raise ConfigError(f"epochs must be a whole number >= 0, got {self.epochs}")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.embedding_dim < 1:
             raise ConfigError(f"embedding_dim must be >= 1, got {self.embedding_dim}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ConfigError(f"lr must be a finite number > 0, got {self.lr}")
+        if self.weight_decay < 0 or not math.isfinite(self.weight_decay):
+            raise ConfigError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
+        if any(int(h) < 1 for h in self.hidden) or any(int(h) < 1 for h in self.top_hidden):
+            raise ConfigError(f"hidden widths must be >= 1, got hidden={self.hidden}, top_hidden={self.top_hidden}")
 
 
 def loss_fn(task: str):
@@ -209,6 +216,15 @@ class SplitRole(Role):
     def local_loss(self) -> torch.Tensor | None:
         """A party-side term added to the loss before back-propagating (default none)."""
         return None
+
+    def feature_scores(self) -> np.ndarray | None:
+        """The L2 norm of each kept feature's weights in the input layer (its group, the quantity
+        group lasso drives to zero): the party's own summary of how much its model uses a feature."""
+        layer = getattr(self.model, "input_layer", None)
+        if layer is None or layer.weight.shape[1] != len(self.data.kept):
+            return None
+        with torch.no_grad():
+            return torch.linalg.vector_norm(layer.weight, dim=0).numpy()
 
     def post_step(self) -> None:
         """Runs after every optimizer step (default nothing)."""

@@ -239,6 +239,8 @@ class KeepFeatures:
 
 @message
 class SupportReport:
-    """Party -> label holder: indices (into the party's prepared features) still in use."""
+    """Party -> label holder: indices (into the party's prepared features) still in use and, where
+    the party's role has one, a score per kept feature (e.g. the weight norm of its input group)."""
 
     kept: np.ndarray
+    scores: np.ndarray | None = None

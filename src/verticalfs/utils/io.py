@@ -43,7 +43,18 @@ def _clean(o: Any):
     return o
 
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_bytes_atomic(path: str | Path, data: bytes, *, mode: int | None = None) -> Path:
+    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``.
+
+    The file gets normal permissions (``0o666`` minus the umask, like ``open``), not the temporary
+    file's private ``0o600``; ``mode`` overrides them (e.g. ``0o600`` for a key).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -52,6 +63,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, (0o666 & ~_umask()) if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -155,6 +155,7 @@ class FateIV(FilterMethod):
             for j, (s, b) in enumerate(zip(starts, bin_nums, strict=True)):
                 iv = woe_iv(ev[s : s + b], ne[s : s + b], p.adjustment_factor)[1]
                 ivs[f"{party}:{names[party][j]}"] = iv
+                self.record_scores(party, [j], [iv])
                 scores.append((-iv, k, j, party))
         scores.sort()
         self.info_.update(

@@ -233,6 +233,8 @@ class FateLasso(FilterMethod):
             best = min(above, key=lambda i: (runs[i]["nonzero"], -runs[i]["alpha"]))
         else:
             best = max(range(len(runs)), key=lambda i: (runs[i]["nonzero"], -runs[i]["alpha"]))
+        for q, (idx, mag) in results[best].items():
+            self.record_scores(q, idx, mag)
         order = {q: k for k, q in enumerate(fed.party_names)}
         ranked = sorted(((-float(m), order[q], int(j), q) for q, (idx, mag) in results[best].items()
                          for j, m in zip(idx, mag, strict=True)))

@@ -270,6 +270,7 @@ class MutualInfo(FilterMethod):
                 rows=sent_rows, labels=labels, bins=int(p.bins), discretizer=p.discretizer,
                 supervised_bins=bool(p.supervised_bins), top=int(p.n_select)), At("selection"), expect=FeatureScores)
             reports[q] = (np.asarray(rep.indices, dtype=np.int64), np.asarray(rep.scores, dtype=np.float64))
+            self.record_scores(q, *reports[q])
         _, _, ranking = rank_and_pick(reports, list(fed.party_names), int(p.n_select))
         return [(q, i) for q, i, _ in ranking[: int(p.n_select)]]
 

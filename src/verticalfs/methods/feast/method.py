@@ -279,6 +279,7 @@ class Feast(FilterMethod):
                                                     overlap_delete=bool(p.overlap_delete),
                                                     overlap_ratio=float(p.overlap_ratio)),
                                        At("selection", t), expect=FeatureScores)
+            self.record_scores(q, rep.indices, rep.scores)
             return rep.indices, rep.scores, rep.n_deleted
 
         def drop(q: str, idx: list[int]) -> None:

@@ -1,0 +1,259 @@
+"""One party's preprocessing, fitted on its own training rows and applied to any rows later.
+
+:class:`PartyPreprocessor` does, per party: imputation of missing values, one-hot encoding of the
+categorical columns and scaling of the numeric ones. It is fitted on the party's *training* rows
+only (nothing about other parties or other splits leaks into it) and kept, so that a saved model
+applies exactly the same transformation to new rows (``verticalfs predict``). It holds only
+numbers and strings (:meth:`to_dict` / :meth:`from_dict`), so it is saved without pickling.
+
+Imputation (``impute``):
+
+- ``median`` / ``mean``: numeric columns get their training median / mean; categorical columns
+  their most frequent training category;
+- ``most-frequent``: every column gets its most frequent training value (ties: the smallest);
+- ``none``: a missing value is an error naming the party and the columns.
+
+A missing categorical value is never a category of its own. Categories not seen in training
+encode as all zeros. Scaling: ``minmax`` (to [0, 1] on the training rows, scikit-learn's
+``MinMaxScaler`` arithmetic), ``standard`` (zero mean, unit variance) or ``none``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from verticalfs.exceptions import DataError
+
+SCALINGS: tuple[str, ...] = ("minmax", "standard", "none")
+IMPUTATIONS: tuple[str, ...] = ("median", "mean", "most-frequent", "none")
+
+
+def _most_frequent(a: np.ndarray) -> object:
+    """The most frequent value of ``a`` (ties: the smallest), NaN/None ignored; None if empty."""
+    s = pd.Series(a).dropna()
+    if s.empty:
+        return None
+    counts = s.value_counts()
+    top = counts[counts == counts.max()].index
+    return sorted(top)[0]
+
+
+@dataclass
+class PartyPreprocessor:
+    """Fitted preprocessing of one party (see the module docstring).
+
+    Attributes
+    ----------
+    party : str
+    numeric, categorical : list of str
+        The party's columns of each kind, in the order their outputs appear.
+    fill : dict of str -> float or str
+        The imputed value of each column that had missing training values or may get them.
+    scale, offset : list of float
+        Per numeric column: ``x * scale + offset`` (min-max) or ``(x - offset) / scale`` (standard),
+        scikit-learn's ``MinMaxScaler`` / ``StandardScaler`` parameters fitted on the training rows.
+    categories : dict of str -> list of str
+        The training categories of each categorical column.
+    """
+
+    party: str
+    numeric: list[str]
+    categorical: list[str]
+    scaling: str
+    impute: str
+    fill: dict = field(default_factory=dict)
+    scale: list = field(default_factory=list)
+    offset: list = field(default_factory=list)
+    categories: dict = field(default_factory=dict)
+
+    # ---------------------------------------------------------------------------------- checking
+    @staticmethod
+    def check_values(party: str, X: pd.DataFrame, categorical, where: str = "") -> None:
+        """Numbers that pandas reads but training cannot use, over *all* of a party's rows (a check
+        of the data, not a fit): infinite values, and values so large that their range overflows
+        (scaling would then silently squash the column)."""
+        cat_set = set(categorical)
+        num = [c for c in X.columns if c not in cat_set and pd.api.types.is_numeric_dtype(X[c])]
+        if not num:
+            return
+        src = f" in {where}" if where else ""
+        A = X[num].to_numpy(dtype=np.float64)
+        inf = np.isinf(A).any(0)
+        if inf.any():
+            bad = [str(c) for c, m in zip(num, inf, strict=True) if m]
+            raise DataError(f"party {party!r}: columns {bad}{src} hold infinite values, which training cannot "
+                            "use; replace them (e.g. by missing values and --impute) or drop the columns")
+        with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            rng = np.nanmax(A, 0) - np.nanmin(A, 0) if len(A) else np.zeros(len(num))
+        big = np.isinf(rng)
+        if big.any():
+            bad = [str(c) for c, m in zip(num, big, strict=True) if m]
+            raise DataError(f"party {party!r}: columns {bad}{src} have values too large to scale (their range "
+                            "overflows); rescale them (e.g. divide by a power of ten)")
+
+    # ---------------------------------------------------------------------------------- fitting
+    @classmethod
+    def fit(cls, party: str, X: pd.DataFrame, categorical, *, scaling: str = "minmax",
+            impute: str = "none", where: str = "") -> PartyPreprocessor:
+        """Fit on the training rows ``X`` of ``party`` (``where`` names the file, for errors)."""
+        if scaling not in SCALINGS:
+            raise DataError(f"unknown scaling {scaling!r}; use one of {SCALINGS}")
+        if impute not in IMPUTATIONS:
+            raise DataError(f"unknown imputation {impute!r}; use one of {IMPUTATIONS}")
+        cat_set = set(categorical)
+        cat = [str(c) for c in X.columns if c in cat_set]
+        num = [str(c) for c in X.columns if c not in cat_set]
+        src = f" in {where}" if where else ""
+        for c in num:
+            if not pd.api.types.is_numeric_dtype(X[c]):
+                raise DataError(
+                    f"party {party!r}: column {c!r}{src} is not numeric ({X[c].dtype}); list it as "
+                    "categorical so it is one-hot encoded, or convert it to numbers")
+        pp = cls(party, num, cat, scaling, impute)
+        if num:
+            A = X[num].to_numpy(dtype=np.float64)
+            inf = np.isinf(A).any(0)
+            if inf.any():
+                bad = [c for c, m in zip(num, inf, strict=True) if m]
+                raise DataError(f"party {party!r}: columns {bad}{src} hold infinite values, which training "
+                                "cannot use; replace them (e.g. by missing values and --impute) or drop the columns")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns are reported below
+                if impute == "median":
+                    fills = np.nanmedian(A, axis=0) if len(A) else np.full(len(num), np.nan)
+                elif impute == "mean":
+                    fills = np.nanmean(A, axis=0) if len(A) else np.full(len(num), np.nan)
+                elif impute == "most-frequent":
+                    fills = np.array([_most_frequent(A[:, j]) if len(A) else np.nan for j in range(len(num))],
+                                     dtype=np.float64)
+                else:
+                    fills = None
+            nan = np.isnan(A)
+            if fills is not None:
+                pp.fill.update({c: float(v) for c, v in zip(num, fills, strict=True) if np.isfinite(v)})
+            elif nan.any():
+                bad = [c for c, m in zip(num, nan.any(0), strict=True) if m]
+                raise DataError(f"party {party!r}: columns {bad}{src} have missing values; impute them "
+                                "(--impute median, mean or most-frequent; impute='median' from Python) or "
+                                "drop those rows or columns")
+            A = pp._impute_numeric(A, src)
+            if scaling != "none" and len(A):
+                from sklearn.preprocessing import MinMaxScaler, StandardScaler
+
+                with np.errstate(over="ignore", invalid="ignore"):
+                    sc = (MinMaxScaler() if scaling == "minmax" else StandardScaler()).fit(A)
+                    a, b = (sc.scale_, sc.min_) if scaling == "minmax" else (sc.scale_, sc.mean_)
+                if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))) or (
+                        scaling == "minmax" and not np.all(np.isfinite(A.max(0) - A.min(0)))):
+                    bad = [c for c, x, y in zip(num, a, b, strict=True) if not (np.isfinite(x) and np.isfinite(y))]
+                    bad = bad or [c for c, r in zip(num, A.max(0) - A.min(0), strict=True) if not np.isfinite(r)]
+                    raise DataError(f"party {party!r}: columns {bad}{src} have values too large to scale (their "
+                                    "range overflows); rescale them (e.g. divide by a power of ten)")
+                pp.scale, pp.offset = a.tolist(), b.tolist()
+            elif scaling != "none":
+                pp.scale, pp.offset = [1.0] * len(num), [0.0] * len(num)
+        for c in cat:
+            col = X[c]
+            missing = col.isna().to_numpy()
+            if missing.any():
+                if impute == "none":
+                    raise DataError(f"party {party!r}: categorical column {c!r}{src} has missing values; "
+                                    "impute them (--impute most-frequent) or drop those rows")
+                top = _most_frequent(col.to_numpy(dtype=object))
+                if top is None:
+                    raise DataError(f"party {party!r}: column {c!r}{src} has no value in the training rows; drop it")
+                pp.fill[c] = str(top)
+            values = col.dropna().astype(str).to_numpy()
+            if c in pp.fill and missing.any():
+                values = np.concatenate([values, np.full(int(missing.sum()), pp.fill[c], dtype=object)])
+            pp.categories[c] = sorted(np.unique(values.astype(str)).tolist())
+        return pp
+
+    def _impute_numeric(self, A: np.ndarray, src: str = "") -> np.ndarray:
+        nan = np.isnan(A)
+        if not nan.any():
+            return A
+        cols = np.flatnonzero(nan.any(0))
+        missing = [self.numeric[j] for j in cols if self.numeric[j] not in self.fill]
+        if missing:
+            if self.impute == "none":
+                raise DataError(f"party {self.party!r}: columns {missing}{src} have missing values; impute them "
+                                "(--impute median|mean|most-frequent) or drop those rows or columns")
+            raise DataError(f"party {self.party!r}: columns {missing}{src} have no value in the training rows "
+                            "to impute from; drop them")
+        fills = np.array([self.fill.get(c, np.nan) for c in self.numeric], dtype=np.float64)
+        return np.where(nan, fills[None, :], A)
+
+    # -------------------------------------------------------------------------------- applying
+    @property
+    def feature_names(self) -> list[str]:
+        """The prepared feature names: the numeric columns, then ``column=category`` per level."""
+        return list(self.numeric) + [f"{c}={k}" for c in self.categorical for k in self.categories[c]]
+
+    @property
+    def sources(self) -> list[str]:
+        """The user's column behind each prepared feature (a one-hot level maps to its column)."""
+        return list(self.numeric) + [c for c in self.categorical for _ in self.categories[c]]
+
+    def transform(self, X: pd.DataFrame, where: str = "") -> np.ndarray:
+        """The prepared float32 features of the rows ``X`` (any rows: training, test or new)."""
+        missing_cols = [c for c in self.numeric + self.categorical if c not in X.columns]
+        if missing_cols:
+            src = f" in {where}" if where else ""
+            raise DataError(f"party {self.party!r}: columns {missing_cols} are missing{src}; the model was "
+                            f"trained with {self.numeric + self.categorical}")
+        parts = []
+        src = f" in {where}" if where else ""
+        if self.numeric:
+            A = X[self.numeric].to_numpy(dtype=np.float64)
+            inf = np.isinf(A).any(0)
+            if inf.any():
+                bad = [c for c, m in zip(self.numeric, inf, strict=True) if m]
+                raise DataError(f"party {self.party!r}: columns {bad}{src} hold infinite values, which training "
+                                "cannot use; replace them (e.g. by missing values and --impute) or drop the columns")
+            A = self._impute_numeric(A, src)
+            # scikit-learn's scaler arithmetic, in place: the same floats as MinMaxScaler/StandardScaler
+            A = np.array(A, dtype=np.float64)
+            if self.scaling == "minmax":
+                A *= np.asarray(self.scale)
+                A += np.asarray(self.offset)
+            elif self.scaling == "standard":
+                A -= np.asarray(self.offset)
+                A /= np.asarray(self.scale)
+            big = ~np.isfinite(A).all(0) | (np.abs(A) > np.finfo(np.float32).max).any(0)
+            if big.any():
+                bad = [c for c, m in zip(self.numeric, big, strict=True) if m]
+                raise DataError(f"party {self.party!r}: columns {bad}{src} have values too large to scale or to "
+                                "hold as float32; rescale them (e.g. divide by a power of ten)")
+            parts.append(A)
+        for c in self.categorical:
+            col = X[c]
+            if col.isna().any():
+                if c not in self.fill:
+                    raise DataError(f"party {self.party!r}: categorical column {c!r} has missing values and "
+                                    "the model imputes none; impute them or drop those rows")
+                col = col.fillna(self.fill[c])
+            v = col.astype(str).to_numpy()
+            cats = np.asarray(self.categories[c], dtype=object)
+            parts.append((v[:, None] == cats[None, :]).astype(np.float64))
+        if not parts:
+            return np.zeros((len(X), 0), dtype=np.float32)
+        return np.ascontiguousarray(np.hstack(parts).astype(np.float32))
+
+    # ----------------------------------------------------------------------------- persistence
+    def to_dict(self) -> dict:
+        """Plain numbers and strings (saved with a model, loaded without pickle)."""
+        return {"party": self.party, "numeric": list(self.numeric), "categorical": list(self.categorical),
+                "scaling": self.scaling, "impute": self.impute, "fill": dict(self.fill),
+                "scale": [float(v) for v in self.scale], "offset": [float(v) for v in self.offset],
+                "categories": {c: list(v) for c, v in self.categories.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PartyPreprocessor:
+        return cls(**{k: d[k] for k in ("party", "numeric", "categorical", "scaling", "impute", "fill", "scale",
+                                        "offset", "categories")})

@@ -1,0 +1,345 @@
+"""The bad inputs a new user meets: files, options and data values (used by test_bad_input.py).
+
+Each case is a command line (with ``{placeholders}`` for files a ``setup`` function writes into a
+temporary folder) and a regular expression the one-line error must match: it names the problem
+(the option, file or column) and, mostly, the fix. ``python tests/bad_inputs.py --src DIR`` runs the
+table against another checkout (e.g. the code before the hardening) and counts how each case
+ended: a clear error, a misleading one, a traceback, or a silent result.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+# ------------------------------------------------------------------------------------ files
+N = 120
+
+
+def people(n: int = N, seed: int = 0) -> dict[str, pd.DataFrame]:
+    """Three organisations' files about the same customers (ids 1..n), a label at the bank."""
+    rng = np.random.default_rng(seed)
+    ids = np.arange(1, n + 1)
+    bank = pd.DataFrame({"id": ids, "income": rng.normal(50, 10, n).round(1),
+                         "age": rng.integers(18, 80, n), "default": rng.integers(0, 2, n)})
+    telecom = pd.DataFrame({"id": ids, "calls": rng.poisson(30, n), "plan": rng.choice(["a", "b", "c"], n)})
+    insurer = pd.DataFrame({"id": ids, "claims": rng.poisson(2, n).astype(float)})
+    return {"bank": bank, "telecom": telecom, "insurer": insurer}
+
+
+def write(tmp: Path, frames: dict[str, pd.DataFrame], **kw) -> dict[str, str]:
+    out = {}
+    for name, df in frames.items():
+        p = tmp / f"{name}.csv"
+        df.to_csv(p, index=False, **kw)
+        out[name] = str(p)
+    return out
+
+
+def base(tmp: Path, mutate=None) -> dict[str, str]:
+    frames = people()
+    if mutate is not None:
+        mutate(frames)
+    return write(tmp, frames)
+
+
+FILES = ["--party-file", "bank={bank}", "--party-file", "telecom={telecom}", "--party-file", "insurer={insurer}",
+         "--label-party", "bank", "--label-column", "default", "--categorical", "telecom:plan"]
+RUN = ["run", "--no-progress", "-e", "1", "-m", "vfl"]
+
+
+@dataclass
+class Case:
+    name: str
+    args: list[str]
+    expect: str
+    setup: object = None  # fn(tmp) -> {placeholder: value}
+    notes: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def _set(frames, party, col, values):
+    frames[party][col] = values
+
+
+def _parquet_nested(tmp: Path) -> dict:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = base(tmp)
+    t = pa.table({"id": list(range(1, N + 1)), "claims": [[1, 2]] * N})
+    pq.write_table(t, tmp / "insurer.parquet")
+    d["insurer"] = str(tmp / "insurer.parquet")
+    return d
+
+
+def _gzip_bomb(tmp: Path) -> dict:
+    d = base(tmp)
+    frames = people()
+    big = pd.concat([frames["insurer"]] * 1, ignore_index=True)
+    with gzip.open(tmp / "insurer.csv.gz", "wt") as fh:
+        big.to_csv(fh, index=False)
+        fh.write(("9" * 1000 + "\n") * 3000)  # ~3 MB of padding rows when decompressed
+    d["insurer"] = str(tmp / "insurer.csv.gz")
+    return d
+
+
+def _latin1(tmp: Path) -> dict:
+    d = base(tmp)
+    df = people()["telecom"]
+    df["plan"] = np.where(df["plan"] == "a", "tarif-\u00e9t\u00e9", df["plan"])
+    df.to_csv(tmp / "telecom.csv", index=False, encoding="latin-1")
+    return d
+
+
+def _semicolons(tmp: Path) -> dict:
+    d = base(tmp)
+    people()["insurer"].to_csv(tmp / "insurer.csv", index=False, sep=";")
+    return d
+
+
+def _raw_text(name: str, text: str):
+    def setup(tmp: Path) -> dict:
+        d = base(tmp)
+        (tmp / f"{name}.csv").write_text(text)
+        return d
+    return setup
+
+
+def _mut(fn):
+    return lambda tmp: base(tmp, fn)
+
+
+def _extra(tmp: Path) -> dict:
+    d = base(tmp)
+    (tmp / "dir.csv").mkdir()
+    (tmp / "book.xlsx").write_bytes(b"PK\x03\x04")
+    (tmp / "a.toml").write_text("party1 = ['nope']\n")
+    (tmp / "outdir").mkdir()
+    (tmp / "afile").write_text("x")
+    return {**d, "dir": str(tmp / "dir.csv"), "xlsx": str(tmp / "book.xlsx"), "tmp": str(tmp)}
+
+
+def _only_ids(frames):
+    frames["insurer"] = frames["insurer"][["id"]]
+
+
+def _leading_zeros(frames):
+    frames["insurer"]["id"] = frames["insurer"]["id"].map(lambda v: f"{v:04d}")
+
+
+def _many_classes(frames):
+    frames["bank"]["default"] = np.arange(N)
+
+
+def _stray_half(frames):
+    y = frames["bank"]["default"].astype(float).to_numpy(copy=True)
+    y[5] = 0.5
+    frames["bank"]["default"] = y
+
+
+def _one_class(frames):
+    frames["bank"]["default"] = 1
+
+
+def _question_marks(frames):
+    a = frames["bank"]["age"].astype(object)
+    a[[3, 7, 11]] = "?"
+    frames["bank"]["age"] = a
+
+
+def _missing(frames):
+    c = frames["insurer"]["claims"].copy()
+    c[[2, 4]] = np.nan
+    frames["insurer"]["claims"] = c
+
+
+def _inf(frames):
+    c = frames["insurer"]["claims"].copy()
+    c[1] = np.inf
+    frames["insurer"]["claims"] = c
+
+
+def _huge(frames):
+    c = frames["insurer"]["claims"].copy()
+    c[1], c[2] = 1e308, -1e308
+    frames["insurer"]["claims"] = c
+
+
+def _dup_ids(frames):
+    frames["telecom"].loc[5, "id"] = 1
+
+
+def _no_common(frames):
+    frames["insurer"]["id"] = frames["insurer"]["id"] + 10_000
+
+
+def _clash(frames):
+    frames["insurer"]["income"] = 1.0
+
+
+def _label_missing(frames):
+    y = frames["bank"]["default"].astype(float)
+    y[3] = np.nan
+    frames["bank"]["default"] = y
+
+
+def _text_col(frames):
+    frames["insurer"]["region"] = np.where(np.arange(N) % 2, "north", "south")
+
+
+def _thousand_classes(tmp: Path) -> dict:
+    frames = people(2000)
+    frames["bank"]["default"] = np.arange(2000) % 1000
+    return write(tmp, frames)
+
+
+def cases() -> list[Case]:
+    F = FILES
+    C = []
+    # ---------------------------------------------------------------------------- options
+    C += [
+        Case("unknown method", ["run", "-m", "nope", "-d", "wine"], r"unknown method 'nope'"),
+        Case("unknown data set", [*RUN, "-d", "nope"], r"unknown data set"),
+        Case("negative seed", [*RUN, "-d", "wine", "--seed", "-1"], r"--seed must be an integer"),
+        Case("seed beyond numpy's range", [*RUN, "-d", "wine", "--seed", str(2**40)], r"--seed must be an integer"),
+        Case("negative noise", [*RUN, "-d", "wine", "--noise", "-0.1"], r"--noise values must be"),
+        Case("nan noise", [*RUN, "-d", "wine", "--noise", "nan"], r"--noise values must be"),
+        Case("noise not a number", [*RUN, "-d", "wine", "--noise", "abc"], r"--noise.*not a number"),
+        Case("noise count != parties", [*RUN, "-d", "wine", "-k", "3", "--noise", "0.5,0.5"], r"2 values for 3 parties"),
+        Case("negative overlap", [*RUN, "-d", "wine", "--overlap", "-1"], r"--overlap values must be >= 0"),
+        Case("fractional overlap", [*RUN, "-d", "wine", "--overlap", "1.5"], r"--overlap.*whole number"),
+        Case("zero parties", [*RUN, "-d", "wine", "-k", "0"], r"--parties must be >= 1"),
+        Case("more parties than columns", [*RUN, "-d", "wine", "-k", "99"], r"cannot split 13 columns"),
+        Case("nan learning rate", [*RUN, "-d", "wine", "-p", "lr=nan"], r"lr.*finite"),
+        Case("infinite learning rate", [*RUN, "-d", "wine", "-p", "lr=inf"], r"lr.*finite"),
+        Case("negative learning rate", [*RUN, "-d", "wine", "-p", "lr=-1"], r"lr must be"),
+        Case("unknown parameter", [*RUN, "-d", "wine", "-p", "nosuch=1"], r"no parameter.*nosuch"),
+        Case("parameter of the wrong type", [*RUN, "-d", "wine", "-p", "batch_size=abc"], r"batch_size.*expects"),
+        Case("parameter without a value", [*RUN, "-d", "wine", "-p", "lr"], r"--param expects name=value"),
+        Case("negative epochs", ["run", "-m", "vfl", "-d", "wine", "-e", "-1"], r"--epochs"),
+        Case("zero batch size", [*RUN, "-d", "wine", "-p", "batch_size=0"], r"batch_size must be"),
+        Case("codec for a fixed-codec method", ["run", "--no-progress", "-m", "sparsevfl-16", "-d", "wine", "--codec", "float16"], r"fixes its own codecs"),
+        Case("unknown codec", [*RUN, "-d", "wine", "--codec", "zip"], r"unknown codec 'zip'"),
+        Case("unknown scaling", [*RUN, "-d", "wine", "--scaling", "log"], r"--scaling must be one of"),
+        Case("unknown imputation", [*RUN, "-d", "wine", "--impute", "zero"], r"--impute must be one of"),
+        Case("unknown partition", [*RUN, "-d", "wine", "--partition", "diagonal"], r"--partition must be one of"),
+        Case("missing assignment file", [*RUN, "-d", "wine", "--assignment", "{tmp}/none.toml"], r"--assignment file", _extra),
+        Case("assignment naming unknown columns", [*RUN, "-d", "wine", "--assignment", "{tmp}/a.toml"], r"names columns \['nope'\]", _extra),
+        Case("unknown task", [*RUN, "-d", "wine", "--task", "ranking"], r"--task must be"),
+        Case("--out is a directory", [*RUN, "-d", "wine", "--out", "{tmp}/outdir"], r"is a directory", _extra),
+        Case("--out in a missing folder", [*RUN, "-d", "wine", "--out", "{tmp}/no/such/r.json"], r"does not exist", _extra),
+        Case("neither data set nor files", [*RUN], r"give --dataset"),
+        Case("data set and party files", [*RUN, "-d", "wine", *F], r"do\(es\) not apply", base),
+        Case("parties with party files", [*RUN, "-k", "2", *F], r"--parties.*do\(es\) not apply", base),
+        Case("partition with party files", [*RUN, "--partition", "contiguous", *F], r"--partition.*not apply", base),
+        Case("party file without =", [*RUN, "--party-file", "bank.csv", "--label-party", "bank", "--label-column", "y"], r"--party-file expects name=path"),
+        Case("party named twice", [*RUN, *F, "--party-file", "bank={telecom}"], r"names party 'bank' twice", base),
+        Case("party files without label party", [*RUN, "--party-file", "bank={bank}"], r"needs --label-party", base),
+        Case("label party without a file", [*RUN, "--party-file", "bank={bank}", "--label-party", "shop", "--label-column", "default"], r"--label-party 'shop' has no --party-file", base),
+        Case("categorical without party files", [*RUN, "-d", "wine", "--categorical", "auto"], r"--categorical applies to --party-file"),
+        Case("categorical in a wrong format", [*RUN, *F[:-2], "--categorical", "plan"], r"--categorical expects party:column", base),
+        Case("categorical for an unknown party", [*RUN, *F[:-2], "--categorical", "shop:plan"], r"names party 'shop'", base),
+        Case("categorical auto with a list", [*RUN, *F, "--categorical", "auto"], r"do not list columns", base),
+        Case("zero decompression limit", [*RUN, *F, "--max-file-mb", "0"], r"--max-file-mb must be > 0", base),
+        Case("two-character delimiter", [*RUN, *F, "--delimiter", ";;"], r"delimiter must be one character", base),
+        Case("unknown encoding", [*RUN, *F, "--encoding", "klingon"], r"unknown encoding 'klingon'", base),
+        Case("binary-only method on three classes", ["run", "--no-progress", "-m", "fate-iv", "-d", "wine", "-p", "key_bits=512", "-p", "insecure=true"], r"binary label"),
+        Case("n_select beyond the features", ["run", "--no-progress", "-m", "feast", "-d", "wine", "-p", "n_select=500"], r"n_select must be between"),
+        Case("learning rate that makes the loss explode", [*RUN, "-d", "breast_cancer", "-p", "lr=1e30"], r"loss became .*lower the learning rate"),
+        Case("seeds with a non-number", ["compare", "--no-progress", "--methods", "vfl", "-d", "wine", "--seeds", "0,x", "-o", "{tmp}/c"], r"'x' is not an integer seed", _extra),
+        Case("repeated seeds", ["compare", "--no-progress", "--methods", "vfl", "-d", "wine", "--seeds", "1,1", "-o", "{tmp}/c"], r"repeats seeds", _extra),
+        Case("empty seeds", ["compare", "--no-progress", "--methods", "vfl", "-d", "wine", "--seeds", ",", "-o", "{tmp}/c"], r"--seeds", _extra),
+        Case("compare with an unknown method", ["compare", "--no-progress", "--methods", "vfl,nope", "-d", "wine", "-o", "{tmp}/c"], r"unknown method 'nope'", _extra),
+        Case("compare naming a method twice", ["compare", "--no-progress", "--methods", "vfl,vfl", "-d", "wine", "-o", "{tmp}/c"], r"names a method twice", _extra),
+        Case("compare output is a file", ["compare", "--no-progress", "--methods", "vfl", "-d", "wine", "-o", "{tmp}/afile"], r"is a file", _extra),
+    ]
+    # ------------------------------------------------------------------------------ files
+    R = [*RUN, "--party-file", "bank={bank}", "--party-file", "telecom={telecom}", "--party-file", "insurer={insurer}",
+         "--label-party", "bank", "--label-column", "default", "--categorical", "telecom:plan"]
+    C += [
+        Case("missing file", [*R[:-2], "--party-file", "extra={tmp}/nope.csv"], r"does not exist", _extra),
+        Case("directory given as a file", [*R, "--party-file", "extra={dir}"], r"is a directory", _extra),
+        Case("unsupported file type", [*R, "--party-file", "extra={xlsx}"], r"unsupported type", _extra),
+        Case("empty file", R, r"is empty", _raw_text("insurer", "")),
+        Case("header but no rows", R, r"no data rows", _raw_text("insurer", "id,claims\n")),
+        Case("delimiter leaving one column", R, r"--delimiter ';'", _semicolons),
+        Case("file not in UTF-8", R, r"--encoding", _latin1),
+        Case("duplicate column names", R, r"duplicate column names \['claims'\]", _raw_text("insurer", "id,claims,claims\n1,2,3\n")),
+        Case("empty column name", R, r"empty column names", _raw_text("insurer", "id,,claims\n1,2,3\n")),
+        Case("ids differing only by leading zeros", R, r"no id .*'007' and '7' differ", _mut(_leading_zeros)),
+        Case("party file with only ids", R, r"holds only the id column", _mut(_only_ids)),
+        Case("gzip expanding past the limit", [*R, "--max-file-mb", "1"], r"expands to more than 1 MiB", _gzip_bomb),
+        Case("nested parquet column", R, r"nested", _parquet_nested),
+        Case("numeric column holding '?'", R, r"--na-values '\?'", _mut(_question_marks)),
+        Case("undeclared text column", R, r"--categorical insurer:region", _mut(_text_col)),
+        Case("infinite value in a column", [*R, "--impute", "median"], r"'claims'.*infinite", _mut(_inf)),
+        Case("values too large to scale", R, r"'claims'.*too large to scale", _mut(_huge)),
+        Case("missing values without imputation", [*R, "--impute", "none"], r"'claims'.*missing values.*impute", _mut(_missing)),
+        Case("missing values by default", R, r"'claims'.*missing values.*impute", _mut(_missing)),
+        Case("label with one class", R, r"only one class", _mut(_one_class)),
+        Case("label with many integer values", R, r"--task classification or --task regression", _mut(_many_classes)),
+        Case("a stray 0.5 among 0/1 labels", R, r"looks like classes.*0\.5", _mut(_stray_half)),
+        Case("1,000 classes in 2,000 rows", [*R, "--task", "classification"], r"1000 classes cannot all appear", _thousand_classes),
+        Case("no id column", [*R, "--id-column", "customer"], r"no id column 'customer'", base),
+        Case("duplicated ids", R, r"duplicated ids", _mut(_dup_ids)),
+        Case("label column missing", [*R[:-4], "--label-column", "target", "--categorical", "telecom:plan"], r"label column 'target' is not in", base),
+        Case("missing labels", R, r"'default'.*missing for 1", _mut(_label_missing)),
+        Case("no id in every file", R, r"no id in column 'id' is present in every file", _mut(_no_common)),
+        Case("a column in two parties' files", R, r"'income' is in the files of both", _mut(_clash)),
+        Case("a party named active", [*R, "--party-file", "active={insurer}"], r"reserved", base),
+        Case("label column is the id column", [*R[:-4], "--label-column", "id", "--categorical", "telecom:plan"], r"must differ", base),
+        Case("categorical column not in the file", [*R[:-2], "--categorical", "telecom:colour"], r"'colour' is declared categorical", base),
+    ]
+    return C
+
+
+def render(args: list[str], values: dict) -> list[str]:
+    return [a.format(**values) for a in args]
+
+
+def classify(exit_code: int, output: str, expect: str) -> str:
+    """clear | misleading | traceback | silent."""
+    import re
+
+    if "Traceback" in output or exit_code not in (0, 2):
+        return "traceback"
+    if exit_code == 0:
+        return "silent"
+    flat = " ".join(output.split())
+    return "clear" if re.search(expect, flat) else "misleading"
+
+
+def main() -> None:  # pragma: no cover - a tool for the before/after counts
+    import argparse
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--src", required=True, help="the src/ folder of the checkout to try")
+    args = ap.parse_args()
+    counts: dict[str, int] = {}
+    rows = []
+    for case in cases():
+        with tempfile.TemporaryDirectory() as tmp:
+            values = case.setup(Path(tmp)) if case.setup else {}
+            argv = render(case.args, values)
+            env = {**os.environ, "PYTHONPATH": args.src}
+            p = subprocess.run([sys.executable, "-c", "from verticalfs.cli import app; app()", *argv],
+                               capture_output=True, text=True, env=env, cwd=tmp, timeout=600)
+            kind = classify(p.returncode, p.stdout + p.stderr, case.expect)
+        counts[kind] = counts.get(kind, 0) + 1
+        rows.append({"case": case.name, "result": kind})
+        print(f"{kind:11s} {case.name}", flush=True)
+    print(json.dumps(counts))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
