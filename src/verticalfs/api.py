@@ -23,6 +23,7 @@ from verticalfs.data.partition import add_noise_features, add_overlap, load_assi
 from verticalfs.data.table import Table
 from verticalfs.data.vertical import PreparedData, VerticalDataset
 from verticalfs.evaluation.metrics import primary_metric, selection_scores
+from verticalfs.exceptions import ConfigError
 from verticalfs.federation import Federation
 from verticalfs.methods import registry
 from verticalfs.training.history import ProgressCallback
@@ -128,6 +129,27 @@ class RunResult:
         """Write the JSON result atomically."""
         return write_json_atomic(path, self.to_dict())
 
+    @classmethod
+    def load(cls, path: str | Path) -> RunResult:
+        """A result written by :meth:`save` (the figures; not the fitted objects)."""
+        import json
+
+        try:
+            d = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"result file {str(path)!r} does not exist") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{str(path)!r} is not a result JSON: {exc}") from None
+        missing = [k for k in ("method", "dataset", "parties", "seed", "config", "metrics", "selection",
+                               "communication", "history", "timings") if k not in d]
+        if missing:
+            raise ConfigError(f"{str(path)!r} is not a verticalfs result (missing {missing})")
+        return cls(method=d["method"], dataset=d["dataset"], parties=d["parties"], seed=d["seed"],
+                   config=d["config"], metrics=d["metrics"], selection=d["selection"],
+                   communication=d["communication"], history=d["history"], timings=d["timings"],
+                   info=d.get("info", {}), estimates=d.get("wall_time_estimates", []),
+                   warnings=d.get("warnings", []))
+
     @property
     def total_bytes(self) -> int:
         return int(self.communication.get("total_bytes", 0))
@@ -160,6 +182,7 @@ def run(
     data_config: Mapping[str, Any] | None = None,
     federation: Federation | None = None,
     threads: int | None = 1,
+    save_model: str | Path | None = None,
 ) -> RunResult:
     """Run a registered method on prepared data and collect the result.
 
@@ -187,22 +210,28 @@ def run(
         Torch CPU threads during the run, restored afterwards (default 1, as the CLI: the parties'
         models are small, and one thread is several times faster on a few cores); ``None`` leaves
         torch's setting alone.
+    save_model : path, optional
+        Save the trained model in this folder (:mod:`verticalfs.model`: each party's part in its own
+        file, the label holder's, a manifest); ``verticalfs predict`` uses it on new rows.
     """
     if threads is None:
         return _run(method, data, seed=seed, params=params, codec=codec, progress=progress,
-                    bandwidths_mbps=bandwidths_mbps, data_config=data_config, federation=federation)
+                    bandwidths_mbps=bandwidths_mbps, data_config=data_config, federation=federation,
+                    save_model=save_model)
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(int(threads))
     try:
         return _run(method, data, seed=seed, params=params, codec=codec, progress=progress,
-                    bandwidths_mbps=bandwidths_mbps, data_config=data_config, federation=federation)
+                    bandwidths_mbps=bandwidths_mbps, data_config=data_config, federation=federation,
+                    save_model=save_model)
     finally:
         torch.set_num_threads(before)
 
 
-def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_config, federation) -> RunResult:
+def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_config, federation,
+         save_model=None) -> RunResult:
     cls = registry.get(method)
     metric = primary_metric(data.labels.task)
     callbacks = [ProgressCallback(method, metric)] if progress else []
@@ -217,6 +246,10 @@ def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_c
     elapsed = time.perf_counter() - t0
     if node is not None:
         node.flush()  # the label holder's work after its last message
+    if save_model is not None:
+        from verticalfs.model import save_model as _save
+
+        _save(m, fed, save_model, params=vars(m.params))
     selection = selection_block(data, m.get_support(), data.ground_truth, getattr(m, "feature_scores_", None))
     comm = fed.ledger.summary()
     n_epochs = max(1, len(m.history_))

@@ -303,6 +303,7 @@ def run_cmd(
     max_file_mb: float = OPT_MAX_FILE,
     data_dir: Path = DataDir,
     out: Path = O(None, "--out", "-o", help="Write the result JSON here (atomically)."),
+    save_model: Path = O(None, "--save-model", help="Save the trained model in this folder: each party's part (preprocessing, model, selection) in its own file, the label holder's, a manifest; `verticalfs predict` uses it."),
     progress: bool = O(True, "--progress/--no-progress", help="Show a progress bar."),
     config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result.", callback=_load_config, is_eager=True),
 ) -> None:
@@ -315,6 +316,7 @@ def run_cmd(
     try:
         check_seed(seed)
         check_out(out)
+        check_out(save_model, "--save-model", directory=True)
         parsed = opts.check()
         params = _parse_params(param)
         if epochs is not None:
@@ -332,16 +334,53 @@ def run_cmd(
         data = opts.build(seed, parsed)
         stage = f"running {method}"
         res = run(method, data, seed=seed, params=params, codec=codec, progress=progress,
-                  data_config=opts.config())
+                  data_config=opts.config(), save_model=save_model)
     except VerticalFSError as exc:
         _fail(exc)
     except KeyboardInterrupt:
         _interrupted(f"{stage} (seed {seed})")
     res.config["cli"] = {k: v for k, v in resolved.items() if v is not None}
     _print_result(res)
+    if save_model is not None:
+        console.print(f"model saved in [bold]{save_model}[/] (one file per party, the label holder's, a manifest)")
     if out is not None:
         res.save(out)
         console.print(f"result written to [bold]{out}[/]")
+
+
+# ------------------------------------------------------------------------------------- predict
+@app.command("predict")
+def predict_cmd(
+    model: Path = O(..., "--model", help="The folder written by `run --save-model`."),
+    party_file: list[str] = O(..., "--party-file", help="New rows: party=path (one per party of the model)."),
+    out: Path = O(..., "--out", "-o", help="predictions.csv: id, prediction and one probability per class."),
+    id_column: str = OPT_ID_COLUMN,
+    na_values: str = OPT_NA_VALUES,
+    delimiter: str = OPT_DELIMITER,
+    encoding: str = OPT_ENCODING,
+    max_file_mb: float = OPT_MAX_FILE,
+) -> None:
+    """Federated inference with a saved model: each party prepares its own new rows, the label
+    holder combines them through the same messages as training; the bytes are reported."""
+    from verticalfs.model import predict, write_predictions
+    from verticalfs.options import check_out, parse_party_files
+
+    try:
+        check_out(out)
+        files = parse_party_files(party_file)
+        if not max_file_mb > 0:
+            raise ConfigError(f"--max-file-mb must be > 0, got {max_file_mb}")
+        res = predict(model, files, id_column=id_column, na_values=na_values, delimiter=delimiter,
+                      encoding=encoding, max_bytes=int(max_file_mb * 2**20))
+    except VerticalFSError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        _interrupted("predicting")
+    err.print(res["report"].summary(), soft_wrap=True, highlight=False, markup=False)
+    write_predictions(res, out, id_column)
+    c = res["communication"]
+    console.print(f"{len(res['ids'])} predictions ({res['method']}) written to [bold]{out}[/]; "
+                  f"{c['total_bytes'] / 1e3:.1f} kB in {c['messages']} messages")
 
 
 def _print_result(res) -> None:

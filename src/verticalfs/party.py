@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -45,6 +46,9 @@ from verticalfs.transport.messages import (
     HelloRequest,
     Join,
     KeepFeatures,
+    LoadModel,
+    ModelSaved,
+    SaveModel,
     SupportReport,
     SupportRequest,
     kind_name,
@@ -199,6 +203,17 @@ class Role:
         """A score per kept feature for the final report (default none)."""
         return None
 
+    # -------------------------------------------------------------------- saving
+    def export(self) -> dict:
+        """The role's state for a saved model: tensors, numbers, strings, lists and dicts only (it is
+        loaded with ``torch.load(weights_only=True)``). A role that cannot be saved says so."""
+        raise ProtocolError(f"{type(self).__name__} (party {self.name!r}) cannot be saved as a model")
+
+    @classmethod
+    def restore(cls, data: LocalData, saved: dict, ctx: Context) -> Role:
+        """The role rebuilt from :meth:`export`'s output, on ``data`` (its kept features restored)."""
+        raise ProtocolError(f"{cls.__name__} cannot be restored from a saved model")
+
     def handle(self, sender: str, msg: Any, ctx: Context) -> Any:
         entry = self._handlers.get(type(msg))
         if entry is None:
@@ -250,6 +265,8 @@ class PartyRuntime:
         self.data = data if isinstance(data, LocalData) else LocalData.of(data)
         self.name = self.data.name
         self.role: Role | None = None
+        self.method: str | None = None
+        self.preprocessor = getattr(data, "preprocessor", None)
         self.node: Node | None = None
         self._role_for = role_for or _registry_role
         self._allowed = None if allowed_methods is None else set(allowed_methods)
@@ -262,6 +279,10 @@ class PartyRuntime:
 
     def handle(self, sender: str, msg: Any, at: At, node: Node | None) -> Any:
         t = type(msg)
+        if t is SaveModel or t is LoadModel:
+            if sender != LABEL_HOLDER:
+                raise ProtocolError(f"party {self.name!r} accepts {kind_name(msg)} only from the label holder")
+            return self._save(msg) if t is SaveModel else self._load(msg, Context(node, at, sender))
         if t is HelloRequest or t is Join or t is SupportRequest or t is KeepFeatures:
             if sender != LABEL_HOLDER:
                 raise ProtocolError(f"party {self.name!r} accepts {kind_name(msg)} only from the label holder, "
@@ -289,7 +310,37 @@ class PartyRuntime:
                                 f"{sorted(self._allowed)}")
         cls = self._role_for(str(msg.method))
         self.role = cls(self.data, msg.spec, ctx)
+        self.method = str(msg.method)
         return self.role.joined()
+
+    # ------------------------------------------------------------------ saved models
+    def _save(self, msg: SaveModel) -> ModelSaved:
+        from verticalfs.model import save_party_file
+
+        if self.role is None or self.method is None:
+            raise ProtocolError(f"party {self.name!r} has no trained role to save")
+        file, sha = save_party_file(Path(msg.directory), self.name, {
+            "method": self.method, "party": self.name, "feature_names": list(self.data.feature_names),
+            "kept": [int(i) for i in self.data.kept],
+            "preprocessor": None if self.preprocessor is None else self.preprocessor.to_dict(),
+            "role": self.role.export(),
+        })
+        return ModelSaved(file=file, sha256=sha)
+
+    def _load(self, msg: LoadModel, ctx: Context) -> Ack:
+        from verticalfs.model import load_party_file
+
+        saved = load_party_file(Path(msg.file), expected_sha256=msg.sha256, party=self.name)
+        if saved["method"] != msg.method:
+            raise ProtocolError(f"party {self.name!r}: {msg.file!r} holds a {saved['method']!r} model, not {msg.method!r}")
+        if list(saved["feature_names"]) != list(self.data.feature_names):
+            raise ProtocolError(f"party {self.name!r}: the rows given have features {self.data.feature_names[:5]}..., "
+                                f"the model was trained on {list(saved['feature_names'])[:5]}...")
+        self.data.keep(saved["kept"])
+        cls = self._role_for(str(msg.method))
+        self.role = cls.restore(self.data, saved["role"], ctx)
+        self.method = str(msg.method)
+        return Ack()
 
 
 def _unwrap(msg: Any) -> Any:

@@ -210,7 +210,12 @@ class PartyPreprocessor:
         parts = []
         src = f" in {where}" if where else ""
         if self.numeric:
-            A = X[self.numeric].to_numpy(dtype=np.float64)
+            try:
+                A = X[self.numeric].to_numpy(dtype=np.float64)
+            except (TypeError, ValueError):
+                bad = [c for c in self.numeric if not pd.api.types.is_numeric_dtype(X[c])]
+                raise DataError(f"party {self.party!r}: columns {bad}{src} are numeric in the model but hold text "
+                                "here; pass the missing-value markers with --na-values (e.g. '?') or fix them") from None
             inf = np.isinf(A).any(0)
             if inf.any():
                 bad = [c for c, m in zip(self.numeric, inf, strict=True) if m]

@@ -44,7 +44,8 @@ from verticalfs.data.vertical import PartyBlock, VerticalDataset
 from verticalfs.exceptions import DataError
 from verticalfs.names import LABEL_HOLDER
 
-__all__ = ["DEFAULT_MAX_BYTES", "MAX_INFERRED_CLASSES", "SUFFIXES", "AlignmentReport", "load_party_files"]
+__all__ = ["DEFAULT_MAX_BYTES", "MAX_INFERRED_CLASSES", "SUFFIXES", "AlignmentReport", "load_party_files",
+           "read_party_rows"]
 
 SUFFIXES: tuple[str, ...] = (".csv", ".csv.gz", ".parquet", ".pq")
 #: Integer-like numeric labels with at most this many distinct values are inferred to be classes;
@@ -373,6 +374,42 @@ def _numeric_with_markers(s: pd.Series) -> list[str] | None:
     if len(markers) > 3:
         return None
     return markers
+
+
+def read_party_rows(files: Mapping[str, str | Path], *, id_column: str = "id", na_values=None,
+                    delimiter: str = ",", encoding: str = "utf-8", max_bytes: int = DEFAULT_MAX_BYTES
+                    ) -> tuple[dict[str, pd.DataFrame], np.ndarray, AlignmentReport]:
+    """New rows for prediction: one file per party (no label), aligned by id as in training.
+
+    Returns the aligned frames (the id column removed), the aligned ids and the report.
+    """
+    if not files:
+        raise DataError("no party files given; pass one file per party of the model")
+    files = {str(p): Path(f) for p, f in files.items()}
+    if isinstance(na_values, str):
+        na_values = [v.strip() for v in na_values.split(",")]
+    frames = {}
+    for party, path in files.items():
+        df = _read(party, path, delimiter=delimiter, encoding=encoding, na_values=na_values,
+                   id_column=id_column, max_bytes=max_bytes)
+        df.columns = [str(c) for c in df.columns]
+        _check_ids(party, path, df, id_column)
+        df[id_column] = df[id_column].astype(str)
+        frames[party] = df
+    arrays = [df[id_column].to_numpy(dtype=str) for df in frames.values()]
+    common = _sort_ids(reduce(np.intersect1d, arrays[1:], np.unique(arrays[0])))
+    if len(common) == 0:
+        raise DataError(f"no id in column {id_column!r} is present in every file; nothing to predict")
+    report = AlignmentReport(n_aligned=len(common))
+    aligned = {}
+    for party, df in frames.items():
+        a = df.set_index(id_column).loc[common].reset_index(drop=True)
+        aligned[party] = a
+        report.files[party] = str(files[party])
+        report.rows_in_file[party] = len(df)
+        report.rows_kept[party] = len(a)
+        report.rows_lost[party] = len(df) - len(a)
+    return aligned, np.asarray(common), report
 
 
 # ---------------------------------------------------------------------------- main entry

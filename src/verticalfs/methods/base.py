@@ -116,6 +116,15 @@ class Method(ABC):
             self.info_.update(info)
         return self
 
+    def predict_proba(self, fed, split: str = "test") -> np.ndarray:
+        """Class probabilities (values for regression) of the fitted model on ``split`` of the
+        federation it was trained on, asked from the parties through ``fed`` (phase ``eval``)."""
+        from verticalfs.model import _holder_output, holder_part, probabilities
+
+        labels = fed.labels
+        return probabilities(_holder_output(holder_part(self), fed, split, labels.task, labels.n_classes),
+                             labels.task)
+
     def get_support(self, party: str | None = None, indices: bool = False):
         """Bool mask (or indices) of kept features for ``party``, or a dict over all parties."""
         sup = getattr(self, "support_", None)

@@ -24,7 +24,7 @@ from verticalfs.evaluation.metrics import prediction_metrics
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods.base import Method
 from verticalfs.party import Context, Role, handles
-from verticalfs.selection.evaluate import CLASSIFIERS, fit_predict
+from verticalfs.selection.evaluate import CLASSIFIERS, classifier_output, fit_classifier
 from verticalfs.training.history import History
 from verticalfs.transport.messages import Ack, At, message
 
@@ -60,6 +60,13 @@ class FilterRole(Role):
                                 f"party has {X.shape[1]} features")
         self.data.keep(idx)
         return Columns(values=np.ascontiguousarray(X[:, idx], dtype=np.float32))
+
+    def export(self) -> dict:
+        return {}  # a filter method's party keeps only its selected columns (saved by the runtime)
+
+    @classmethod
+    def restore(cls, data, saved: dict, ctx: Context) -> FilterRole:
+        return FilterRole(data, None, ctx)
 
     def columns(self, split: str = "train") -> np.ndarray:
         """All of the party's prepared columns of ``split`` (float32)."""
@@ -180,8 +187,9 @@ class FilterMethod(Method):
         b2 = led.total_bytes
         lab = fed.labels
         splits = [s for s in ("test", "val") if len(y[s])]
-        outs = fit_predict(X["train"], y["train"], [X[s] for s in splits], self.params.classifier,
-                           seed=self.seed, task=lab.task, n_classes=lab.n_classes)
+        self.classifier_ = fit_classifier(X["train"], y["train"], self.params.classifier, seed=self.seed,
+                                          task=lab.task, n_classes=lab.n_classes)
+        outs = [classifier_output(self.classifier_, X[s], lab.task, lab.n_classes) for s in splits]
         entry: dict = {"epoch": 0, "phase": "selection", "bytes": int(b2 - b0), "bytes_total": int(led.total_bytes)}
         self.metrics_ = {}
         for s, out in zip(splits, outs, strict=True):

@@ -147,3 +147,21 @@ def make_optimizer(params, name: str, lr: float, weight_decay: float = 0.0, mome
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     raise ConfigError(f"unknown optimizer {name!r}; use one of ['adam', 'adamw', 'sgd']")
+
+
+def load_shaped(module: nn.Module, state: dict) -> nn.Module:
+    """Load ``state`` into ``module``, first replacing every Linear layer whose saved weight has
+    another shape by one of the saved shape (models that shrank while training: removed inputs,
+    removed embedding components)."""
+    for name, sub in list(module.named_modules()):
+        if not isinstance(sub, nn.Linear):
+            continue
+        w = state.get(f"{name}.weight")
+        if w is None or tuple(w.shape) == tuple(sub.weight.shape):
+            continue
+        new = nn.Linear(int(w.shape[1]), int(w.shape[0]), bias=f"{name}.bias" in state)
+        parent_name, _, child = name.rpartition(".")
+        parent = module.get_submodule(parent_name) if parent_name else module
+        setattr(parent, child, new)
+    module.load_state_dict(state)
+    return module

@@ -86,22 +86,51 @@ def _constant_output(y_train: np.ndarray, n: int, task: str, n_classes: int) -> 
     return np.tile(np.log(np.clip(prior, 1e-12, 1.0)), (n, 1))
 
 
-def fit_predict(X_train, y_train, X_eval_list, classifier: str, seed: int = 0, task: str = "binary",
-                n_classes: int = 2) -> list[np.ndarray]:
-    """Fit ``classifier`` on the training rows; return its outputs on each array of ``X_eval_list``."""
+class ConstantModel:
+    """The prediction without features (or with one class): the training mean / class prior."""
+
+    def __init__(self, y_train: np.ndarray, task: str, n_classes: int) -> None:
+        self.task, self.n_classes = task, n_classes
+        self.value = _constant_output(np.asarray(y_train), 1, task, n_classes)[0]
+
+    def output(self, X: np.ndarray) -> np.ndarray:
+        return np.repeat(np.asarray(self.value)[None, ...], len(X), axis=0) if self.task != "regression" \
+            else np.full(len(X), float(self.value))
+
+
+def fit_classifier(X_train, y_train, classifier: str, seed: int = 0, task: str = "binary", n_classes: int = 2):
+    """The fitted ``classifier`` on the training rows (a :class:`ConstantModel` without features)."""
     X_train = np.asarray(X_train, dtype=np.float64)
     y_train = np.asarray(y_train)
     if X_train.ndim != 2 or len(X_train) != len(y_train):
         raise DataError(f"X_train has shape {X_train.shape} but y_train has {len(y_train)} rows; "
                         "pass a 2-D array with one row per label")
     if X_train.shape[1] == 0 or (task != "regression" and len(np.unique(y_train)) < 2):
-        return [_constant_output(y_train, len(X), task, n_classes) for X in X_eval_list]
+        return ConstantModel(y_train, task, n_classes)
     model = make_classifier(classifier, seed=seed, task=task)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # convergence warnings of LR/MLP on small data
         model.fit(X_train, y_train)
-        return [_output(model, np.asarray(X, dtype=np.float64), task, n_classes) if len(X) else
-                np.zeros((0, n_classes)) for X in X_eval_list]
+    return model
+
+
+def classifier_output(model, X, task: str, n_classes: int) -> np.ndarray:
+    """A fitted classifier's output on ``X`` in the form :func:`prediction_metrics` takes."""
+    X = np.asarray(X, dtype=np.float64)
+    if isinstance(model, ConstantModel):
+        return model.output(X)
+    if not len(X):
+        return np.zeros((0, n_classes))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _output(model, X, task, n_classes)
+
+
+def fit_predict(X_train, y_train, X_eval_list, classifier: str, seed: int = 0, task: str = "binary",
+                n_classes: int = 2) -> list[np.ndarray]:
+    """Fit ``classifier`` on the training rows; return its outputs on each array of ``X_eval_list``."""
+    model = fit_classifier(X_train, y_train, classifier, seed, task, n_classes)
+    return [classifier_output(model, X, task, n_classes) for X in X_eval_list]
 
 
 def evaluate_selected(X_train, y_train, X_test, y_test, classifier: str, seed: int = 0, task: str = "binary",

@@ -179,7 +179,8 @@ class SplitRole(Role):
                                 f"{type(spec).__name__}")
         self.model = seeded(int(spec.seed), lambda: self.build_model(len(data.kept)))
         self.optimizer = self.make_optimizer()
-        self.plan = BatchPlan(data.n_samples("train"), int(spec.batch_size), int(spec.shuffle_seed))
+        n_train = data.n_samples("train") if "train" in data.splits else 0  # none when predicting
+        self.plan = BatchPlan(n_train, int(spec.batch_size), int(spec.shuffle_seed))
         self.pending: torch.Tensor | None = None
         self.saved: dict | None = None
         self._dense32 = spec.forward == "float32"
@@ -259,6 +260,23 @@ class SplitRole(Role):
             torch.autograd.backward([out, local], [g, torch.ones_like(local)])
         opt.step()
         self.post_step()
+
+    # ------------------------------------------------------------------ saving
+    def export(self) -> dict:
+        from verticalfs.transport.messages import message_to_dict
+
+        return {"spec": message_to_dict(self.spec),
+                "state": {k: v.detach().clone() for k, v in self.model.state_dict().items()}}
+
+    @classmethod
+    def restore(cls, data, saved: dict, ctx: Context) -> SplitRole:
+        from verticalfs.nn.models import load_shaped
+        from verticalfs.transport.messages import message_from_dict
+
+        role = cls(data, message_from_dict(saved["spec"]), ctx)
+        load_shaped(role.model, saved["state"])
+        role.model.eval()
+        return role
 
     # --------------------------------------------------------------- handlers
     def joined(self) -> Ready:

@@ -97,6 +97,40 @@ def message_class(kind_id: int) -> type:
         ) from None
 
 
+def qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def message_to_dict(msg: Any) -> dict:
+    """A message as plain data (its kind by qualified name, its fields; nested messages too), e.g.
+    a role's spec in a saved model."""
+    fields = {}
+    for name in type(msg)._vf_fields:
+        v = getattr(msg, name)
+        fields[name] = message_to_dict(v) if hasattr(type(v), "_vf_kind") else (list(v) if isinstance(v, tuple) else v)
+    return {"kind": qualified_name(type(msg)), "fields": fields}
+
+
+def message_from_dict(d: dict) -> Any:
+    """Inverse of :func:`message_to_dict`; only registered message kinds are built."""
+    if not isinstance(d, dict) or "kind" not in d or "fields" not in d:
+        raise TransportError("not a saved message: expected {'kind': ..., 'fields': {...}}")
+    cls = next((c for c in _REGISTRY.values() if qualified_name(c) == d["kind"]), None)
+    if cls is None:
+        raise TransportError(f"unknown message kind {d['kind']!r}; is the method that defines it installed?")
+    vals = {}
+    for name in cls._vf_fields:
+        if name not in d["fields"]:
+            continue
+        v = d["fields"][name]
+        if isinstance(v, dict) and set(v) == {"kind", "fields"}:
+            v = message_from_dict(v)
+        elif isinstance(v, list) and isinstance(cls.__dataclass_fields__[name].default, tuple):
+            v = tuple(v)
+        vals[name] = v
+    return cls(**vals)
+
+
 def kind_name(msg_or_cls: Any) -> str:
     cls = msg_or_cls if isinstance(msg_or_cls, type) else type(msg_or_cls)
     return cls.__name__
@@ -235,6 +269,32 @@ class KeepFeatures:
     selection of an earlier method in a pipeline); the reply is the party's support report."""
 
     indices: np.ndarray
+
+
+@message
+class SaveModel:
+    """Label holder -> party, phase ``report``: save your part of the trained model (your
+    preprocessing, kept features and role state) as ``<directory>/<party>.pt`` on your side."""
+
+    directory: str
+
+
+@message
+class ModelSaved:
+    """Party -> label holder: the file a party wrote and its SHA-256 (for the model's manifest)."""
+
+    file: str
+    sha256: str
+
+
+@message
+class LoadModel:
+    """Label holder -> party, phase ``setup``: restore your role of a saved model from ``file``
+    (on your side), refusing it unless its SHA-256 is ``sha256``."""
+
+    method: str
+    file: str
+    sha256: str
 
 
 @message

@@ -54,7 +54,7 @@ class GroupLassoRole(SplitRole):
 
     def __init__(self, data, spec, ctx) -> None:
         super().__init__(data, spec, ctx)
-        self.mu = self.data.X("train").mean(0)
+        self.mu = self.data.X("train").mean(0) if "train" in self.data.splits else None  # none when predicting
         self.steps = 0
 
     def post_step(self) -> None:
