@@ -89,7 +89,7 @@ def _load_config(ctx: typer.Context, param, value: str | None):
         elif k in ("party_files", "party_file") and isinstance(v, dict):
             defaults["party_file"] = [f"{pk}={pv}" for pk, pv in v.items()]
         elif k in names:
-            defaults[k] = [str(x) for x in v] if isinstance(v, list) and k in ("categorical", "param") else (
+            defaults[k] = [str(x) for x in v] if isinstance(v, list) and k in ("categorical", "param", "party_file") else (
                 ",".join(str(x) for x in v) if isinstance(v, list) else v)
         else:
             raise typer.BadParameter(f"config file {value!r}: unknown option {key!r}; options are "

@@ -140,7 +140,7 @@ def compare(
         table.append(row)
     name = dataset if isinstance(dataset, str) else getattr(dataset, "dataset", None) or "user files"
     return {"dataset": str(name), "parties": n_parties, "noise": parsed["noise"] if parsed else noise,
-            "seeds": list(seeds), "metric": metric, "table": table, "runs": runs, "skipped": skipped}
+            "seeds": list(seeds), "metric": metric, "target_fraction": target_fraction, "table": table, "runs": runs, "skipped": skipped}
 
 
 def _safe(name: str) -> str:
@@ -168,6 +168,7 @@ def _summ(res: RunResult, metric: str, target: float | None, min_sr: float | Non
         "seed": res.seed,
         "metric_name": metric,
         "metric": res.metrics.get(metric),
+        "metrics": dict(res.metrics),
         "total_mb": res.communication["total_bytes"] / 1e6,
         "train_mb": (hist[-1]["bytes"] / 1e6) if hist else 0.0,
         "spurious_removed": res.selection.get("spurious_removed"),
@@ -193,7 +194,9 @@ def plot_compare(summary: Mapping[str, Any], path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     metric = summary["metric"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    rows = {r["method"]: r for r in summary.get("table", [])}
+    fig, ax = plt.subplots(figsize=(8, 5))
+    spans = []
     for name, rs in summary["runs"].items():
         L = min(len(r["history"]) for r in rs)
         if L == 0:
@@ -205,14 +208,30 @@ def plot_compare(summary: Mapping[str, Any], path: str | Path) -> Path:
         if not np.any(mb > 0):  # a method that sends nothing (central): its final value as a level
             ax.axhline(mean[-1], linestyle="--", color="grey", label=f"{name} (no messages, final)")
             continue
-        (line,) = ax.plot(mb, mean, label=name, marker="." if L < 30 else None)
-        if len(rs) > 1:
-            ax.fill_between(mb, mean - std, mean + std, alpha=0.2, color=line.get_color())
+        reach = rows.get(name, {}).get("mb_to_target")
+        label = name if reach is None else f"{name}: {_mb(reach)} to target"
+        if L == 1:  # a filter method: one point (its selection's bytes, its classifier's metric)
+            line = ax.errorbar(mb, mean, yerr=std if len(rs) > 1 else None, marker="o", linestyle="none",
+                               markersize=7, capsize=3, label=label).lines[0]
+        else:
+            (line,) = ax.plot(mb, mean, label=label, marker="." if L < 30 else None)
+            if len(rs) > 1:
+                ax.fill_between(mb, mean - std, mean + std, alpha=0.2, color=line.get_color())
+        spans.extend(mb[mb > 0])
+        if reach is not None and mb.size > 1:
+            targets = [r["target"] for r in rs if r.get("target") is not None]
+            ax.plot([reach], [np.mean(targets)], marker="x", markersize=10, mew=2, color=line.get_color())
+    targets = [r["target"] for name, rs in summary["runs"].items() for r in rs if r.get("target") is not None]
+    if targets:
+        ax.axhline(np.mean(targets), color="black", linewidth=0.8, linestyle=":",
+                   label=f"target: {np.mean(targets):.3f} ({summary.get('target_fraction', 0.9):.0%} of {REFERENCE}'s best)")
+    if spans and max(spans) / min(spans) > 20:  # bytes that differ by orders of magnitude
+        ax.set_xscale("log")
     ax.set_xlabel("megabytes sent (training traffic)")
     ax.set_ylabel(f"test {metric}")
     ax.set_title(f"{summary['dataset']}: {summary['parties']} parties, noise {summary['noise']}")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     out = save_figure_atomic(fig, path, dpi=120)
     plt.close(fig)
@@ -229,3 +248,7 @@ def write_compare(summary: Mapping[str, Any], out_dir: str | Path) -> dict[str, 
     except ConfigError as exc:
         out["plot"] = str(exc)
     return out
+
+
+def _mb(mb: float) -> str:
+    return f"{mb * 1000:.0f} kB" if mb < 1 else f"{mb:.1f} MB"

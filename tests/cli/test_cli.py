@@ -110,6 +110,38 @@ class TestCompare:
         assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporaries
 
 
+    def test_compare_marks_the_target_and_the_bytes_to_reach_it(self, tmp_path):
+        """The demo's view: methods whose bytes differ, the target, each method's MB to reach it."""
+        from verticalfs.compare import compare, plot_compare
+
+        s = compare("breast_cancer", ["vfl", "feast"], parties=2, noise=0.5, epochs=2, seeds=[0])
+        rows = {r["method"]: r for r in s["table"]}
+        feast = s["runs"]["feast"][0]
+        assert feast["target"] == pytest.approx(0.9 * s["runs"]["vfl-original"][0]["reference_best"])
+        # FEAST selects before any training traffic: one point; it reaches the target if its accuracy does
+        assert (rows["feast"]["mb_to_target"] is not None) == (
+            feast["metric"] >= feast["target"] and feast["spurious_removed"] >= 0.8)
+        assert rows["vfl"]["mb_to_target"] is None  # vfl keeps every noise feature: never reaches it
+        assert set(feast["metrics"]) >= {"accuracy", "roc_auc"} and s["target_fraction"] == 0.9
+        labels = []
+        import matplotlib.axes
+
+        real = matplotlib.axes.Axes.legend
+
+        def spy(ax, *a, **kw):
+            labels.extend(t for t in ax.get_legend_handles_labels()[1])
+            return real(ax, *a, **kw)
+
+        matplotlib.axes.Axes.legend = spy
+        try:
+            plot_compare(s, tmp_path / "p.png")
+        finally:
+            matplotlib.axes.Axes.legend = real
+        assert any(lab.startswith("target: ") for lab in labels)
+        if rows["feast"]["mb_to_target"] is not None:
+            assert any(lab.startswith("feast: ") and "to target" in lab for lab in labels)
+
+
 class TestInterruptions:
     """Ctrl-C during ``compare`` keeps every finished run on disk; ``--resume`` completes the rest."""
 

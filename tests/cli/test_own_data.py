@@ -124,3 +124,30 @@ def test_tampered_or_foreign_models_are_refused(trained, tmp_path):
     (bad / "manifest.json").write_text(json.dumps(m))
     r = runner.invoke(app, args)
     assert r.exit_code == 2 and "saved by verticalfs 0.0.1" in r.output
+
+
+def test_a_config_file_runs_a_pipeline_on_party_files(trained, tmp_path):
+    """The README's TOML: every option from a file, a pipeline, party files as a table."""
+    _, paths, _, _ = trained
+    files = "\n".join(f'{p} = "{f}"' for p, f in paths.items())
+    (tmp_path / "run.toml").write_text(f'''pipeline = ["feast", "sparsevfl-16"]
+id_column = "customer"
+label_party = "bank"
+label_column = "default"
+categorical = ["auto"]
+na_values = "?"
+impute = "median"
+out = "{tmp_path / 'result.json'}"
+progress = false
+[party_file]
+{files}
+[param]
+"feast.n_select" = 3
+"sparsevfl-16.epochs" = 2
+''')
+    r = runner.invoke(app, ["run", "--config", str(tmp_path / "run.toml")])
+    assert r.exit_code == 0, r.output
+    d = json.loads((tmp_path / "result.json").read_text())
+    assert d["method"] == "feast+sparsevfl-16" and d["config"]["cli"]["method"] == "feast+sparsevfl-16"
+    assert d["selection"]["n_kept"] == 3
+    assert {"selection", "train"} <= set(d["communication"]["by_phase"])
