@@ -1,0 +1,263 @@
+"""Encoded messages between processes over gRPC, with mutual TLS by default.
+
+One generic RPC, ``/verticalfs.Transport/Exchange`` (bidirectional stream of ``bytes`` chunks):
+the caller streams one encoded message in chunks of :data:`CHUNK` bytes (so no gRPC message-size
+limit is ever met, whatever the message), the receiving party's node handles it, and the reply is
+streamed back the same way (no chunks at all for a one-way message). The bytes are exactly what
+:mod:`verticalfs.transport.serde` produced: the ledger records the same payload and overhead as
+in-process (gRPC's framing and TLS come on top and are not on the ledger).
+
+Who is talking: each call carries the sender's name (``vf-sender`` metadata). With TLS (the
+default) the server accepts it only if the peer's certificate, signed by the agreed CA, names
+that sender, and only senders in its ``peers`` list; the client checks the server's certificate
+names the party it meant to reach. A handler's error is sent back with its type and message and
+raised at the caller as the same verticalfs exception, naming the party; an unreachable party is
+a :class:`~verticalfs.exceptions.TransportError` naming it and its address within ``connect_timeout``
+seconds, never a hang.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent import futures
+
+from verticalfs import exceptions as _exc
+from verticalfs.exceptions import ConfigError, ProtocolError, TransportError
+from verticalfs.transport.channel import Channel, Endpoint
+from verticalfs.transport.grpc.tls import TLSFiles
+
+SERVICE = "verticalfs.Transport"
+METHOD = f"/{SERVICE}/Exchange"
+#: bytes per streamed chunk
+CHUNK = 1 << 20
+#: the largest message a party accepts (the run-length decoder bounds what it expands to separately)
+MAX_MESSAGE_BYTES = 1 << 34
+_OPTIONS = [("grpc.max_send_message_length", 4 * CHUNK), ("grpc.max_receive_message_length", 4 * CHUNK),
+            ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
+            ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)]
+
+
+def _grpc():
+    try:
+        import grpc
+    except ImportError:  # pragma: no cover - the deploy extra
+        raise ConfigError("networked runs need grpcio and cryptography: pip install 'verticalfs[deploy]'") from None
+    return grpc
+
+
+def _chunks(data: bytes) -> Iterator[bytes]:
+    view = memoryview(data)
+    if not data:
+        yield b""
+    for i in range(0, len(data), CHUNK):
+        yield bytes(view[i:i + CHUNK])
+
+
+def _insecure_warning(who: str) -> None:
+    warnings.warn(f"{who}: INSECURE transport (no TLS): messages travel in the clear and any process that "
+                  "reaches the address can claim to be any party; use it only for local experiments",
+                  stacklevel=3)
+
+
+class PartyServer:
+    """Serve one party's endpoint (its :class:`~verticalfs.transport.node.Node`) on ``address``.
+
+    Parameters
+    ----------
+    endpoint : Endpoint
+        What received messages are handed to (one at a time: a party handles one message at once).
+    address : str
+        ``host:port`` to listen on (port 0: any free port; see :attr:`port`).
+    tls : TLSFiles or None
+        This party's TLS material; ``None`` only with ``insecure=True``.
+    peers : iterable of str
+        The parties allowed to send to this one (names as in their certificates).
+    """
+
+    def __init__(self, endpoint: Endpoint, address: str, *, tls: TLSFiles | None, peers: Iterable[str],
+                 insecure: bool = False, max_workers: int = 4) -> None:
+        grpc = _grpc()
+        if tls is None and not insecure:
+            raise ConfigError(f"party {endpoint.name!r}: no TLS material; give the CA, certificate and key, or "
+                              "--insecure for a local experiment")
+        if tls is None:
+            _insecure_warning(f"party {endpoint.name!r}")
+        self.endpoint = endpoint
+        self.peers = frozenset(peers)
+        self.tls = tls
+        self._lock = threading.Lock()
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=_OPTIONS)
+        handler = grpc.stream_stream_rpc_method_handler(self._exchange)
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Exchange": handler}),))
+        if tls is not None:
+            ca, cert, key = tls.read()
+            creds = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
+            self.port = self._server.add_secure_port(address, creds)
+        else:
+            self.port = self._server.add_insecure_port(address)
+        if self.port == 0:
+            raise TransportError(f"party {endpoint.name!r} cannot listen on {address!r} (in use or not an address "
+                                 "of this host)")
+        self.address = address.rsplit(":", 1)[0] + f":{self.port}"
+
+    def start(self) -> PartyServer:
+        self._server.start()
+        return self
+
+    def wait(self) -> None:
+        self._server.wait_for_termination()
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        self._server.stop(grace).wait()
+
+    def _exchange(self, request_iterator, context):
+        grpc = _grpc()
+        md = dict(context.invocation_metadata())
+        sender, op = md.get("vf-sender", ""), md.get("vf-op", "")
+        if self.tls is not None:
+            names = {n.decode() for n in context.auth_context().get("x509_common_name", [])}
+            if sender not in names:
+                context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                              f"PermissionError: the sender claims to be {sender!r} but its certificate names "
+                              f"{sorted(names)}")
+        if sender not in self.peers:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"PermissionError: {sender!r} is not a peer of party {self.endpoint.name!r} "
+                          f"(its peers: {sorted(self.peers)})")
+        parts, size = [], 0
+        for chunk in request_iterator:
+            size += len(chunk)
+            if size > MAX_MESSAGE_BYTES:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"TransportError: a message over {MAX_MESSAGE_BYTES} bytes from {sender!r}")
+            parts.append(chunk)
+        data = b"".join(parts)
+        try:
+            with self._lock:
+                reply = self.endpoint.receive(sender, data)
+        except _exc.VerticalFSError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - reported to the caller with its type, never a silent hang
+            context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+        if op == "call" and reply is None:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"ProtocolError: {self.endpoint.name!r} has no reply")
+        if reply is not None:
+            yield from _chunks(reply)
+
+
+class GrpcChannel(Channel):
+    """The sending side: one gRPC connection per party this party talks to.
+
+    Parameters
+    ----------
+    name : str
+        The party using this channel (its certificate must name it).
+    addresses : mapping
+        ``{party name: "host:port"}`` of the parties it may send to.
+    tls : TLSFiles or None
+        This party's TLS material (``None`` only with ``insecure=True``).
+    connect_timeout : float
+        Seconds to wait for a party to be reachable before a :class:`TransportError` names it.
+    call_timeout : float or None
+        Deadline of one exchange (``None``: none; a dead peer is still detected at once by its
+        closed connection, or by keep-alive pings within about 15 s).
+    """
+
+    def __init__(self, name: str, addresses: Mapping[str, str], *, tls: TLSFiles | None, insecure: bool = False,
+                 connect_timeout: float = 10.0, call_timeout: float | None = None) -> None:
+        grpc = _grpc()
+        if tls is None and not insecure:
+            raise ConfigError(f"{name!r}: no TLS material; give the CA, certificate and key, or --insecure for a "
+                              "local experiment")
+        if tls is None:
+            _insecure_warning(name)
+        self.name = name
+        self.addresses = dict(addresses)
+        self.connect_timeout = connect_timeout
+        self.call_timeout = call_timeout
+        self._creds = None
+        if tls is not None:
+            ca, cert, key = tls.read()
+            self._creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+        self._channels: dict[str, object] = {}
+        self._calls: dict[str, object] = {}
+        self._lock = threading.Lock()
+
+    def _call(self, receiver: str):
+        call = self._calls.get(receiver)
+        if call is not None:
+            return call
+        grpc = _grpc()
+        with self._lock:
+            if receiver in self._calls:
+                return self._calls[receiver]
+            try:
+                addr = self.addresses[receiver]
+            except KeyError:
+                raise TransportError(f"{self.name!r} has no address for party {receiver!r}; known: "
+                                     f"{sorted(self.addresses)}") from None
+            if self._creds is not None:
+                ch = grpc.secure_channel(addr, self._creds,
+                                         options=[*_OPTIONS, ("grpc.ssl_target_name_override", receiver)])
+            else:
+                ch = grpc.insecure_channel(addr, options=_OPTIONS)
+            try:
+                grpc.channel_ready_future(ch).result(timeout=self.connect_timeout)
+            except grpc.FutureTimeoutError:
+                ch.close()
+                raise TransportError(f"party {receiver!r} at {addr} is not reachable within {self.connect_timeout:g} s "
+                                     "(is `verticalfs party serve` running there, and do the certificates match?)") from None
+            self._channels[receiver] = ch
+            self._calls[receiver] = ch.stream_stream(METHOD)
+            return self._calls[receiver]
+
+    def wait_ready(self, parties: Iterable[str]) -> None:
+        """Connect to every party in ``parties`` now; a :class:`TransportError` names the first unreachable one."""
+        for p in parties:
+            self._call(p)
+
+    def _exchange(self, op: str, sender: str, receiver: str, data: bytes) -> bytes | None:
+        grpc = _grpc()
+        call = self._call(receiver)
+        try:
+            parts = list(call(_chunks(data), metadata=(("vf-sender", sender), ("vf-op", op)),
+                              timeout=self.call_timeout))
+        except grpc.RpcError as err:
+            raise _remote_error(err, receiver, self.addresses[receiver]) from None
+        return b"".join(parts) if parts else None
+
+    def call(self, sender: str, receiver: str, data: bytes) -> bytes:
+        reply = self._exchange("call", sender, receiver, data)
+        if reply is None:
+            raise ProtocolError(f"{receiver!r} sent no reply to a request from {sender!r}")
+        return reply
+
+    def post(self, sender: str, receiver: str, data: bytes) -> None:
+        if self._exchange("post", sender, receiver, data) is not None:
+            raise ProtocolError(f"{receiver!r} replied to a one-way message from {sender!r}")
+
+    def close(self) -> None:
+        for ch in self._channels.values():
+            ch.close()
+        self._channels.clear()
+        self._calls.clear()
+
+
+def _remote_error(err, receiver: str, address: str) -> Exception:
+    """A gRPC failure as the verticalfs exception the party raised, or a TransportError naming it."""
+    grpc = _grpc()
+    code, details = err.code(), err.details() or ""
+    if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INTERNAL, grpc.StatusCode.PERMISSION_DENIED,
+                grpc.StatusCode.RESOURCE_EXHAUSTED) and ": " in details:
+        kind, text = details.split(": ", 1)
+        cls = getattr(_exc, kind, None)
+        if isinstance(cls, type) and issubclass(cls, _exc.VerticalFSError):
+            return cls(f"party {receiver!r}: {text}")
+        if code == grpc.StatusCode.PERMISSION_DENIED:
+            return TransportError(f"party {receiver!r} at {address} refused the message: {text}")
+        return ProtocolError(f"party {receiver!r} failed: {details}")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return TransportError(f"party {receiver!r} at {address} did not answer within the deadline")
+    return TransportError(f"party {receiver!r} at {address} is gone or unreachable ({code.name}: {details})")

@@ -1,0 +1,52 @@
+"""One feature party as a networked process: its runtime behind a :class:`PartyServer`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from verticalfs.names import LABEL_HOLDER
+from verticalfs.transport.grpc.channel import GrpcChannel, PartyServer
+from verticalfs.transport.grpc.tls import TLSFiles
+from verticalfs.transport.ledger import Ledger
+
+
+class NetworkedParty:
+    """A :class:`~verticalfs.party.PartyRuntime` listening on ``address``.
+
+    It accepts messages from the label holder and from the other parties named in ``addresses``
+    (party-to-party messages, e.g. FEAST's statistical variables, go straight to the peer) and
+    records what it sends to peers on its own ledger (the node's metering rule).
+    """
+
+    def __init__(self, runtime, address: str, *, tls: TLSFiles | None, addresses: Mapping[str, str] | None = None,
+                 peers: Sequence[str] = (), insecure: bool = False, connect_timeout: float = 10.0) -> None:
+        self.runtime = runtime
+        self.ledger = Ledger()
+        self._tls, self._insecure, self._timeout = tls, insecure, connect_timeout
+        self.channel: GrpcChannel | None = None
+        self.server = PartyServer(self, address, tls=tls, peers={LABEL_HOLDER, *peers}, insecure=insecure)
+        self.name = runtime.name
+        if addresses is not None:
+            self.set_addresses(addresses)
+
+    def set_addresses(self, addresses: Mapping[str, str]) -> None:
+        """Where the other parties listen (for party-to-party messages)."""
+        others = {p: a for p, a in addresses.items() if p != self.name}
+        self.server.peers = frozenset({LABEL_HOLDER, *others})
+        self.channel = GrpcChannel(self.name, others, tls=self._tls, insecure=self._insecure,
+                                   connect_timeout=self._timeout)
+        self.runtime.connect(self.channel, self.ledger)
+
+    def receive(self, sender: str, data: bytes) -> bytes | None:
+        return self.runtime.node.receive(sender, data)
+
+    def start(self) -> NetworkedParty:
+        if self.runtime.node is None:
+            raise RuntimeError("set_addresses() first")
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+        if self.channel is not None:
+            self.channel.close()
