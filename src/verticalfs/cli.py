@@ -541,6 +541,43 @@ def _print_compare(summary: dict, opts: DataOptions, seeds: str) -> None:
             console.print(f"{row['method']} skipped: {row['skipped']}", soft_wrap=True, highlight=False, markup=False)
 
 
+certs_app = typer.Typer(help="Mutual-TLS material for networked runs (needs the deploy extra).",
+                        no_args_is_help=True)
+app.add_typer(certs_app, name="certs")
+
+
+@certs_app.command("make")
+def certs_make(
+    parties: str = typer.Option(..., "--parties", help="Comma-separated party names (the label holder, "
+                                "'active', is added)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for ca.pem, ca.key and <party>.pem / <party>.key."),
+    hosts: str = typer.Option("localhost,127.0.0.1", "--hosts", help="Host names or IP addresses the parties "
+                              "are reached at (in every certificate, beside the party's own name)."),
+    days: int = typer.Option(365, "--days", min=1, help="Validity."),
+) -> None:
+    """A development CA and a certificate and key per party (ECDSA P-256), for mutual TLS.
+
+    Give each party its own .pem and .key and everyone ca.pem; keep ca.key offline. For production,
+    sign the parties' certificates with your own CA, with the party name as common name.
+    """
+    from verticalfs.exceptions import ConfigError
+    from verticalfs.names import LABEL_HOLDER
+
+    names = [p.strip() for p in parties.split(",") if p.strip()]
+    if not names:
+        _fail(ConfigError("--parties names no party; e.g. --parties bank,telecom,insurer"))
+    if LABEL_HOLDER not in names:
+        names = [LABEL_HOLDER, *names]
+    try:
+        from verticalfs.transport.grpc.tls import make_certs
+
+        paths = make_certs(names, out, hosts=[h.strip() for h in hosts.split(",") if h.strip()], days=days)
+    except ConfigError as exc:
+        _fail(exc)
+    console.print(f"wrote a development CA ({paths['ca']}) and certificates for {', '.join(names)} in {out}; "
+                  "the .key files are private (mode 0600)")
+
+
 def _register_method_commands() -> None:
     """Methods add their own commands (e.g. LESS-VFL's grid search) through the method registry."""
     from verticalfs.methods.registry import commands

@@ -37,6 +37,7 @@ import torch
 
 from verticalfs.exceptions import ProtocolError
 from verticalfs.names import LABEL_HOLDER
+from verticalfs.psi import PsiRequest, PsiServer
 from verticalfs.transport.ledger import Ledger
 from verticalfs.transport.messages import (
     Ack,
@@ -258,10 +259,13 @@ class PartyRuntime:
         ``role_for(method) -> Role class``; default: the method registry.
     allowed_methods : sequence of str, optional
         Methods this party agrees to join (default: any registered method).
+    ids : sequence, optional
+        The party's row ids, for the label holder's private set intersection
+        (:mod:`verticalfs.psi`); without them the party refuses PSI requests.
     """
 
     def __init__(self, data, *, role_for: Callable[[str], type[Role]] | None = None,
-                 allowed_methods: Sequence[str] | None = None) -> None:
+                 allowed_methods: Sequence[str] | None = None, ids: Sequence | None = None) -> None:
         self.data = data if isinstance(data, LocalData) else LocalData.of(data)
         self.name = self.data.name
         self.role: Role | None = None
@@ -270,6 +274,7 @@ class PartyRuntime:
         self.node: Node | None = None
         self._role_for = role_for or _registry_role
         self._allowed = None if allowed_methods is None else set(allowed_methods)
+        self.ids = ids
         _load_methods()  # every method's message kinds must be decodable before its first Join
 
     def connect(self, channel, ledger: Ledger) -> Node:
@@ -279,6 +284,11 @@ class PartyRuntime:
 
     def handle(self, sender: str, msg: Any, at: At, node: Node | None) -> Any:
         t = type(msg)
+        if t is PsiRequest:
+            if sender != LABEL_HOLDER or self.ids is None:
+                raise ProtocolError(f"party {self.name!r} answers PSI requests only from the label holder and "
+                                    "only when it was given its ids")
+            return PsiServer(self.ids).reply(msg)
         if t is SaveModel or t is LoadModel:
             if sender != LABEL_HOLDER:
                 raise ProtocolError(f"party {self.name!r} accepts {kind_name(msg)} only from the label holder")

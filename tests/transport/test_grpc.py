@@ -23,6 +23,12 @@ from verticalfs.names import LABEL_HOLDER  # noqa: E402
 from verticalfs.transport.grpc import GrpcChannel, TLSFiles, make_certs  # noqa: E402
 
 
+def _ids(name: str) -> list[str]:
+    """Each party's customer ids: party k holds ids k*100 .. 999 (the label holder 0 .. 799)."""
+    k = int(name[-1])
+    return [f"c{i}" for i in range(k * 100, 1000)]
+
+
 def _party_main(party_data, certs, conn) -> None:  # runs in a child process
     import torch
 
@@ -31,7 +37,7 @@ def _party_main(party_data, certs, conn) -> None:  # runs in a child process
 
     torch.set_num_threads(1)
     tls = TLSFiles.in_folder(certs, party_data.name)
-    party = NetworkedParty(PartyRuntime(party_data), "127.0.0.1:0", tls=tls)
+    party = NetworkedParty(PartyRuntime(party_data, ids=_ids(party_data.name)), "127.0.0.1:0", tls=tls)
     conn.send(party.server.address)
     party.set_addresses(conn.recv())
     party.start()
@@ -89,6 +95,15 @@ def data():
     return verticalfs.build_data("breast_cancer", parties=3, noise=0.5, seed=0)
 
 
+@pytest.fixture(scope="module")
+def deployment(data, certs):
+    """One set of party processes for the whole module (starting them costs seconds each): the
+    tests below use it in file order; the last one kills a party."""
+    dep = Deployment(data, certs)
+    yield dep
+    dep.stop()
+
+
 def hello(fed, party):
     from verticalfs.transport.messages import At, Hello, HelloRequest
 
@@ -101,25 +116,22 @@ def payloads(ledger):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method,params", [
+@pytest.mark.parametrize("method,params", [  # less-vfl last: it removes columns at the parties
     ("vfl", {"epochs": 2, "batch_size": 64, "hidden": (16, 8)}),
     ("sparsevfl-16", {"epochs": 2, "batch_size": 64}),
     ("less-vfl", {"epochs": 3, "hidden": (16, 8), "pretrain_epochs": 1, "select_epochs_m": 2, "select_epochs_s": 2}),
 ])
-def test_networked_run_equals_in_process(data, certs, method, params):
-    dep = Deployment(data, certs)
-    try:
-        fed = dep.federation(data.labels, data.party_names)
-        remote = verticalfs.run(method, data, seed=0, params=params, federation=fed)
-    finally:
-        dep.stop()
+def test_networked_run_equals_in_process(data, deployment, method, params):
+    fed = deployment.federation(data.labels, data.party_names)
+    remote = verticalfs.run(method, data, seed=0, params=params, federation=fed)
+    fed.channel.close()
     local = verticalfs.run(method, data, seed=0, params=params)
     assert remote.metrics == local.metrics
     assert remote.selection == local.selection
     assert payloads(remote.federation.ledger) == payloads(local.federation.ledger)
 
 
-def test_refusals_and_a_party_that_dies(data, certs, tmp_path):
+def test_refusals_and_a_party_that_dies(data, certs, deployment, tmp_path):
     """One deployment: a certificate of another CA and a party's certificate claiming to be the label
     holder are refused; an unexpected message is a typed error naming the party; a party killed
     mid-training stops the run with an error naming it; an unreachable party is named with its address."""
@@ -127,7 +139,7 @@ def test_refusals_and_a_party_that_dies(data, certs, tmp_path):
 
     other = tmp_path / "other"
     make_certs([LABEL_HOLDER], other)
-    dep = Deployment(data, certs)
+    dep = deployment
     try:
         # the client trusts our CA but presents a certificate of another CA: the handshake fails
         forged = TLSFiles(ca=certs / "ca.pem", cert=other / f"{LABEL_HOLDER}.pem", key=other / f"{LABEL_HOLDER}.key")
@@ -145,8 +157,17 @@ def test_refusals_and_a_party_that_dies(data, certs, tmp_path):
         from verticalfs.transport.messages import At, Gradients
 
         fed = dep.federation(data.labels, data.party_names)
-        with pytest.raises(ProtocolError, match="party1.*before any Join"):
+        with pytest.raises(ProtocolError, match="^party 'party1' received Gradients"):
             fed.proxy("party1").send(Gradients(np.zeros((2, 2), np.float32)), At("train"))
+        # PSI across the processes: exactly the overlap, on the ledger in phase setup
+        from verticalfs.psi import intersect
+
+        holder_ids = [f"c{i}" for i in range(800)]
+        n_before = len(list(fed.ledger.records()))
+        out = intersect([fed.proxy(p) for p in data.party_names], holder_ids)
+        assert out == [f"c{i}" for i in range(300, 800)]
+        psi_recs = list(fed.ledger.records())[n_before:]
+        assert [r.kind for r in psi_recs] == ["PsiRequest", "PsiReply"] * 3 and {r.phase for r in psi_recs} == {"setup"}
         # party2 dies while the run is training (it cannot finish 500 epochs in 3 s)
         killed = []
         timer = threading.Timer(3.0, lambda: (dep.procs["party2"].kill(), killed.append(time.perf_counter())))
@@ -160,3 +181,24 @@ def test_refusals_and_a_party_that_dies(data, certs, tmp_path):
     ch = GrpcChannel(LABEL_HOLDER, dep.addresses, tls=TLSFiles.in_folder(certs, LABEL_HOLDER), connect_timeout=1)
     with pytest.raises(TransportError, match=r"party 'party1' at 127\.0\.0\.1:\d+ is not reachable within 1 s"):
         hello(Federation(data.labels, ch, data.party_names), "party1")
+
+
+def test_certs_make_command(tmp_path):
+    import stat
+
+    from cryptography import x509
+    from typer.testing import CliRunner
+
+    from verticalfs.cli import app
+
+    r = CliRunner().invoke(app, ["certs", "make", "--parties", "bank,telecom", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["active.key", "active.pem", "bank.key", "bank.pem", "ca.key", "ca.pem", "telecom.key", "telecom.pem"]
+    assert stat.S_IMODE((tmp_path / "bank.key").stat().st_mode) == 0o600
+    cert = x509.load_pem_x509_certificate((tmp_path / "bank.pem").read_bytes())
+    ca = x509.load_pem_x509_certificate((tmp_path / "ca.pem").read_bytes())
+    cert.verify_directly_issued_by(ca)
+    assert cert.subject.rfc4514_string() == "CN=bank"
+    r = CliRunner().invoke(app, ["certs", "make", "--parties", "bank,ba nk", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "distinct and made of letters" in r.output

@@ -254,7 +254,8 @@ def _remote_error(err, receiver: str, address: str) -> Exception:
         kind, text = details.split(": ", 1)
         cls = getattr(_exc, kind, None)
         if isinstance(cls, type) and issubclass(cls, _exc.VerticalFSError):
-            return cls(f"party {receiver!r}: {text}")
+            named = f"party {receiver!r}"
+            return cls(text if text.startswith(named) else f"{named}: {text}")
         if code == grpc.StatusCode.PERMISSION_DENIED:
             return TransportError(f"party {receiver!r} at {address} refused the message: {text}")
         return ProtocolError(f"party {receiver!r} failed: {details}")
