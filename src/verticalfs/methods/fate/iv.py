@@ -86,7 +86,8 @@ def check_crypto_params(name: str, p) -> None:
 @register
 class FateIV(FilterMethod):
     name = "fate-iv"
-    summary = "FATE-IV: information value per feature from Paillier-encrypted labels (FATE hetero binning)."
+    summary = ("FATE-IV: information value per feature from Paillier-encrypted labels (FATE hetero binning); "
+               "binary labels only.")
     paper = "feast.md section 5.1 (baseline FATE-IV); FATE hetero feature binning"
     Params = FateIVParams
     Role = IVRole

@@ -116,7 +116,8 @@ class FateLassoParams(FilterParams):
 @register
 class FateLasso(FilterMethod):
     name = "fate-lasso"
-    summary = "FATE-Lasso: L1 hetero logistic regression over Paillier-encrypted residuals; non-zero weights."
+    summary = ("FATE-Lasso: L1 hetero logistic regression over Paillier-encrypted residuals; non-zero weights; "
+               "binary labels only.")
     paper = "feast.md section 5.1 (baseline FATE-Lasso); FATE hetero LR"
     Params = FateLassoParams
     Role = LassoRole
