@@ -69,10 +69,8 @@ class PsiServer:
         if not 0 <= msg.n <= 1 << 32:
             raise TransportError(f"PSI request declares {msg.n} ids")
         try:
-            req = psi.Request.FromString(msg.request) if hasattr(psi.Request, "FromString") else None
-            if req is None:
-                req = psi.Request()
-                req.ParseFromString(msg.request)
+            req = psi.Request()
+            req.ParseFromString(msg.request)
             setup = self._server.CreateSetupMessage(FPR, int(msg.n), self.ids, psi.DataStructure.RAW)
             response = self._server.ProcessRequest(req)
         except Exception as exc:  # noqa: BLE001 - another party's bytes: any failure is a TransportError

@@ -376,6 +376,20 @@ def _numeric_with_markers(s: pd.Series) -> list[str] | None:
     return markers
 
 
+def _read_frames(files: Mapping[str, Path], *, id_column: str, na_values, delimiter: str, encoding: str,
+                 max_bytes: int) -> dict[str, pd.DataFrame]:
+    """Each party's file read and its ids checked (column names and ids as text)."""
+    frames: dict[str, pd.DataFrame] = {}
+    for party, path in files.items():
+        df = _read(party, path, delimiter=delimiter, encoding=encoding, na_values=na_values,
+                   id_column=id_column, max_bytes=max_bytes)
+        df.columns = [str(c) for c in df.columns]
+        _check_ids(party, path, df, id_column)
+        df[id_column] = df[id_column].astype(str)
+        frames[party] = df
+    return frames
+
+
 def read_party_rows(files: Mapping[str, str | Path], *, id_column: str = "id", na_values=None,
                     delimiter: str = ",", encoding: str = "utf-8", max_bytes: int = DEFAULT_MAX_BYTES
                     ) -> tuple[dict[str, pd.DataFrame], np.ndarray, AlignmentReport]:
@@ -388,14 +402,8 @@ def read_party_rows(files: Mapping[str, str | Path], *, id_column: str = "id", n
     files = {str(p): Path(f) for p, f in files.items()}
     if isinstance(na_values, str):
         na_values = [v.strip() for v in na_values.split(",")]
-    frames = {}
-    for party, path in files.items():
-        df = _read(party, path, delimiter=delimiter, encoding=encoding, na_values=na_values,
-                   id_column=id_column, max_bytes=max_bytes)
-        df.columns = [str(c) for c in df.columns]
-        _check_ids(party, path, df, id_column)
-        df[id_column] = df[id_column].astype(str)
-        frames[party] = df
+    frames = _read_frames(files, id_column=id_column, na_values=na_values, delimiter=delimiter,
+                          encoding=encoding, max_bytes=max_bytes)
     arrays = [df[id_column].to_numpy(dtype=str) for df in frames.values()]
     common = _sort_ids(reduce(np.intersect1d, arrays[1:], np.unique(arrays[0])))
     if len(common) == 0:
@@ -508,14 +516,8 @@ def load_party_files(
             f"categorical names parties {unknown} that have no file; the parties are {list(files)}"
         )
 
-    frames: dict[str, pd.DataFrame] = {}
-    for party, path in files.items():
-        df = _read(party, path, delimiter=delimiter, encoding=encoding, na_values=na_values,
-                   id_column=id_column, max_bytes=max_bytes)
-        df.columns = [str(c) for c in df.columns]
-        _check_ids(party, path, df, id_column)
-        df[id_column] = df[id_column].astype(str)
-        frames[party] = df
+    frames = _read_frames(files, id_column=id_column, na_values=na_values, delimiter=delimiter,
+                          encoding=encoding, max_bytes=max_bytes)
 
     lpath = files[label_party]
     if label_column not in frames[label_party].columns:
