@@ -183,6 +183,8 @@ def run(
     federation: Federation | None = None,
     threads: int | None = 1,
     save_model: str | Path | None = None,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = False,
 ) -> RunResult:
     """Run a registered method on prepared data and collect the result.
 
@@ -213,11 +215,17 @@ def run(
     save_model : path, optional
         Save the trained model in this folder (:mod:`verticalfs.model`: each party's part in its own
         file, the label holder's, a manifest); ``verticalfs predict`` uses it on new rows.
+    checkpoint_dir : path, optional
+        Checkpoint every epoch of training here (the label holder's folder; in-process parties use
+        ``<checkpoint_dir>/parties/<party>``, networked parties their own folder): see
+        :mod:`verticalfs.training.checkpoint`. Removed when the run completes.
+    resume : bool
+        Continue the interrupted run whose checkpoints are in ``checkpoint_dir`` (same options).
     """
     if threads is None:
         return _run(method, data, seed=seed, params=params, codec=codec, progress=progress,
                     bandwidths_mbps=bandwidths_mbps, data_config=data_config, federation=federation,
-                    save_model=save_model)
+                    save_model=save_model, checkpoint_dir=checkpoint_dir, resume=resume)
     import torch
 
     before = torch.get_num_threads()
@@ -225,25 +233,42 @@ def run(
     try:
         return _run(method, data, seed=seed, params=params, codec=codec, progress=progress,
                     bandwidths_mbps=bandwidths_mbps, data_config=data_config, federation=federation,
-                    save_model=save_model)
+                    save_model=save_model, checkpoint_dir=checkpoint_dir, resume=resume)
     finally:
         torch.set_num_threads(before)
 
 
 def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_config, federation,
-         save_model=None) -> RunResult:
+         save_model=None, checkpoint_dir=None, resume=False) -> RunResult:
     cls = registry.get(method)
     metric = primary_metric(data.labels.task)
     callbacks = [ProgressCallback(method, metric)] if progress else []
     m = cls(seed=seed, callbacks=callbacks, codec=codec, **dict(params or {}))
     fed = Federation.in_process(data) if federation is None else federation
     m.entry_hook = spurious_hook(fed, data.ground_truth) if fed.is_local else None
+    ck = None
+    if resume and checkpoint_dir is None:
+        raise ConfigError("resume needs the checkpoint folder of the interrupted run (checkpoint_dir, --checkpoints)")
+    if checkpoint_dir is not None:
+        from verticalfs.training.checkpoint import Checkpointer, run_id
+
+        rid = run_id(method, dict(vars(m.params)), seed, codec, fed.party_names,
+                     {s: len(v) for s, v in fed.labels.y.items()})
+        ck = Checkpointer(checkpoint_dir, rid, resume=resume)
+        fed.checkpoints = ck
+        if fed.is_local:
+            for name in fed.party_names:
+                fed.local_runtime(name).checkpoint_dir = Path(checkpoint_dir) / "parties" / name
     node = getattr(fed, "node", None)
     if node is not None:
         node.reset_clock()
     t0 = time.perf_counter()
     m.fit(fed)
+    if not fed.is_local:
+        fed.collect_peer_traffic()  # party-to-party messages, recorded at the parties
     elapsed = time.perf_counter() - t0
+    if ck is not None:
+        ck.clear()
     if node is not None:
         node.flush()  # the label holder's work after its last message
     if save_model is not None:
@@ -252,6 +277,11 @@ def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_c
         _save(m, fed, save_model, params=vars(m.params))
     selection = selection_block(data, m.get_support(), data.ground_truth, getattr(m, "feature_scores_", None))
     comm = fed.ledger.summary()
+    wire = getattr(fed.channel, "wire_bytes", None)
+    if wire is not None:
+        w = wire()
+        if w is not None:  # networked: the label holder's links as TCP carried them (framing, TLS)
+            comm["wire_bytes"] = int(w)
     n_epochs = max(1, len(m.history_))
     cfg = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(m.params).items()}
     cfg["codec"] = m.codec if m.codec is not None else m.codec_description()

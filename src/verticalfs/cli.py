@@ -78,6 +78,9 @@ def _load_config(ctx: typer.Context, param, value: str | None):
         raise typer.BadParameter(f"config file {value!r} does not exist") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise typer.BadParameter(f"config file {value!r} is not valid TOML: {exc}") from None
+    if isinstance(conf.get("parties"), dict):  # a deployment file (verticalfs.deploy.config)
+        ctx.meta["deployment"] = str(path)
+        return value
     names = {p.name for p in ctx.command.params}
     defaults: dict[str, Any] = {}
     for key, v in conf.items():
@@ -278,6 +281,7 @@ def _data_kwargs(locals_: dict) -> dict:
 # ----------------------------------------------------------------------------------------- run
 @app.command("run")
 def run_cmd(
+    ctx: typer.Context,
     method: str = O(..., "--method", "-m", help="A registered method (`verticalfs methods`), or a pipeline such as feast+sparsevfl-16."),
     dataset: str = OPT_DATASET,
     parties: int = OPT_PARTIES,
@@ -305,19 +309,21 @@ def run_cmd(
     out: Path = O(None, "--out", "-o", help="Write the result JSON here (atomically)."),
     save_model: Path = O(None, "--save-model", help="Save the trained model in this folder: each party's part (preprocessing, model, selection) in its own file, the label holder's, a manifest; `verticalfs predict` uses it."),
     progress: bool = O(True, "--progress/--no-progress", help="Show a progress bar."),
-    config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result.", callback=_load_config, is_eager=True),
+    checkpoints: Path = O(None, "--checkpoints", help="Checkpoint every training epoch in this folder (in-process parties in its parties/ subfolder; networked parties in their own `checkpoints` folder); removed when the run completes."),
+    resume: bool = O(False, "--resume", help="Continue the interrupted run whose checkpoints are in --checkpoints (or the deployment's folder), with the same options."),
+    config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result. A deployment file (with [parties.<name>] tables) runs across machines: see README 'Deploy across machines'.", callback=_load_config, is_eager=True),
 ) -> None:
     """Run one method on one data set and print its figures; optionally write the result JSON."""
     from verticalfs.options import check_out, check_seed
 
+    deployment = ctx.meta.get("deployment")
     opts = _data_options(**_data_kwargs(locals()))
     resolved = {k: (str(v) if isinstance(v, Path) else v) for k, v in locals().items()
-                if k not in ("opts", "check_out", "check_seed")}
+                if k not in ("opts", "check_out", "check_seed", "ctx")}
     try:
         check_seed(seed)
         check_out(out)
         check_out(save_model, "--save-model", directory=True)
-        parsed = opts.check()
         params = _parse_params(param)
         if epochs is not None:
             params.setdefault("epochs", str(epochs))
@@ -325,16 +331,43 @@ def run_cmd(
 
         cls = registry.get(method)
         cls(seed=seed, codec=codec, **params)  # parameters checked before any data is loaded
+        if deployment is not None:
+            given = [o for o, v in (("--dataset", dataset), ("--party-file", party_file), ("--parties", parties))
+                     if v]
+            if given:
+                raise ConfigError(f"{', '.join(given)} do(es) not apply with a deployment file (each party reads "
+                                  f"its own file named in {deployment!r}); leave them out")
+            from verticalfs.deploy.config import Deployment
+
+            dep = Deployment.load(deployment)
+            if resume and checkpoints is None and dep.checkpoints is None:
+                raise ConfigError(f"--resume needs the checkpoint folder: set checkpoints in {deployment!r} or "
+                                  "give --checkpoints")
+        else:
+            parsed = opts.check()
+            if resume and checkpoints is None:
+                raise ConfigError("--resume needs --checkpoints FOLDER (the folder of the interrupted run)")
     except VerticalFSError as exc:
         _fail(exc)
     from verticalfs.api import run
 
     stage = "loading the data"
     try:
-        data = opts.build(seed, parsed)
-        stage = f"running {method}"
-        res = run(method, data, seed=seed, params=params, codec=codec, progress=progress,
-                  data_config=opts.config(), save_model=save_model)
+        if deployment is not None:
+            from verticalfs.deploy.holder import run_deployment
+
+            stage = f"running {method} over {deployment}"
+            res = run_deployment(dep, method, seed=seed, params=params, codec=codec, progress=progress,
+                                 save_model=save_model, checkpoint_dir=checkpoints, resume=resume)
+            err.print(f"aligned {res.info['deployment']['n_aligned']} rows by private set intersection: "
+                      + ", ".join(f"{p} kept {r['rows_kept']} of {r['rows_in_file']}"
+                                  for p, r in res.info["deployment"]["rows"].items()),
+                      soft_wrap=True, highlight=False, markup=False)
+        else:
+            data = opts.build(seed, parsed)
+            stage = f"running {method}"
+            res = run(method, data, seed=seed, params=params, codec=codec, progress=progress,
+                      data_config=opts.config(), save_model=save_model, checkpoint_dir=checkpoints, resume=resume)
     except VerticalFSError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -576,6 +609,62 @@ def certs_make(
         _fail(exc)
     console.print(f"wrote a development CA ({paths['ca']}) and certificates for {', '.join(names)} in {out}; "
                   "the .key files are private (mode 0600)")
+
+
+party_app = typer.Typer(help="One party of a deployment across machines (needs the deploy extra).",
+                        no_args_is_help=True)
+app.add_typer(party_app, name="party")
+
+
+@party_app.command("serve")
+def party_serve(
+    config: Path = typer.Option(..., "--config", help="The deployment file (the same on every host)."),
+    name: str = typer.Option(..., "--name", help="This host's party, as named in the deployment file."),
+    checkpoints: Path = typer.Option(None, "--checkpoints", help="This party's checkpoint folder (default: "
+                                     "<checkpoints>/<name> of the deployment file, if set)."),
+    threads: int = typer.Option(1, "--threads", min=1, help="Torch CPU threads of this party (its models are "
+                                "small: one thread is fastest when several parties share a host)."),
+) -> None:
+    """Serve one party: read and check only its own file, listen on its address, answer the label holder.
+
+    Runs until interrupted (Ctrl-C or SIGTERM); every run of the label holder aligns the rows
+    afresh by private set intersection. The label party does not serve: it runs
+    `verticalfs run --config deployment.toml -m METHOD`, which serves its own feature columns.
+    """
+    import signal
+    import threading
+
+    import torch
+
+    from verticalfs.deploy.config import Deployment
+
+    torch.set_num_threads(threads)
+
+    try:
+        dep = Deployment.load(config)
+        entry = dep.party(name)
+        if name == dep.label_party:
+            raise ConfigError(f"{name!r} is the label party of {str(config)!r}: it runs `verticalfs run --config "
+                              f"{config} -m METHOD`, which also serves its feature columns")
+        from verticalfs.deploy.holder import serve_party
+
+        party = serve_party(dep, name, checkpoint_dir=checkpoints).start()
+    except VerticalFSError as exc:
+        _fail(exc)
+    rt = party.runtime
+    console.print(f"party [bold]{name}[/] serves {len(rt.frame)} rows x {len(rt.columns)} columns of "
+                  f"{entry.file} on {entry.listen} ({'INSECURE, no TLS' if dep.insecure else 'mutual TLS'}); "
+                  f"peers: {', '.join(sorted(party.server.peers))}", soft_wrap=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        party.stop()
+        console.print(f"party {name} stopped")
 
 
 def _register_method_commands() -> None:

@@ -42,6 +42,7 @@ from verticalfs.transport.node import Node, PartyProxy
 
 SETUP = At("setup")
 REPORT = At("report")
+AUDIT = At("audit")
 
 
 class Federation:
@@ -72,6 +73,8 @@ class Federation:
         self._proxies = {p: PartyProxy(self.node, p) for p in names}
         self._schema: dict[str, Hello] | None = None
         self._local: _Local | None = None
+        #: the run's :class:`~verticalfs.training.checkpoint.Checkpointer` when it checkpoints
+        self.checkpoints = None
 
     # ----------------------------------------------------------------- building
     @classmethod
@@ -179,6 +182,38 @@ class Federation:
                 full[kept] = sc
                 self.support_scores[p] = full
         return out
+
+    def collect_peer_traffic(self, at: At = AUDIT) -> int:
+        """Networked runs: ask every party for the party-to-party messages it sent (phase ``audit``)
+        and add them to this ledger, so the ledger is complete as in-process; returns how many.
+
+        In-process every node records on the one ledger already, so this asks nothing. A report is
+        another party's bytes: each record is checked (known receiver, not the label holder, sizes
+        >= 0) before it is added.
+        """
+        if self.is_local:
+            return 0
+        from verticalfs.transport.messages import TrafficReport, TrafficRequest
+
+        added = 0
+        for p in self.party_names:
+            rep = self._proxies[p].request(TrafficRequest(), at, expect=TrafficReport)
+            cols = [rep.receivers, rep.phases, rep.kinds, np.asarray(rep.rounds).reshape(-1),
+                    np.asarray(rep.steps).reshape(-1), np.asarray(rep.payload).reshape(-1),
+                    np.asarray(rep.overhead).reshape(-1)]
+            n = len(cols[0])
+            if any(len(c) != n for c in cols):
+                raise ProtocolError(f"party {p!r} sent a traffic report with columns of different lengths")
+            if n and (min(int(cols[5].min()), int(cols[6].min())) < 0):
+                raise ProtocolError(f"party {p!r} reported negative message sizes")
+            others = set(self.party_names) - {p}
+            for r, ph, k, rd, st, pay, ov in zip(*cols, strict=True):
+                if r not in others:
+                    raise ProtocolError(f"party {p!r} reported a message to {r!r}, which is not another "
+                                        f"feature party ({sorted(others)})")
+                self.ledger.record(p, str(r), str(ph), str(k), int(rd), int(st), int(pay), int(ov))
+            added += n
+        return added
 
     def mark(self, at: At) -> None:
         """Record the label holder's own compute since its last message at ``at`` (for work that

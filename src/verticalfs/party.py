@@ -49,9 +49,12 @@ from verticalfs.transport.messages import (
     KeepFeatures,
     LoadModel,
     ModelSaved,
+    Persist,
     SaveModel,
     SupportReport,
     SupportRequest,
+    TrafficReport,
+    TrafficRequest,
     kind_name,
 )
 from verticalfs.transport.node import Node
@@ -69,9 +72,11 @@ class LocalData:
         Split name -> array ``(rows, features)``; stored as float32 torch tensors.
     """
 
-    def __init__(self, name: str, feature_names: Sequence[str], X: dict[str, np.ndarray]) -> None:
+    def __init__(self, name: str, feature_names: Sequence[str], X: dict[str, np.ndarray],
+                 sources: Sequence[str] | None = None) -> None:
         self.name = name
         self.feature_names = list(feature_names)
+        self.sources = list(self.feature_names if sources is None else sources)
         self._X_all = {s: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)) for s, a in X.items()}
         self.kept = np.arange(len(self.feature_names))
         self._X = dict(self._X_all)
@@ -79,7 +84,7 @@ class LocalData:
     @classmethod
     def of(cls, data) -> LocalData:
         """From a :class:`~verticalfs.data.vertical.PartyData`."""
-        return cls(data.name, data.feature_names, data.X)
+        return cls(data.name, data.feature_names, data.X, getattr(data, "sources", None))
 
     @property
     def splits(self) -> list[str]:
@@ -262,10 +267,13 @@ class PartyRuntime:
     ids : sequence, optional
         The party's row ids, for the label holder's private set intersection
         (:mod:`verticalfs.psi`); without them the party refuses PSI requests.
+    checkpoint_dir : path, optional
+        Where this party keeps its end-of-epoch checkpoints (:mod:`verticalfs.training.checkpoint`).
     """
 
     def __init__(self, data, *, role_for: Callable[[str], type[Role]] | None = None,
-                 allowed_methods: Sequence[str] | None = None, ids: Sequence | None = None) -> None:
+                 allowed_methods: Sequence[str] | None = None, ids: Sequence | None = None,
+                 checkpoint_dir: str | Path | None = None) -> None:
         self.data = data if isinstance(data, LocalData) else LocalData.of(data)
         self.name = self.data.name
         self.role: Role | None = None
@@ -275,6 +283,8 @@ class PartyRuntime:
         self._role_for = role_for or _registry_role
         self._allowed = None if allowed_methods is None else set(allowed_methods)
         self.ids = ids
+        self.checkpoint_dir = checkpoint_dir
+        self._reported = 0  # peer-traffic records already reported to the label holder
         _load_methods()  # every method's message kinds must be decodable before its first Join
 
     def connect(self, channel, ledger: Ledger) -> Node:
@@ -289,6 +299,16 @@ class PartyRuntime:
                 raise ProtocolError(f"party {self.name!r} answers PSI requests only from the label holder and "
                                     "only when it was given its ids")
             return PsiServer(self.ids).reply(msg)
+        if t is Persist:
+            if sender != LABEL_HOLDER:
+                raise ProtocolError(f"party {self.name!r} accepts Persist only from the label holder")
+            from verticalfs.training.checkpoint import party_persist
+
+            return party_persist(self, msg)
+        if t is TrafficRequest:
+            if sender != LABEL_HOLDER:
+                raise ProtocolError(f"party {self.name!r} reports its traffic only to the label holder")
+            return self._traffic()
         if t is SaveModel or t is LoadModel:
             if sender != LABEL_HOLDER:
                 raise ProtocolError(f"party {self.name!r} accepts {kind_name(msg)} only from the label holder")
@@ -299,7 +319,8 @@ class PartyRuntime:
                                     f"not from {sender!r}")
             if t is HelloRequest:
                 d = self.data
-                return Hello(feature_names=list(d.feature_names), n_samples={s: d.n_samples(s) for s in d.splits})
+                return Hello(feature_names=list(d.feature_names), n_samples={s: d.n_samples(s) for s in d.splits},
+                             sources=None if d.sources == d.feature_names else list(d.sources))
             if t is KeepFeatures:
                 self.data.keep(msg.indices)
                 self.role = None  # a role built on the old columns must not go on
@@ -322,6 +343,18 @@ class PartyRuntime:
         self.role = cls(self.data, msg.spec, ctx)
         self.method = str(msg.method)
         return self.role.joined()
+
+    def _traffic(self) -> TrafficReport:
+        """The peer messages this party recorded since its last report (its node's ledger holds only
+        those: the label holder records everything on its own links)."""
+        rows = [r for r in list(self.node.ledger.records())[self._reported:]] if self.node is not None else []
+        self._reported += len(rows)
+        return TrafficReport(receivers=[r.receiver for r in rows], phases=[r.phase for r in rows],
+                             kinds=[r.kind for r in rows],
+                             rounds=np.asarray([r.round for r in rows], dtype=np.int64),
+                             steps=np.asarray([r.step for r in rows], dtype=np.int64),
+                             payload=np.asarray([r.payload for r in rows], dtype=np.int64),
+                             overhead=np.asarray([r.overhead for r in rows], dtype=np.int64))
 
     # ------------------------------------------------------------------ saved models
     def _save(self, msg: SaveModel) -> ModelSaved:

@@ -390,6 +390,55 @@ def _read_frames(files: Mapping[str, Path], *, id_column: str, na_values, delimi
     return frames
 
 
+def feature_columns(party: str, df: pd.DataFrame, path: Path, *, id_column: str, label_column: str | None = None,
+                    declared: Sequence[str] = (), auto: bool = False) -> tuple[list[str], list[str]]:
+    """One party's feature columns (all but the id and, in the label party's file, the label) and
+    which of them are categorical: the ``declared`` ones, and with ``auto`` every non-numeric one.
+    A numeric column holding a few markers such as ``?`` or an undeclared text column is an error
+    naming the file, the column and the fix."""
+    drop = {id_column} if label_column is None else {id_column, label_column}
+    cols = [c for c in df.columns if c not in drop]
+    if not cols and label_column is None:
+        raise DataError(f"party {party!r}: {str(path)!r} holds only the id column {id_column!r}; a "
+                        "feature party's file needs at least one feature column (or leave the party out)")
+    for c in declared:
+        if c not in cols:
+            raise DataError(
+                f"party {party!r}: column {c!r} is declared categorical but is not a feature "
+                f"column of {str(path)!r}; its feature columns are {cols}"
+            )
+    cat = list(declared)
+    for c in cols:
+        s_ = df[c]
+        if c not in cat and not pd.api.types.is_numeric_dtype(s_):
+            markers = _numeric_with_markers(s_)
+            if markers is not None:
+                n_bad = int(s_.astype(str).str.strip().isin(markers).sum())
+                quoted = ",".join(markers)
+                raise DataError(
+                    f"party {party!r}: column {c!r} in {str(path)!r} holds numbers except for "
+                    f"{markers} in {n_bad} rows; if these mean 'unknown', pass --na-values {quoted!r} "
+                    f"(na_values={markers!r}) so they are read as missing values, not as a category")
+            if auto:
+                cat.append(c)
+            else:
+                raise DataError(
+                    f"party {party!r}: column {c!r} in {str(path)!r} is not numeric "
+                    f"({s_.dtype}); declare it with --categorical {party}:{c} (categorical={{{party!r}: "
+                    f"[{c!r}]}}) or --categorical auto to one-hot encode it, or encode it as numbers yourself"
+                )
+    return cols, [c for c in cols if c in set(cat)]
+
+
+def party_block(party: str, aligned: pd.DataFrame, cols: Sequence[str], cats: Sequence[str], path: Path) -> PartyBlock:
+    """The party's feature block from its aligned rows: categorical columns as text (missing kept
+    missing), the others as float64."""
+    X = aligned[list(cols)].copy()
+    for c in cols:
+        X[c] = X[c].where(X[c].isna(), X[c].astype(str)) if c in cats else X[c].astype(np.float64)
+    return PartyBlock(name=party, X=X, categorical=list(cats), source=str(path))
+
+
 def read_party_rows(files: Mapping[str, str | Path], *, id_column: str = "id", na_values=None,
                     delimiter: str = ",", encoding: str = "utf-8", max_bytes: int = DEFAULT_MAX_BYTES
                     ) -> tuple[dict[str, pd.DataFrame], np.ndarray, AlignmentReport]:
@@ -532,37 +581,10 @@ def load_party_files(
     cats: dict[str, list[str]] = {}
     owner: dict[str, str] = {}
     for party, df in frames.items():
-        drop = {id_column, label_column} if party == label_party else {id_column}
-        cols = [c for c in df.columns if c not in drop]
-        if not cols and party != label_party:
-            raise DataError(f"party {party!r}: {str(files[party])!r} holds only the id column {id_column!r}; a "
-                            "feature party's file needs at least one feature column (or leave the party out)")
-        for c in declared.get(party, []):
-            if c not in cols:
-                raise DataError(
-                    f"party {party!r}: column {c!r} is declared categorical but is not a feature "
-                    f"column of {str(files[party])!r}; its feature columns are {cols}"
-                )
-        cat = list(declared.get(party, []))
+        cols, cat = feature_columns(party, df, files[party], id_column=id_column,
+                                    label_column=label_column if party == label_party else None,
+                                    declared=declared.get(party, []), auto=auto)
         for c in cols:
-            s_ = df[c]
-            if c not in cat and not pd.api.types.is_numeric_dtype(s_):
-                markers = _numeric_with_markers(s_)
-                if markers is not None:
-                    n_bad = int(s_.astype(str).str.strip().isin(markers).sum())
-                    quoted = ",".join(markers)
-                    raise DataError(
-                        f"party {party!r}: column {c!r} in {str(files[party])!r} holds numbers except for "
-                        f"{markers} in {n_bad} rows; if these mean 'unknown', pass --na-values {quoted!r} "
-                        f"(na_values={markers!r}) so they are read as missing values, not as a category")
-                if auto:
-                    cat.append(c)
-                else:
-                    raise DataError(
-                        f"party {party!r}: column {c!r} in {str(files[party])!r} is not numeric "
-                        f"({s_.dtype}); declare it with --categorical {party}:{c} (categorical={{{party!r}: "
-                        f"[{c!r}]}}) or --categorical auto to one-hot encode it, or encode it as numbers yourself"
-                    )
             if c in owner:
                 raise DataError(
                     f"column {c!r} is in the files of both {owner[c]!r} ({str(files[owner[c]])!r}) "
@@ -571,7 +593,7 @@ def load_party_files(
                 )
             owner[c] = party
         feats[party] = cols
-        cats[party] = [c for c in cols if c in set(cat)]
+        cats[party] = cat
     if not any(feats.values()):
         raise DataError(
             "no party holds any feature column besides the id and label; add feature files"
@@ -603,16 +625,8 @@ def load_party_files(
 
     y, task_, class_names = _labels(aligned[label_party][label_column], task, lpath, label_column)
 
-    blocks = []
-    for party, cols in feats.items():
-        if not cols:
-            continue
-        X = aligned[party][cols].copy()
-        cat = cats[party]
-        for c in cols:
-            X[c] = X[c].where(X[c].isna(), X[c].astype(str)) if c in cat else X[c].astype(np.float64)
-        blocks.append(PartyBlock(name=party, X=X, categorical=cat, source=str(files[party])))
-
+    blocks = [party_block(party, aligned[party], cols, cats[party], files[party])
+              for party, cols in feats.items() if cols]
     vds = VerticalDataset(
         name=name,
         blocks=blocks,

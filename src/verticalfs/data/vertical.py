@@ -157,17 +157,14 @@ class VerticalDataset:
                 raise DataError(f"{what} must be in [0, 1), got {frac}")
         for b in self.blocks:  # unusable numbers are reported before any split or fit
             PartyPreprocessor.check_values(b.name, b.X, b.categorical, where=b.source)
-        idx = _split_indices(self, seed=seed, test_size=test_size, val_size=val_size)
+        idx = split_indices(self.y, self.task, seed=seed, test_size=test_size, val_size=val_size, name=self.name,
+                            predefined_test=self.predefined_test)
         parties = []
         ground_truth = {}
         for b in self.blocks:
-            pp = PartyPreprocessor.fit(b.name, b.X.iloc[idx["train"]], b.categorical, scaling=scaling,
-                                       impute=impute, where=b.source)
-            X_parts = {s: pp.transform(b.X.iloc[idx[s]], where=b.source) for s in SPLITS}
+            parties.append(prepare_block(b, idx, scaling=scaling, impute=impute))
             spur_of = dict(zip(b.X.columns, b.spurious, strict=True))
-            parties.append(PartyData(name=b.name, feature_names=pp.feature_names, X=X_parts, preprocessor=pp,
-                                     sources=pp.sources))
-            ground_truth[b.name] = np.asarray([bool(spur_of[c]) for c in pp.sources], dtype=bool)
+            ground_truth[b.name] = np.asarray([bool(spur_of[c]) for c in parties[-1].sources], dtype=bool)
         y = {s: self.y[idx[s]] for s in SPLITS}
         if self.task == "regression":
             y = {s: v.astype(np.float32) for s, v in y.items()}
@@ -246,7 +243,7 @@ class PreparedData:
 
 
 # ---------------------------------------------------------------------------- helpers
-def _check_stratifiable(vds: VerticalDataset, y: np.ndarray, fraction: float, what: str) -> None:
+def _check_stratifiable(name: str, y: np.ndarray, fraction: float, what: str) -> None:
     """A stratified split of ``fraction`` needs every class twice and room for every class on both
     sides; say so (with the fix) before scikit-learn does in its own words."""
     counts = np.bincount(np.asarray(y, dtype=np.int64))
@@ -258,21 +255,35 @@ def _check_stratifiable(vds: VerticalDataset, y: np.ndarray, fraction: float, wh
         why = (f"{rare} of its {k} classes have a single row" if rare else
                f"its {k} classes cannot all appear in a {what} split of {n_small} rows and the rest ({n - n_small})")
         raise DataError(
-            f"data set {vds.name!r}: cannot draw a stratified {what} split from {n} rows: {why}. Merge rare "
+            f"data set {name!r}: cannot draw a stratified {what} split from {n} rows: {why}. Merge rare "
             f"classes or drop them, use more rows, lower the {what} fraction, or if the label is a quantity "
             "say --task regression")
 
 
-def _split_indices(vds: VerticalDataset, *, seed: int, test_size: float, val_size: float):
-    n = vds.n_samples
+def prepare_block(block: PartyBlock, idx: dict[str, np.ndarray], *, scaling: str = "minmax",
+                  impute: str = "none") -> PartyData:
+    """One party's block split by ``idx`` (split -> row positions), its preprocessing fitted on its
+    own training rows only. A networked party runs exactly this on its own file."""
+    pp = PartyPreprocessor.fit(block.name, block.X.iloc[idx["train"]], block.categorical, scaling=scaling,
+                               impute=impute, where=block.source)
+    X_parts = {s: pp.transform(block.X.iloc[idx[s]], where=block.source) for s in SPLITS}
+    return PartyData(name=block.name, feature_names=pp.feature_names, X=X_parts, preprocessor=pp,
+                     sources=pp.sources)
+
+
+def split_indices(y: np.ndarray, task: str, *, seed: int, test_size: float, val_size: float, name: str = "data",
+                  predefined_test: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Row positions of the train, validation and test splits (stratified for classification),
+    sorted; what the label holder decides and, networked, sends to the parties."""
+    n = len(y)
     all_idx = np.arange(n)
-    strat = vds.y if vds.task != "regression" else None
-    if vds.predefined_test is not None and np.asarray(vds.predefined_test).any():
-        test = all_idx[np.asarray(vds.predefined_test, dtype=bool)]
-        rest = all_idx[~np.asarray(vds.predefined_test, dtype=bool)]
+    strat = y if task != "regression" else None
+    if predefined_test is not None and np.asarray(predefined_test).any():
+        test = all_idx[np.asarray(predefined_test, dtype=bool)]
+        rest = all_idx[~np.asarray(predefined_test, dtype=bool)]
     elif test_size > 0:
         if strat is not None:
-            _check_stratifiable(vds, strat, test_size, "test")
+            _check_stratifiable(name, strat, test_size, "test")
         rest, test = train_test_split(
             all_idx, test_size=test_size, random_state=seed, stratify=strat
         )
@@ -281,13 +292,13 @@ def _split_indices(vds: VerticalDataset, *, seed: int, test_size: float, val_siz
     if val_size > 0:
         frac = val_size / max(1e-12, (len(rest) / n))
         frac = min(frac, 0.5)
-        strat_rest = vds.y[rest] if strat is not None else None
+        strat_rest = y[rest] if strat is not None else None
         if strat_rest is not None:
-            _check_stratifiable(vds, strat_rest, frac, "validation")
+            _check_stratifiable(name, strat_rest, frac, "validation")
         try:
             train, val = train_test_split(rest, test_size=frac, random_state=seed, stratify=strat_rest)
         except ValueError as exc:
-            raise DataError(f"data set {vds.name!r}: cannot draw a validation split: {exc}") from exc
+            raise DataError(f"data set {name!r}: cannot draw a validation split: {exc}") from exc
     else:
         train, val = rest, rest[:0]
     return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}

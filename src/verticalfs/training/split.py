@@ -551,7 +551,7 @@ class SplitTrainer:
         entry.update(self.evaluate())
         entry.update(self.entry_extras())
         entry.update(extra)
-        entry["bytes"] = led.total_bytes - led.bytes_where(phase="eval")
+        entry["bytes"] = led.total_bytes - led.bytes_where(phase="eval") - led.bytes_where(phase="checkpoint")
         entry["bytes_total"] = led.total_bytes
         if self.entry_hook is not None:
             self.entry_hook(entry)
@@ -572,13 +572,17 @@ class SplitTrainer:
         epochs = self.config.epochs if epochs is None else epochs
         for cb in self.callbacks:
             cb.on_train_begin(self, epochs, phase)
+        ck = getattr(self.fed, "checkpoints", None)  # a Checkpointer when the run checkpoints
+        start = ck.begin(self) if ck is not None else 0
         try:
-            for _ in range(epochs):
+            for i in range(start, epochs):
                 loss = self.train_epoch(phase)
                 if after_epoch is not None:
                     after_epoch(self)
                 self.epoch += 1
                 self.record(phase, loss)
+                if ck is not None:
+                    ck.save(self, i + 1)
         finally:
             for cb in self.callbacks:
                 cb.on_train_end(self)

@@ -55,6 +55,20 @@ class Ledger:
         """Add measured compute time of ``party`` in ``(phase, round)``."""
         self._compute[(party, phase, round)] += seconds
 
+    def snapshot(self) -> dict:
+        """Everything recorded so far (for a checkpoint)."""
+        return {"rows": list(self._rows), "compute": dict(self._compute)}
+
+    def restore(self, snap: dict) -> None:
+        """Replace the records with a :meth:`snapshot`'s (resuming a run)."""
+        self._rows = [tuple(r) for r in snap["rows"]]
+        self._compute.clear()
+        self._compute.update(snap["compute"])
+        self._total = sum(r[6] + r[7] for r in self._rows)
+        self._phase_total.clear()
+        for r in self._rows:
+            self._phase_total[r[2]] += r[6] + r[7]
+
     # ------------------------------------------------------------------ reading
     def __len__(self) -> int:
         return len(self._rows)

@@ -138,7 +138,7 @@ def kind_name(msg_or_cls: Any) -> str:
 
 # --------------------------------------------------------------------------- position
 #: protocol phases, in the order of a typical run (their index is written in every message header)
-PHASES: tuple[str, ...] = ("setup", "pretrain", "selection", "train", "eval", "report", "other")
+PHASES: tuple[str, ...] = ("setup", "pretrain", "selection", "train", "eval", "report", "other", "checkpoint", "audit")
 _PHASE_SET = frozenset(PHASES)
 
 
@@ -188,10 +188,12 @@ class HelloRequest:
 @message
 class Hello:
     """Party -> label holder: the party's public schema, no data: its prepared feature names and the
-    number of rows it holds per split (after id alignment)."""
+    number of rows it holds per split (after id alignment), and the user's column behind each
+    prepared feature where they differ (one-hot levels; ``None`` when every feature is its own column)."""
 
     feature_names: list
     n_samples: dict
+    sources: list | None = None
 
 
 @message
@@ -304,3 +306,33 @@ class SupportReport:
 
     kept: np.ndarray
     scores: np.ndarray | None = None
+
+
+@message
+class TrafficRequest:
+    """Label holder -> party, phase ``audit`` (networked runs): report the messages you sent to other
+    feature parties since your last report (the label holder never sees them on its own links)."""
+
+
+@message
+class TrafficReport:
+    """Party -> label holder: its ledger records of party-to-party messages, one entry per message."""
+
+    receivers: list
+    phases: list
+    kinds: list
+    rounds: np.ndarray
+    steps: np.ndarray
+    payload: np.ndarray
+    overhead: np.ndarray
+
+
+@message
+class Persist:
+    """Label holder -> party, phase ``checkpoint``: ``save`` your state as checkpoint ``tag`` of run
+    ``run``, or ``load`` it (:mod:`verticalfs.training.checkpoint`). The party writes in its own
+    checkpoint folder; nothing but this request and an :class:`Ack` crosses."""
+
+    action: str
+    run: str
+    tag: str

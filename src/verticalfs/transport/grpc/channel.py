@@ -27,6 +27,7 @@ from verticalfs import exceptions as _exc
 from verticalfs.exceptions import ConfigError, ProtocolError, TransportError
 from verticalfs.transport.channel import Channel, Endpoint
 from verticalfs.transport.grpc.tls import TLSFiles
+from verticalfs.transport.grpc.wire import tcp_bytes
 
 SERVICE = "verticalfs.Transport"
 METHOD = f"/{SERVICE}/Exchange"
@@ -237,6 +238,13 @@ class GrpcChannel(Channel):
     def post(self, sender: str, receiver: str, data: bytes) -> None:
         if self._exchange("post", sender, receiver, data) is not None:
             raise ProtocolError(f"{receiver!r} replied to a one-way message from {sender!r}")
+
+    def wire_bytes(self) -> int | None:
+        """Bytes on the wire so far between this party and the parties it called (TCP payload: verticalfs
+        bytes plus gRPC framing and TLS; both directions), from the kernel's counters
+        (:mod:`.wire`); ``None`` where they cannot be read."""
+        r = tcp_bytes(self.addresses.values())
+        return None if r is None else r[0] + r[1]
 
     def close(self) -> None:
         for ch in self._channels.values():

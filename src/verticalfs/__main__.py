@@ -1,0 +1,5 @@
+"""``python -m verticalfs`` is the ``verticalfs`` command."""
+
+from verticalfs.cli import main
+
+main()

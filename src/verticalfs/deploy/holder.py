@@ -1,0 +1,157 @@
+"""The label holder's side of a deployment: connect, intersect the ids, align the parties, run.
+
+:func:`connect` does everything before a method runs, from the deployment file alone:
+
+1. reads the label party's file (its labels, and its other columns as its own feature block,
+   served by this process on the label party's address like any other party);
+2. connects to every party (an unreachable one is an error naming it and its address within
+   ``connect_timeout``);
+3. intersects the ids with each feature party by ECDH-PSI (:mod:`verticalfs.psi`, phase ``setup``);
+4. orders the intersection as the in-process path does, codes the labels, draws the split
+   (:func:`~verticalfs.data.vertical.split_indices`, stratified, with the run's seed) and sends
+   each party :class:`~verticalfs.deploy.party.Align` (the aligned ids and each row's split);
+5. learns the parties' schemas (prepared feature names) by the metered ``Hello``.
+
+The result is a :class:`~verticalfs.federation.Federation` over gRPC and a label-holder *view* of
+the data (labels, and per party only the public feature names) that :func:`verticalfs.run` takes
+as it takes in-process data; :func:`run_deployment` does both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verticalfs.data.user import _labels, _read_frames, _sort_ids
+from verticalfs.data.vertical import SPLITS, LabelData, PartyData, PreparedData, split_indices
+from verticalfs.deploy.config import Deployment
+from verticalfs.deploy.party import Align, Aligned, DeployedParty
+from verticalfs.exceptions import DataError
+from verticalfs.federation import SETUP, Federation
+from verticalfs.names import LABEL_HOLDER
+
+
+@dataclass
+class Connected:
+    """A federation ready to run a method, and what the set-up found."""
+
+    federation: Federation
+    data: PreparedData  # the label holder's view: labels, and the parties' public feature names
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)  # party -> rows_in_file, rows_kept
+    n_aligned: int = 0
+    local: Any = None  # the label party's own feature block, served here
+    channel: Any = None
+
+    def summary(self) -> str:
+        lines = [f"{self.n_aligned} rows in every party's file (private set intersection):"]
+        for p, r in self.rows.items():
+            lines.append(f"  {p}: kept {r['rows_kept']} of {r['rows_in_file']} rows")
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+        if self.local is not None:
+            self.local.stop()
+
+
+def serve_party(dep: Deployment, name: str, *, max_bytes: int = 1 << 30, checkpoint_dir=None):
+    """The :class:`~verticalfs.transport.grpc.party.NetworkedParty` of party ``name`` (not started):
+    its file read and checked now; its checkpoints in ``checkpoint_dir`` (default: the deployment's)."""
+    from verticalfs.transport.grpc.party import NetworkedParty
+
+    e = dep.party(name)
+    runtime = DeployedParty(name, e.file, id_column=dep.id_column,
+                            label_column=dep.label_column if name == dep.label_party else None,
+                            categorical=e.categorical, na_values=dep.na_values, delimiter=dep.delimiter,
+                            encoding=dep.encoding, max_bytes=max_bytes,
+                            checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(name))
+    return NetworkedParty(runtime, e.listen, tls=dep.tls(name), addresses=dep.addresses,
+                          insecure=dep.insecure, connect_timeout=dep.connect_timeout)
+
+
+def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None) -> Connected:
+    """Steps 1-5 of the module docstring."""
+    from verticalfs.psi import intersect
+    from verticalfs.transport.grpc.channel import GrpcChannel
+
+    lp = dep.label_party
+    entry = dep.party(lp)
+    frame = _read_frames({lp: entry.file}, id_column=dep.id_column, na_values=dep.na_values,
+                         delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=1 << 30)[lp]
+    if dep.label_column not in frame.columns:
+        cols = [c for c in frame.columns if c != dep.id_column]
+        raise DataError(f"party {lp!r}: label column {dep.label_column!r} is not in {str(entry.file)!r}; its "
+                        f"columns are {cols}. Fix label_column or label_party in {str(dep.path)!r}")
+    own_features = [c for c in frame.columns if c not in (dep.id_column, dep.label_column)]
+    names = [p for p in dep.parties if p != lp or own_features]
+    out = Connected(federation=None, data=None)  # type: ignore[arg-type]
+    try:
+        if own_features:
+            out.local = serve_party(dep, lp).start()
+        channel = GrpcChannel(LABEL_HOLDER, dep.addresses, tls=dep.tls(LABEL_HOLDER), insecure=dep.insecure,
+                              connect_timeout=dep.connect_timeout, call_timeout=call_timeout)
+        out.channel = channel
+        channel.wait_ready(names)
+        fed = Federation(LabelData(y={s: np.zeros(0) for s in SPLITS}, task="binary", n_classes=2), channel, names)
+        ids = frame[dep.id_column].to_numpy(dtype=str)
+        common = intersect([fed.proxy(p) for p in names if p != lp], ids)
+        if not common:
+            raise DataError(f"no id in column {dep.id_column!r} is held by every party; check that the files "
+                            "use the same ids (compared as text: '007' and '7' differ)")
+        common = _sort_ids(np.asarray(common))
+        y_raw = frame.set_index(dep.id_column).loc[common, dep.label_column]
+        y, task, class_names = _labels(y_raw.reset_index(drop=True), dep.task, entry.file, dep.label_column)
+        name = Path(entry.file).name
+        idx = split_indices(y, task, seed=seed, test_size=dep.test_size, val_size=dep.val_size, name=name)
+        codes = np.zeros(len(common), dtype=np.int8)
+        for k, s in enumerate(SPLITS):
+            codes[idx[s]] = k
+        align = Align(ids=[str(i) for i in common], split=codes, scaling=dep.scaling, impute=dep.impute)
+        for p in names:
+            rep = fed.proxy(p).request(align, SETUP, expect=Aligned)
+            out.rows[p] = {"rows_in_file": int(rep.rows_in_file), "rows_kept": int(rep.rows_kept)}
+        out.rows.setdefault(lp, {"rows_in_file": len(frame), "rows_kept": len(common)})
+        ys = {s: y[idx[s]] for s in SPLITS}
+        if task == "regression":
+            ys = {s: v.astype(np.float32) for s, v in ys.items()}
+        fed.labels = LabelData(y=ys, task=task, n_classes=0 if task == "regression" else len(class_names or []),
+                               class_names=class_names)
+        schema = fed.schema()
+        parties = [PartyData(name=p, feature_names=list(h.feature_names), X={},
+                             sources=None if h.sources is None else list(h.sources)) for p, h in schema.items()]
+        out.data = PreparedData(name=name, parties=parties, labels=fed.labels,
+                                ground_truth={p.name: np.zeros(p.n_features, dtype=bool) for p in parties},
+                                ids={s: np.asarray(common)[idx[s]] for s in SPLITS})
+        out.federation = fed
+        out.n_aligned = len(common)
+        return out
+    except BaseException:
+        out.close()
+        raise
+
+
+def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
+                   params: Mapping[str, Any] | None = None, codec: str | None = None, progress: bool = False,
+                   save_model: str | Path | None = None, threads: int | None = 1, checkpoint_dir=None,
+                   resume: bool = False):
+    """Run ``method`` over a deployment from the label party's host; returns the
+    :class:`~verticalfs.api.RunResult` (its ``info["deployment"]`` says how many rows each party kept)."""
+    from verticalfs.api import run
+
+    if not isinstance(dep, Deployment):
+        dep = Deployment.load(dep)
+    conn = connect(dep, seed=seed)
+    try:
+        res = run(method, conn.data, seed=seed, params=params, codec=codec, progress=progress,
+                  federation=conn.federation, threads=threads, save_model=save_model,
+                  checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(LABEL_HOLDER),
+                  resume=resume)
+        res.info["deployment"] = {"file": str(dep.path), "n_aligned": conn.n_aligned, "rows": conn.rows}
+        return res
+    finally:
+        conn.close()

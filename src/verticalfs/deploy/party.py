@@ -1,0 +1,122 @@
+"""A party of a deployment: its own file, read and checked at start, aligned when the label holder says.
+
+``verticalfs party serve --config deployment.toml --name telecom`` builds a :class:`DeployedParty`
+behind a :class:`~verticalfs.transport.grpc.party.NetworkedParty` and waits. Per run the label holder
+
+1. runs private set intersection with it (:mod:`verticalfs.psi`): the party answers with its ids
+   blinded, and learns only how many ids the label holder has;
+2. sends :class:`Align`: the ids every party holds (a subset of this party's own ids, in the
+   agreed order) and the split of each row (train / validation / test). The party keeps those rows
+   of its file, fits its preprocessing on its own training rows
+   (:func:`~verticalfs.data.vertical.prepare_block`, exactly what the in-process path runs) and
+   answers :class:`Aligned` with how many rows it kept;
+3. runs the method: the party's role answers as in-process.
+
+What the party sends over the whole run is its schema (prepared feature names, row counts), what
+the method's protocol sends (embeddings, scores, ...), and its PSI reply; never its raw columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from verticalfs.data.user import _read_frames, feature_columns, party_block
+from verticalfs.data.vertical import IMPUTATIONS, SCALINGS, SPLITS, prepare_block
+from verticalfs.exceptions import ProtocolError
+from verticalfs.names import LABEL_HOLDER
+from verticalfs.party import LocalData, PartyRuntime
+from verticalfs.transport.messages import message
+
+
+@message
+class Align:
+    """Label holder -> party, phase ``setup``: keep the rows with these ``ids`` in this order;
+    ``split[i]`` is row i's split (0 train, 1 validation, 2 test). Preprocessing: ``scaling`` and
+    ``impute``, fitted on the party's own training rows."""
+
+    ids: list
+    split: np.ndarray
+    scaling: str
+    impute: str
+
+
+@message
+class Aligned:
+    """Party -> label holder: rows in its file, rows kept, prepared features."""
+
+    rows_in_file: int
+    rows_kept: int
+    n_features: int
+
+
+class DeployedParty(PartyRuntime):
+    """A feature party serving its own file (see the module docstring).
+
+    Parameters
+    ----------
+    name : str
+    path : path
+        The party's file (``.csv``, ``.csv.gz``, ``.parquet``), with the id column.
+    id_column : str
+    label_column : str, optional
+        Given for the label party's own feature block: the label is not a feature.
+    categorical : list of str or "auto"
+    na_values, delimiter, encoding : as for :func:`~verticalfs.data.load_party_files`.
+    """
+
+    def __init__(self, name: str, path: str | Path, *, id_column: str = "id", label_column: str | None = None,
+                 categorical: Sequence[str] | str = (), na_values=None, delimiter: str = ",",
+                 encoding: str = "utf-8", max_bytes: int = 1 << 30, allowed_methods=None,
+                 checkpoint_dir=None) -> None:
+        path = Path(path)
+        frame = _read_frames({name: path}, id_column=id_column, na_values=na_values, delimiter=delimiter,
+                             encoding=encoding, max_bytes=max_bytes)[name]
+        auto = isinstance(categorical, str)
+        cols, cats = feature_columns(name, frame, path, id_column=id_column, label_column=label_column,
+                                     declared=[] if auto else list(categorical), auto=auto)
+        if not cols:
+            raise ProtocolError(f"party {name!r}: {str(path)!r} holds no feature column besides the id and label")
+        from verticalfs.data.preprocess import PartyPreprocessor
+
+        PartyPreprocessor.check_values(name, frame[cols], cats, where=str(path))  # before anyone connects
+        self.path, self.id_column = path, id_column
+        self.frame = frame.set_index(id_column)[cols]
+        self.columns, self.categorical = cols, cats
+        super().__init__(LocalData(name, [], {}), ids=self.frame.index.to_numpy(dtype=str),
+                         allowed_methods=allowed_methods, checkpoint_dir=checkpoint_dir)
+        self.aligned = False
+
+    def handle(self, sender, msg, at, node):
+        if type(msg) is Align:
+            if sender != LABEL_HOLDER:
+                raise ProtocolError(f"party {self.name!r} accepts Align only from the label holder, not {sender!r}")
+            return self._align(msg)
+        return super().handle(sender, msg, at, node)
+
+    def _align(self, msg: Align) -> Aligned:
+        ids = [str(i) for i in msg.ids]
+        codes = np.asarray(msg.split).reshape(-1)
+        if codes.shape[0] != len(ids):
+            raise ProtocolError(f"party {self.name!r}: Align gives {len(ids)} ids but {codes.shape[0]} split codes")
+        if len(ids) and (int(codes.min()) < 0 or int(codes.max()) > 2):
+            raise ProtocolError(f"party {self.name!r}: split codes must be 0, 1 or 2")
+        if msg.scaling not in SCALINGS or msg.impute not in IMPUTATIONS or msg.impute == "auto":
+            raise ProtocolError(f"party {self.name!r}: unknown scaling {msg.scaling!r} or imputation {msg.impute!r}")
+        if len(set(ids)) != len(ids):
+            raise ProtocolError(f"party {self.name!r}: Align lists an id twice")
+        missing = self.frame.index.get_indexer(ids) < 0
+        if missing.any():
+            raise ProtocolError(f"party {self.name!r}: {int(missing.sum())} of the ids to align are not in "
+                                f"{str(self.path)!r}; the label holder's intersection is wrong")
+        rows = self.frame.loc[ids].reset_index(drop=True)
+        block = party_block(self.name, rows, self.columns, self.categorical, self.path)
+        idx = {s: np.flatnonzero(codes == k) for k, s in enumerate(SPLITS)}
+        prepared = prepare_block(block, idx, scaling=msg.scaling, impute=msg.impute)
+        self.data = LocalData.of(prepared)
+        self.preprocessor = prepared.preprocessor
+        self.role, self.method = None, None
+        self.aligned = True
+        return Aligned(rows_in_file=len(self.frame), rows_kept=len(ids), n_features=prepared.n_features)

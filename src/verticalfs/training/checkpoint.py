@@ -1,0 +1,203 @@
+"""Checkpoints at the end of every epoch, and resuming a run from the last complete one.
+
+A run with a checkpoint folder saves, after every training epoch of the one split-learning loop
+(:class:`~verticalfs.training.split.SplitTrainer`):
+
+- at every party (a :class:`Persist` message, phase ``checkpoint``): its role's state (bottom
+  model, optimiser, gates, masks, batch plan), the features it still uses, its RNG states, in its
+  own folder (a party's checkpoint never leaves its host);
+- at the label holder: the trainer's state (top model, optimiser, history, best epoch so far), the
+  method's own state, the ledger so far, the RNG states.
+
+Each file is written atomically (a temporary file, then a rename); the label holder then writes
+``latest.json`` naming the checkpoint, only after every party confirmed its file: a checkpoint
+that any side did not finish is never named there, so never loaded.
+
+``resume=True`` reads ``latest.json`` and refuses a checkpoint of another run (method, parameters,
+seed, codec, parties or rows differ). The method runs again from its start; the epochs of every
+loop segment before the checkpointed one are recomputed (the same seeds give the same states, no
+checkpoint is written while replaying), and when the checkpointed segment starts, the label
+holder and every party load their state and the run continues with the next epoch. Single-loop
+methods (``vfl``, the SparseVFL family) thus replay nothing but the set-up; LESS-VFL resumed in its
+training stage recomputes its pre-training. The ledger is restored to the checkpoint's, so the
+final figures are those of an uninterrupted run with the same seed (plus the ``checkpoint``
+messages, which are on the ledger in their own phase).
+
+Files are written by this library and read only by the side that wrote them (``torch.load`` with
+full unpickling: never point a party at checkpoint files from elsewhere).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.transport.messages import Ack, At, Persist
+from verticalfs.utils.io import write_bytes_atomic, write_json_atomic
+
+PHASE = "checkpoint"
+#: a role's attributes that are not state (rebuilt by the run's Join)
+_NOT_STATE = frozenset({"data", "spec"})
+#: a trainer's attributes that are not state (the run rebuilds them)
+_TRAINER_NOT_STATE = frozenset({"fed", "callbacks", "entry_hook", "labels", "y", "loss", "config", "method",
+                                "seed", "parties", "task", "eval_splits", "select", "codec", "checkpoints"})
+
+
+def rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_rng_state(s: dict) -> None:
+    torch.set_rng_state(s["torch"])
+    np.random.set_state(s["numpy"])
+    random.setstate(s["python"])
+
+
+def _dump(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _load(path: Path) -> Any:
+    return torch.load(path, weights_only=False)  # our own file (see the module docstring)
+
+
+def _safe(name: str, what: str) -> str:
+    if not name or any(c in name for c in "/\\") or name in (".", ".."):
+        raise ProtocolError(f"{what} {name!r} is not a plain name")
+    return name
+
+
+# ---------------------------------------------------------------------------------- the party side
+def party_persist(runtime, msg: Persist) -> Ack:
+    """A party's answer to :class:`Persist` (``runtime.checkpoint_dir`` is its own folder)."""
+    folder = getattr(runtime, "checkpoint_dir", None)
+    if folder is None:
+        raise ProtocolError(f"party {runtime.name!r} has no checkpoint folder; start it with one "
+                            "(`checkpoints` in the deployment file, or checkpoint_dir=...)")
+    role = runtime.role
+    if role is None:
+        raise ProtocolError(f"party {runtime.name!r} has no role to checkpoint")
+    run_dir = Path(folder) / _safe(str(msg.run), "run id")
+    path = run_dir / f"{_safe(str(msg.tag), 'checkpoint tag')}.pt"
+    if msg.action == "save":
+        state = {k: v for k, v in vars(role).items() if k not in _NOT_STATE}
+        write_bytes_atomic(path, _dump({"role": state, "kept": np.asarray(runtime.data.kept),
+                                        "rng": rng_state(), "method": runtime.method}))
+        # keep this checkpoint and the one before (the label holder may not have committed this one)
+        files = sorted(run_dir.glob("*.pt"), key=lambda p: p.stat().st_mtime)
+        for old in files[:-2]:
+            old.unlink(missing_ok=True)
+        return Ack()
+    if msg.action == "load":
+        if not path.is_file():
+            raise ProtocolError(f"party {runtime.name!r} has no checkpoint {msg.tag!r} of run {msg.run!r} in "
+                                f"{str(run_dir)!r}; resume needs every party's folder as the interrupted run left it")
+        saved = _load(path)
+        if saved["method"] != runtime.method:
+            raise ProtocolError(f"party {runtime.name!r}: checkpoint {msg.tag!r} is of {saved['method']!r}, the run "
+                                f"is {runtime.method!r}")
+        runtime.data.keep(saved["kept"])
+        vars(role).update(saved["role"])
+        set_rng_state(saved["rng"])
+        return Ack()
+    raise ProtocolError(f"unknown checkpoint action {msg.action!r}; use 'save' or 'load'")
+
+
+# ---------------------------------------------------------------------------- the label holder's side
+class Checkpointer:
+    """The label holder's checkpoints of one run (see the module docstring).
+
+    Parameters
+    ----------
+    folder : path
+        The label holder's checkpoint folder.
+    run_id : str
+        Identifies the run (:func:`run_id`); a resume refuses checkpoints of another.
+    resume : bool
+        Continue from ``latest.json`` in ``folder``.
+    """
+
+    def __init__(self, folder: str | Path, run_id: str, *, resume: bool = False) -> None:
+        self.folder = Path(folder)
+        self.run_id = run_id
+        self.segment = -1  # loop segments (SplitTrainer.fit calls) started so far
+        self.target: dict | None = None
+        if resume:
+            latest = self.folder / "latest.json"
+            if not latest.is_file():
+                raise ConfigError(f"nothing to resume: {str(latest)!r} does not exist (no epoch of a run with this "
+                                  "checkpoint folder completed)")
+            self.target = json.loads(latest.read_text())
+            if self.target.get("run") != run_id:
+                raise ConfigError(f"the checkpoint in {str(self.folder)!r} is of another run (method, parameters, seed, "
+                                  "codec, parties or rows differ); resume with the same options, or start afresh "
+                                  "without --resume")
+
+    @property
+    def replaying(self) -> bool:
+        return self.target is not None and self.segment < int(self.target["segment"])
+
+    def begin(self, trainer) -> int:
+        """A loop segment starts; returns how many of its epochs to skip (restored from the checkpoint)."""
+        self.segment += 1
+        if self.target is not None and self.segment == int(self.target["segment"]):
+            done = int(self.target["epochs"])
+            self._restore(trainer, self.target["tag"])
+            self.target = None
+            return done
+        return 0
+
+    def save(self, trainer, epochs_done: int) -> None:
+        """After an epoch: every party saves, then the label holder, then ``latest.json`` names it."""
+        if self.replaying:
+            return
+        tag = f"s{self.segment}-e{epochs_done}"
+        at = At(PHASE, trainer.epoch)
+        fed = trainer.fed
+        for p in trainer.parties:
+            fed.proxy(p).request(Persist(action="save", run=self.run_id, tag=tag), at, expect=Ack)
+        led = fed.ledger
+        state = {k: v for k, v in vars(trainer).items() if k not in _TRAINER_NOT_STATE}
+        blob = {"trainer": state, "ledger": led.snapshot(),
+                "rng": rng_state(), "method": getattr(trainer, "method_state", lambda: None)()}
+        run_dir = self.folder / self.run_id
+        write_bytes_atomic(run_dir / f"{tag}.pt", _dump(blob))
+        write_json_atomic(self.folder / "latest.json", {"run": self.run_id, "segment": self.segment,
+                                                        "epochs": epochs_done, "tag": tag})
+        for old in sorted(run_dir.glob("*.pt"), key=lambda p: p.stat().st_mtime)[:-2]:
+            old.unlink(missing_ok=True)
+
+    def _restore(self, trainer, tag: str) -> None:
+        path = self.folder / self.run_id / f"{tag}.pt"
+        if not path.is_file():
+            raise ConfigError(f"the label holder's checkpoint {str(path)!r} named in latest.json is missing")
+        blob = _load(path)
+        at = At(PHASE, int(blob["trainer"].get("epoch", 0)))
+        for p in trainer.parties:
+            trainer.fed.proxy(p).request(Persist(action="load", run=self.run_id, tag=tag), at, expect=Ack)
+        vars(trainer).update(blob["trainer"])
+        trainer.fed.ledger.restore(blob["ledger"])
+        set_rng_state(blob["rng"])
+
+    def clear(self) -> None:
+        """The run finished: its checkpoints are no longer needed."""
+        shutil.rmtree(self.folder / self.run_id, ignore_errors=True)
+        (self.folder / "latest.json").unlink(missing_ok=True)
+
+
+def run_id(method: str, params: dict, seed: int, codec, parties, n_rows: dict) -> str:
+    """A short fingerprint of what must be equal for a checkpoint to be resumed."""
+    key = json.dumps({"method": method, "params": {k: repr(v) for k, v in sorted(params.items())}, "seed": seed,
+                      "codec": codec, "parties": list(parties), "rows": n_rows}, sort_keys=True)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]

@@ -1,0 +1,220 @@
+"""A deployment as a user runs it: one `verticalfs party serve` process per party, the label party
+running `verticalfs run --config deployment.toml`, mutual TLS, PSI on the ids, on 127.0.0.1.
+
+Each party reads only its own CSV (with ids the others do not all hold). The networked run must
+give the in-process run's metrics, selection and method traffic for the same files and seed; a
+party killed mid-run stops the run with an error naming it; ``--resume`` after the kill ends with
+the uninterrupted run's metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("grpc")
+pytest.importorskip("cryptography")
+pytest.importorskip("private_set_intersection")
+
+import verticalfs  # noqa: E402
+from verticalfs.data.user import load_party_files  # noqa: E402
+from verticalfs.deploy.config import Deployment  # noqa: E402
+from verticalfs.exceptions import ConfigError  # noqa: E402
+
+pytestmark = pytest.mark.slow
+PARTIES = ("bank", "telecom", "insurer")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _files(folder: Path) -> dict[str, Path]:
+    """breast_cancer split by columns into three organisations' files; ids overlap only partly
+    and the rows are in a different order in each file."""
+    from sklearn.datasets import load_breast_cancer
+
+    d = load_breast_cancer(as_frame=True)
+    X, y = d.data, d.target
+    cols = np.array_split(np.asarray(X.columns), 3)
+    ids = np.array([f"c{i:04d}" for i in range(len(X))])
+    rng = np.random.default_rng(7)
+    out = {}
+    for k, (name, c) in enumerate(zip(PARTIES, cols, strict=True)):
+        df = X[list(c)].copy()
+        df.columns = [f"{name}_{j}" for j in range(len(c))]
+        df.insert(0, "customer_id", ids)
+        if name == "bank":
+            df["default"] = y.to_numpy()
+        keep = np.ones(len(df), dtype=bool)
+        keep[rng.choice(len(df), 15 * k, replace=False)] = False  # telecom lacks 15 ids, insurer 30
+        df = df[keep]
+        extra = df.iloc[:5].copy()  # ids nobody else holds
+        extra["customer_id"] = [f"x{name}{i}" for i in range(5)]
+        df = pd.concat([df, extra]).sample(frac=1.0, random_state=k)
+        out[name] = folder / f"{name}.csv"
+        df.to_csv(out[name], index=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("deployment")
+    files = _files(root)
+    subprocess.run([sys.executable, "-m", "verticalfs", "certs", "make", "--parties", ",".join(PARTIES),
+                    "--out", str(root / "certs")], check=True, capture_output=True)
+    lines = ['label_party = "bank"', 'label_column = "default"', 'id_column = "customer_id"', 'certs = "certs"',
+             'checkpoints = "ck"', "connect_timeout = 5"]
+    for p in PARTIES:
+        lines += [f"[parties.{p}]", f'address = "127.0.0.1:{_free_port()}"', f'file = "{files[p].name}"']
+    (root / "deployment.toml").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def _start(site: Path, name: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "verticalfs", "party", "serve", "--config",
+                             str(site / "deployment.toml"), "--name", name], cwd=site, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _listening(proc: subprocess.Popen, name: str) -> subprocess.Popen:
+    line = proc.stdout.readline()  # "party <name> serves ..." once listening
+    assert f"party {name} serves" in line, line + proc.stdout.read()
+    return proc
+
+
+def _serve(site: Path, name: str) -> subprocess.Popen:
+    return _listening(_start(site, name), name)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def servers(site):
+    started = {p: _start(site, p) for p in PARTIES if p != "bank"}  # start together: each imports torch
+    procs = {p: _listening(proc, p) for p, proc in started.items()}
+    yield procs
+    for p in procs.values():
+        _stop(p)
+
+
+def _in_process(site: Path, method: str, params: dict, seed: int = 0):
+    vds, _ = load_party_files({p: site / f"{p}.csv" for p in PARTIES}, label_party="bank",
+                              label_column="default", id_column="customer_id")
+    return verticalfs.run(method, verticalfs.build_data(vds, seed=seed), seed=seed, params=params)
+
+
+def _method_traffic(res) -> dict:
+    """Payload bytes per phase and kind, without the networked run's own `audit` phase."""
+    out = {k: v for k, v in res.communication["by_phase"].items() if k not in ("audit", "setup", "checkpoint")}
+    kinds = res.communication["by_kind"]
+    out.update({k: kinds[k] for k in ("Hello", "HelloRequest", "Join", "Ready") if k in kinds})  # setup's method part
+    return out
+
+
+@pytest.mark.parametrize("method,params", [
+    ("vfl", {"epochs": 2, "batch_size": 64, "hidden": (16, 8)}),
+    ("feast", {"n_select": 8}),
+])
+def test_networked_run_equals_in_process(site, servers, method, params):
+    from verticalfs.deploy.holder import run_deployment
+
+    net = run_deployment(site / "deployment.toml", method, seed=0, params=params)
+    ref = _in_process(site, method, params)
+    assert net.metrics == ref.metrics
+    assert net.selection["n_kept"] == ref.selection["n_kept"]
+    for p in ref.selection["parties"]:
+        assert net.selection["parties"][p]["kept_columns"] == ref.selection["parties"][p]["kept_columns"]
+    assert _method_traffic(net) == _method_traffic(ref)
+    assert net.communication["by_kind"].get("PsiRequest", 0) > 0  # the ids were intersected privately
+    rows = net.info["deployment"]["rows"]
+    n = net.info["deployment"]["n_aligned"]
+    assert n == 569 - 15 - 30 or n < 569  # every party lacks some ids: the intersection is smaller
+    assert rows["telecom"]["rows_in_file"] == 569 - 15 + 5
+    assert rows["insurer"]["rows_kept"] == n == sum(len(v) for v in ref.federation.labels.y.values())
+    if method == "vfl":  # TCP carried the ledger's bytes plus gRPC framing and TLS (the label holder's links)
+        assert net.communication["wire_bytes"] > net.communication["total_bytes"]
+    if method == "feast":  # its party-to-party messages, recorded at the parties, are on the ledger
+        assert net.communication["by_direction"].get("peer", 0) == ref.communication["by_direction"]["peer"] > 0
+
+
+def test_kill_and_resume(site, servers):
+    """The label holder as its own process: a party killed mid-run is named; --resume ends with the
+    metrics of an uninterrupted run."""
+    params = {"epochs": 12, "batch_size": 32, "hidden": (16, 8)}
+    ref = _in_process(site, "vfl", params)
+    cmd = [sys.executable, "-m", "verticalfs", "run", "--config", str(site / "deployment.toml"), "-m", "vfl",
+           "--no-progress", *[a for k, v in params.items() for a in ("-p", f"{k}={v if not isinstance(v, tuple) else ','.join(map(str, v))}")]]
+    latest = site / "ck" / "active" / "latest.json"
+    holder = subprocess.Popen(cmd, cwd=site, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while not (latest.is_file() and json.loads(latest.read_text())["epochs"] >= 2):
+        assert holder.poll() is None, holder.communicate()
+        assert time.monotonic() - t0 < 120
+        time.sleep(0.02)
+    servers["insurer"].kill()
+    t_kill = time.monotonic()
+    out, err = holder.communicate(timeout=60)
+    assert holder.returncode != 0
+    assert time.monotonic() - t_kill < 20
+    assert "insurer" in out + err, out + err
+    assert json.loads(latest.read_text())["epochs"] < params["epochs"]
+    servers["insurer"] = _serve(site, "insurer")  # the party comes back with its checkpoint folder
+    done = subprocess.run([*cmd, "--resume", "--out", str(site / "resumed.json")], cwd=site, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    res = verticalfs.RunResult.load(site / "resumed.json")
+    assert res.metrics == pytest.approx(ref.metrics, abs=0, rel=0)
+    assert [h["roc_auc"] for h in res.history] == [h["roc_auc"] for h in ref.history]
+    assert not latest.exists()  # a finished run leaves no checkpoint to resume
+
+
+def test_unreachable_party_named(site, tmp_path):
+    dep = Deployment.load(site / "deployment.toml")
+    dep.parties["telecom"].address = f"127.0.0.1:{_free_port()}"
+    dep.connect_timeout = 1.0
+    from verticalfs.deploy.holder import connect
+    from verticalfs.exceptions import TransportError
+
+    t0 = time.monotonic()
+    with pytest.raises(TransportError, match="telecom"):
+        connect(dep)
+    assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("text,match", [
+    ('label_party = "bank"\nlabel_column = "y"\ncerts = "c"\n[parties.bank]\nfile = "b.csv"\n', "needs 'address'"),
+    ('label_party = "x"\nlabel_column = "y"\ncerts = "c"\n[parties.bank]\naddress = "h:1"\nfile = "b.csv"\n',
+     "label_party 'x'"),
+    ('label_party = "bank"\nlabel_column = "y"\n[parties.bank]\naddress = "h:1"\nfile = "b.csv"\n', "no TLS"),
+    ('label_party = "bank"\nlabel_column = "y"\ncerts = "c"\n[parties.bank]\naddress = "nohost"\nfile = "b.csv"\n',
+     "not host:port"),
+    ('label_party = "bank"\nlabel_column = "y"\ncerts = "c"\ncolour = 1\n[parties.bank]\naddress = "h:1"\n'
+     'file = "b.csv"\n', "unknown key"),
+])
+def test_bad_deployment_file(tmp_path, text, match):
+    f = tmp_path / "deployment.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        Deployment.load(f)
