@@ -310,6 +310,7 @@ def run_cmd(
     save_model: Path = O(None, "--save-model", help="Save the trained model in this folder: each party's part (preprocessing, model, selection) in its own file, the label holder's, a manifest; `verticalfs predict` uses it."),
     progress: bool = O(True, "--progress/--no-progress", help="Show a progress bar."),
     checkpoints: Path = O(None, "--checkpoints", help="Checkpoint every training epoch in this folder (in-process parties in its parties/ subfolder; networked parties in their own `checkpoints` folder); removed when the run completes."),
+    insecure: bool = O(False, "--insecure", help="With a deployment file: no TLS (messages in the clear, no party authenticated). Local experiments only."),
     resume: bool = O(False, "--resume", help="Continue the interrupted run whose checkpoints are in --checkpoints (or the deployment's folder), with the same options."),
     config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result. A deployment file (with [parties.<name>] tables) runs across machines: see README 'Deploy across machines'.", callback=_load_config, is_eager=True),
 ) -> None:
@@ -339,11 +340,13 @@ def run_cmd(
                                   f"its own file named in {deployment!r}); leave them out")
             from verticalfs.deploy.config import Deployment
 
-            dep = Deployment.load(deployment)
+            dep = Deployment.load(deployment, insecure=insecure)
             if resume and checkpoints is None and dep.checkpoints is None:
                 raise ConfigError(f"--resume needs the checkpoint folder: set checkpoints in {deployment!r} or "
                                   "give --checkpoints")
         else:
+            if insecure:
+                raise ConfigError("--insecure applies to a run over a deployment file (--config deployment.toml) only")
             parsed = opts.check()
             if resume and checkpoints is None:
                 raise ConfigError("--resume needs --checkpoints FOLDER (the folder of the interrupted run)")
@@ -473,6 +476,7 @@ def compare_cmd(
     param: list[str] = O(None, "--param", "-p", help="method.name=value or name=value for all methods."),
     codec: str = O(None, "--codec", help="As for run: applied to every method, an error for those that fix their own codecs."),
     reference: bool = O(None, "--reference/--no-reference", help="Also run VFL on the original data (default: when --noise > 0) and report MB to 90 % of its best accuracy."),
+    insecure: bool = O(False, "--insecure", help="With a deployment file: no TLS (messages in the clear, no party authenticated). Local experiments only."),
     resume: bool = O(False, "--resume", help="Skip the runs already written to OUT/runs by an earlier, interrupted compare."),
     partition: str = OPT_PARTITION,
     assignment: Path = OPT_ASSIGNMENT,
@@ -624,6 +628,8 @@ def party_serve(
                                      "<checkpoints>/<name> of the deployment file, if set)."),
     threads: int = typer.Option(1, "--threads", min=1, help="Torch CPU threads of this party (its models are "
                                 "small: one thread is fastest when several parties share a host)."),
+    insecure: bool = typer.Option(False, "--insecure", help="No TLS: messages in the clear, any process that "
+                                  "reaches the address can claim to be a peer. Local experiments only."),
 ) -> None:
     """Serve one party: read and check only its own file, listen on its address, answer the label holder.
 
@@ -641,7 +647,7 @@ def party_serve(
     torch.set_num_threads(threads)
 
     try:
-        dep = Deployment.load(config)
+        dep = Deployment.load(config, insecure=insecure)
         entry = dep.party(name)
         if name == dep.label_party:
             raise ConfigError(f"{name!r} is the label party of {str(config)!r}: it runs `verticalfs run --config "

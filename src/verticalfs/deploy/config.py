@@ -76,7 +76,8 @@ class Deployment:
 
     # ----------------------------------------------------------------- reading
     @classmethod
-    def load(cls, path: str | Path) -> Deployment:
+    def load(cls, path: str | Path, *, insecure: bool = False) -> Deployment:
+        """Read and check ``path``; ``insecure=True`` overrides the file (``--insecure``)."""
         path = Path(path)
         try:
             conf = tomllib.loads(path.read_text())
@@ -84,6 +85,8 @@ class Deployment:
             raise ConfigError(f"deployment file {str(path)!r} does not exist") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"deployment file {str(path)!r} is not valid TOML: {exc}") from None
+        if insecure:
+            conf = {**conf, "insecure": True}
         return cls.from_dict(conf, path)
 
     @classmethod
