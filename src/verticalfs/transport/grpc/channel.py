@@ -1,9 +1,12 @@
 """Encoded messages between processes over gRPC, with mutual TLS by default.
 
-One generic RPC, ``/verticalfs.Transport/Exchange`` (bidirectional stream of ``bytes`` chunks):
-the caller streams one encoded message in chunks of :data:`CHUNK` bytes (so no gRPC message-size
-limit is ever met, whatever the message), the receiving party's node handles it, and the reply is
-streamed back the same way (no chunks at all for a one-way message). The bytes are exactly what
+Two generic RPCs. A message of at most :data:`CHUNK` (1 MiB) bytes, nearly every message of a
+run, goes as one gRPC message on ``/verticalfs.Transport/Call`` and its reply comes back as one
+(a bidirectional stream costs more than the message at these sizes: ``benchmarks/network``). A
+larger one is streamed on ``/verticalfs.Transport/Exchange`` in chunks of :data:`CHUNK` bytes and
+its reply streamed back the same way, so no gRPC message-size limit is met by a request (up to
+:data:`MAX_MESSAGE_BYTES`); the reply to a small request (e.g. a whole split's embeddings) is one
+gRPC message of up to gRPC's own 2 GiB cap. The bytes are exactly what
 :mod:`verticalfs.transport.serde` produced: the ledger records the same payload and overhead as
 in-process (gRPC's framing and TLS come on top and are not on the ledger).
 
@@ -31,13 +34,18 @@ from verticalfs.transport.grpc.wire import tcp_bytes
 
 SERVICE = "verticalfs.Transport"
 METHOD = f"/{SERVICE}/Exchange"
+#: one request of at most CHUNK bytes, one reply (of up to gRPC's own 2 GiB cap): the fast path
+UNARY = f"/{SERVICE}/Call"
 #: bytes per streamed chunk
 CHUNK = 1 << 20
 #: the largest message a party accepts (the run-length decoder bounds what it expands to separately)
 MAX_MESSAGE_BYTES = 1 << 34
-_OPTIONS = [("grpc.max_send_message_length", 4 * CHUNK), ("grpc.max_receive_message_length", 4 * CHUNK),
+_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
             ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
             ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)]
+#: the server accepts the clients' keep-alive pings (every 10 s) also while a handler computes
+_SERVER_OPTIONS = [*_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+                   ("grpc.http2.max_ping_strikes", 0)]
 
 
 def _grpc():
@@ -89,9 +97,10 @@ class PartyServer:
         self.peers = frozenset(peers)
         self.tls = tls
         self._lock = threading.Lock()
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=_OPTIONS)
-        handler = grpc.stream_stream_rpc_method_handler(self._exchange)
-        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Exchange": handler}),))
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=_SERVER_OPTIONS)
+        handlers = {"Exchange": grpc.stream_stream_rpc_method_handler(self._exchange),
+                    "Call": grpc.unary_unary_rpc_method_handler(self._call)}
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
         if tls is not None:
             ca, cert, key = tls.read()
             creds = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
@@ -113,7 +122,7 @@ class PartyServer:
     def stop(self, grace: float | None = 1.0) -> None:
         self._server.stop(grace).wait()
 
-    def _exchange(self, request_iterator, context):
+    def _check_sender(self, context) -> tuple[str, str]:
         grpc = _grpc()
         md = dict(context.invocation_metadata())
         sender, op = md.get("vf-sender", ""), md.get("vf-op", "")
@@ -127,14 +136,10 @@ class PartyServer:
             context.abort(grpc.StatusCode.PERMISSION_DENIED,
                           f"PermissionError: {sender!r} is not a peer of party {self.endpoint.name!r} "
                           f"(its peers: {sorted(self.peers)})")
-        parts, size = [], 0
-        for chunk in request_iterator:
-            size += len(chunk)
-            if size > MAX_MESSAGE_BYTES:
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"TransportError: a message over {MAX_MESSAGE_BYTES} bytes from {sender!r}")
-            parts.append(chunk)
-        data = b"".join(parts)
+        return sender, op
+
+    def _handle(self, context, sender: str, op: str, data: bytes) -> bytes | None:
+        grpc = _grpc()
         try:
             with self._lock:
                 reply = self.endpoint.receive(sender, data)
@@ -144,6 +149,28 @@ class PartyServer:
             context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
         if op == "call" and reply is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"ProtocolError: {self.endpoint.name!r} has no reply")
+        return reply
+
+    def _call(self, request: bytes, context) -> bytes:
+        """The fast path: a request of at most :data:`CHUNK` bytes in one gRPC message."""
+        sender, op = self._check_sender(context)
+        if len(request) > CHUNK:
+            context.abort(_grpc().StatusCode.RESOURCE_EXHAUSTED,
+                          f"TransportError: {len(request)} bytes from {sender!r} on the one-message path")
+        reply = self._handle(context, sender, op, request)
+        return b"" if reply is None else reply
+
+    def _exchange(self, request_iterator, context):
+        grpc = _grpc()
+        sender, op = self._check_sender(context)
+        parts, size = [], 0
+        for chunk in request_iterator:
+            size += len(chunk)
+            if size > MAX_MESSAGE_BYTES:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"TransportError: a message over {MAX_MESSAGE_BYTES} bytes from {sender!r}")
+            parts.append(chunk)
+        reply = self._handle(context, sender, op, b"".join(parts))
         if reply is not None:
             yield from _chunks(reply)
 
@@ -211,7 +238,7 @@ class GrpcChannel(Channel):
                 raise TransportError(f"party {receiver!r} at {addr} is not reachable within {self.connect_timeout:g} s "
                                      "(is `verticalfs party serve` running there, and do the certificates match?)") from None
             self._channels[receiver] = ch
-            self._calls[receiver] = ch.stream_stream(METHOD)
+            self._calls[receiver] = (ch.stream_stream(METHOD), ch.unary_unary(UNARY))
             return self._calls[receiver]
 
     def wait_ready(self, parties: Iterable[str]) -> None:
@@ -221,10 +248,13 @@ class GrpcChannel(Channel):
 
     def _exchange(self, op: str, sender: str, receiver: str, data: bytes) -> bytes | None:
         grpc = _grpc()
-        call = self._call(receiver)
+        stream, unary = self._call(receiver)
+        md = (("vf-sender", sender), ("vf-op", op))
         try:
-            parts = list(call(_chunks(data), metadata=(("vf-sender", sender), ("vf-op", op)),
-                              timeout=self.call_timeout))
+            if len(data) <= CHUNK:  # one gRPC message each way (a post's reply is empty)
+                reply = unary(data, metadata=md, timeout=self.call_timeout)
+                return reply if reply or op == "call" else None
+            parts = list(stream(_chunks(data), metadata=md, timeout=self.call_timeout))
         except grpc.RpcError as err:
             raise _remote_error(err, receiver, self.addresses[receiver]) from None
         return b"".join(parts) if parts else None
