@@ -347,7 +347,7 @@ class PartyRuntime:
     def _traffic(self) -> TrafficReport:
         """The peer messages this party recorded since its last report (its node's ledger holds only
         those: the label holder records everything on its own links)."""
-        rows = [r for r in list(self.node.ledger.records())[self._reported:]] if self.node is not None else []
+        rows = list(self.node.ledger.records())[self._reported:] if self.node is not None else []
         self._reported += len(rows)
         return TrafficReport(receivers=[r.receiver for r in rows], phases=[r.phase for r in rows],
                              kinds=[r.kind for r in rows],

@@ -458,6 +458,13 @@ def read_party_rows(files: Mapping[str, str | Path], *, id_column: str = "id", n
     if len(common) == 0:
         raise DataError(f"no id in column {id_column!r} is present in every file; nothing to predict")
     report = AlignmentReport(n_aligned=len(common))
+    return _align(frames, files, id_column, common, report), np.asarray(common), report
+
+
+def _align(frames: Mapping[str, pd.DataFrame], files: Mapping[str, Path], id_column: str, common: np.ndarray,
+           report: AlignmentReport) -> dict[str, pd.DataFrame]:
+    """Each frame's rows of the ``common`` ids in that order (the id column removed), and the rows each
+    file had, kept and lost in ``report``."""
     aligned = {}
     for party, df in frames.items():
         a = df.set_index(id_column).loc[common].reset_index(drop=True)
@@ -466,7 +473,7 @@ def read_party_rows(files: Mapping[str, str | Path], *, id_column: str = "id", n
         report.rows_in_file[party] = len(df)
         report.rows_kept[party] = len(a)
         report.rows_lost[party] = len(df) - len(a)
-    return aligned, np.asarray(common), report
+    return aligned
 
 
 # ---------------------------------------------------------------------------- main entry
@@ -611,14 +618,8 @@ def load_party_files(
             "'7' differ)"
         )
     report = AlignmentReport(label_party=label_party, n_aligned=len(common), auto_categorical=auto)
-    aligned: dict[str, pd.DataFrame] = {}
-    for party, df in frames.items():
-        a = df.set_index(id_column).loc[common].reset_index(drop=True)
-        aligned[party] = a
-        report.files[party] = str(files[party])
-        report.rows_in_file[party] = len(df)
-        report.rows_kept[party] = len(a)
-        report.rows_lost[party] = len(df) - len(a)
+    aligned = _align(frames, files, id_column, common, report)
+    for party, a in aligned.items():
         report.categorical[party] = list(cats[party])
         n_na = a[feats[party]].isna().sum() if feats[party] else pd.Series(dtype=int)
         report.missing[party] = {str(c): int(k) for c, k in n_na.items() if k}

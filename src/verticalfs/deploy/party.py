@@ -25,7 +25,7 @@ import numpy as np
 
 from verticalfs.data.user import _read_frames, feature_columns, party_block
 from verticalfs.data.vertical import IMPUTATIONS, SCALINGS, SPLITS, prepare_block
-from verticalfs.exceptions import ProtocolError
+from verticalfs.exceptions import DataError, ProtocolError
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.party import LocalData, PartyRuntime
 from verticalfs.transport.messages import message
@@ -78,7 +78,8 @@ class DeployedParty(PartyRuntime):
         cols, cats = feature_columns(name, frame, path, id_column=id_column, label_column=label_column,
                                      declared=[] if auto else list(categorical), auto=auto)
         if not cols:
-            raise ProtocolError(f"party {name!r}: {str(path)!r} holds no feature column besides the id and label")
+            raise DataError(f"party {name!r}: {str(path)!r} holds no feature column besides the id and label "
+                            "(a label file without features is read by `verticalfs run`, it serves nothing)")
         from verticalfs.data.preprocess import PartyPreprocessor
 
         PartyPreprocessor.check_values(name, frame[cols], cats, where=str(path))  # before anyone connects
