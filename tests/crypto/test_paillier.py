@@ -27,6 +27,8 @@ from verticalfs.exceptions import CryptoError
 
 BACKENDS = ("python", "phe", "pypaillier", "heu")
 BITS = {"python": 512, "phe": 512, "heu": 512, "pypaillier": 2048}
+#: the randomness each back end draws (pypaillier and heu: only the short-exponent kind)
+KIND = {"python": "full", "phe": "full", "heu": "short", "pypaillier": "short"}
 
 
 def needs(name: str):
@@ -40,7 +42,7 @@ def keys():
     out = {}
     for name in BACKENDS:
         if name in available_backends():
-            out[name] = generate_keypair(BITS[name], backend=name, insecure=True)
+            out[name] = generate_keypair(BITS[name], backend=name, randomness=KIND[name], insecure=True)
     return out
 
 
@@ -221,7 +223,7 @@ class TestBackendsAgree:
         pub, priv = keys[backend]
         x = np.array([5, -7, 0, 123456789], dtype=np.int64)
         e = enc(pub, x)
-        ref = PrivateKey(pub.using("phe"), priv.p, priv.q)  # phe's raw_decrypt
+        ref = PrivateKey(pub.using("phe", randomness="full"), priv.p, priv.q)  # phe's raw_decrypt
         crt = PrivateKey(pub.using("python"), priv.p, priv.q)
         assert ref.decrypt_mantissas(e.ciphertexts()) == x.tolist()
         assert crt.decrypt_mantissas(e.ciphertexts()) == x.tolist()
@@ -240,14 +242,15 @@ class TestBackendsAgree:
         np.testing.assert_allclose((a + b).decrypt(priv), 2 * x)
         if "phe" in available_backends():
             np.testing.assert_allclose(
-                EncryptedArray(pub, a._c, a.exponent).decrypt(PrivateKey(pub.using("phe"), priv.p, priv.q)),
+                EncryptedArray(pub, a._c, a.exponent).decrypt(
+                    PrivateKey(pub.using("phe", randomness="full"), priv.p, priv.q)),
                 x)
 
     def test_heu_refuses_foreign_keys(self, small):
         needs("heu")
         pub, _ = small
         with pytest.raises(CryptoError, match="cannot encrypt"):
-            pub.using("heu")
+            pub.using("heu", randomness="short")
         assert PublicKey.from_bytes(pub.to_bytes(), insecure=True).backend.name != "heu"
 
     def test_pypaillier_refuses_short_keys(self):
@@ -365,3 +368,79 @@ class TestKeys:
                   "encrypt_pooled_per_s"):
             assert r[k] > 0
         assert r["encrypt_pooled_per_s"] > r["encrypt_per_s"]  # the pool moves r^n offline
+
+
+# ---------------------------------------------------------------------------- randomness
+class TestRandomness:
+    """``full`` (r**n, r uniform) and ``short`` (h_s**a, a of ceil(bits/2) bits; DJN 2010)."""
+
+    @pytest.mark.parametrize("holder", [False, True])
+    def test_short_obfuscators_are_nth_residues_of_one_base(self, holder):
+        pub, priv = generate_keypair(512, backend="python", randomness="short", insecure=True)
+        assert pub.randomness == "short" and pub.backend.name == "python"
+        rn = pub.backend.random_rn(pub, 6, priv if holder else None)
+        assert len(set(map(int, rn))) == 6  # fresh each time
+        # n-th residues: each decrypts to 0, so (1 + m n) * rn encrypts m
+        assert priv.decrypt_residues(rn) == [0] * 6
+        hs = pub._native["python-short"]
+        # h_s = h**n with h = -x**2 mod n: a quadratic residue times -1, and an n-th residue
+        assert priv.decrypt_residues([hs]) == [0]
+        x = np.array([2.5, -1.0, 0.0, 7.0])
+        np.testing.assert_allclose(enc(priv if holder else pub, x).decrypt(priv), x)
+
+    @pytest.mark.parametrize("bits", [255, 256])
+    def test_exponent_lengths(self, monkeypatch, bits):
+        """Short: exponents drawn below 2**ceil(bits/2) (DJN 2010); full: r drawn below n."""
+        import verticalfs.crypto.backends as mod
+
+        pub, priv = generate_keypair(512, backend="python", randomness="short", insecure=True)
+        pub.bits = bits  # only the exponent bound reads it
+        mod.BACKENDS["python"]._short_base(pub)  # h_s is drawn once per key, before
+        seen = []
+        real = mod.random_below
+        monkeypatch.setattr(mod, "random_below", lambda k: seen.append(k) or real(k))
+        pub.backend.random_rn(pub, 4)
+        pub.backend.random_rn(pub, 2, priv)
+        assert seen == [1 << ((bits + 1) // 2)] * 6
+        seen.clear()
+        full = PublicKey(pub.n, backend="python", insecure=True)
+        full.backend.random_rn(full, 3)
+        assert seen == [full.n] * 3
+
+    def test_backends_declare_their_randomness(self):
+        assert set(BACKEND_TABLE["python"].randomness) == {"full", "short"}
+        assert BACKEND_TABLE["phe"].randomness == ("full",)
+        assert BACKEND_TABLE["pypaillier"].randomness == ("short",)
+        assert BACKEND_TABLE["heu"].randomness == ("short",)
+
+    def test_auto_and_explicit_choice(self):
+        pub, _ = generate_keypair(512, insecure=True)  # default: full
+        assert pub.randomness == "full" and pub.backend.name == "python"
+        have = available_backends()
+        short_pub, _ = generate_keypair(2048 if "pypaillier" in have and "heu" not in have else 512,
+                                        randomness="short", insecure=True)
+        want = next(b for b in ("heu", "pypaillier", "python") if b in have
+                    and (b != "pypaillier" or short_pub.bits >= 2048))
+        assert short_pub.backend.name == want
+        with pytest.raises(CryptoError, match="one of"):
+            generate_keypair(512, randomness="medium", insecure=True)
+        for name in ("pypaillier", "heu"):
+            if name in have:
+                with pytest.raises(CryptoError, match="randomness='short'"):
+                    generate_keypair(2048, backend=name, randomness="full")
+        if "phe" in have:
+            with pytest.raises(CryptoError, match="randomness='full'"):
+                generate_keypair(512, backend="phe", randomness="short", insecure=True)
+
+    def test_switching_randomness_keeps_decryption(self, small):
+        pub, priv = small
+        pool_pub = pub.using("python")
+        pool_pub.precompute(3)
+        short = pool_pub.using("python", randomness="short")
+        assert short.randomness == "short" and short.pool_size == 0  # a full pool is not reused
+        x = np.array([1.0, -2.0, 3.5])
+        np.testing.assert_allclose((enc(short, x) + enc(pool_pub, x)).decrypt(priv), 2 * x)
+
+    def test_rates_short(self):
+        r = rates("python", bits=512, n=10, pool=True, randomness="short", insecure=True)
+        assert r["randomness"] == "short" and r["encrypt_per_s"] > 0

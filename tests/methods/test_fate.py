@@ -93,6 +93,20 @@ class TestFateIV:
         _, fed = fit("fate-iv", data, trace=True, packing="pair")
         assert_no_labels(fed, data)
 
+    def test_randomness_is_explicit(self, data):
+        """``full`` (the default) and ``short`` randomness give the same information values (the
+        randomness never changes a decryption); the choice is reported."""
+        full, _ = fit("fate-iv", data)
+        short, _ = fit("fate-iv", data, randomness="short")
+        assert full.info_["randomness"] == "full" and short.info_["randomness"] == "short"
+        assert full.info_["backend"] == "python"  # auto with full randomness: never heu/pypaillier
+        assert short.info_["iv"] == full.info_["iv"]
+        with pytest.raises(ConfigError, match="randomness"):
+            create("fate-iv", randomness="tiny", **FAST).fit(Federation.in_process(data))
+        if "phe" in verticalfs.crypto.available_backends():
+            with pytest.raises(ConfigError, match="randomness='full'"):
+                create("fate-iv", backend="phe", randomness="short", **FAST).fit(Federation.in_process(data))
+
     def test_bad_params(self, data):
         with pytest.raises(ConfigError, match="insecure"):
             create("fate-iv", key_bits=1024).fit(Federation.in_process(data))

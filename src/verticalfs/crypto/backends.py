@@ -39,13 +39,38 @@ Back ends (``backend=`` names):
     checked by decrypting a known value. HEU cannot build a key from ``n`` alone, so it encrypts
     only under keys it generated itself (:meth:`Backend.can_encrypt`).
 
-``auto`` is the fastest back end available for the key (:data:`AUTO_ORDER`, from the measured
-rates of ``benchmarks/feast/paillier_speed.py``).
+Randomness (``randomness=`` on keys, a local choice of the encrypting party like the back end):
+
+``full`` (default)
+    Paillier's own encryption (Paillier 1999): ``r`` uniform in ``Z_n*`` and the obfuscator
+    ``r**n mod n**2``, an exponentiation with a full-size (``bits(n)``-bit) exponent. Semantic
+    security rests on the decisional composite residuosity assumption alone. ``python`` and ``phe``.
+``short``
+    The variant of Damgård, Jurik and Nielsen ("A generalization of Paillier's public-key system
+    with applications to electronic voting", Int. J. Inf. Secur. 9, 2010, section 4.2 of the
+    journal version; also Damgård-Jurik, PKC 2001): a fixed ``h_s = (-x**2)**n mod n**2`` and
+    obfuscators ``h_s**a`` with a *short* random exponent ``a`` of ``ceil(bits(n) / 2)`` bits, so
+    about half the work per obfuscator, with no precomputation. The ciphertexts are ordinary
+    Paillier ciphertexts (every back end decrypts them), but indistinguishability now also rests
+    on the assumption that ``h_s**a`` for short ``a`` looks like a uniform ``n``-th residue, a
+    different (stronger) assumption than DCRA. ``pypaillier`` and ``heu`` draw *only* this kind of
+    randomness, and that, not native code alone, is much of their speed-up; ``python`` offers it
+    too, so the two can be compared on the same arithmetic (``benchmarks/feast/paillier_speed.py``).
+
+Decryption is the same method everywhere: the CRT decryption (mod ``p**2`` and ``q**2``) of
+:meth:`~verticalfs.crypto.keys.PrivateKey.decrypt_residues` for ``python``, ``pypaillier`` and
+``heu``, and python-paillier's own CRT ``raw_decrypt`` for ``phe``; decryption rates are therefore
+close for all back ends (measured 0.85-0.97x phe's).
+
+``auto`` is the fastest back end available for the key that draws the requested randomness
+(:data:`AUTO_ORDER`, from the measured rates of ``benchmarks/feast/paillier_speed.py``): with
+``full``, that is ``python`` (``phe`` is GPL and never chosen automatically).
 """
 
 from __future__ import annotations
 
 import importlib
+import math
 import re
 from typing import Any, ClassVar
 
@@ -54,6 +79,18 @@ from verticalfs.exceptions import CryptoError
 
 #: fastest first (measured with benchmarks/feast/paillier_speed.py; see the back ends' rates there)
 AUTO_ORDER: tuple[str, ...] = ("heu", "pypaillier", "python")
+#: the kinds of encryption randomness (see the module docstring)
+RANDOMNESS: tuple[str, ...] = ("full", "short")
+
+
+def check_randomness(randomness: str) -> str:
+    """``randomness`` validated (CryptoError naming the choices)."""
+    r = str(randomness).lower()
+    if r not in RANDOMNESS:
+        raise CryptoError(f"Paillier randomness must be one of {RANDOMNESS}, got {randomness!r}: 'full' is "
+                          f"r**n with r uniform (Paillier 1999), 'short' is h_s**a with a short exponent "
+                          f"(Damgard-Jurik-Nielsen 2010)")
+    return r
 
 
 class Backend:
@@ -67,6 +104,8 @@ class Backend:
     package: ClassVar[str] = ""
     #: shortest modulus the back end accepts
     min_bits: ClassVar[int] = 256
+    #: the kinds of randomness the back end can draw (:data:`RANDOMNESS`)
+    randomness: ClassVar[tuple[str, ...]] = ("full",)
 
     def __init__(self) -> None:
         self._mod: Any = None
@@ -98,9 +137,12 @@ class Backend:
     def supports_bits(self, bits: int) -> bool:
         return bits >= self.min_bits
 
+    def supports_randomness(self, randomness: str) -> bool:
+        return randomness in self.randomness
+
     def can_encrypt(self, pub) -> bool:
         """True if this back end can make obfuscators for ``pub``."""
-        return self.available() and self.supports_bits(pub.bits)
+        return self.available() and self.supports_bits(pub.bits) and self.supports_randomness(pub.randomness)
 
     # -------------------------------------------------------------- operations
     def generate(self, bits: int) -> tuple[int, int, Any]:
@@ -113,7 +155,8 @@ class Backend:
                 return p, q, None
 
     def random_rn(self, pub, k: int, priv=None) -> list:
-        """``k`` fresh obfuscators ``r**n mod n**2`` (``priv``, when given, may speed this up)."""
+        """``k`` fresh obfuscators (``n``-th residues mod ``n**2``) of the kind ``pub.randomness``
+        (``priv``, when given, may speed this up)."""
         raise NotImplementedError
 
     def decrypt(self, priv, cts: list) -> list[int] | None:
@@ -124,9 +167,37 @@ class Backend:
 class PythonBackend(Backend):
     name = "python"
     licence = "built in (uses gmpy2, LGPL-3.0-or-later, when installed)"
+    randomness = ("full", "short")
+
+    @staticmethod
+    def _short_base(pub) -> Any:
+        """``h_s = (-x**2)**n mod n**2`` for a random ``x`` (DJN 2010), drawn once per key object."""
+        hs = pub._native.get("python-short")
+        if hs is None:
+            n = pub.n
+            while True:
+                x = random_below(n)
+                if x > 1 and math.gcd(x, n) == 1:
+                    break
+            h = mpz((-x * x) % n)
+            hs = pub._native["python-short"] = powmod(h, pub._n_big, pub._n2_big)
+        return hs
 
     def random_rn(self, pub, k: int, priv=None) -> list:
         n = pub.n
+        if pub.randomness == "short":
+            hs, N2 = self._short_base(pub), pub._n2_big
+            top = 1 << ((pub.bits + 1) // 2)  # exponents of ceil(bits / 2) bits (DJN 2010)
+            if priv is not None:  # the key holder: mod p^2 and q^2, then the CRT
+                p2, q2, _, _, q2inv = priv._rn_crt
+                hp, hq = hs % p2, hs % q2
+                out = []
+                for _ in range(k):
+                    a = mpz(random_below(top))
+                    u, v = powmod(hp, a, p2), powmod(hq, a, q2)
+                    out.append(v + q2 * ((u - v) * q2inv % p2))
+                return out
+            return [powmod(hs, mpz(random_below(top)), N2) for _ in range(k)]
         if priv is not None:  # the key holder: r^n mod p^2 and mod q^2, then the CRT
             p2, q2, ep, eq, q2inv = priv._rn_crt
             out = []
@@ -175,6 +246,7 @@ class PyPaillierBackend(Backend):
     module = "paillier"
     package = "pypaillier"
     min_bits = 2048  # the library refuses shorter moduli
+    randomness = ("short",)  # its encryptions of zero are h_s**a with a short a (DJN)
 
     def _pk(self, pub):
         nat = pub._native.get(self.name)
@@ -200,9 +272,10 @@ class HeuBackend(Backend):
     licence = "Apache-2.0 (SecretFlow HEU, package sf-heu)"
     module = "heu"
     package = "sf-heu"
+    randomness = ("short",)  # ZPaillier: h_s**a with a short a (DJN)
 
     def can_encrypt(self, pub) -> bool:
-        return self.name in pub._native and self.available()
+        return self.name in pub._native and self.available() and self.supports_randomness(pub.randomness)
 
     def generate(self, bits: int) -> tuple[int, int, Any]:
         heu = self.load()
@@ -286,28 +359,34 @@ def get_backend(name: str) -> Backend:
     return b
 
 
-def resolve_backend(name: str, bits: int, pub=None) -> Backend:
+def resolve_backend(name: str, bits: int, pub=None, randomness: str = "full") -> Backend:
     """``name`` as a back end; ``auto`` = the first of :data:`AUTO_ORDER` that can serve a key of
-    ``bits`` bits (and, given ``pub``, can encrypt under that key)."""
+    ``bits`` bits with ``randomness`` (and, given ``pub``, can encrypt under that key)."""
+    randomness = check_randomness(randomness)
     if isinstance(name, Backend):
-        return name
-    if str(name).lower() != "auto":
+        b = name
+    elif str(name).lower() != "auto":
         b = get_backend(name)
         if not b.supports_bits(bits):
             raise CryptoError(f"Paillier back end {b.name!r} refuses {bits}-bit keys (minimum {b.min_bits}); "
                               f"use a longer key or backend 'python'")
-        return b
-    for cand in AUTO_ORDER:
-        b = BACKENDS[cand]
-        if not b.available() or not b.supports_bits(bits):
-            continue
-        if pub is not None and not b.can_encrypt(pub):
-            continue
-        return b
-    return BACKENDS["python"]
+    else:
+        for cand in AUTO_ORDER:
+            b = BACKENDS[cand]
+            if not b.available() or not b.supports_bits(bits) or not b.supports_randomness(randomness):
+                continue
+            if pub is not None and not b.can_encrypt(pub):
+                continue
+            return b
+        return BACKENDS["python"]
+    if not b.supports_randomness(randomness):
+        other = "short" if randomness == "full" else "full"
+        raise CryptoError(f"Paillier back end {b.name!r} draws only {other!r} randomness, not {randomness!r}; "
+                          f"pass randomness={other!r} to use it, or backend 'python' (both kinds)")
+    return b
 
 
 def backend_info() -> dict[str, dict]:
-    """Name -> availability, licence and minimum key size (for reports)."""
+    """Name -> availability, licence, minimum key size and randomness kinds (for reports)."""
     return {name: {"available": b.available(), "licence": b.licence, "min_bits": b.min_bits,
-                   "gmpy2": HAVE_GMPY2 if name == "python" else None} for name, b in BACKENDS.items()}
+                   "randomness": list(b.randomness), "gmpy2": HAVE_GMPY2 if name == "python" else None} for name, b in BACKENDS.items()}

@@ -12,7 +12,7 @@ import copy
 from typing import Any
 
 from verticalfs.crypto._bigint import invert, mpz, powmod
-from verticalfs.crypto.backends import Backend, get_backend, resolve_backend
+from verticalfs.crypto.backends import Backend, check_randomness, resolve_backend
 from verticalfs.crypto.encoding import from_residues
 from verticalfs.exceptions import CryptoError
 
@@ -44,12 +44,17 @@ class PublicKey:
     backend : str or Backend
         Back end for encryption under this key (``auto``, ``python``, ``phe``, ``pypaillier``,
         ``heu``); a local choice, not part of the key.
+    randomness : str
+        ``full`` (default: ``r**n`` with ``r`` uniform, Paillier 1999) or ``short`` (``h_s**a``
+        with a ``ceil(bits / 2)``-bit exponent, Damgård-Jurik-Nielsen 2010: faster, but resting on
+        an additional assumption); see :mod:`verticalfs.crypto.backends`. A local choice of the
+        encrypting party; the ciphertexts decrypt the same way.
     insecure : bool
         Accept a modulus shorter than 2048 bits (tests only).
     """
 
-    def __init__(self, n: int, *, backend: str | Backend = "auto", insecure: bool = False,
-                 _native: dict | None = None) -> None:
+    def __init__(self, n: int, *, backend: str | Backend = "auto", randomness: str = "full",
+                 insecure: bool = False, _native: dict | None = None) -> None:
         n = int(n)
         if n <= 0 or n % 2 == 0:
             raise CryptoError("Paillier public key: the modulus n must be a positive odd integer")
@@ -67,7 +72,8 @@ class PublicKey:
         self._native: dict[str, Any] = dict(_native or {})
         self._pool: list = []
         self._mulmod = None
-        self.backend = resolve_backend(backend, self.bits, self)
+        self.randomness = check_randomness(randomness)
+        self.backend = resolve_backend(backend, self.bits, self, self.randomness)
 
     @property
     def g(self) -> int:
@@ -80,15 +86,19 @@ class PublicKey:
         return hash(self.n)
 
     def __repr__(self) -> str:
-        return f"PublicKey({self.bits} bits, backend={self.backend.name!r})"
+        return f"PublicKey({self.bits} bits, backend={self.backend.name!r}, randomness={self.randomness!r})"
 
-    def using(self, backend: str | Backend) -> PublicKey:
-        """The same key with another back end (shares the obfuscator pool)."""
+    def using(self, backend: str | Backend, randomness: str | None = None) -> PublicKey:
+        """The same key with another back end (and, given, another randomness; the obfuscator
+        pool is shared only when the randomness stays the same)."""
         other = copy.copy(self)
-        other.backend = resolve_backend(backend, self.bits, self)
-        if not other.backend.can_encrypt(self):
+        if randomness is not None and check_randomness(randomness) != self.randomness:
+            other.randomness = check_randomness(randomness)
+            other._pool = []
+        other.backend = resolve_backend(backend, self.bits, other, other.randomness)
+        if not other.backend.can_encrypt(other):
             raise CryptoError(f"back end {other.backend.name!r} cannot encrypt under this key "
-                              f"({self.bits} bits); choose another back end")
+                              f"({self.bits} bits, randomness {other.randomness!r}); choose another back end")
         return other
 
     # ------------------------------------------------------------ serialisation
@@ -99,11 +109,12 @@ class PublicKey:
         return pack_uints([self.n], (self.bits + 7) // 8)
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, backend: str | Backend = "auto", insecure: bool = False) -> PublicKey:
+    def from_bytes(cls, data: bytes, *, backend: str | Backend = "auto", randomness: str = "full",
+                   insecure: bool = False) -> PublicKey:
         """Inverse of :meth:`to_bytes` (validates the length unless ``insecure``)."""
         if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) == 0:
             raise CryptoError("Paillier public key: expected the modulus as non-empty bytes")
-        return cls(int.from_bytes(bytes(data), "big"), backend=backend, insecure=insecure)
+        return cls(int.from_bytes(bytes(data), "big"), backend=backend, randomness=randomness, insecure=insecure)
 
     # ----------------------------------------------------------- obfuscator pool
     def precompute(self, k: int, private_key: PrivateKey | None = None) -> None:
@@ -180,7 +191,7 @@ class PrivateKey:
         return from_residues(self.decrypt_residues(cts), pub.n, pub.max_int)
 
 
-def generate_keypair(bits: int = MIN_SECURE_BITS, *, backend: str = "auto",
+def generate_keypair(bits: int = MIN_SECURE_BITS, *, backend: str = "auto", randomness: str = "full",
                      insecure: bool = False) -> tuple[PublicKey, PrivateKey]:
     """A fresh Paillier key pair.
 
@@ -189,17 +200,17 @@ def generate_keypair(bits: int = MIN_SECURE_BITS, *, backend: str = "auto",
     bits : int
         Length of the modulus ``n`` (default 2048; shorter only with ``insecure=True``).
     backend : str
-        ``auto`` (the fastest available back end that supports ``bits``), ``python``, ``phe``,
-        ``pypaillier`` or ``heu``.
+        ``auto`` (the fastest available back end that supports ``bits`` and ``randomness``),
+        ``python``, ``phe``, ``pypaillier`` or ``heu``.
+    randomness : str
+        ``full`` (default, ``r**n``) or ``short`` (``h_s**a``, Damgård-Jurik-Nielsen); see
+        :mod:`verticalfs.crypto.backends`. ``pypaillier`` and ``heu`` draw only ``short``.
     insecure : bool
         Allow ``bits < 2048`` (tests only).
     """
     bits = check_bits(bits, insecure, "generate_keypair")
-    b = resolve_backend(backend, bits) if str(backend).lower() == "auto" else get_backend(backend)
-    if not b.supports_bits(bits):
-        raise CryptoError(f"Paillier back end {b.name!r} refuses {bits}-bit keys (minimum {b.min_bits}); "
-                          f"use a longer key or backend 'python'")
+    b = resolve_backend(backend, bits, None, randomness)
     p, q, native = b.generate(bits)
     natives = {b.name: native} if native is not None else None
-    pub = PublicKey(p * q, backend=b, insecure=insecure, _native=natives)
+    pub = PublicKey(p * q, backend=b, randomness=randomness, insecure=insecure, _native=natives)
     return pub, PrivateKey(pub, p, q)

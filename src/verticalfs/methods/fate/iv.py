@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from verticalfs.crypto import EncryptedArray, generate_keypair, unpack_slots
+from verticalfs.crypto.backends import resolve_backend
 from verticalfs.crypto.keys import check_bits
 from verticalfs.exceptions import ConfigError, CryptoError, ProtocolError
 from verticalfs.methods.fate.binning import woe_iv
@@ -65,6 +66,11 @@ class FateIVParams(FilterParams):
     backend : str
         Paillier back end: ``auto`` (fastest available), ``pypaillier``, ``heu``, ``python`` or
         ``phe``.
+    randomness : str
+        Paillier encryption randomness: ``full`` (default; ``r**n`` with ``r`` uniform, as FATE's
+        own Paillier) or ``short`` (Damgård-Jurik-Nielsen short exponent, what ``pypaillier`` and
+        ``heu`` draw: faster, resting on an additional assumption). See
+        :mod:`verticalfs.crypto.backends`.
     """
 
     n_bins: int = 10
@@ -73,14 +79,16 @@ class FateIVParams(FilterParams):
     key_bits: int = 2048
     insecure: bool = False
     backend: str = "auto"
+    randomness: str = "full"
 
 
 def check_crypto_params(name: str, p) -> None:
-    """Validate ``key_bits`` / ``insecure`` / ``backend`` early, naming the fix."""
+    """Validate ``key_bits`` / ``insecure`` / ``backend`` / ``randomness`` early, naming the fix."""
     try:
         check_bits(p.key_bits, p.insecure, f"{name}: key_bits")
+        resolve_backend(p.backend, int(p.key_bits), None, p.randomness)
     except CryptoError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 @register
@@ -113,7 +121,8 @@ class FateIV(FilterMethod):
         n = len(y)
         n_event = int(y.sum())
         t0 = time.perf_counter()
-        pub, priv = generate_keypair(int(p.key_bits), backend=p.backend, insecure=p.insecure)
+        pub, priv = generate_keypair(int(p.key_bits), backend=p.backend, randomness=p.randomness,
+                                     insecure=p.insecure)
         t_key = time.perf_counter() - t0
         # FATE's GuestIntegerPacker: slots as wide as the label counts, event slot first
         bits_e, bits_n = max(1, n_event.bit_length()), max(1, (n - n_event).bit_length())
@@ -160,7 +169,7 @@ class FateIV(FilterMethod):
                 scores.append((-iv, k, j, party))
         scores.sort()
         self.info_.update(
-            iv=ivs, key_bits=pub.bits, backend=pub.backend.name, packing=p.packing,
+            iv=ivs, key_bits=pub.bits, backend=pub.backend.name, randomness=pub.randomness, packing=p.packing,
             n_encryptions=int(enc.size), n_decryptions=n_dec, ciphertext_bytes=int(pub.ciphertext_bytes),
             keygen_seconds=t_key, encrypt_seconds=t_enc, decrypt_seconds=t_dec,
         )

@@ -98,6 +98,11 @@ class FateLassoParams(FilterParams):
         Allow ``key_bits < 2048`` (tests only).
     backend : str
         Paillier back end (``auto``, ``pypaillier``, ``heu``, ``python``, ``phe``).
+    randomness : str
+        Paillier encryption randomness: ``full`` (default; ``r**n`` with ``r`` uniform, as FATE's
+        own Paillier) or ``short`` (Damgård-Jurik-Nielsen short exponent, what ``pypaillier`` and
+        ``heu`` draw: faster, resting on an additional assumption). See
+        :mod:`verticalfs.crypto.backends`.
     """
 
     epochs: int = 10
@@ -111,6 +116,7 @@ class FateLassoParams(FilterParams):
     key_bits: int = 2048
     insecure: bool = False
     backend: str = "auto"
+    randomness: str = "full"
 
 
 @register
@@ -214,7 +220,8 @@ class FateLasso(FilterMethod):
         p = self.params
         N = int(p.n_select)
         t0 = time.perf_counter()
-        pub, priv = generate_keypair(int(p.key_bits), backend=p.backend, insecure=p.insecure)
+        pub, priv = generate_keypair(int(p.key_bits), backend=p.backend, randomness=p.randomness,
+                                     insecure=p.insecure)
         t_key = time.perf_counter() - t0
         lo, hi = (math.log(float(v)) for v in p.alpha_range)
         runs, results = [], []
@@ -250,7 +257,7 @@ class FateLasso(FilterMethod):
         self.info_.update(
             runs=runs, alpha=runs[best]["alpha"], chosen_run=best, nonzero=runs[best]["nonzero"],
             final_run_bytes=runs[best]["bytes"], final_run_seconds=runs[best]["seconds"],
-            key_bits=pub.bits, backend=pub.backend.name, ciphertext_bytes=int(pub.ciphertext_bytes),
+            key_bits=pub.bits, backend=pub.backend.name, randomness=pub.randomness, ciphertext_bytes=int(pub.ciphertext_bytes),
             n_encryptions=int(sum(r["encryptions"] for r in runs)), keygen_seconds=t_key,
         )
         return chosen
