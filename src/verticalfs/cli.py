@@ -171,6 +171,7 @@ class DataOptions:
 
     def check(self) -> dict:
         """Everything that can be checked without reading data; returns the parsed values."""
+        from verticalfs.data.layouts import is_layout, layout_names, resolve_layout
         from verticalfs.data.partition import STRATEGIES
         from verticalfs.data.vertical import IMPUTATIONS, SCALINGS
         from verticalfs.options import (
@@ -212,11 +213,22 @@ class DataOptions:
                 raise ConfigError("give --dataset NAME (see `verticalfs datasets`) or --party-file name=path ...")
             if self.parties is not None and self.parties < 1:
                 raise ConfigError(f"--parties must be >= 1, got {self.parties}")
-            if self.partition is not None and self.partition not in STRATEGIES:
-                raise ConfigError(f"--partition must be one of {STRATEGIES}, got {self.partition!r}")
+            if self.partition is not None and self.partition not in STRATEGIES and not is_layout(self.partition):
+                raise ConfigError(f"--partition must be one of {(*STRATEGIES, *layout_names())}, got "
+                                  f"{self.partition!r}")
+            if is_layout(self.partition):
+                lay = resolve_layout(self.partition, self.dataset)
+                if self.assignment is not None:
+                    raise ConfigError(f"--partition {self.partition} fixes the columns ({lay.source}); leave out "
+                                      f"--assignment")
+                if self.parties is not None and self.parties != lay.parties:
+                    raise ConfigError(f"--partition {self.partition}: layout {lay.name!r} of {self.dataset!r} has "
+                                      f"{lay.parties} parties ({lay.source}); leave out --parties or set it to "
+                                      f"{lay.parties}")
+                out["layout"] = lay
             if self.assignment is not None and not Path(self.assignment).is_file():
                 raise ConfigError(f"--assignment file {str(self.assignment)!r} does not exist")
-            n_parties = self.parties or 3
+            n_parties = out["layout"].parties if "layout" in out else (self.parties or 3)
         out["files"] = files
         out["noise"] = parse_fractions(self.noise, "--noise", n_parties=n_parties)
         out["overlap"] = parse_counts(self.overlap, "--overlap", n_parties=n_parties)
@@ -237,6 +249,12 @@ class DataOptions:
             err.print(report.summary(), soft_wrap=True, highlight=False, markup=False)
             dataset = vds
             parties = len(vds.blocks)
+        elif "layout" in parsed:
+            from verticalfs.data.layouts import build_layout
+
+            lay = parsed["layout"]
+            return build_layout(lay.name, lay.dataset, seed=seed, data_dir=self.data_dir, noise=noise,
+                                overlap=parsed["overlap"], scaling=self.scaling, impute=self.impute)
         else:
             dataset, parties = self.dataset, self.parties or 3
         return build_data(dataset, parties=parties, noise=noise, overlap=parsed["overlap"],
@@ -244,8 +262,14 @@ class DataOptions:
                           data_dir=self.data_dir, scaling=self.scaling, impute=self.impute)
 
     def config(self) -> dict:
-        return {"noise": self.noise, "overlap": self.overlap, "partition": self.partition or "random",
-                "scaling": self.scaling, "impute": self.impute}
+        from verticalfs.data.layouts import is_layout, resolve_layout
+
+        out = {"noise": self.noise, "overlap": self.overlap, "partition": self.partition or "random",
+               "scaling": self.scaling, "impute": self.impute}
+        if is_layout(self.partition) and self.dataset:
+            lay = resolve_layout(self.partition, self.dataset)
+            out["layout"] = {"name": lay.name, "source": lay.source}
+        return out
 
 
 def _data_options(**kw) -> DataOptions:
@@ -257,7 +281,9 @@ OPT_DATASET = O(None, "--dataset", "-d", help="A data set name (`verticalfs data
 OPT_PARTIES = O(None, "--parties", "-k", help="Number of feature-holding parties (default 3; not for --party-file).")
 OPT_NOISE = O("0", "--noise", help="Gaussian noise features as a fraction of each party's columns; one value or one per party (0.8,0.25,0.1,0).")
 OPT_OVERLAP = O("0", "--overlap", help="Columns of other parties copied into each party (one value or one per party).")
-OPT_PARTITION = O(None, "--partition", help="Column split: random (default) or contiguous.")
+OPT_PARTITION = O(None, "--partition", help="Column split: random (default) or contiguous; or a paper's own "
+                  "columns and rows by name: paper (the data set's registered layout) or sparsevfl (adult, "
+                  "wine_quality, physionet2012: sparsevfl.md Tables A1 and 1).")
 OPT_ASSIGNMENT = O(None, "--assignment", help="TOML/JSON file with explicit columns per party.")
 OPT_SCALING = O("minmax", "--scaling", help="minmax, standard or none (fitted on each party's training rows).")
 OPT_IMPUTE = O("auto", "--impute", help="Missing values, per party from its own training rows: median, mean, most-frequent, none (an error), auto (the data set's default).")
