@@ -120,3 +120,17 @@ class TestBytesToReach:
         h = [{"bytes": 1, "accuracy": 0.9}]
         assert bytes_to_reach(h, 0.5, min_spurious_removed=0.1) is None
         assert bytes_to_reach(h, 0.5) == 1.0
+
+
+def test_log_loss_equals_scikit_learn():
+    import numpy as np
+    from sklearn.metrics import log_loss
+
+    from verticalfs.evaluation.metrics import prediction_metrics
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(50, 4))
+    y = rng.integers(0, 4, 50)
+    p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    got = prediction_metrics("multiclass", y, logits, 4)["log_loss"]
+    assert abs(got - log_loss(y, p, labels=range(4))) < 1e-9

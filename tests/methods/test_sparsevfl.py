@@ -208,7 +208,8 @@ def test_best_validation_checkpoint(data):
     m, fed = fit("sparsevfl-16", data, epochs=6, batch_size=32)
     h = m.history_
     assert all("roc_auc" in e and "accuracy" in e and "val_roc_auc" in e for e in h)
-    best = max(range(len(h)), key=lambda i: (h[i]["val_roc_auc"], -i))
+    # ties of the validation ROC-AUC go to the lower validation log-loss, then the earlier epoch
+    best = max(range(len(h)), key=lambda i: (h[i]["val_roc_auc"], -h[i]["val_log_loss"], -i))
     assert m.info_["best_epoch"] == h[best]["epoch"]
     for k in ("roc_auc", "accuracy"):
         assert m.metrics_[k] == h[best][k]  # the restored checkpoint reproduces that epoch
@@ -237,3 +238,30 @@ def test_bad_params(name, bad):
     key = next(iter(bad))
     with pytest.raises(ConfigError, match=key):
         create(name, **bad)
+
+
+def test_tied_validation_scores_go_to_the_lower_loss(data, monkeypatch):
+    """A validation ROC-AUC saturated at 1.0 (many classes) must not pick the first tied epoch."""
+    from verticalfs.training.split import SplitTrainer
+
+    losses = iter([0.9, 0.3, 0.5, 0.4])
+    real = SplitTrainer.evaluate
+
+    def scripted(self, splits=None):
+        if splits == ["test"]:
+            return real(self, splits)
+        return {"roc_auc": 1.0, "val_roc_auc": 1.0, "val_log_loss": next(losses)}
+
+    monkeypatch.setattr(SplitTrainer, "evaluate", scripted)
+    m, _ = fit("sparsevfl-16", data, epochs=4, batch_size=64)
+    assert [e["val_log_loss"] for e in m.history_] == [0.9, 0.3, 0.5, 0.4]
+    assert m.info_["best_epoch"] == m.history_[1]["epoch"]
+
+
+def test_top_model_narrower_than_the_classes_warns():
+    digits = verticalfs.build_data("digits", parties=2, seed=0)
+    with pytest.warns(UserWarning, match="8 hidden units for 10 classes"):
+        res = verticalfs.run("sparsevfl-16", digits, seed=0, params={"epochs": 1, "top_hidden": 8})
+    assert any("top_hidden" in w for w in res.warnings)
+    ok = verticalfs.run("sparsevfl-16", digits, seed=0, params={"epochs": 1, "top_hidden": 16})
+    assert not any("hidden units" in w for w in ok.warnings)

@@ -323,6 +323,14 @@ class SplitRole(Role):
 
 
 # ------------------------------------------------------------------------ the label holder's side
+def _tie_loss(entry: dict | None) -> float:
+    """Validation loss of a history entry (log-loss, or MSE for regression); +inf if absent."""
+    if entry is None:
+        return float("inf")
+    v = entry.get("val_log_loss", entry.get("val_mse"))
+    return float("inf") if v is None or v != v else float(v)
+
+
 class SplitTrainer:
     """Runs split learning from the label holder over the parties' proxies.
 
@@ -558,7 +566,11 @@ class SplitTrainer:
         self.history.append(entry)
         if self.select is not None:
             score = entry.get(self.select)
-            if score is not None and score == score and (self.best_score is None or score > self.best_score):
+            if score is not None and score == score and (
+                    self.best_score is None or score > self.best_score
+                    or (score == self.best_score and _tie_loss(entry) < _tie_loss(self.best_entry))):
+                # ties (e.g. a validation ROC-AUC saturated at 1.0 on many classes) go to the lower
+                # validation loss, not to the first tied epoch
                 self.best_score = score
                 self.best_entry = entry
                 self.save_checkpoint()

@@ -255,6 +255,13 @@ class _TrainedMethod(Method):
             "wall_time": wall_time_info(led, fed.party_names),
         }
         info.update(extra)
+        width = int(getattr(self.params, "top_hidden", 0) or 0)
+        classes = int(fed.labels.n_classes or 0) if fed.task == "multiclass" else 0
+        if 0 < width < classes:
+            info.setdefault("warnings", []).append(
+                f"{self.name}: the top model has {width} hidden units for {classes} classes (the paper's 12 are "
+                f"sized for its binary tasks); a hidden layer narrower than the number of classes limits accuracy. "
+                f"Set top_hidden to at least {classes} (e.g. --param top_hidden={max(64, 2 * classes)}).")
         self.info_.update(info)
         return self
 
