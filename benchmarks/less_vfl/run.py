@@ -88,6 +88,7 @@ def summary(res, seconds: float, target_acc) -> dict:
         "lambda_m": info.get("lambda_m"),
         "lambda_s": info.get("lambda_s"),
         "seconds": seconds,
+        "stage_seconds": info.get("seconds"),
         "curve": [{"epoch": h["epoch"], "phase": h["phase"], "mb": h["bytes"] / 1e6,
                    "accuracy": h.get("accuracy"), "spurious_removed": h.get("spurious_removed")} for h in hist],
     }
@@ -119,20 +120,31 @@ def table(results: list[dict], layout: str, methods=SELECTORS) -> tuple[str, lis
                 "spurious_removed": fmt_ms([x["spurious_removed"] for x in runs], pct=True),
                 "accuracy": fmt_ms([x["accuracy"] for x in runs], pct=True),
                 "mb_train": fmt_ms([x["mb_train"] for x in runs]),
+                "seconds": fmt_ms([x["seconds"] for x in runs]),
+                "stage_seconds": [x.get("stage_seconds") for x in runs],
             }
         rows.append(row)
     lines = ["| data set | " + " | ".join(f"{m}: MB to target" for m in methods) + " |",
              "| --- | " + " | ".join("---" for _ in methods) + " |"]
     for r in rows:
         lines.append(f"| {r['dataset']} | " + " | ".join(r[m]["mb_to_target"] for m in methods) + " |")
-    lines += ["", "| data set | method | test accuracy % (final) | spurious removed % | MB sent (all epochs) |",
-              "| --- | --- | --- | --- | --- |"]
+    lines += ["", "| data set | method | test accuracy % (final) | spurious removed % | MB sent (all epochs) | "
+                  "seconds (run) |",
+              "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         lines.append(f"| {r['dataset']} | vfl-original (reference) | {r['reference_accuracy']} (best) | - | "
-                     f"{r['vfl-original']['mb_train']} |")
+                     f"{r['vfl-original']['mb_train']} | {r['vfl-original']['seconds']} |")
         for m in METHODS[1:]:
             lines.append(f"| {r['dataset']} | {m} | {r[m]['accuracy']} | {r[m]['spurious_removed']} | "
-                         f"{r[m]['mb_train']} |")
+                         f"{r[m]['mb_train']} | {r[m]['seconds']} |")
+    for r in rows:  # where LESS-VFL's time goes (in process: the parties' stage 3 runs one after another)
+        st = [x for x in r["less-vfl"]["stage_seconds"] if x]
+        if st:
+            def mean(key, st=st):
+                return float(np.mean([x[key] if not isinstance(x[key], dict) else sum(x[key].values()) for x in st]))
+            lines.append(f"\n{r['dataset']}: less-vfl seconds per stage (mean over seeds): pre-training "
+                         f"{mean('pretrain'):.2f}, stage 2 (upload + server) {mean('stage2'):.2f}, stage 3 (sum over "
+                         f"parties) {mean('stage3'):.2f}, post-selection training {mean('post_selection'):.2f}")
     for r in rows:
         a, b = r["group-lasso"]["mb_to_target_mean"], r["less-vfl"]["mb_to_target_mean"]
         if a and b:

@@ -36,6 +36,7 @@ just one ``SelectFeatures`` per party.
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -248,13 +249,17 @@ class _StagedLasso(Method):
         trainer = SplitTrainer(fed, self.name, TrainConfig.from_params(p), seed=self.seed,
                                callbacks=self.callbacks, entry_hook=self.entry_hook, codec=self.codec)
         trainer.setup()
+        clock = time.perf_counter
         # ---------------------------------------------------------------- stage 1
+        t0 = clock()
         trainer.fit(p.pretrain_epochs, phase="pretrain")
+        seconds = {"pretrain": clock() - t0}
         # ---------------------------------------------------------------- stages 2 + 3
         info: dict = {"pretrain_epochs": p.pretrain_epochs}
         parties = list(trainer.parties)
         dims = dict(trainer.embedding_dims)
         at = At("selection", trainer.epoch)
+        t0 = clock()
         if self.component_selection:
             req = EmbedRequest("train", trainer.epoch, -1, False)
             n = trainer.n_samples("train")
@@ -277,16 +282,22 @@ class _StagedLasso(Method):
         else:
             new_top = trainer.top
             cols = np.arange(sum(dims[q] for q in parties))
+        seconds["stage2"] = clock() - t0  # the upload and the server's component selection
         offsets = np.cumsum([0] + [dims[q] for q in parties])
         K = {q: cols[(cols >= offsets[i]) & (cols < offsets[i + 1])] - offsets[i]
              for i, q in enumerate(parties)}
         lambdas_m = tuple(p.lambdas_m) or (p.lambda_m,)
+        t0 = clock()
         for q in parties:
             fed.proxy(q).send(SelectFeatures(
                 components=np.asarray(K[q], dtype=np.int64), lambdas=tuple(float(v) for v in lambdas_m),
                 lr=float(p.lr_m), epochs=int(p.select_epochs_m), batch_size=int(p.batch_size),
                 seed=derive_seed(self.seed, "less-vfl", "stage3", q), tol=float(p.tol_m),
                 normalize=bool(p.normalize_m), center=bool(p.center)), at)
+        # in process the parties' stage 3 runs inside these sends (one after another); networked the
+        # parties run it in parallel and this is only the sending. Each party's own time is in
+        # info["stage3"][party]["seconds"].
+        seconds["stage3_wall"] = clock() - t0
         # The label holder's side of the shrink: top model = stage-2 result on the significant
         # columns; parties with no significant component leave the training.
         new_top = copy.deepcopy(new_top) if new_top is trainer.top else new_top
@@ -301,14 +312,18 @@ class _StagedLasso(Method):
         trainer.record("selection", None)
         # ---------------------------------------------------------------- post-selection
         post = p.epochs - p.pretrain_epochs
+        t0 = clock()
         if post > 0:
             trainer.fit(post, phase="train")
+        seconds["post_selection"] = clock() - t0
         # ---------------------------------------------------------------- results
         self.finish_training(fed, trainer)
         report = At("report")
         local = {q: fed.proxy(q).request(SelectionInfoRequest(), report, expect=SelectionInfo) for q in parties}
         info["stage3"] = {q: r.values for q, r in local.items()}
         info["lambda_m"] = {q: v.get("lambda_m") for q, v in info["stage3"].items()}
+        seconds["stage3"] = {q: v.get("seconds") for q, v in info["stage3"].items()}
+        info["seconds"] = seconds
         info["features_kept"] = {q: int(m.sum()) for q, m in self.support_.items()}
         led = fed.ledger
         by_phase = led.by("phase")

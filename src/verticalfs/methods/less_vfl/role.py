@@ -16,6 +16,7 @@ proxy fit); they are not part of the algorithm.
 from __future__ import annotations
 
 import copy
+import time
 import warnings
 
 import numpy as np
@@ -168,7 +169,9 @@ class LessVFLRole(SplitRole):
 
     @handles(SelectFeatures)
     def on_select_features(self, msg: SelectFeatures, ctx: Context) -> None:
+        t0 = time.perf_counter()
         self.selection_info = local_feature_selection(self, msg)
+        self.selection_info["seconds"] = time.perf_counter() - t0  # stage 3 at this party
         return None
 
     @handles(SelectionInfoRequest)
