@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import verticalfs
+from verticalfs.exceptions import ConfigError
 from verticalfs.federation import Federation
 from verticalfs.methods import create
 from verticalfs.methods.less_vfl.role import SelectFeatures
@@ -15,7 +16,7 @@ from verticalfs.training.split import SplitTrainer, TrainConfig
 from verticalfs.transport.messages import At
 from verticalfs.tuning import grid_search, select_best, summarise
 
-FAST = {"epochs": 3, "pretrain_epochs": 1, "select_epochs_s": 10, "select_epochs_m": 10, "hidden": (16, 8),
+FAST = {"epochs": 3, "pretrain_epochs": 1, "pretrain_min_steps": 0, "select_epochs_s": 10, "select_epochs_m": 10, "hidden": (16, 8),
         "batch_size": 64}
 METHODS = ("less-vfl", "local-lasso", "group-lasso")
 
@@ -106,7 +107,7 @@ def test_local_lasso_sends_no_upload(data):
 
 
 def test_later_messages_carry_only_significant_components(data):
-    m, _, fed = fit("less-vfl", data, lambda_s=0.05)
+    m, _, fed = fit("less-vfl", data, lambda_s=0.01)
     K = m.info_["n_components"]
     assert sum(K.values()) < 8 * len(K)  # stage 2 dropped some components
     last_epoch = max(r.round for r in fed.ledger.records() if r.phase == "train")
@@ -204,3 +205,64 @@ def test_grid_search_rows_and_selection(data):
     assert len(summ) == 2 and all(s["runs"] == 1 for s in summ)
     best = select_best(rows, min_spurious_removed=0.0)
     assert best is not None and best["lambda_m"] in (0.1, 0.5)
+
+
+# ----------------------------------------------------------------------------- solver "pgd"
+def test_proximal_path_reaches_the_group_lasso_solution():
+    """On a linear model with an orthonormal design the group-lasso problem has a closed form:
+    min ||w - w_ls||^2 + lam sum_j ||w_j||  =>  w_j = w_ls_j (1 - lam / (2 ||w_ls_j||))_+."""
+    from verticalfs.methods.less_vfl.psgd import StackedMLP, proximal_path
+    from verticalfs.nn.models import MLP
+
+    rng = np.random.default_rng(0)
+    n, d, k = 400, 6, 3
+    Z = rng.normal(size=(n, d))
+    Q, _ = np.linalg.qr(Z - Z.mean(0))  # orthonormal columns in the span of centred ones: centred
+    X = torch.tensor(Q * np.sqrt(n), dtype=torch.float32)  # X^T X / n = I
+    W_true = np.zeros((k, d))
+    W_true[:, :3] = rng.normal(size=(k, 3)) * np.array([2.0, 1.0, 0.3])
+    Y = X @ torch.tensor(W_true.T, dtype=torch.float32) + 0.01 * torch.randn(n, k, generator=torch.Generator().manual_seed(0))
+    C = (X.T @ X / n).numpy()
+    w_ls = np.linalg.solve(C, (X.T @ (Y - Y.mean(0)) / n).numpy()).T  # (k, d)
+    mlp = MLP(d, (), k)
+
+    def loss(out, rows):
+        return ((out - Y[rows]) ** 2).sum(-1).mean(-1)
+
+    stack = StackedMLP(mlp, 1, center=X.mean(0))
+    lams = [0.1, 1.0, 3.0]
+    path = proximal_path(stack, X, loss, lams, max_iter=500, tol=1e-7)
+    for lam, pt in zip(lams, path, strict=True):
+        norms = np.linalg.norm(w_ls, axis=0)
+        want = w_ls * np.clip(1.0 - lam / (2.0 * np.maximum(norms, 1e-12)), 0.0, None)
+        got = pt["state"][0][0].numpy()  # the input weight of the single copy
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)  # float32, stopped at a plateau
+        assert pt["support"].tolist() == np.flatnonzero(np.linalg.norm(want, axis=0) > 0).tolist()
+
+
+def test_solver_validation_and_pretrain_min_steps(data):
+    with pytest.raises(ConfigError, match="solver"):
+        create("less-vfl", solver="adam").fit(Federation.in_process(data))
+    # breast_cancer: ~400 training rows / 64 = 7 batches per epoch -> 60 steps need 9 epochs (capped by epochs)
+    m, _, _ = fit("less-vfl", data, epochs=12, pretrain_min_steps=60)
+    n_batches = -(-data.n_samples("train") // 64)
+    assert m.info_["pretrain_epochs"] == -(-60 // n_batches)
+    assert [h["phase"] for h in m.history_].count("pretrain") == m.info_["pretrain_epochs"]
+
+
+def test_pgd_solver_runs_the_protocol(data):
+    """solver='pgd': the same messages as 'psgd' (one upload, one SelectFeatures per party), each
+    party's choice among the lambda_m path reported with its iterations."""
+    m, _, fed = fit("less-vfl", data, solver="pgd", epochs=4)
+    kinds = sorted(r.kind for r in fed.ledger.records() if r.phase == "selection")
+    n = len(data.party_names)
+    assert kinds == sorted(["EmbedRequest"] * n + ["Embeddings"] * n + ["SelectFeatures"] * n)
+    st3 = m.info_["stage3"]
+    for v in st3.values():
+        if v.get("left"):
+            continue
+        assert v["solver"] == "pgd" and len(v["iterations"]) == 3 and v["lambda_m"] in (0.05, 0.1, 0.2)
+        rel = [c["proxy_rel_err"] for c in v["candidates"]]
+        ok = [c["lambda_m"] for c in v["candidates"] if c["proxy_rel_err"] <= 0.05]
+        assert v["lambda_m"] == (max(ok) if ok else 0.05), rel
+    assert m.info_["stage2"]["solver"] == "pgd"

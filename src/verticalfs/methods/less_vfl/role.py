@@ -22,7 +22,13 @@ import warnings
 import numpy as np
 import torch
 
-from verticalfs.methods.less_vfl.psgd import StackedMLP, psgd_stable, significant
+from verticalfs.methods.less_vfl.psgd import (
+    StackedMLP,
+    load_state,
+    proximal_path,
+    psgd_stable,
+    significant,
+)
 from verticalfs.party import Context, handles
 from verticalfs.training.split import SplitRole
 from verticalfs.transport.messages import message
@@ -46,6 +52,11 @@ class SelectFeatures:
     tol: float = 0.05
     normalize: bool = True
     center: bool = True
+    patience: int = 0
+    rtol: float = 1e-2
+    solver: str = "psgd"
+    max_iter: int = 100
+    max_rows: int = 0
 
 
 @message
@@ -104,6 +115,10 @@ def local_feature_selection(party: LessVFLRole, msg: SelectFeatures) -> dict:
         info.update(n_features_after=0, left=True)
         return info
     X = party.data.X("train")
+    if msg.solver == "pgd" and 0 < int(msg.max_rows) < X.shape[0]:
+        # full-batch on a seeded random subset of the rows (the proxy H is an average over rows)
+        pick = np.sort(np.random.default_rng(int(msg.seed)).choice(X.shape[0], int(msg.max_rows), replace=False))
+        X = X[torch.from_numpy(pick)]
     model.eval()
     with torch.no_grad():
         h_pre = model(X)[:, torch.as_tensor(K)].clone()
@@ -127,15 +142,33 @@ def local_feature_selection(party: LessVFLRole, msg: SelectFeatures) -> dict:
     # carries mu_j times the bias gradient, which with [0, 1]-scaled features kept knocking
     # zeroed groups of pure-noise features back out of zero (see benchmarks/less_vfl/README.md).
     mu = X.mean(0) if msg.center else None
-    stack, curve, lr_used = psgd_stable(lambda: StackedMLP(model, len(lambdas), center=mu), X, proxy_loss,
-                                        lambdas, lr=msg.lr, epochs=msg.epochs, batch_size=msg.batch_size,
-                                        seed=msg.seed)
-    with torch.no_grad():
-        final = proxy_loss(stack.forward(X), torch.arange(X.shape[0])).numpy() / scale
-    rel_err = final / max(var, 1e-12)
-    keeps = significant(stack)
-    i = choose_lambda_m(lambdas, rel_err, msg.tol) if len(lambdas) > 1 else 0
-    new = stack.export(model, i)
+    if msg.solver == "pgd":
+        # the path in increasing lambda, each solved to a plateau (see proximal_path)
+        order = np.argsort(lambdas, kind="stable")
+        stack = StackedMLP(model, 1, center=mu)
+        path = proximal_path(stack, X, proxy_loss, [lambdas[j] for j in order], max_iter=int(msg.max_iter))
+        points = [None] * len(lambdas)
+        for j, pt in zip(order, path, strict=True):
+            points[j] = pt
+        final = np.array([pt["loss"] for pt in points]) / scale
+        rel_err = final / max(var, 1e-12)
+        keeps = [pt["support"] for pt in points]
+        i = choose_lambda_m(lambdas, rel_err, msg.tol) if len(lambdas) > 1 else 0
+        load_state(stack, points[i]["state"])
+        new = stack.export(model, 0)
+        curve, lr_used = [], None
+        iterations = [int(pt["iterations"]) for pt in points]
+    else:
+        stack, curve, lr_used = psgd_stable(lambda: StackedMLP(model, len(lambdas), center=mu), X, proxy_loss,
+                                            lambdas, lr=msg.lr, epochs=msg.epochs, batch_size=msg.batch_size,
+                                            seed=msg.seed, patience=int(msg.patience), rtol=float(msg.rtol))
+        with torch.no_grad():
+            final = proxy_loss(stack.forward(X), torch.arange(X.shape[0])).numpy() / scale
+        rel_err = final / max(var, 1e-12)
+        keeps = significant(stack)
+        i = choose_lambda_m(lambdas, rel_err, msg.tol) if len(lambdas) > 1 else 0
+        new = stack.export(model, i)
+        iterations = None
     new.train()
     party.model = new
     party.pending = None
@@ -151,6 +184,10 @@ def local_feature_selection(party: LessVFLRole, msg: SelectFeatures) -> dict:
                      "proxy_rel_err": float(r)} for lam, k, f, r in zip(lambdas, keeps, final, rel_err, strict=False)],
         proxy_loss_first_epoch=curve[0][i] if curve else None,
         proxy_loss_last_epoch=curve[-1][i] if curve else None,
+        epochs_run=len(curve),
+        solver=msg.solver,
+        iterations=iterations,
+        rows=int(X.shape[0]),
         n_features_after=int(len(keep)),
         left=False,
     )
