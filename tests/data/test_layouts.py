@@ -67,7 +67,7 @@ def test_cli_run_records_the_layout(data_dir, tmp_path):
     (["-d", "adult", "--partition", "sparsevfl", "-k", "4"], "3 parties"),
     (["-d", "adult", "--partition", "nope"], "must be one of"),
 ])
-def test_bad_layouts_are_named(args, match, tmp_path):
+def test_bad_layouts_are_named(args, match):
     res = CliRunner().invoke(app, ["run", "-m", "vfl", "--no-progress", *args])
     assert res.exit_code == 2 and match in res.output, res.output
 

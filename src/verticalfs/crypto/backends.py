@@ -60,7 +60,8 @@ Randomness (``randomness=`` on keys, a local choice of the encrypting party like
 Decryption is the same method everywhere: the CRT decryption (mod ``p**2`` and ``q**2``) of
 :meth:`~verticalfs.crypto.keys.PrivateKey.decrypt_residues` for ``python``, ``pypaillier`` and
 ``heu``, and python-paillier's own CRT ``raw_decrypt`` for ``phe``; decryption rates are therefore
-close for all back ends (measured 0.85-0.97x phe's).
+close for all back ends (0.78-1.0x python-paillier's own ``decrypt`` in the run of
+``benchmarks/feast/paillier_speed.py`` quoted in the README).
 
 ``auto`` is the fastest back end available for the key that draws the requested randomness
 (:data:`AUTO_ORDER`, from the measured rates of ``benchmarks/feast/paillier_speed.py``): with

@@ -52,11 +52,8 @@ def prediction_metrics(task: str, y_true: np.ndarray, output: np.ndarray, n_clas
         "f1_macro": float(skm.f1_score(y_true, pred, average="macro", zero_division=0)),
     }
     res["roc_auc"] = roc_auc(y_true, proba)
-    # mean cross-entropy of the predicted probabilities (clipped like scikit-learn's log_loss);
     # breaks ties of saturated scores when choosing the best epoch
-    idx = np.clip(y_true.astype(np.int64), 0, proba.shape[1] - 1)
-    p_true = np.clip(proba[np.arange(len(idx)), idx], 1e-15, 1.0)
-    res["log_loss"] = float(-np.log(p_true).mean())
+    res["log_loss"] = float(skm.log_loss(y_true, proba, labels=np.arange(proba.shape[1])))
     return res
 
 

@@ -184,7 +184,7 @@ def proximal_path(stack: StackedMLP, X: torch.Tensor, loss_fn, lambdas: Sequence
     server can minimize its optimization problem locally until the training loss plateaus";
     likewise each party). Every iteration is a gradient step on all parameters followed by
     ``prox_{lambda, eta}`` on the input layer; ``eta`` is halved until the sufficient-decrease
-    condition holds, so no step size is tuned per data set. The lambdas are solved in the given
+    condition holds, so no step size is tuned per data set. The lambdas are solved in increasing
     order, each warm-started from the previous solution (the pathwise strategy of lasso
     solvers), and each stops when the objective ``f + lambda G`` changed by at most ``tol``
     (relative) with the same non-zero groups for ``calm`` iterations in a row, or after
@@ -196,7 +196,7 @@ def proximal_path(stack: StackedMLP, X: torch.Tensor, loss_fn, lambdas: Sequence
     digits (5 per epoch); solved to a plateau, lambda means the same on every data set.
 
     ``stack`` holds one copy (``L = 1``); ``loss_fn(out, rows)`` as for :func:`psgd`. Returns one
-    dict per lambda: ``lambda``, ``iterations``, ``loss``, ``objective``, ``support`` and
+    dict per lambda, in the order of ``lambdas``: ``lambda``, ``iterations``, ``loss``, ``objective``, ``support`` and
     ``state`` (the parameters, to be put back with :func:`load_state`).
     """
     if stack.copies != 1:
@@ -230,8 +230,11 @@ def proximal_path(stack: StackedMLP, X: torch.Tensor, loss_fn, lambdas: Sequence
 
     x = [p.detach().clone() for p in params]
     eta = 1.0
-    out = []
-    for lam in (float(v) for v in lambdas):
+    lambdas = [float(v) for v in lambdas]
+    order = np.argsort(lambdas, kind="stable")
+    out: list = [None] * len(lambdas)
+    for j in order:
+        lam = lambdas[j]
         x_prev, t, quiet, iters = [v.clone() for v in x], 1.0, 0, 0
         f_x = f_only(x)
         F = f_x + lam * penalty(x)
@@ -261,8 +264,8 @@ def proximal_path(stack: StackedMLP, X: torch.Tensor, loss_fn, lambdas: Sequence
             eta *= 1.1
             if quiet >= calm:
                 break
-        out.append({"lambda": lam, "iterations": iters, "loss": f_x, "objective": F,
-                    "support": np.flatnonzero(sup.numpy()), "state": [v.clone() for v in x]})
+        out[j] = {"lambda": lam, "iterations": iters, "loss": f_x, "objective": F,
+                  "support": np.flatnonzero(sup.numpy()), "state": [v.clone() for v in x]}
     put(x)
     return out
 

@@ -144,12 +144,8 @@ def local_feature_selection(party: LessVFLRole, msg: SelectFeatures) -> dict:
     mu = X.mean(0) if msg.center else None
     if msg.solver == "pgd":
         # the path in increasing lambda, each solved to a plateau (see proximal_path)
-        order = np.argsort(lambdas, kind="stable")
         stack = StackedMLP(model, 1, center=mu)
-        path = proximal_path(stack, X, proxy_loss, [lambdas[j] for j in order], max_iter=int(msg.max_iter))
-        points = [None] * len(lambdas)
-        for j, pt in zip(order, path, strict=True):
-            points[j] = pt
+        points = proximal_path(stack, X, proxy_loss, lambdas, max_iter=int(msg.max_iter))
         final = np.array([pt["loss"] for pt in points]) / scale
         rel_err = final / max(var, 1e-12)
         keeps = [pt["support"] for pt in points]
