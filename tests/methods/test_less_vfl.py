@@ -16,15 +16,17 @@ from verticalfs.training.split import SplitTrainer, TrainConfig
 from verticalfs.transport.messages import At
 from verticalfs.tuning import grid_search, select_best, summarise
 
+# solver "psgd" with one lambda_m: Algorithm 1 as written (the protocol tests below count its messages);
+# the default ("pgd", a lambda_m path chosen on validation accuracy) has its own tests at the end
 FAST = {"epochs": 3, "pretrain_epochs": 1, "pretrain_min_steps": 0, "select_epochs_s": 10, "select_epochs_m": 10, "hidden": (16, 8),
-        "batch_size": 64}
+        "batch_size": 64, "solver": "psgd"}
 METHODS = ("less-vfl", "local-lasso", "group-lasso")
 
 
 def fast(name: str, **extra) -> dict:
     p = dict(FAST)
     if name == "group-lasso":
-        p = {k: v for k, v in p.items() if not k.startswith(("pretrain", "select"))}
+        p = {k: v for k, v in p.items() if not k.startswith(("pretrain", "select", "solver"))}
     elif name == "local-lasso":
         p.pop("select_epochs_s")
     p.update(extra)
@@ -178,7 +180,7 @@ def test_removes_known_spurious_features():
 
 def test_in_protocol_lambda_search_and_target(data):
     m, _, fed = fit("less-vfl", data, lambdas_s=(0.001, 0.01, 0.05), lambdas_m=(0.05, 0.3, 1.0),
-                    target_accuracy=0.5)
+                    target_accuracy=0.5, choose_m="proxy")
     st2 = m.info_["stage2"]
     assert [c["lambda_s"] for c in st2["candidates"]] == [0.001, 0.01, 0.05]
     assert m.info_["lambda_s"] in (0.001, 0.01, 0.05)
@@ -243,17 +245,21 @@ def test_proximal_path_reaches_the_group_lasso_solution():
 def test_solver_validation_and_pretrain_min_steps(data):
     with pytest.raises(ConfigError, match="solver"):
         create("less-vfl", solver="adam").fit(Federation.in_process(data))
-    # breast_cancer: ~400 training rows / 64 = 7 batches per epoch -> 60 steps need 9 epochs (capped by epochs)
+    # breast_cancer: ~400 training rows / 64 = 7 batches per epoch -> 60 steps need 9 epochs, capped
+    # at half of the 12
     m, _, _ = fit("less-vfl", data, epochs=12, pretrain_min_steps=60)
     n_batches = -(-data.n_samples("train") // 64)
+    assert m.info_["pretrain_epochs"] == min(-(-60 // n_batches), 6) > 1
+    m, _, _ = fit("less-vfl", data, epochs=30, pretrain_min_steps=60)
     assert m.info_["pretrain_epochs"] == -(-60 // n_batches)
     assert [h["phase"] for h in m.history_].count("pretrain") == m.info_["pretrain_epochs"]
 
 
-def test_pgd_solver_runs_the_protocol(data):
-    """solver='pgd': the same messages as 'psgd' (one upload, one SelectFeatures per party), each
-    party's choice among the lambda_m path reported with its iterations."""
-    m, _, fed = fit("less-vfl", data, solver="pgd", epochs=4)
+def test_pgd_proxy_choice_runs_the_protocol(data):
+    """solver='pgd' with choose_m='proxy': the same messages as 'psgd' (one upload, one
+    SelectFeatures per party), each party's choice among the lambda_m path by its proxy error,
+    reported with its iterations."""
+    m, _, fed = fit("less-vfl", data, solver="pgd", choose_m="proxy", epochs=4)
     kinds = sorted(r.kind for r in fed.ledger.records() if r.phase == "selection")
     n = len(data.party_names)
     assert kinds == sorted(["EmbedRequest"] * n + ["Embeddings"] * n + ["SelectFeatures"] * n)
@@ -261,8 +267,117 @@ def test_pgd_solver_runs_the_protocol(data):
     for v in st3.values():
         if v.get("left"):
             continue
-        assert v["solver"] == "pgd" and len(v["iterations"]) == 3 and v["lambda_m"] in (0.05, 0.1, 0.2)
+        assert v["solver"] == "pgd" and len(v["iterations"]) == 3 and v["lambda_m"] in (0.1, 0.2, 0.4)
         rel = [c["proxy_rel_err"] for c in v["candidates"]]
         ok = [c["lambda_m"] for c in v["candidates"] if c["proxy_rel_err"] <= 0.05]
-        assert v["lambda_m"] == (max(ok) if ok else 0.05), rel
+        assert v["lambda_m"] == (max(ok) if ok else 0.1), rel
     assert m.info_["stage2"]["solver"] == "pgd"
+
+
+# ----------------------------------------------------------------------------- the defaults
+DEFAULTS = {"epochs": 4, "pretrain_epochs": 1, "pretrain_min_steps": 0, "hidden": (16, 8), "batch_size": 64}
+
+
+def test_default_chooses_lambda_m_on_validation_accuracy(data):
+    """Default: pgd path, every party sends its candidates' validation embeddings, the label holder
+    keeps per party the largest lambda_m within tol_val of the pre-trained model's validation score."""
+    fed = Federation.in_process(data, trace=True)
+    m = create("less-vfl", seed=0, **DEFAULTS).fit(fed)
+    assert (m.params.solver, m.params.choose_m, m.params.refit) == ("pgd", "val", "pretrained")
+    lams = (0.1, 0.2, 0.4)
+    st = m.info_["stage3_val"]
+    ref, tol = st["reference_val_score"], st["tol"]
+    assert tol == 0.02
+    live = [q for q in data.party_names if m.info_["n_components"][q] > 0]
+    assert set(st["parties"]) == set(live)
+    for q, v in st["parties"].items():
+        ok = [lam for lam, sc in zip(lams, v["val_scores"], strict=True) if sc >= ref - tol]
+        assert v["lambda_m"] == (max(ok) if ok else min(lams))
+        assert m.info_["stage3"][q]["lambda_m"] == v["lambda_m"]
+        cand = {c["lambda_m"]: c["n_features"] for c in m.info_["stage3"][q]["candidates"]}
+        assert m.info_["features_kept"][q] == cand[v["lambda_m"]]
+    # messages of the selection phase: per live party the train upload, the validation upload,
+    # SelectFeatures, its reply and KeepCandidate
+    kinds = sorted((r.sender, r.receiver, r.kind) for r in fed.ledger.records() if r.phase == "selection")
+    want = []
+    for q in data.party_names:
+        want += [(ACTIVE, q, "EmbedRequest"), (q, ACTIVE, "Embeddings"), (ACTIVE, q, "SelectFeatures")]
+        if q in live:
+            want += [(ACTIVE, q, "EmbedRequest"), (q, ACTIVE, "Embeddings"), (q, ACTIVE, "CandidateEmbeddings"),
+                     (ACTIVE, q, "KeepCandidate")]
+    assert kinds == sorted(want)
+    n_val = fed.n_samples("val")
+    for s, _r, msg in fed.channel.decoded():
+        if type(msg).__name__ == "CandidateEmbeddings":
+            assert msg.values.shape == (3, n_val, m.info_["n_components"][s])
+
+
+def _live_party(data, **params):
+    fed = Federation.in_process(data)
+    m = create("less-vfl", seed=0, **{**DEFAULTS, "epochs": 1, **params}).fit(fed)  # no post-selection epoch
+    q = next(q for q in data.party_names if m.info_["n_components"][q] > 0)
+    return m, fed.local_runtime(q).role, q
+
+
+def test_refit_starts_from_the_pretrained_weights_of_the_kept_features(data):
+    """refit='pretrained' (relaxed lasso): after selection the party's network is its pre-trained
+    one restricted to the kept features and components; refit='lasso' keeps the shrunk solution."""
+    m, role, q = _live_party(data)
+    keep = np.flatnonzero(m.support_[q])
+    K = np.asarray(m.info_["K_m"][q])
+    pre_in = role.pretrained.input_layer.weight.detach()
+    assert torch.equal(role.model.input_layer.weight.detach(), pre_in[:, torch.as_tensor(keep)])
+    pre_out = role.pretrained.output_layer.weight.detach()
+    assert torch.equal(role.model.output_layer.weight.detach(), pre_out[torch.as_tensor(K)])
+    m2, role2, q2 = _live_party(data, refit="lasso")
+    keep2 = np.flatnonzero(m2.support_[q2])
+    shrunk = role2.model.input_layer.weight.detach().norm(dim=0)
+    pre2 = role2.pretrained.input_layer.weight.detach()[:, torch.as_tensor(keep2)].norm(dim=0)
+    assert bool((shrunk < pre2).all())  # the lasso shrinks the groups it keeps as well
+
+
+def test_validation_choice_rule_and_untrusted_candidates(data):
+    from verticalfs.exceptions import ProtocolError
+    from verticalfs.methods.less_vfl.method import choose_lambda_m_on_val
+    from verticalfs.methods.less_vfl.role import CandidateEmbeddings
+    from verticalfs.transport.messages import Embeddings, EmbedRequest
+
+    fed = Federation.in_process(data)
+    tr = SplitTrainer(fed, "less-vfl", TrainConfig(hidden=(16, 8), batch_size=64), seed=0)
+    tr.setup()
+    tr.fit(3, phase="pretrain")
+    at = At("selection", tr.epoch)
+    n = tr.n_samples("val")
+    parties = list(tr.parties)
+    K = {q: np.arange(8) for q in parties}
+    q = parties[0]
+    pre = tr.decode_forward(q, fed.proxy(q).request(EmbedRequest("val", tr.epoch, -1, False), at, expect=Embeddings), n)
+    same = CandidateEmbeddings(values=np.stack([pre, pre]).astype(np.float32))
+    choice, rep = choose_lambda_m_on_val(tr, fed, tr.top, parties, K, {q: same}, (0.1, 0.2), 0.0, at)
+    assert choice == {q: 1}  # both equal the reference: the larger lambda
+    assert rep["parties"][q]["val_scores"] == [rep["reference_val_score"]] * 2
+    flat = np.zeros_like(pre)  # a constant block loses accuracy
+    worse = CandidateEmbeddings(values=np.stack([pre, flat]).astype(np.float32))
+    choice, rep = choose_lambda_m_on_val(tr, fed, tr.top, parties, K, {q: worse}, (0.1, 0.2), 0.0, at)
+    assert rep["parties"][q]["val_scores"][1] < rep["reference_val_score"]
+    assert choice == {q: 0}
+    for bad in (np.zeros((2, n + 1, 8), np.float32), np.full((2, n, 8), np.nan, np.float32)):
+        with pytest.raises(ProtocolError, match=q):
+            choose_lambda_m_on_val(tr, fed, tr.top, parties, K, {q: CandidateEmbeddings(values=bad)}, (0.1, 0.2),
+                                   0.02, at)
+
+
+def test_pretrain_epochs_rule():
+    from verticalfs.methods.less_vfl.method import pretrain_epochs
+
+    assert pretrain_epochs(2, 60, 30, 50) == 2      # phishing: the paper's 2 epochs are 60 steps
+    assert pretrain_epochs(2, 60, 5, 50) == 12      # digits: 12 epochs of 5 batches
+    assert pretrain_epochs(2, 60, 1, 50) == 25      # one batch per epoch: at most half of the run
+    assert pretrain_epochs(2, 0, 1, 50) == 2
+    assert pretrain_epochs(5, 60, 1, 4) == 4        # never more than the run
+
+
+def test_new_params_are_validated(data):
+    for bad in ({"choose_m": "best"}, {"refit": "scratch"}, {"tol_val": 2.0}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            create("less-vfl", **bad).fit(Federation.in_process(data))

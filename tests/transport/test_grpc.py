@@ -121,13 +121,19 @@ def payloads(ledger):
 @pytest.mark.parametrize("method,params", [  # less-vfl last: it removes columns at the parties
     ("vfl", {"epochs": 2, "batch_size": 64, "hidden": (16, 8)}),
     ("sparsevfl-16", {"epochs": 2, "batch_size": 64}),
-    ("less-vfl", {"epochs": 3, "hidden": (16, 8), "pretrain_epochs": 1, "select_epochs_m": 2, "select_epochs_s": 2}),
+    # the default protocol (the validation choice's CandidateEmbeddings / KeepCandidate cross too),
+    # with small lambdas so that every party keeps columns for the tests after this one
+    ("less-vfl", {"epochs": 3, "hidden": (16, 8), "pretrain_epochs": 1, "lambda_s": 0.001, "lambdas_m": (0.005, 0.01)}),
 ])
 def test_networked_run_equals_in_process(data, deployment, method, params):
     fed = deployment.federation(data.labels, data.party_names)
     remote = verticalfs.run(method, data, seed=0, params=params, federation=fed)
     fed.channel.close()
     local = verticalfs.run(method, data, seed=0, params=params)
+    if method == "less-vfl":
+        kinds = {r.kind for r in remote.federation.ledger.records()}
+        assert {"CandidateEmbeddings", "KeepCandidate"} <= kinds
+        assert all(m.any() for m in remote.method_obj.support_.values())
     assert remote.metrics == local.metrics
     assert remote.selection == local.selection
     assert payloads(remote.federation.ledger) == payloads(local.federation.ledger)
