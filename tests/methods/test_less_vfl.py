@@ -144,6 +144,35 @@ def test_zeroed_groups_are_removed_from_the_model(data):
     assert fed.observe_support()[q].sum() == kept
 
 
+def test_shrinking_keeps_the_optimizer_state_of_what_stays(data):
+    """drop_inputs / keep_outputs rebuild the optimizer for the new parameters but carry Adam's
+    moments of the surviving weights over (a fresh Adam jolts every weight by about lr)."""
+    fed = Federation.in_process(data)
+    tr = SplitTrainer(fed, "vfl", TrainConfig(hidden=(16, 8), batch_size=64), seed=0)
+    tr.setup()
+    tr.fit(1)
+    party = fed.local_runtime(data.party_names[0]).role
+    W_in, W_out = party.model.input_layer.weight, party.model.output_layer.weight
+    hidden = party.model.linears[1].weight
+    before = {k: {n: v.clone() for n, v in party.optimizer.state[p].items()} for k, p in
+              (("in", W_in), ("out", W_out), ("b_out", party.model.output_layer.bias), ("hidden", hidden))}
+    keep, comps = np.array([0, 2, 5]), np.array([1, 3])
+    party.drop_inputs(keep)
+    party.keep_outputs(comps)
+    st = party.optimizer.state
+    new_in, new_out = party.model.input_layer.weight, party.model.output_layer.weight
+    assert new_in is not W_in and new_out is not W_out
+    for name in ("exp_avg", "exp_avg_sq"):
+        assert torch.equal(st[new_in][name], before["in"][name][:, keep])
+        assert torch.equal(st[new_out][name], before["out"][name][comps])
+        assert torch.equal(st[party.model.output_layer.bias][name], before["b_out"][name][comps])
+        assert torch.equal(st[party.model.linears[1].weight][name], before["hidden"][name])
+    assert float(st[new_in]["step"]) == float(before["in"]["step"]) > 0
+    out = party.model(party.data.X("train")[:8])  # and a step goes on from the carried state
+    party.step(out, torch.ones_like(out))
+    assert float(party.optimizer.state[new_in]["step"]) == float(before["in"]["step"]) + 1
+
+
 def test_group_lasso_removes_zeroed_features_for_real(data):
     m, _, fed = fit("group-lasso", data, lambda_m=50.0)
     for q in data.party_names:

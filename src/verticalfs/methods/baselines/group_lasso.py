@@ -10,7 +10,9 @@ hook; ``lambda_m`` and the step size travel in its ``Join`` spec (:class:`GroupL
 end of each of its epochs (it counts its own steps against the agreed batch plan) a party removes
 the features whose group is exactly zero for real: its input layer shrinks, later compute shrinks,
 and the history's ``spurious_removed`` reflects it. The label holder never needs to know:
-embeddings keep their width.
+embeddings keep their width. The optimizer's state of the surviving weights carries over the
+pruning (:func:`~verticalfs.training.split.carry_optimizer_state`); with a fresh Adam at every
+pruning the training loss jumped at each one (the like-for-like issue, item 9).
 
 Optimizer (interpretation): the paper says group lasso is solved "using P-SGD" and gives no step
 size. ``optimizer`` defaults to ``adam`` with lr 0.01 like every other method here, the prox step
