@@ -5,6 +5,8 @@
 - :class:`EncryptedArray`: numpy-shaped ciphertexts with fixed-point encoding
   (:mod:`verticalfs.crypto.encoding`), homomorphic ``+``, ``*`` (plaintext), ``sum``, ``dot``,
   ``group_sum`` and fixed-width serialisation;
+- :class:`SlotPacking` / :class:`PackedEncryptedArray` (:mod:`verticalfs.crypto.packing`): many
+  signed fixed-point values per plaintext, slot-wise sums and masks, overflow refused;
 - back ends (:mod:`verticalfs.crypto.backends`): ``python``, ``phe``, ``pypaillier``, ``heu``,
   chosen by name or ``auto``; optional ones are imported only when used.
 
@@ -15,6 +17,7 @@ from verticalfs.crypto.array import EncryptedArray, unpack_slots
 from verticalfs.crypto.backends import AUTO_ORDER, available_backends, backend_info, get_backend
 from verticalfs.crypto.encoding import DEFAULT_PLAIN_PRECISION, DEFAULT_PRECISION
 from verticalfs.crypto.keys import MIN_SECURE_BITS, PrivateKey, PublicKey, generate_keypair
+from verticalfs.crypto.packing import PackedEncryptedArray, SlotPacking
 
 __all__ = [
     "AUTO_ORDER",
@@ -22,8 +25,10 @@ __all__ = [
     "DEFAULT_PRECISION",
     "MIN_SECURE_BITS",
     "EncryptedArray",
+    "PackedEncryptedArray",
     "PrivateKey",
     "PublicKey",
+    "SlotPacking",
     "available_backends",
     "backend_info",
     "generate_keypair",
