@@ -26,7 +26,12 @@ def main(argv=None) -> None:
     ap.add_argument("--width", type=int, default=8)
     ap.add_argument("--backend", default="python")
     args = ap.parse_args(argv)
-    from verticalfs.crypto import EncryptedArray, PackedEncryptedArray, SlotPacking, generate_keypair
+    from verticalfs.crypto import (
+        EncryptedArray,
+        PackedEncryptedArray,
+        SlotPacking,
+        generate_keypair,
+    )
 
     pub, priv = generate_keypair(args.bits, backend=args.backend, insecure=args.bits < 2048)
     rng = np.random.default_rng(0)
