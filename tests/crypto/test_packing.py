@@ -45,7 +45,8 @@ def test_packed_and_unpacked_encryption_decrypt_identically(keys):
     np.testing.assert_array_equal(packed.decrypt(priv), plain.decrypt(priv))
     np.testing.assert_array_equal(packed.decrypt_mantissas(priv), np.asarray(plain.decrypt_mantissas(priv), dtype=np.int64))
     assert packed.ciphertexts.size == -(-v.size // p.slots) < v.size
-    assert packed.nbytes * p.slots <= plain.nbytes + packed.nbytes * p.slots // packed.ciphertexts.size
+    assert packed.nbytes == packed.ciphertexts.size * pub.ciphertext_bytes
+    assert plain.nbytes == v.size * pub.ciphertext_bytes
 
 
 def test_sums_and_masks_are_slot_wise(keys):

@@ -108,10 +108,10 @@ class SlotPacking:
         k, w = self.slots, self.slot_bits // 8
         count = m.size
         P = self.n_plaintexts(count)
-        u = np.zeros(P * k, dtype=np.uint64)  # unsigned digits m + 2**(b-1); unused slots hold 0 (= m of -2**(b-1))
+        u = np.zeros(P * k, dtype="<u8")  # unsigned digits m + 2**(b-1), little-endian; unused slots 0
         # two's complement plus the offset, modulo 2**64: exact for 64-bit slots too
         u[:count] = m.view(np.uint64) + np.uint64(1 << (self.slot_bits - 1))
-        raw = u.view("<u1").reshape(P, k, 8)[:, :, :w].reshape(P, k * w)
+        raw = u.view(np.uint8).reshape(P, k, 8)[:, :, :w].reshape(P, k * w)
         fills = np.full(P, k, dtype=np.int64)
         if P:
             fills[-1] = count - (P - 1) * k

@@ -71,6 +71,7 @@ from verticalfs.methods.less_vfl.role import (
     SelectFeatures,
     SelectionInfo,
     SelectionInfoRequest,
+    largest_passing,
 )
 from verticalfs.methods.registry import register
 from verticalfs.training.history import derive_seed
@@ -264,10 +265,7 @@ def choose_lambda_s(lambdas, scores, tol: float) -> int:
     """The in-protocol lambda_s search (section 3): the largest lambda_s whose training score on
     the uploaded embeddings is within ``tol`` of the best candidate's (the sparsest top model that
     loses essentially nothing on the data the server has)."""
-    lambdas = np.asarray(lambdas, dtype=float)
-    best = float(np.max(scores))
-    ok = [i for i in range(len(lambdas)) if scores[i] >= best - tol]
-    return max(ok, key=lambda i: lambdas[i])
+    return largest_passing(lambdas, np.asarray(scores, dtype=float) >= float(np.max(scores)) - tol)
 
 
 def component_selection(top, H: torch.Tensor, y: torch.Tensor, task: str, lambdas, *, lr: float,
@@ -373,8 +371,7 @@ def choose_lambda_m_on_val(trainer, fed, top, parties, K, replies, lambdas, tol:
             H = base[None].repeat(L, 1, 1)
             H[:, :, cols[q]] = torch.from_numpy(v.astype(np.float32))
             scores = _fit_scores(fed.task, top(H.reshape(L * n, -1)).reshape(L, n, -1), y)
-            ok = [i for i in range(L) if scores[i] >= ref - tol]
-            i = max(ok, key=lambda k: lambdas[k]) if ok else int(np.argmin(lambdas))
+            i = largest_passing(lambdas, scores >= ref - tol)
             choice[q] = i
             report["parties"][q] = {"val_scores": [float(x) for x in scores], "lambda_m": float(lambdas[i])}
     top.train()

@@ -26,6 +26,7 @@ import warnings
 import numpy as np
 import torch
 
+from verticalfs.exceptions import ProtocolError
 from verticalfs.methods.less_vfl.psgd import (
     StackedMLP,
     load_state,
@@ -93,6 +94,15 @@ class SelectionInfo:
     values: dict
 
 
+def largest_passing(lambdas, ok) -> int:
+    """Index of the largest lambda whose candidate passes (``ok``), or of the smallest lambda when
+    none does: the rule of every lambda search here (stage 2's, the party's and the label
+    holder's validation choice)."""
+    lambdas = np.asarray(lambdas, dtype=float)
+    idx = np.flatnonzero(np.asarray(ok, dtype=bool))
+    return int(idx[np.argmax(lambdas[idx])]) if idx.size else int(np.argmin(lambdas))
+
+
 def choose_lambda_m(lambdas, rel_err, tol: float) -> int:
     """The in-protocol lambda_m search (less-vfl.md section 3, "Hyper-parameter tuning").
 
@@ -102,11 +112,7 @@ def choose_lambda_m(lambdas, rel_err, tol: float) -> int:
     sparse model still explains ``1 - tol`` of the significant embedding. If none qualifies, the
     smallest lambda.
     """
-    lambdas = np.asarray(lambdas, dtype=float)
-    ok = [i for i in range(len(lambdas)) if rel_err[i] <= tol]
-    if not ok:
-        return int(np.argmin(lambdas))
-    return max(ok, key=lambda i: lambdas[i])
+    return largest_passing(lambdas, np.asarray(rel_err, dtype=float) <= tol)
 
 
 def local_feature_selection(party: LessVFLRole, msg: SelectFeatures) -> dict:
@@ -121,8 +127,6 @@ def local_feature_selection(party: LessVFLRole, msg: SelectFeatures) -> dict:
     model = party.model
     K = np.asarray(msg.components, dtype=np.int64)
     if K.size and (K.min() < 0 or K.max() >= model.n_outputs):
-        from verticalfs.exceptions import ProtocolError
-
         raise ProtocolError(f"party {party.name!r}: SelectFeatures names components {K.tolist()} of its "
                             f"{model.n_outputs}")
     d_before = len(party.data.kept)
@@ -232,8 +236,6 @@ def keep_candidate(party: LessVFLRole, i: int) -> None:
     phishing it raised the test accuracy right after selection from 0.73 to 0.93, but it lowered
     usps's final accuracy by about a point on every seed of five, so it is not done.)
     """
-    from verticalfs.exceptions import ProtocolError
-
     c = party.candidates
     if c is None or not 0 <= int(i) < len(c["models"]):
         raise ProtocolError(f"party {party.name!r}: KeepCandidate {i} without such a stage-3 candidate")
@@ -266,8 +268,6 @@ class LessVFLRole(SplitRole):
 
     @handles(SelectFeatures)
     def on_select_features(self, msg: SelectFeatures, ctx: Context) -> CandidateEmbeddings | None:
-        from verticalfs.exceptions import ProtocolError
-
         if msg.refit not in ("pretrained", "lasso"):
             raise ProtocolError(f"party {self.name!r}: SelectFeatures refit={msg.refit!r}; "
                                 "expected 'pretrained' or 'lasso'")
