@@ -184,7 +184,7 @@ class TestDetectors:
 
 class TestAudit:
     def test_every_message_was_kept(self, audited):
-        cls, _, fed = audited
+        cls, m, fed = audited
         assert len(fed.channel.messages) == len(fed.ledger), cls.name
         if cls.needs_pooled_data:
             assert len(fed.ledger) == 0
@@ -192,8 +192,8 @@ class TestAudit:
             assert len(fed.ledger) > 0
 
     def test_no_raw_feature_column_crosses(self, audited, data):
-        cls, _, fed = audited
-        allowed = set(cls.disclosures.get("columns_to_label_holder", ()))
+        cls, m, fed = audited
+        allowed = set(m.disclosures.get("columns_to_label_holder", ()))
         n_checked = 0
         for sender, receiver, msg in fed.channel.decoded():
             if type(msg).__name__ in allowed and receiver == LABEL_HOLDER:
@@ -207,8 +207,8 @@ class TestAudit:
         assert n_checked > 0 or cls.needs_pooled_data
 
     def test_labels_reach_parties_only_where_declared(self, audited, data):
-        cls, _, fed = audited
-        allowed = set(cls.disclosures.get("labels_to_parties", ()))
+        cls, m, fed = audited
+        allowed = set(m.disclosures.get("labels_to_parties", ()))
         seen_declared = False
         for _sender, receiver, msg in fed.channel.decoded():
             if receiver == LABEL_HOLDER:
@@ -222,10 +222,10 @@ class TestAudit:
             assert seen_declared, f"{cls.name} declares labels to parties in {allowed} but none was seen"
 
     def test_parties_hold_only_their_own_columns(self, audited, data):
-        cls, _, fed = audited
+        cls, m, fed = audited
         if cls.needs_pooled_data:
             return
-        labels_shared = bool(cls.disclosures.get("labels_to_parties"))
+        labels_shared = bool(m.disclosures.get("labels_to_parties"))
         for p in data.parties:
             rt = fed.local_runtime(p.name)
             for s in SPLITS:
@@ -242,7 +242,7 @@ class TestAudit:
 
     def test_label_holder_holds_no_feature_column(self, audited, data):
         cls, m, fed = audited
-        if cls.needs_pooled_data or cls.disclosures.get("columns_to_label_holder"):
+        if cls.needs_pooled_data or m.disclosures.get("columns_to_label_holder"):
             return  # central/cfeast pool by definition; filter methods gather their selection
         holder = {k: v for k, v in vars(m).items() if k != "callbacks"}
         for a in arrays_in(holder):

@@ -53,7 +53,9 @@ class Method(ABC):
         What the protocol deliberately reveals, by message kind, for the privacy audit:
         ``labels_to_parties`` (kinds that carry labels to feature parties, e.g. FEAST's sample),
         ``columns_to_label_holder`` (kinds that carry raw selected columns to the label holder,
-        e.g. the filter methods' evaluation). Anything not declared here is a leak.
+        e.g. the filter methods' evaluation). Anything not declared here is a leak. An instance may
+        set its own when a parameter changes what crosses (FedSDG-FS's ``secure=false``); the
+        privacy audit reads the instance's.
     """
 
     name: ClassVar[str]

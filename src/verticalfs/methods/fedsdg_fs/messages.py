@@ -1,0 +1,134 @@
+"""FedSDG-FS's messages.
+
+Feature-importance initialisation (Algorithm 1, phase ``pretrain``), ``secure=True``::
+
+    active -> party  GiniLabels(public key, [[A]] (N, c), n_bins, mask_bits)  -> MaskedCounts([[n + r]])
+    active -> party  SquaredCounts([[sum_k u^2]])                              -> EncryptedGini([[G]])
+    active -> party  GiniScores(G)                                             (one-way)
+
+``secure=False`` (the plaintext path with the same arithmetic, for comparison)::
+
+    active -> party  PlainGiniLabels(y, n_classes, n_bins)                     -> ClearGini(G)
+
+which sends the training labels to every party in the clear (declared in the method's
+``disclosures``; never the default).
+
+Training (phases ``train`` / ``eval``): the core :class:`~verticalfs.transport.messages.EmbedRequest`
+is answered with :class:`GatedEmbeddings`, only the embedding components whose gate is open at this
+step (the others are exactly 0 for the whole batch) and a mask of which they are; the label
+holder's :class:`~verticalfs.transport.messages.Gradients` carries the gradient of those
+components only. So the bytes shrink as embedding gates close (fedsdg-fs.md Figure 8).
+At the end, :class:`CloseGates` makes every party remove the features and components whose
+deterministic gate is 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from verticalfs.training.split import SplitSpec
+from verticalfs.transport.messages import Embeddings, message
+
+
+@message
+class FedSDGSpec(SplitSpec):
+    """Label holder -> party, inside ``Join``: split learning plus the dual gates.
+
+    ``input_gate`` / ``embed_gate`` switch each gate (``original-gate``: input gates only);
+    ``mu_init`` is the input gates' mean before any initialisation message, ``omega_init`` the
+    embedding gates'; ``lam`` and ``sigma`` as equation (4); ``prune``: remove for real the inputs
+    whose sampled gate stayed 0 at every step of an epoch.
+    """
+
+    lam: float = 0.1
+    sigma: float = 0.5
+    input_gate: bool = True
+    embed_gate: bool = True
+    mu_init: float = 0.5
+    omega_init: float = 1.0
+    init_scale: float = 1.0
+    prune: bool = True
+    penalty: str = "mean"
+
+
+@message
+class GiniLabels:
+    """Active -> party: the public key and ``[[A]]``, the one-hot label matrix of the training rows
+    (one ciphertext per entry, shape ``(N, c)``); the party bins into ``n_bins`` and masks its
+    counts with ``mask_bits``-bit integers."""
+
+    public_key: bytes
+    labels: bytes
+    shape: tuple
+    n_bins: int
+    mask_bits: int
+    insecure: bool = False
+
+
+@message
+class MaskedCounts:
+    """Party -> active: ``[[n_{jik} + r_{jik}]]`` per (feature, bin, class), shape ``(d, n_bins, c)``."""
+
+    data: bytes
+    shape: tuple
+
+
+@message
+class SquaredCounts:
+    """Active -> party: ``[[sum_k u_{jik}^2]]`` per (feature, bin), shape ``(d, n_bins)``."""
+
+    data: bytes
+
+
+@message
+class EncryptedGini:
+    """Party -> active: ``[[G(f_j)]]`` per feature, at fixed-point ``exponent``."""
+
+    data: bytes
+    exponent: int
+
+
+@message
+class GiniScores:
+    """Active -> party, one-way: the decrypted Gini scores of its features (Algorithm 1 line 13);
+    the party initialises ``mu`` from them."""
+
+    scores: np.ndarray
+
+
+@message
+class PlainGiniLabels:
+    """Active -> party (``secure=False`` only): the training labels in the clear."""
+
+    labels: np.ndarray
+    n_classes: int
+    n_bins: int
+
+
+@message
+class ClearGini:
+    """Party -> active (``secure=False``): the Gini scores it computed with the plaintext labels."""
+
+    scores: np.ndarray
+
+
+@message
+class GatedEmbeddings(Embeddings):
+    """Party -> active: the embedding components whose gate is open, ``(rows, open.sum())``, and
+    ``open``, a bool mask over the party's embedding components (required; checked on receipt)."""
+
+    open: np.ndarray | None = None
+
+
+@message
+class CloseGates:
+    """Active -> party, phase ``selection``: remove the features whose deterministic input gate
+    ``clip(mu, 0, 1)`` is 0 and close the components whose ``clip(omega, 0, 1)`` is 0 for good."""
+
+
+@message
+class GatesClosed:
+    """Party -> active: features kept and embedding components still open after :class:`CloseGates`."""
+
+    n_features: int
+    open: np.ndarray

@@ -1,0 +1,220 @@
+"""The party's side of FedSDG-FS: split learning with stochastic dual gates (:mod:`.gates`) and its
+part of the Gini initialisation (:mod:`.gini`, Algorithm 1).
+
+The party holds its own columns, its bottom model and both gates; the label holder never sees a
+gate, a feature or a bin. Messages are in :mod:`.messages`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+from verticalfs.crypto import EncryptedArray, PublicKey
+from verticalfs.exceptions import ProtocolError
+from verticalfs.methods.fedsdg_fs import gini as G
+from verticalfs.methods.fedsdg_fs.gates import GatedMLP, gini_init
+from verticalfs.methods.fedsdg_fs.messages import (
+    ClearGini,
+    CloseGates,
+    EncryptedGini,
+    FedSDGSpec,
+    GatedEmbeddings,
+    GatesClosed,
+    GiniLabels,
+    GiniScores,
+    MaskedCounts,
+    PlainGiniLabels,
+    SquaredCounts,
+)
+from verticalfs.party import Context, handles
+from verticalfs.training.history import derive_seed
+from verticalfs.training.split import SplitRole, carry_optimizer_state
+from verticalfs.transport.messages import coded
+
+#: the largest number of bins a party accepts in a Gini request (untrusted input)
+MAX_BINS = 1024
+
+
+class FedSDGRole(SplitRole):
+    """A party of FedSDG-FS (and of ``original-gate``, which switches the embedding gate off)."""
+
+    spec: FedSDGSpec
+
+    def __init__(self, data, spec, ctx) -> None:
+        super().__init__(data, spec, ctx)
+        if not isinstance(spec, FedSDGSpec):
+            raise ProtocolError(f"party {data.name!r}: FedSDG-FS needs a FedSDGSpec, got {type(spec).__name__}")
+        self.gini: dict = {}
+        self.reset_epoch_record()
+        #: components closed for good (:class:`CloseGates`); still part of the mask's width
+        self.closed = np.zeros(int(spec.embedding_dim), dtype=bool)
+
+    # ------------------------------------------------------------------ model
+    def build_model(self, d_in: int) -> torch.nn.Module:
+        s = self.spec
+        mlp = super().build_model(d_in)
+        gen = torch.Generator().manual_seed(derive_seed(int(s.seed), "gate noise"))
+        mu = torch.full((d_in,), float(s.mu_init)) if s.input_gate else None
+        omega = torch.full((int(s.embedding_dim),), float(s.omega_init)) if s.embed_gate else None
+        return GatedMLP(mlp, mu, omega, float(s.sigma), gen)
+
+    def local_loss(self) -> torch.Tensor | None:
+        lam = float(self.spec.lam)
+        return lam * self.model.regularizer(str(self.spec.penalty)) if lam else None
+
+    def feature_scores(self) -> np.ndarray | None:
+        mu = self.model.mu
+        return None if mu is None else mu.detach().numpy().astype(np.float64)
+
+    def reset_epoch_record(self) -> None:
+        self.ever_open = None  # per kept input: was its sampled gate > 0 at some step of this epoch
+        self.steps = 0
+
+    def open_mask(self, q: torch.Tensor | None) -> np.ndarray:
+        e = int(self.spec.embedding_dim)
+        m = np.ones(e, dtype=bool) if q is None else (q.detach().numpy() > 0)
+        return m & ~self.closed
+
+    def encode_forward(self, h: torch.Tensor, train: bool):
+        open_ = self.open_mask(self.model.last_q)
+        self.last_open = open_
+        if train and self.model.last_s is not None:
+            s_open = self.model.last_s.detach().numpy() > 0
+            self.ever_open = s_open if self.ever_open is None else (self.ever_open | s_open)
+        v = h.detach().numpy()[:, open_]
+        v = np.ascontiguousarray(v)
+        return GatedEmbeddings(open=open_, values=v if self._dense32 else coded(v, self.spec.forward))
+
+    def decode_backward(self, msg, out: torch.Tensor) -> torch.Tensor:
+        g = np.asarray(msg.values)
+        open_ = self.last_open
+        if g.shape != (out.shape[0], int(open_.sum())):
+            raise ProtocolError(f"party {self.name!r}: gradient shape {g.shape} != the open embedding "
+                                f"components {(out.shape[0], int(open_.sum()))}")
+        full = torch.zeros(out.shape, dtype=out.dtype)
+        full[:, torch.from_numpy(np.flatnonzero(open_))] = torch.from_numpy(np.ascontiguousarray(g, dtype=np.float32))
+        return full
+
+    def post_step(self) -> None:
+        self.steps += 1
+        if self.steps % self.plan.n_batches:
+            return
+        # end of an epoch: inputs whose sampled gate was 0 at every step leave the model
+        if self.spec.prune and self.ever_open is not None and not self.ever_open.all():
+            self.drop_inputs(np.flatnonzero(self.ever_open))
+        self.ever_open = None
+
+    def drop_inputs(self, keep_local) -> None:
+        keep_local = np.asarray(keep_local, dtype=np.int64)
+        model, opt = self.model, self.optimizer
+        old_w, old_b, old_mu = model.input_layer.weight, model.input_layer.bias, model.mu
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a zero-input layer if every feature went
+            model.keep_inputs(keep_local)
+        self.data.keep_positions(keep_local)
+        self.optimizer = self.make_optimizer()
+        idx = torch.as_tensor(keep_local)
+        sliced = {model.input_layer.weight: (old_w, lambda t: t[:, idx]), model.input_layer.bias: (old_b, lambda t: t)}
+        if old_mu is not None:
+            sliced[model.mu] = (old_mu, lambda t: t[idx])
+        carry_optimizer_state(opt, self.optimizer, sliced)
+
+    # -------------------------------------------------------- Gini (Algorithm 1)
+    def _init_mu(self, scores: np.ndarray) -> None:
+        scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+        d = len(self.data.kept)
+        if scores.shape != (d,) or not np.all(np.isfinite(scores)):
+            raise ProtocolError(f"party {self.name!r}: Gini scores of shape {scores.shape} (finite: "
+                                f"{bool(np.all(np.isfinite(scores)))}), expected {d} finite values")
+        self.gini = {"scores": scores}
+        if self.model.mu is not None:
+            with torch.no_grad():
+                self.model.mu.copy_(torch.from_numpy(gini_init(scores, float(self.spec.init_scale))).float())
+
+    def _bins(self, n_bins: int) -> np.ndarray:
+        if not 2 <= int(n_bins) <= MAX_BINS:
+            raise ProtocolError(f"party {self.name!r}: n_bins must lie in [2, {MAX_BINS}], got {n_bins}")
+        return G.bin_codes(self.data.X("train").numpy().astype(np.float64), int(n_bins))
+
+    @handles(PlainGiniLabels)
+    def on_plain_labels(self, msg: PlainGiniLabels, ctx: Context) -> ClearGini:
+        y = np.asarray(msg.labels).reshape(-1)
+        n = self.data.n_samples("train")
+        c = int(msg.n_classes)
+        if y.shape != (n,) or y.dtype.kind not in "iu" or c < 2 or (y.size and (y.min() < 0 or y.max() >= c)):
+            raise ProtocolError(f"party {self.name!r}: PlainGiniLabels must hold {n} class codes in [0, {c})")
+        codes = self._bins(msg.n_bins)
+        scores = G.gini_from_counts(G.class_counts(codes, y, c, int(msg.n_bins)))
+        self._init_mu(scores)
+        return ClearGini(scores=scores)
+
+    @handles(GiniLabels)
+    def on_gini_labels(self, msg: GiniLabels, ctx: Context) -> MaskedCounts:
+        pub = PublicKey.from_bytes(msg.public_key, insecure=msg.insecure)
+        shape = tuple(int(s) for s in msg.shape)
+        n = self.data.n_samples("train")
+        if len(shape) != 2 or shape[0] != n or not 2 <= shape[1] <= 1024:
+            raise ProtocolError(f"party {self.name!r}: GiniLabels of shape {shape}, expected ({n}, classes)")
+        if not 16 <= int(msg.mask_bits) or 2 * (int(msg.mask_bits) + 1) + shape[1].bit_length() + 4 > pub.bits:
+            raise ProtocolError(f"party {self.name!r}: mask_bits {msg.mask_bits} out of range for a "
+                                f"{pub.bits}-bit key")
+        A = EncryptedArray.from_bytes(pub, msg.labels, shape)
+        n_bins = int(msg.n_bins)
+        codes = self._bins(n_bins)
+        counts = G.encrypted_counts(A, codes, n_bins)
+        masked, r = G.mask_counts(counts, int(msg.mask_bits))
+        self.gini = {"pub": pub, "masked": masked, "r": r, "sizes": G.bin_sizes(codes, n_bins)}
+        return MaskedCounts(data=masked.to_bytes(), shape=tuple(masked.shape))
+
+    @handles(SquaredCounts)
+    def on_squared_counts(self, msg: SquaredCounts, ctx: Context) -> EncryptedGini:
+        st = self.gini
+        if "masked" not in st:
+            raise ProtocolError(f"party {self.name!r} received SquaredCounts before GiniLabels")
+        masked = st["masked"]
+        sq = EncryptedArray.from_bytes(st["pub"], msg.data, masked.shape[:2])
+        g = G.encrypted_gini(sq, masked, st["r"], st["sizes"])
+        self.gini = {}
+        return EncryptedGini(data=g.to_bytes(), exponent=int(g.exponent))
+
+    @handles(GiniScores)
+    def on_gini_scores(self, msg: GiniScores, ctx: Context) -> None:
+        self._init_mu(msg.scores)
+        return None
+
+    # ------------------------------------------------------------- the end
+    @handles(CloseGates)
+    def on_close_gates(self, msg: CloseGates, ctx: Context) -> GatesClosed:
+        model = self.model
+        if model.mu is not None:
+            keep = np.flatnonzero(model.mu.detach().numpy() > 0)
+            if len(keep) < len(self.data.kept):
+                self.drop_inputs(keep)
+        if model.omega is not None:
+            self.closed |= ~(model.omega.detach().numpy() > 0)
+        return GatesClosed(n_features=len(self.data.kept), open=~self.closed)
+
+    # ------------------------------------------------------------- saving
+    def export(self) -> dict:
+        out = super().export()
+        out["closed"] = self.closed.tolist()
+        return out
+
+    @classmethod
+    def restore(cls, data, saved: dict, ctx: Context) -> FedSDGRole:
+        from verticalfs.nn.models import load_shaped
+        from verticalfs.transport.messages import message_from_dict
+
+        role = cls(data, message_from_dict(saved["spec"]), ctx)
+        state = saved["state"]
+        for name in ("mu", "omega"):
+            v = state.get(name)
+            if v is not None and getattr(role.model, name) is not None:
+                setattr(role.model, name, torch.nn.Parameter(torch.zeros_like(v)))
+        load_shaped(role.model, state)
+        role.closed = np.asarray(saved.get("closed", role.closed), dtype=bool)
+        role.model.eval()
+        return role

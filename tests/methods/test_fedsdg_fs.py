@@ -1,0 +1,204 @@
+"""FedSDG-FS (fedsdg-fs.md): the dual gates against a hand computation, the Gini initialisation
+(Algorithm 1) under Paillier against the clear computation, and what crosses in a run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import verticalfs
+from verticalfs.crypto import EncryptedArray, generate_keypair
+from verticalfs.federation import Federation
+from verticalfs.methods import create
+from verticalfs.methods.fedsdg_fs import gini as G
+from verticalfs.methods.fedsdg_fs.gates import GatedMLP, gate_probability, gini_init
+from verticalfs.nn.models import MLP
+
+SMALL = {"epochs": 3, "batch_size": 64, "hidden": (16, 8), "key_bits": 512, "insecure": True}
+
+
+# ----------------------------------------------------------------------------------- gates
+def _linear_gated(d=5, e=3, mu=None, omega=None, seed=0):
+    torch.manual_seed(seed)
+    mlp = MLP(d, (), e)  # h = x W^T + b: the chain rule by hand stays short
+    mu = torch.tensor([0.3, -0.2, 0.9, 1.4, 0.5]) if mu is None else mu
+    omega = torch.tensor([0.6, -0.4, 1.2]) if omega is None else omega
+    return GatedMLP(mlp, mu, omega, 0.5, torch.Generator().manual_seed(seed))
+
+
+def test_gates_forward_and_monte_carlo_gradient_by_hand():
+    model = _linear_gated()
+    model.train()
+    state = model.generator.get_state()
+    rho = torch.randn(5, generator=torch.Generator().set_state(state)) * 0.5
+    gen2 = torch.Generator().set_state(state)
+    torch.randn(5, generator=gen2)
+    gamma = torch.randn(3, generator=gen2) * 0.5
+    x = torch.randn(4, 5)
+    c = torch.randn(4, 3)
+    out = model(x)
+    mu, om = model.mu.detach(), model.omega.detach()
+    s = torch.clamp(mu + rho, 0, 1)
+    q = torch.clamp(om + gamma, 0, 1)
+    W, b = model.mlp.input_layer.weight.detach(), model.mlp.input_layer.bias.detach()
+    h = (x * s) @ W.T + b
+    torch.testing.assert_close(out, h * q)
+    (out * c).sum().backward()
+    # equation (5) with one sample: dL/dmu_i = sum_n sum_j c_nj q_j W_ji x_ni where 0 < mu + rho < 1
+    inside_s = ((mu + rho) > 0) & ((mu + rho) < 1)
+    g_mu = ((c * q) @ W * x).sum(0) * inside_s
+    inside_q = ((om + gamma) > 0) & ((om + gamma) < 1)
+    g_om = (c * h).sum(0) * inside_q
+    torch.testing.assert_close(model.mu.grad, g_mu)
+    torch.testing.assert_close(model.omega.grad, g_om)
+
+
+def test_clipped_gates_have_zero_gradient_outside_the_interval():
+    model = _linear_gated(mu=torch.tensor([-5.0, 5.0, 0.5, 0.5, 0.5]), omega=torch.tensor([-5.0, 5.0, 0.5]))
+    model.train()
+    out = model(torch.randn(6, 5))
+    out.sum().backward()
+    assert model.mu.grad[0] == 0 and model.mu.grad[1] == 0  # closed (s = 0) and saturated (s = 1)
+    assert model.omega.grad[0] == 0 and model.omega.grad[1] == 0
+    assert torch.all(out[:, 0] == 0)  # a closed component is exactly 0 for the whole batch
+
+
+def test_deterministic_gates_at_inference():
+    model = _linear_gated()
+    model.eval()
+    x = torch.randn(3, 5)
+    W, b = model.mlp.input_layer.weight.detach(), model.mlp.input_layer.bias.detach()
+    s = torch.clamp(model.mu.detach(), 0, 1)
+    q = torch.clamp(model.omega.detach(), 0, 1)
+    torch.testing.assert_close(model(x).detach(), ((x * s) @ W.T + b) * q)
+    torch.testing.assert_close(model(x).detach(), model(x).detach())  # no noise
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_regularizer_and_its_gradient_by_hand(reduce):
+    model = _linear_gated()
+    r = model.regularizer(reduce)
+    Phi = lambda t: 0.5 * (1 + math.erf(t / math.sqrt(2)))  # noqa: E731
+    mu, om = model.mu.detach().tolist(), model.omega.detach().tolist()
+    k_mu, k_om = (1, 1) if reduce == "sum" else (len(mu), len(om))
+    want = sum(Phi(m / 0.5) for m in mu) / k_mu + sum(Phi(w / 0.5) for w in om) / k_om
+    assert r.item() == pytest.approx(want, rel=1e-6)
+    r.backward()
+    pdf = lambda t: math.exp(-t * t / 2) / math.sqrt(2 * math.pi)  # noqa: E731
+    np.testing.assert_allclose(model.mu.grad.numpy(), [pdf(m / 0.5) / 0.5 / k_mu for m in mu], rtol=1e-5)
+    np.testing.assert_allclose(model.omega.grad.numpy(), [pdf(w / 0.5) / 0.5 / k_om for w in om], rtol=1e-5)
+    assert gate_probability(torch.tensor(0.0), 0.5).item() == 0.5
+
+
+def test_keep_inputs_shrinks_layer_and_gate_together():
+    model = _linear_gated()
+    mu = model.mu.detach().clone()
+    model.keep_inputs([0, 2, 4])
+    assert model.input_layer.in_features == 3 and torch.equal(model.mu.detach(), mu[[0, 2, 4]])
+    model.keep_outputs([1])
+    assert model.n_outputs == 1 and model.omega.shape == (1,)
+
+
+def test_gini_init_is_proportional_to_inverse_gini():
+    g = np.array([0.2, 0.4, 0.5, 0.25])
+    mu = gini_init(g, 1.0)
+    np.testing.assert_allclose(mu * g, np.full(4, 0.2))  # mu_j * G_j constant
+    assert mu.max() == 1.0 and mu.argmax() == 0
+    assert gini_init(np.array([0.0, 0.5]), 2.0).tolist() == [2.0, 2.0]
+
+
+# ------------------------------------------------------------------------------------ Gini
+def test_gini_by_hand():
+    y = np.array([0, 0, 1, 1, 0, 1])
+    X = np.stack([y.astype(float), np.zeros(6), np.arange(6.0)], 1)
+    g = G.gini_clear(X, y, 2, n_bins=2)
+    assert g[0] == pytest.approx(0.0)  # separates the classes
+    assert g[1] == pytest.approx(0.5)  # constant: one bin, 1 - (1/4 + 1/4)
+    # third column, two bins {0,1,2} {3,4,5}: classes (0,0,1) and (1,0,1): G = 2 * 1/2 * (1 - 5/9)
+    assert g[2] == pytest.approx(4 / 9)
+
+
+def test_algorithm_1_under_paillier_equals_the_clear_computation():
+    rng = np.random.default_rng(3)
+    n, d, c, B = 240, 6, 3, 10
+    y = rng.integers(0, c, n)
+    X = rng.normal(size=(n, d))
+    X[:, 0] += 2 * y
+    X[:, 4] = rng.integers(0, 3, n)  # fewer distinct values than bins: empty bins weigh 0
+    pub, priv = generate_keypair(512, insecure=True)
+    A = EncryptedArray.encrypt(priv, np.eye(c, dtype=np.int64)[y], precision=0)
+    codes = G.bin_codes(X, B)
+    masked, r = G.mask_counts(G.encrypted_counts(A, codes, B), 64)
+    # the label holder sees only masked counts: none equals a true count
+    true = G.class_counts(codes, y, c, B)
+    u = np.asarray(masked.decrypt_mantissas(priv), dtype=object)
+    assert np.all(u - true.astype(object) == r) and not np.any(u == true.astype(object))
+    sq = G.squares_of_masked(priv, masked)
+    g = G.encrypted_gini(sq, masked, r, G.bin_sizes(codes, B)).decrypt(priv)
+    np.testing.assert_allclose(g, G.gini_clear(X, y, c, B), atol=1e-12)
+    assert g.argmin() == 0
+
+
+# ------------------------------------------------------------------------------------- runs
+@pytest.fixture(scope="module")
+def data():
+    return verticalfs.build_data("breast_cancer", parties=2, noise=0.5, seed=0)
+
+
+def _run(data, name="fedsdg-fs", **kw):
+    fed = Federation.in_process(data)
+    m = create(name, seed=0, **{**SMALL, **kw} if name == "fedsdg-fs" else {**{k: SMALL[k] for k in ("epochs", "batch_size", "hidden")}, **kw})
+    m.fit(fed)
+    return m, fed
+
+
+def test_secure_and_clear_initialisation_agree_and_set_mu(data):
+    sec, fed_s = _run(data, epochs=0)
+    clr, fed_c = _run(data, epochs=0, secure=False)
+    for p in data.party_names:
+        np.testing.assert_allclose(sec.gini_[p], clr.gini_[p], atol=1e-12)
+        X = np.asarray(data.party(p).X["train"], dtype=np.float64)
+        np.testing.assert_allclose(sec.gini_[p], G.gini_clear(X, data.labels.y["train"], 2), atol=1e-12)
+    kinds = {r.kind for r in fed_s.ledger.records() if r.phase == "pretrain"}
+    assert kinds == {"GiniLabels", "MaskedCounts", "SquaredCounts", "EncryptedGini", "GiniScores"}
+    assert "PlainGiniLabels" in {r.kind for r in fed_c.ledger.records()}
+    assert clr.disclosures == {"labels_to_parties": ("PlainGiniLabels",)} and sec.disclosures == {}
+    # mu at each party: proportional to 1 / G, the lowest impurity at init_scale
+    for p in data.party_names:
+        role = fed_s.local_runtime(p).role
+        mu = role.model.mu.detach().numpy()
+        np.testing.assert_allclose(mu, gini_init(sec.gini_[p], 1.0), rtol=1e-6)
+
+
+def test_only_open_components_cross_and_closed_features_leave(data):
+    m, fed = _run(data, epochs=4, secure=False, lam=3.0, omega_init=0.2)
+    for p in data.party_names:
+        role = fed.local_runtime(p).role
+        mu = role.model.mu.detach().numpy()
+        assert role.model.input_layer.in_features == len(role.data.kept) == int(m.support_[p].sum())
+        assert np.all(mu > 0)  # CloseGates removed every feature whose deterministic gate is 0
+    assert sum(m.support_[p].sum() for p in data.party_names) < sum(len(m.support_[p]) for p in data.party_names)
+    # every embedding message carries exactly its open components (4 bytes each) per row
+    n_test = len(data.labels.y["test"])
+    open_total = sum(m.info_["components_open"].values())
+    assert open_total < 2 * 8
+    recs = [r for r in fed.ledger.records() if r.kind == "GatedEmbeddings" and r.phase == "eval"]
+    last = max(r.round for r in recs)
+    test_payloads = sorted(r.payload for r in recs if r.round == last)
+    assert sum(test_payloads) >= n_test * open_total * 4
+    dense = create("vfl", seed=0, epochs=1, batch_size=64, hidden=(16, 8))
+    fed2 = Federation.in_process(data)
+    dense.fit(fed2)
+    assert fed.ledger.bytes_where(phase="eval") / (m.history_[-1]["epoch"] + 1) < fed2.ledger.bytes_where(phase="eval") / 2
+
+
+def test_original_gate_has_no_embedding_gate_and_no_gini(data):
+    m, fed = _run(data, name="original-gate")
+    kinds = {r.kind for r in fed.ledger.records()}
+    assert not kinds & {"GiniLabels", "PlainGiniLabels"}
+    for p in data.party_names:
+        role = fed.local_runtime(p).role
+        assert role.model.omega is None and role.model.mu is not None
