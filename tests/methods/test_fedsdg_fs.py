@@ -202,3 +202,51 @@ def test_original_gate_has_no_embedding_gate_and_no_gini(data):
     for p in data.party_names:
         role = fed.local_runtime(p).role
         assert role.model.omega is None and role.model.mu is not None
+
+
+# -------------------------------------------------------------------------------- baselines
+@pytest.fixture(scope="module")
+def wine():
+    return verticalfs.build_data("wine", parties=2, seed=0)
+
+
+def test_sffs_under_paillier_computes_the_f_statistic(wine):
+    from sklearn.feature_selection import f_classif
+
+    sec = create("sffs", seed=0, key_bits=512, insecure=True)
+    fed = Federation.in_process(wine)
+    sec.fit(fed)
+    clr = create("sffs", seed=0, secure=False)
+    clr.fit(Federation.in_process(wine))
+    for p in wine.party_names:
+        F = f_classif(np.asarray(wine.party(p).X["train"], float), wine.labels.y["train"])[0]
+        np.testing.assert_allclose(sec.feature_scores_[p], F, rtol=1e-5)
+        np.testing.assert_allclose(clr.feature_scores_[p], F, rtol=1e-12)
+    assert sec.selected_ == clr.selected_
+    total = sum(len(v) for v in sec.support_.values())
+    assert len(sec.selected_) == round(total / 2)
+    allF = np.concatenate([sec.feature_scores_[p] for p in wine.party_names])
+    chosen = np.concatenate([sec.support_[p] for p in wine.party_names])
+    assert allF[chosen].min() >= allF[~chosen].max()  # the top half by F
+    kinds = {r.kind for r in fed.ledger.records() if r.phase == "selection"}
+    assert kinds == {"FLabels", "MaskedClassSums", "WeightedSquares", "EncryptedEta"}
+    assert sec.disclosures.get("labels_to_parties") is None and clr.disclosures["labels_to_parties"] == ("PlainFLabels",)
+
+
+def test_ms_gini_keeps_the_lowest_impurity_half(wine):
+    m = create("ms-gini", seed=0, key_bits=512, insecure=True, ratio=0.25)
+    m.fit(Federation.in_process(wine))
+    g = np.concatenate([np.asarray(m.info_["gini"][p]) for p in wine.party_names])
+    chosen = np.concatenate([m.support_[p] for p in wine.party_names])
+    assert chosen.sum() == round(0.25 * len(g))
+    assert g[chosen].max() <= g[~chosen].min()
+    for p in wine.party_names:
+        X = np.asarray(wine.party(p).X["train"], float)
+        np.testing.assert_allclose(m.info_["gini"][p], G.gini_clear(X, wine.labels.y["train"], 3), atol=1e-12)
+
+
+def test_all_features_keeps_every_feature_with_fedsdg_settings(wine):
+    m = create("all-features", seed=0, epochs=1)
+    assert (m.params.lr, m.params.batch_size, m.params.top_hidden) == (0.03, 128, (16,))
+    m.fit(Federation.in_process(wine))
+    assert all(v.all() for v in m.support_.values())

@@ -203,6 +203,12 @@ class EncryptedArray:
             c = _obj([c], ())
         return self._new(c)
 
+    def with_exponent(self, exponent: int) -> EncryptedArray:
+        """The same ciphertexts read at another fixed-point ``exponent`` (no cryptographic work):
+        e.g. after multiplying by integer mantissas that themselves carry ``k`` fractional bits,
+        the true exponent is ``self.exponent - k``."""
+        return self._new(self._c, int(exponent))
+
     def reshape(self, *shape) -> EncryptedArray:
         return self._new(self._c.reshape(*shape))
 

@@ -1,5 +1,7 @@
-"""FedSDG-FS (fedsdg-fs.md): Gini-initialised stochastic dual gates, and its original-gate baseline."""
+"""FedSDG-FS (fedsdg-fs.md): Gini-initialised stochastic dual gates, and its baselines
+``original-gate``, ``all-features``, ``ms-gini`` and ``sffs``."""
 
+from verticalfs.methods.fedsdg_fs.baselines import SFFS, AllFeatures, MSGini
 from verticalfs.methods.fedsdg_fs.method import (
     FedSDGFS,
     FedSDGParams,
@@ -7,4 +9,4 @@ from verticalfs.methods.fedsdg_fs.method import (
     OriginalGateParams,
 )
 
-__all__ = ["FedSDGFS", "FedSDGParams", "OriginalGate", "OriginalGateParams"]
+__all__ = ["SFFS", "AllFeatures", "FedSDGFS", "FedSDGParams", "MSGini", "OriginalGate", "OriginalGateParams"]

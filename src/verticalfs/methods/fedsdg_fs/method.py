@@ -55,6 +55,59 @@ from verticalfs.transport.messages import At, Gradients, coded
 PRETRAIN = At("pretrain")
 
 
+def ask_gini(fed, parties, p, at: At = PRETRAIN) -> tuple[dict[str, np.ndarray], dict]:
+    """The label holder's side of Algorithm 1 with every party in ``parties``: their features'
+    Gini scores (``p.secure``: under Paillier, else in the clear with the labels sent to the
+    parties), and figures of the run (key, seconds). ``p`` has the fields of :class:`FedSDGParams`
+    ``secure, n_bins, key_bits, insecure, backend, randomness, mask_bits``."""
+    y = np.asarray(fed.labels.y["train"]).astype(np.int64)
+    c = int(fed.labels.n_classes)
+    names = fed.feature_names()
+    scores: dict[str, np.ndarray] = {}
+    info: dict = {}
+    if not p.secure:
+        msg = PlainGiniLabels(labels=y, n_classes=c, n_bins=int(p.n_bins))
+        for party in parties:
+            rep = fed.proxy(party).request(msg, at, expect=ClearGini)
+            scores[party] = _check_scores(party, rep.scores, len(names[party]))
+        return scores, info
+    pub, priv = generate_keypair(int(p.key_bits), backend=p.backend, randomness=p.randomness, insecure=p.insecure)
+    t0 = time.perf_counter()
+    A = EncryptedArray.encrypt(priv, np.eye(c, dtype=np.int64)[y], precision=0)
+    info["encrypt_labels_seconds"] = time.perf_counter() - t0
+    msg = GiniLabels(public_key=pub.to_bytes(), labels=A.to_bytes(), shape=tuple(A.shape),
+                     n_bins=int(p.n_bins), mask_bits=int(p.mask_bits), insecure=bool(p.insecure))
+    t_lh = 0.0
+    for party in parties:
+        proxy = fed.proxy(party)
+        d = len(names[party])
+        rep = proxy.request(msg, at, expect=MaskedCounts)
+        shape = tuple(int(s) for s in rep.shape)
+        if shape != (d, int(p.n_bins), c):
+            raise ProtocolError(f"party {party!r}: MaskedCounts of shape {shape}, expected {(d, int(p.n_bins), c)}")
+        t1 = time.perf_counter()
+        masked = EncryptedArray.from_bytes(pub, rep.data, shape)
+        sq = G.squares_of_masked(priv, masked)
+        t_lh += time.perf_counter() - t1
+        rep2 = proxy.request(SquaredCounts(data=sq.to_bytes()), at, expect=EncryptedGini)
+        t1 = time.perf_counter()
+        enc = EncryptedArray.from_bytes(pub, rep2.data, (d,), int(rep2.exponent))
+        scores[party] = _check_scores(party, enc.decrypt(priv), d)
+        t_lh += time.perf_counter() - t1
+        proxy.send(GiniScores(scores=scores[party]), at)
+    info.update(key_bits=pub.bits, backend=pub.backend.name, randomness=pub.randomness,
+                label_holder_crypto_seconds=t_lh)
+    return scores, info
+
+
+def _check_scores(party: str, scores, d: int) -> np.ndarray:
+    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    if s.shape != (d,) or not np.all(np.isfinite(s)) or (s.size and (s.min() < -1e-9 or s.max() > 1 + 1e-9)):
+        raise ProtocolError(f"party {party!r}: expected {d} finite Gini scores in [0, 1], got shape {s.shape}")
+    return s
+
+
+
 @dataclass
 class OriginalGateParams(VFLParams):
     """STG's stochastic gates on every party's inputs during VFL training (no embedding gates, no
@@ -278,47 +331,10 @@ class FedSDGFS(OriginalGate):
         p = self.params
         if not p.gini_init:
             return
-        fed = trainer.fed
-        y = np.asarray(fed.labels.y["train"]).astype(np.int64)
-        c = int(fed.labels.n_classes)
-        scores: dict[str, np.ndarray] = {}
-        if not p.secure:
-            msg = PlainGiniLabels(labels=y, n_classes=c, n_bins=int(p.n_bins))
-            for party in trainer.parties:
-                rep = fed.proxy(party).request(msg, PRETRAIN, expect=ClearGini)
-                scores[party] = self._check_scores(party, rep.scores)
-        else:
-            pub, priv = generate_keypair(int(p.key_bits), backend=p.backend, randomness=p.randomness,
-                                         insecure=p.insecure)
-            t0 = time.perf_counter()
-            A = EncryptedArray.encrypt(priv, np.eye(c, dtype=np.int64)[y], precision=0)
-            self.info_["encrypt_labels_seconds"] = time.perf_counter() - t0
-            msg = GiniLabels(public_key=pub.to_bytes(), labels=A.to_bytes(), shape=tuple(A.shape),
-                             n_bins=int(p.n_bins), mask_bits=int(p.mask_bits), insecure=bool(p.insecure))
-            names = fed.feature_names()
-            for party in trainer.parties:
-                proxy = fed.proxy(party)
-                d = len(names[party])
-                rep = proxy.request(msg, PRETRAIN, expect=MaskedCounts)
-                shape = tuple(int(s) for s in rep.shape)
-                if shape != (d, int(p.n_bins), c):
-                    raise ProtocolError(f"party {party!r}: MaskedCounts of shape {shape}, expected "
-                                        f"{(d, int(p.n_bins), c)}")
-                masked = EncryptedArray.from_bytes(pub, rep.data, shape)
-                sq = G.squares_of_masked(priv, masked)
-                rep2 = proxy.request(SquaredCounts(data=sq.to_bytes()), PRETRAIN, expect=EncryptedGini)
-                enc = EncryptedArray.from_bytes(pub, rep2.data, (d,), int(rep2.exponent))
-                scores[party] = self._check_scores(party, enc.decrypt(priv))
-                proxy.send(GiniScores(scores=scores[party]), PRETRAIN)
-            self.info_.update(key_bits=pub.bits, backend=pub.backend.name, randomness=pub.randomness)
+        scores, info = ask_gini(trainer.fed, trainer.parties, p)
+        self.info_.update(info)
         self.info_["gini"] = {q: v.tolist() for q, v in scores.items()}
         self.gini_ = scores
-
-    def _check_scores(self, party: str, scores) -> np.ndarray:
-        s = np.asarray(scores, dtype=np.float64).reshape(-1)
-        if not np.all(np.isfinite(s)) or (s.size and (s.min() < -1e-9 or s.max() > 1 + 1e-9)):
-            raise ProtocolError(f"party {party!r}: Gini scores must be finite and in [0, 1]")
-        return s
 
 
 __all__ = ["FedSDGFS", "FedSDGParams", "OriginalGate", "OriginalGateParams"]

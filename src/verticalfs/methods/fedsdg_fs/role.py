@@ -29,7 +29,7 @@ from verticalfs.methods.fedsdg_fs.messages import (
     PlainGiniLabels,
     SquaredCounts,
 )
-from verticalfs.party import Context, handles
+from verticalfs.party import Context, Role, handles
 from verticalfs.training.history import derive_seed
 from verticalfs.training.split import SplitRole, carry_optimizer_state
 from verticalfs.transport.messages import coded
@@ -38,7 +38,77 @@ from verticalfs.transport.messages import coded
 MAX_BINS = 1024
 
 
-class FedSDGRole(SplitRole):
+class GiniParty(Role):
+    """A party's side of Algorithm 1 (the Gini scores of its features), for any role that needs it:
+    FedSDG-FS initialises its input gates from the scores, ``ms-gini`` only reports them."""
+
+    gini: dict = {}
+
+    def _bins(self, n_bins: int) -> np.ndarray:
+        if not 2 <= int(n_bins) <= MAX_BINS:
+            raise ProtocolError(f"party {self.name!r}: n_bins must lie in [2, {MAX_BINS}], got {n_bins}")
+        return G.bin_codes(self.data.X("train").numpy().astype(np.float64), int(n_bins))
+
+    def gini_received(self, scores: np.ndarray) -> None:
+        """What the party does with its Gini scores (default: keep them)."""
+
+    def _scores(self, scores) -> np.ndarray:
+        scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+        d = len(self.data.kept)
+        if scores.shape != (d,) or not np.all(np.isfinite(scores)):
+            raise ProtocolError(f"party {self.name!r}: Gini scores of shape {scores.shape} (finite: "
+                                f"{bool(np.all(np.isfinite(scores)))}), expected {d} finite values")
+        self.gini = {"scores": scores}
+        self.gini_received(scores)
+        return scores
+
+    @handles(PlainGiniLabels)
+    def on_plain_labels(self, msg: PlainGiniLabels, ctx: Context) -> ClearGini:
+        y = np.asarray(msg.labels).reshape(-1)
+        n = self.data.n_samples("train")
+        c = int(msg.n_classes)
+        if y.shape != (n,) or y.dtype.kind not in "iu" or c < 2 or (y.size and (y.min() < 0 or y.max() >= c)):
+            raise ProtocolError(f"party {self.name!r}: PlainGiniLabels must hold {n} class codes in [0, {c})")
+        codes = self._bins(msg.n_bins)
+        scores = G.gini_from_counts(G.class_counts(codes, y, c, int(msg.n_bins)))
+        return ClearGini(scores=self._scores(scores))
+
+    @handles(GiniLabels)
+    def on_gini_labels(self, msg: GiniLabels, ctx: Context) -> MaskedCounts:
+        pub = PublicKey.from_bytes(msg.public_key, insecure=msg.insecure)
+        shape = tuple(int(s) for s in msg.shape)
+        n = self.data.n_samples("train")
+        if len(shape) != 2 or shape[0] != n or not 2 <= shape[1] <= 1024:
+            raise ProtocolError(f"party {self.name!r}: GiniLabels of shape {shape}, expected ({n}, classes)")
+        if not 16 <= int(msg.mask_bits) or 2 * (int(msg.mask_bits) + 1) + shape[1].bit_length() + 4 > pub.bits:
+            raise ProtocolError(f"party {self.name!r}: mask_bits {msg.mask_bits} out of range for a "
+                                f"{pub.bits}-bit key")
+        A = EncryptedArray.from_bytes(pub, msg.labels, shape)
+        n_bins = int(msg.n_bins)
+        codes = self._bins(n_bins)
+        counts = G.encrypted_counts(A, codes, n_bins)
+        masked, r = G.mask_counts(counts, int(msg.mask_bits))
+        self.gini = {"pub": pub, "masked": masked, "r": r, "sizes": G.bin_sizes(codes, n_bins)}
+        return MaskedCounts(data=masked.to_bytes(), shape=tuple(masked.shape))
+
+    @handles(SquaredCounts)
+    def on_squared_counts(self, msg: SquaredCounts, ctx: Context) -> EncryptedGini:
+        st = self.gini
+        if "masked" not in st:
+            raise ProtocolError(f"party {self.name!r} received SquaredCounts before GiniLabels")
+        masked = st["masked"]
+        sq = EncryptedArray.from_bytes(st["pub"], msg.data, masked.shape[:2])
+        g = G.encrypted_gini(sq, masked, st["r"], st["sizes"])
+        self.gini = {}
+        return EncryptedGini(data=g.to_bytes(), exponent=int(g.exponent))
+
+    @handles(GiniScores)
+    def on_gini_scores(self, msg: GiniScores, ctx: Context) -> None:
+        self._scores(msg.scores)
+        return None
+
+
+class FedSDGRole(GiniParty, SplitRole):
     """A party of FedSDG-FS (and of ``original-gate``, which switches the embedding gate off)."""
 
     spec: FedSDGSpec
@@ -60,6 +130,11 @@ class FedSDGRole(SplitRole):
         mu = torch.full((d_in,), float(s.mu_init)) if s.input_gate else None
         omega = torch.full((int(s.embedding_dim),), float(s.omega_init)) if s.embed_gate else None
         return GatedMLP(mlp, mu, omega, float(s.sigma), gen)
+
+    def gini_received(self, scores: np.ndarray) -> None:
+        if self.model.mu is not None:  # Algorithm 1 line 15
+            with torch.no_grad():
+                self.model.mu.copy_(torch.from_numpy(gini_init(scores, float(self.spec.init_scale))).float())
 
     def local_loss(self) -> torch.Tensor | None:
         lam = float(self.spec.lam)
@@ -121,69 +196,6 @@ class FedSDGRole(SplitRole):
         if old_mu is not None:
             sliced[model.mu] = (old_mu, lambda t: t[idx])
         carry_optimizer_state(opt, self.optimizer, sliced)
-
-    # -------------------------------------------------------- Gini (Algorithm 1)
-    def _init_mu(self, scores: np.ndarray) -> None:
-        scores = np.asarray(scores, dtype=np.float64).reshape(-1)
-        d = len(self.data.kept)
-        if scores.shape != (d,) or not np.all(np.isfinite(scores)):
-            raise ProtocolError(f"party {self.name!r}: Gini scores of shape {scores.shape} (finite: "
-                                f"{bool(np.all(np.isfinite(scores)))}), expected {d} finite values")
-        self.gini = {"scores": scores}
-        if self.model.mu is not None:
-            with torch.no_grad():
-                self.model.mu.copy_(torch.from_numpy(gini_init(scores, float(self.spec.init_scale))).float())
-
-    def _bins(self, n_bins: int) -> np.ndarray:
-        if not 2 <= int(n_bins) <= MAX_BINS:
-            raise ProtocolError(f"party {self.name!r}: n_bins must lie in [2, {MAX_BINS}], got {n_bins}")
-        return G.bin_codes(self.data.X("train").numpy().astype(np.float64), int(n_bins))
-
-    @handles(PlainGiniLabels)
-    def on_plain_labels(self, msg: PlainGiniLabels, ctx: Context) -> ClearGini:
-        y = np.asarray(msg.labels).reshape(-1)
-        n = self.data.n_samples("train")
-        c = int(msg.n_classes)
-        if y.shape != (n,) or y.dtype.kind not in "iu" or c < 2 or (y.size and (y.min() < 0 or y.max() >= c)):
-            raise ProtocolError(f"party {self.name!r}: PlainGiniLabels must hold {n} class codes in [0, {c})")
-        codes = self._bins(msg.n_bins)
-        scores = G.gini_from_counts(G.class_counts(codes, y, c, int(msg.n_bins)))
-        self._init_mu(scores)
-        return ClearGini(scores=scores)
-
-    @handles(GiniLabels)
-    def on_gini_labels(self, msg: GiniLabels, ctx: Context) -> MaskedCounts:
-        pub = PublicKey.from_bytes(msg.public_key, insecure=msg.insecure)
-        shape = tuple(int(s) for s in msg.shape)
-        n = self.data.n_samples("train")
-        if len(shape) != 2 or shape[0] != n or not 2 <= shape[1] <= 1024:
-            raise ProtocolError(f"party {self.name!r}: GiniLabels of shape {shape}, expected ({n}, classes)")
-        if not 16 <= int(msg.mask_bits) or 2 * (int(msg.mask_bits) + 1) + shape[1].bit_length() + 4 > pub.bits:
-            raise ProtocolError(f"party {self.name!r}: mask_bits {msg.mask_bits} out of range for a "
-                                f"{pub.bits}-bit key")
-        A = EncryptedArray.from_bytes(pub, msg.labels, shape)
-        n_bins = int(msg.n_bins)
-        codes = self._bins(n_bins)
-        counts = G.encrypted_counts(A, codes, n_bins)
-        masked, r = G.mask_counts(counts, int(msg.mask_bits))
-        self.gini = {"pub": pub, "masked": masked, "r": r, "sizes": G.bin_sizes(codes, n_bins)}
-        return MaskedCounts(data=masked.to_bytes(), shape=tuple(masked.shape))
-
-    @handles(SquaredCounts)
-    def on_squared_counts(self, msg: SquaredCounts, ctx: Context) -> EncryptedGini:
-        st = self.gini
-        if "masked" not in st:
-            raise ProtocolError(f"party {self.name!r} received SquaredCounts before GiniLabels")
-        masked = st["masked"]
-        sq = EncryptedArray.from_bytes(st["pub"], msg.data, masked.shape[:2])
-        g = G.encrypted_gini(sq, masked, st["r"], st["sizes"])
-        self.gini = {}
-        return EncryptedGini(data=g.to_bytes(), exponent=int(g.exponent))
-
-    @handles(GiniScores)
-    def on_gini_scores(self, msg: GiniScores, ctx: Context) -> None:
-        self._init_mu(msg.scores)
-        return None
 
     # ------------------------------------------------------------- the end
     @handles(CloseGates)

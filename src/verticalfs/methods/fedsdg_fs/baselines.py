@@ -1,0 +1,370 @@
+"""FedSDG-FS's baselines (fedsdg-fs.md section V-C) besides ``original-gate`` and ``vflfs``:
+
+- ``all-features``: plain VFL on every feature, with FedSDG-FS's training settings (Adam 0.03,
+  batch 128, the same bottom and top models), the paper's "allFeatures";
+- ``ms-gini``: the Gini filter of Li, Dowsley and De Cock (ICML 2021, the paper's [14], "MS-GINI"),
+  here with the features' Gini scores computed by Algorithm 1's protocol (:func:`~.method.ask_gini`)
+  instead of their secret-sharing MPC; the lowest ``ratio`` = half of the features are kept;
+- ``sffs``: the F-statistic filter of Pan et al. 2020 (the paper's [17], "SFFS"); the top half by
+  the one-way ANOVA F statistic.
+
+Both filters select, then (as every filter method here, :mod:`verticalfs.methods.filter`) train
+their evaluation classifier on the gathered columns; Table III's numbers, a VFL network trained on
+the selected features, are the pipelines ``ms-gini+all-features`` and ``sffs+all-features``.
+
+SFFS under Paillier (ours; Pan et al. use secret sharing with a third party, which this library
+does not have). The F statistic of column ``x`` is ``F = (eta / (c - 1)) / ((1 - eta) / (N - c))``
+with the correlation ratio ``eta = (B - T^2 / N) / (Q - T^2 / N)``, ``T = sum x``, ``Q = sum x^2``
+(the party's own) and ``B = sum_k S_k^2 / n_k``, ``S_k`` the sum of ``x`` over class ``k``:
+
+1. label holder -> party: ``[[A]]`` (one-hot labels) and the class sizes ``n_k`` (disclosed: the
+   class counts, not which row is which);
+2. party: ``[[S_k]] = [[A_k]] . x`` (fixed point), masks ``r``, sends ``[[S + r]]``;
+3. label holder: decrypts ``u``, returns ``[[sum_k (M / n_k) u_k^2]]`` with ``M = prod_k n_k``
+   (integers: exact);
+4. party: ``[[M B]] = [[...]] - sum_k (M / n_k) (2 r_k [[S_k]] + r_k^2)``, then ``[[eta]] = [[M B]]
+   * (a / M) - b`` with its own ``a = 1 / (Q - T^2 / N)``, ``b = a T^2 / N``; sends ``[[eta]]``;
+5. label holder: decrypts ``eta`` and computes ``F``.
+
+So the label holder learns each feature's F (and the masked class sums), the party nothing. With
+``secure=False`` the labels go to the parties in the clear and each computes ``F`` with
+scikit-learn's ``f_classif`` (same selection, declared as a disclosure; for fast benchmarks).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.feature_selection import f_classif
+
+from verticalfs.crypto import EncryptedArray, PublicKey, generate_keypair
+from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.methods.baselines.vfl import SMALL_SPLIT, VFL
+from verticalfs.methods.fate.iv import check_crypto_params
+from verticalfs.methods.fedsdg_fs import gini as G
+from verticalfs.methods.fedsdg_fs.method import OriginalGateParams, ask_gini
+from verticalfs.methods.fedsdg_fs.role import MAX_BINS, GiniParty
+from verticalfs.methods.filter import SELECTION, FilterMethod, FilterParams, FilterRole
+from verticalfs.methods.registry import register
+from verticalfs.party import Context, handles
+from verticalfs.transport.messages import message
+
+#: fractional bits of the parties' columns in SFFS's encrypted class sums
+SFFS_PRECISION = 24
+
+
+# ------------------------------------------------------------------------------ all-features
+@dataclass
+class AllFeaturesParams(OriginalGateParams):
+    """Plain VFL on every feature with FedSDG-FS's settings (the paper's allFeatures).
+
+    Parameters
+    ----------
+    lam : float
+        Unused (no gates); kept so that every FedSDG-FS comparison shares one parameter set.
+    """
+
+
+@register
+class AllFeatures(VFL):
+    name = "all-features"
+    summary = "Plain VFL on every feature with FedSDG-FS's training settings (its allFeatures baseline)."
+    paper = "fedsdg-fs.md section V-C (allFeatures)"
+    Params = AllFeaturesParams
+    test_params = SMALL_SPLIT
+
+
+# ---------------------------------------------------------------------------- the filters
+@dataclass
+class HalfFilterParams(FilterParams):
+    """A filter keeping a share of the features (fedsdg-fs.md Table III: half).
+
+    Parameters
+    ----------
+    n_select : int
+        Features to keep over all parties; 0 (default) = ``ratio`` of them.
+    ratio : float
+        Share of the features kept when ``n_select`` is 0 (0.5, the paper's).
+    secure : bool
+        Compute the scores under Paillier (default); False sends the training labels to the
+        parties in the clear and gives the same selection (for fast benchmarks).
+    key_bits : int
+    insecure : bool
+        Allow ``key_bits < 2048`` (tests only).
+    backend : str
+    randomness : str
+    mask_bits : int
+        Bits of statistical masking in the squaring step (64).
+    """
+
+    n_select: int = 0
+    ratio: float = 0.5
+    secure: bool = True
+    key_bits: int = 2048
+    insecure: bool = False
+    backend: str = "auto"
+    randomness: str = "full"
+    mask_bits: int = 64
+
+
+class _HalfFilter(FilterMethod):
+    Params = HalfFilterParams
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if not self.params.secure:
+            self.disclosures = {**self.disclosures, "labels_to_parties": self.plain_kinds}
+
+    plain_kinds: tuple[str, ...] = ()
+
+    def check_params(self, fed) -> None:
+        p = self.params
+        if fed.task == "regression":
+            raise ConfigError(f"{self.name}: needs class labels; the task is regression")
+        if not 0 < p.ratio <= 1:
+            raise ConfigError(f"{self.name}: ratio must lie in (0, 1], got {p.ratio}")
+        total = sum(len(v) for v in self.feature_names(fed).values())
+        self.n_keep = int(p.n_select) if int(p.n_select) > 0 else max(1, int(round(p.ratio * total)))
+        if int(p.n_select) < 0:
+            raise ConfigError(f"{self.name}: n_select must be >= 0 (0 = use ratio), got {p.n_select}")
+        if not 16 <= int(p.mask_bits) <= 256:
+            raise ConfigError(f"{self.name}: mask_bits must lie in [16, 256], got {p.mask_bits}")
+        if p.secure:
+            check_crypto_params(self.name, p)
+        saved, p.n_select = p.n_select, self.n_keep
+        try:
+            super().check_params(fed)
+        finally:
+            p.n_select = saved
+
+    def rank(self, scores: dict[str, np.ndarray], lower_is_better: bool) -> list[tuple[str, int]]:
+        rows = []
+        for k, party in enumerate(scores):
+            s = np.asarray(scores[party], dtype=np.float64)
+            self.record_scores(party, np.arange(len(s)), s)
+            key = s if lower_is_better else -s
+            rows += [(float(key[j]), k, j, party) for j in range(len(s))]
+        rows.sort()
+        return [(party, j) for _, _, j, party in rows[: self.n_keep]]
+
+
+@dataclass
+class MSGiniParams(HalfFilterParams):
+    """MS-GINI: the half of the features with the lowest Gini impurity.
+
+    Parameters
+    ----------
+    n_bins : int
+        Equal-frequency bins per feature (10, as FedSDG-FS's initialisation).
+    """
+
+    n_bins: int = 10
+
+
+class MSGiniRole(GiniParty, FilterRole):
+    """A party of ``ms-gini``: Algorithm 1's party side, then the filter's gathering."""
+
+
+@register
+class MSGini(_HalfFilter):
+    name = "ms-gini"
+    summary = "MS-GINI: the half of the features with the lowest Gini impurity (Algorithm 1's protocol)."
+    paper = "fedsdg-fs.md section V-C (MS-GINI, Li et al. ICML 2021)"
+    Params = MSGiniParams
+    Role = MSGiniRole
+    plain_kinds = ("PlainGiniLabels",)
+    test_params = {"key_bits": 512, "insecure": True}
+
+    def check_params(self, fed) -> None:
+        super().check_params(fed)
+        if not 2 <= int(self.params.n_bins) <= MAX_BINS:
+            raise ConfigError(f"{self.name}: n_bins must lie in [2, {MAX_BINS}], got {self.params.n_bins}")
+
+    def select(self, fed) -> list[tuple[str, int]]:
+        scores, info = ask_gini(fed, list(fed.party_names), self.params, at=SELECTION)
+        self.info_.update(info)
+        self.info_["gini"] = {q: v.tolist() for q, v in scores.items()}
+        return self.rank(scores, lower_is_better=True)
+
+
+# ----------------------------------------------------------------------------------- SFFS
+@message
+class FLabels:
+    """Active -> party (SFFS): the key, ``[[A]]`` ``(N, c)``, the class sizes and the mask width."""
+
+    public_key: bytes
+    labels: bytes
+    shape: tuple
+    class_sizes: np.ndarray
+    mask_bits: int
+    insecure: bool = False
+
+
+@message
+class MaskedClassSums:
+    """Party -> active: ``[[S_kj + r_kj]]`` ``(d, c)`` at exponent ``-SFFS_PRECISION``."""
+
+    data: bytes
+    shape: tuple
+
+
+@message
+class WeightedSquares:
+    """Active -> party: ``[[sum_k (M / n_k) u_kj^2]]`` ``(d,)``."""
+
+    data: bytes
+
+
+@message
+class EncryptedEta:
+    """Party -> active: ``[[eta_j]]``, the correlation ratio of each feature, at ``exponent``."""
+
+    data: bytes
+    exponent: int
+
+
+@message
+class PlainFLabels:
+    """Active -> party (``secure=False`` only): the training labels in the clear."""
+
+    labels: np.ndarray
+
+
+@message
+class FScores:
+    """Party -> active (``secure=False``): the F statistic of each feature."""
+
+    scores: np.ndarray
+
+
+def _weights(sizes: np.ndarray) -> tuple[int, list[int]]:
+    M = math.prod(int(v) for v in sizes)
+    return M, [M // int(v) for v in sizes]
+
+
+class SFFSRole(FilterRole):
+    """A party of ``sffs``: encrypted class sums of its columns, the squaring step, its ``[[eta]]``."""
+
+    state: dict | None = None
+
+    def _X(self) -> np.ndarray:
+        return self.columns("train").astype(np.float64)
+
+    @handles(PlainFLabels)
+    def on_plain(self, msg: PlainFLabels, ctx: Context) -> FScores:
+        X = self._X()
+        y = np.asarray(msg.labels).reshape(-1)
+        if y.shape != (X.shape[0],):
+            raise ProtocolError(f"party {self.name!r}: PlainFLabels must hold {X.shape[0]} labels")
+        with np.errstate(all="ignore"):
+            F = f_classif(X, y)[0] if X.shape[1] else np.zeros(0)
+        return FScores(scores=np.nan_to_num(np.asarray(F, dtype=np.float64), nan=0.0, posinf=np.finfo(float).max))
+
+    @handles(FLabels)
+    def on_labels(self, msg: FLabels, ctx: Context) -> MaskedClassSums:
+        pub = PublicKey.from_bytes(msg.public_key, insecure=msg.insecure)
+        X = self._X()
+        shape = tuple(int(s) for s in msg.shape)
+        sizes = np.asarray(msg.class_sizes, dtype=np.int64).reshape(-1)
+        if len(shape) != 2 or shape[0] != X.shape[0] or sizes.shape != (shape[1],) or (sizes < 1).any() \
+                or int(sizes.sum()) != X.shape[0]:
+            raise ProtocolError(f"party {self.name!r}: FLabels of shape {shape} with class sizes "
+                                f"{sizes.tolist()} do not fit its {X.shape[0]} training rows")
+        A = EncryptedArray.from_bytes(pub, msg.labels, shape)
+        S = EncryptedArray.from_bytes(pub, b"".join(A[:, k].dot(X, precision=SFFS_PRECISION).to_bytes()
+                                                      for k in range(shape[1])), (shape[1], X.shape[1]),
+                                      -SFFS_PRECISION)
+        S = S.reshape(shape[1], X.shape[1])
+        bits = int(msg.mask_bits) + int(np.ceil(np.log2(X.shape[0] + 1))) + 40
+        r = G.random_masks(S.shape, bits) - (1 << (bits - 1))  # centred: |r| < 2**(bits - 1)
+        masked = S.add_mantissas(r)
+        self.state = {"pub": pub, "S": S, "r": r, "sizes": sizes}
+        out = masked.ravel()
+        return MaskedClassSums(data=out.to_bytes(), shape=(shape[1], X.shape[1]))
+
+    @handles(WeightedSquares)
+    def on_squares(self, msg: WeightedSquares, ctx: Context) -> EncryptedEta:
+        st = self.state
+        if st is None:
+            raise ProtocolError(f"party {self.name!r} received WeightedSquares before FLabels")
+        S, r, sizes = st["S"], st["r"], st["sizes"]
+        c, d = S.shape
+        P = SFFS_PRECISION
+        Q = EncryptedArray.from_bytes(st["pub"], msg.data, (d,), -2 * P)
+        M, w = _weights(sizes)
+        wcol = np.array(w, dtype=object)[:, None]
+        # sum_k (M / n_k) (2 r_k S_k + r_k^2), at exponent -2P (mantissa products)
+        cross = S.mul(2 * r * wcol, precision=0).with_exponent(-2 * P).sum(axis=0)
+        MB = (Q - cross).add_mantissas(-(r * r * wcol).sum(axis=0))
+        X = self._X()
+        N = X.shape[0]
+        T = X.sum(0)
+        tot = (X * X).sum(0) - T * T / N
+        ok = tot > 1e-12 * np.maximum(1.0, (X * X).sum(0))
+        a = np.divide(1.0, tot, out=np.zeros_like(tot), where=ok)
+        b = a * T * T / N
+        eta = MB.mul(a / M, precision=G.FACTOR_PRECISION + int(math.log2(M)) + 1) - b
+        self.state = None
+        return EncryptedEta(data=eta.to_bytes(), exponent=int(eta.exponent))
+
+
+@register
+class SFFS(_HalfFilter):
+    name = "sffs"
+    summary = "SFFS: the half of the features with the largest F statistic (Pan et al. 2020), under Paillier."
+    paper = "fedsdg-fs.md section V-C (SFFS, Pan et al. 2020)"
+    Params = HalfFilterParams
+    Role = SFFSRole
+    plain_kinds = ("PlainFLabels",)
+    test_params = {"key_bits": 512, "insecure": True}
+
+    def select(self, fed) -> list[tuple[str, int]]:
+        p = self.params
+        y = np.asarray(fed.labels.y["train"]).astype(np.int64)
+        c = int(fed.labels.n_classes)
+        names = fed.feature_names()
+        scores: dict[str, np.ndarray] = {}
+        if not p.secure:
+            for party in fed.party_names:
+                rep = fed.proxy(party).request(PlainFLabels(labels=y), SELECTION, expect=FScores)
+                scores[party] = self._check(party, rep.scores, len(names[party]))
+            return self.rank(scores, lower_is_better=False)
+        sizes = np.bincount(y, minlength=c).astype(np.int64)
+        if (sizes < 1).any():
+            raise ConfigError(f"{self.name}: every class needs a training row; class sizes {sizes.tolist()}")
+        pub, priv = generate_keypair(int(p.key_bits), backend=p.backend, randomness=p.randomness,
+                                     insecure=p.insecure)
+        A = EncryptedArray.encrypt(priv, np.eye(c, dtype=np.int64)[y], precision=0)
+        msg = FLabels(public_key=pub.to_bytes(), labels=A.to_bytes(), shape=tuple(A.shape), class_sizes=sizes,
+                      mask_bits=int(p.mask_bits), insecure=bool(p.insecure))
+        M, w = _weights(sizes)
+        N = len(y)
+        for party in fed.party_names:
+            proxy = fed.proxy(party)
+            d = len(names[party])
+            rep = proxy.request(msg, SELECTION, expect=MaskedClassSums)
+            if tuple(int(s) for s in rep.shape) != (c, d):
+                raise ProtocolError(f"party {party!r}: MaskedClassSums of shape {rep.shape}, expected {(c, d)}")
+            u = EncryptedArray.from_bytes(pub, rep.data, (c, d)).decrypt_mantissas(priv)
+            q = (u * u * np.array(w, dtype=object)[:, None]).sum(axis=0)
+            sq = EncryptedArray.encrypt(priv, np.asarray(q, dtype=object), precision=0)
+            rep2 = proxy.request(WeightedSquares(data=sq.to_bytes()), SELECTION, expect=EncryptedEta)
+            eta = EncryptedArray.from_bytes(pub, rep2.data, (d,), int(rep2.exponent)).decrypt(priv)
+            eta = np.clip(eta, 0.0, 1.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                F = eta * (N - c) / ((1.0 - eta) * (c - 1))
+            scores[party] = self._check(party, np.nan_to_num(F, nan=0.0, posinf=np.finfo(float).max), d)
+        self.info_.update(key_bits=pub.bits, backend=pub.backend.name, randomness=pub.randomness)
+        return self.rank(scores, lower_is_better=False)
+
+    @staticmethod
+    def _check(party: str, scores, d: int) -> np.ndarray:
+        s = np.asarray(scores, dtype=np.float64).reshape(-1)
+        if s.shape != (d,) or np.isnan(s).any() or (s < 0).any():
+            raise ProtocolError(f"party {party!r}: expected {d} F statistics >= 0, got shape {s.shape}")
+        return s
+
+
+__all__ = ["SFFS", "AllFeatures", "MSGini"]
