@@ -17,7 +17,7 @@ from verticalfs.methods.fedsdg_fs import gini as G
 from verticalfs.methods.fedsdg_fs.gates import GatedMLP, gate_probability, gini_init
 from verticalfs.nn.models import MLP
 
-SMALL = {"epochs": 3, "batch_size": 64, "hidden": (16, 8), "key_bits": 512, "insecure": True}
+SMALL = {"epochs": 3, "batch_size": 64, "hidden": (16, 8), "key_bits": 768, "insecure": True}
 
 
 # ----------------------------------------------------------------------------------- gates
@@ -250,3 +250,87 @@ def test_all_features_keeps_every_feature_with_fedsdg_settings(wine):
     assert (m.params.lr, m.params.batch_size, m.params.top_hidden) == (0.03, 128, (16,))
     m.fit(Federation.in_process(wine))
     assert all(v.all() for v in m.support_.values())
+
+
+# --------------------------------------------------------------------- secure training (Alg. 2-3)
+def test_packed_combination_is_slot_wise_and_refuses_overflow():
+    from verticalfs.crypto import SlotPacking, packed_combination
+    from verticalfs.exceptions import CryptoError
+
+    pub, priv = generate_keypair(512, insecure=True)
+    pk = SlotPacking(64, 7, 0)
+    rng = np.random.default_rng(0)
+    V = rng.integers(-1000, 1000, size=(3, 7))  # 3 ciphertexts of 7 signed slots
+    cts = EncryptedArray.encrypt(priv, pk.pack(V.ravel()), precision=0)
+    K = rng.integers(-50, 50, size=(3, 4))
+    out, bound = packed_combination(cts, K, 1000, pk)
+    got = pk.unpack(out.decrypt_mantissas(priv).ravel().tolist(), 4 * 7).reshape(4, 7)
+    np.testing.assert_array_equal(got, K.T @ V)  # every slot: the same combination of the inputs' slots
+    assert bound == int(np.abs(K).sum(0).max()) * 1000
+    with pytest.raises(CryptoError, match="slot"):
+        packed_combination(cts, np.full((3, 1), 2**40), 2**30, pk)
+
+
+@pytest.fixture(scope="module")
+def secure_and_plain(data):
+    kw = dict(epochs=2, batch_size=64, hidden=(16, 8), key_bits=768, insecure=True, precision=20, prune=False)
+    runs = {}
+    for secure in (False, True):
+        fed = Federation.in_process(data, trace=True)
+        m = create("fedsdg-fs", seed=0, secure=secure, **kw)
+        m.fit(fed)
+        runs[secure] = (m, fed)
+    return runs
+
+
+def test_secure_training_computes_the_plaintext_model(secure_and_plain, data):
+    (mp, fp), (ms, fs) = secure_and_plain[False], secure_and_plain[True]
+    for p in data.party_names:  # every parameter of every party: bottom model and both gates
+        a, b = fp.local_runtime(p).role.model.state_dict(), fs.local_runtime(p).role.model.state_dict()
+        assert a.keys() == b.keys()
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], atol=1e-4, rtol=1e-4, msg=f"{p} {k}")
+    tp, ts = mp.trainer_, ms.trainer_
+    start = 0
+    for p in data.party_names:  # w = W~ - eps_acc, which nobody in the protocol can compute
+        e = tp.embedding_dims[p]
+        w_plain = tp.top.input_layer.weight.detach().numpy()[:, start:start + e]
+        eps = fs.local_runtime(p).role.crypto.eps / 2.0 ** 20
+        np.testing.assert_allclose(ts.true_weights(p, eps), w_plain, atol=1e-4)
+        assert np.abs(ts.server[p].W - w_plain).max() > 0.1  # the server's W~ is not w
+        start += e
+    for k, v in tp.top.state_dict().items():
+        if k != "net.0.weight":
+            torch.testing.assert_close(v, ts.top.state_dict()[k], atol=1e-4, rtol=1e-4)
+    assert [round(h["train_loss"], 4) for h in mp.history_ if "train_loss" in h] == \
+        [round(h["train_loss"], 4) for h in ms.history_ if "train_loss" in h]
+
+
+def test_secure_mode_sends_no_label_feature_or_plain_embedding(secure_and_plain, data):
+    """The message audit: every message of the secure run decoded; no label reaches a party, no
+    raw column and no plaintext embedding (the parties' g in any split) reaches the label holder,
+    whose only plaintext views are masked (z + eps_s) or the interactive outputs."""
+    from tests.test_privacy import arrays_in, carries_column, carries_labels
+    from verticalfs.names import LABEL_HOLDER
+
+    ms, fs = secure_and_plain[True]
+    kinds = {(r.sender == LABEL_HOLDER, r.kind) for r in fs.ledger.records()}
+    assert (False, "SecureEmbeddings") in kinds and (False, "GatedEmbeddings") not in kinds
+    assert (False, "Embeddings") not in kinds and (True, "Gradients") not in kinds
+    n_checked = 0
+    for _sender, receiver, msg in fs.channel.decoded():
+        for a in arrays_in(msg):
+            n_checked += 1
+            if receiver != LABEL_HOLDER:
+                for s in ("train", "val", "test"):
+                    assert not carries_labels(a, data.labels.y[s]), type(msg).__name__
+            else:
+                for p in data.party_names:
+                    for s in ("train", "val", "test"):
+                        assert not carries_column(a, data.party(p).X[s].astype(np.float64)), type(msg).__name__
+    assert n_checked > 0
+    # the label holder never receives a plaintext float array from a party in secure mode
+    for _sender, receiver, msg in fs.channel.decoded():
+        if receiver == LABEL_HOLDER and type(msg).__name__ in ("ForwardShares", "NoisyWeightGradient"):
+            assert np.asarray(msg.values).dtype == np.int64  # masked integers
+            assert np.abs(np.asarray(msg.values)).max() > 2 ** 40  # dominated by the masks

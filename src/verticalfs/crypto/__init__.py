@@ -17,7 +17,13 @@ from verticalfs.crypto.array import EncryptedArray, unpack_slots
 from verticalfs.crypto.backends import AUTO_ORDER, available_backends, backend_info, get_backend
 from verticalfs.crypto.encoding import DEFAULT_PLAIN_PRECISION, DEFAULT_PRECISION
 from verticalfs.crypto.keys import MIN_SECURE_BITS, PrivateKey, PublicKey, generate_keypair
-from verticalfs.crypto.packing import PackedEncryptedArray, SlotPacking
+from verticalfs.crypto.packing import (
+    PackedEncryptedArray,
+    SlotPacking,
+    combination_bound,
+    packed_combination,
+    slot_masks,
+)
 
 __all__ = [
     "AUTO_ORDER",
@@ -30,6 +36,9 @@ __all__ = [
     "PublicKey",
     "SlotPacking",
     "available_backends",
+    "combination_bound",
+    "packed_combination",
+    "slot_masks",
     "backend_info",
     "generate_keypair",
     "get_backend",

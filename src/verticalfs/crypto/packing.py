@@ -28,6 +28,7 @@ the caller will do (``headroom``).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -200,3 +201,37 @@ class PackedEncryptedArray:
 
     def decrypt(self, private_key: PrivateKey) -> np.ndarray:
         return np.ldexp(self.decrypt_mantissas(private_key).astype(np.float64), -self.packing.precision)
+
+
+# ------------------------------------------------------------ linear maps on packed ciphertexts
+def slot_masks(count: int, bits: int) -> np.ndarray:
+    """``count`` uniform signed integers in ``[-2**(bits-1), 2**(bits-1))`` (int64) from the
+    operating system's CSPRNG: statistical masks for packed slots (``bits`` <= 63)."""
+    if not 1 <= int(bits) <= 63:
+        raise CryptoError(f"slot_masks: bits must lie in [1, 63], got {bits}")
+    raw = np.frombuffer(os.urandom(8 * int(count)), dtype="<u8")
+    return (raw >> np.uint64(64 - int(bits))).astype(np.int64) - (1 << (int(bits) - 1))
+
+
+def combination_bound(K: np.ndarray, bound: int) -> int:
+    """The largest slot magnitude of ``cts @ K`` when every input slot is at most ``bound``."""
+    K = np.asarray(K, dtype=np.int64)
+    col = np.abs(K).sum(axis=0) if K.size else np.zeros(K.shape[1:], dtype=np.int64)
+    return int(col.max()) * int(bound) if col.size else 0
+
+
+def packed_combination(cts: EncryptedArray, K, bound: int, packing: SlotPacking) -> tuple[EncryptedArray, int]:
+    """``cts @ K`` on packed ciphertexts: output ``l`` is ``prod_j cts[j] ** K[j, l]``, i.e. every
+    slot of the result is the same integer combination of the inputs' slots (one scalar per input
+    ciphertext, so slot-wise linear). ``cts`` is ``(m,)``, ``K`` an ``(m, k)`` integer matrix; every
+    input slot is at most ``bound`` in magnitude. Returns the ``(k,)`` ciphertexts and their bound;
+    a result that could leave the slot range is a :class:`CryptoError` before any work."""
+    K = np.asarray(K)
+    if K.dtype.kind not in "iu" or K.ndim != 2 or K.shape[0] != cts.size:
+        raise CryptoError(f"packed_combination: need an integer matrix with {cts.size} rows, got "
+                          f"{K.dtype} {K.shape}")
+    out_bound = combination_bound(K, bound)
+    if out_bound > packing.limit:
+        raise CryptoError(f"packed_combination: a slot could reach {out_bound}, beyond the "
+                          f"{packing.slot_bits}-bit slots' {packing.limit}; lower the precision")
+    return cts.ravel().dot(K.astype(np.int64), precision=0), out_bound

@@ -49,6 +49,14 @@ class FedSDGSpec(SplitSpec):
     init_scale: float = 1.0
     prune: bool = True
     penalty: str = "mean"
+    secure: bool = False
+    interactive: int = 0
+    key_bits: int = 2048
+    insecure: bool = False
+    backend: str = "auto"
+    randomness: str = "full"
+    precision: int = 12
+    noise_scale: float = 0.5
 
 
 @message
@@ -132,3 +140,67 @@ class GatesClosed:
 
     n_features: int
     open: np.ndarray
+
+
+# ----------------------------------------------------- secure training (Algorithms 2 and 3)
+@message
+class KeyRequest:
+    """Active -> party, phase ``setup`` (secure training): send your public key."""
+
+
+@message
+class PartyKey:
+    """Party -> active: the party's Paillier public key (its modulus)."""
+
+    public_key: bytes
+
+
+@message
+class SecureEmbeddings:
+    """Party -> active: ``[[g]]`` of the open components ``open``: column-packed over the rows
+    (``columns``) and, in training, row-packed over the components (``rows``); ``bound`` is the
+    largest embedding mantissa (what the server needs to size its slot checks)."""
+
+    open: np.ndarray
+    columns: bytes
+    rows: bytes
+    bound: int
+
+
+@message
+class MaskedProducts:
+    """Active -> party: ``[[g W~^T + eps_s]]``, ``(chunks, k)`` packed ciphertexts."""
+
+    data: bytes
+
+
+@message
+class ForwardShares:
+    """Party -> active: ``z + eps_s`` (int64 mantissas, ``(rows, k)``)."""
+
+    values: np.ndarray
+
+
+@message
+class MaskedWeightGradient:
+    """Active -> party: ``[[dL/dw + eps_s']]``, ``k`` packed ciphertexts."""
+
+    data: bytes
+
+
+@message
+class NoisyWeightGradient:
+    """Party -> active: ``dL/dw + eps_s' - eps_m / eta_0`` (int64 mantissas, ``(k, open)``) and
+    ``[[eps_acc]]`` in ``blocks`` row blocks, with the bound of its mantissas."""
+
+    values: np.ndarray
+    eps: bytes
+    blocks: int
+    bound: int
+
+
+@message
+class EncryptedEmbeddingGradient:
+    """Active -> party, one-way: ``[[dL/dg]]`` of the open components in row blocks."""
+
+    data: bytes

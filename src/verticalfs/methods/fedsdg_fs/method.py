@@ -23,12 +23,14 @@ pruning rule (an input whose sampled gate stayed 0 at every step of an epoch lea
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
-from verticalfs.crypto import EncryptedArray, generate_keypair
+from verticalfs.crypto import EncryptedArray, PublicKey, generate_keypair
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods.base import Method
 from verticalfs.methods.baselines.vfl import VFLParams
@@ -37,20 +39,30 @@ from verticalfs.methods.fedsdg_fs import gini as G
 from verticalfs.methods.fedsdg_fs.messages import (
     ClearGini,
     CloseGates,
+    EncryptedEmbeddingGradient,
     EncryptedGini,
     FedSDGSpec,
+    ForwardShares,
     GatedEmbeddings,
     GatesClosed,
     GiniLabels,
     GiniScores,
+    KeyRequest,
     MaskedCounts,
+    MaskedProducts,
+    MaskedWeightGradient,
+    NoisyWeightGradient,
+    PartyKey,
     PlainGiniLabels,
+    SecureEmbeddings,
     SquaredCounts,
 )
 from verticalfs.methods.fedsdg_fs.role import MAX_BINS, FedSDGRole
+from verticalfs.methods.fedsdg_fs.secure import ServerCrypto
 from verticalfs.methods.registry import register
+from verticalfs.nn.models import make_optimizer
 from verticalfs.training.split import SplitTrainer, TrainConfig
-from verticalfs.transport.messages import At, Gradients, coded
+from verticalfs.transport.messages import At, EmbedRequest, Gradients, coded
 
 PRETRAIN = At("pretrain")
 
@@ -185,6 +197,11 @@ class FedSDGParams(OriginalGateParams):
         Paillier randomness, ``full`` or ``short`` (see :mod:`verticalfs.crypto.backends`).
     mask_bits : int
         Bits of the random masks of the squaring protocol (64).
+    precision : int
+        Fractional bits of the fixed-point values of secure training (12; :mod:`.secure`).
+    noise_scale : float
+        Standard deviation of each party's per-step noise ``eps_m`` on its interactive-layer weights
+        in secure training (0.5; the paper gives none).
     """
 
     gini_init: bool = True
@@ -197,6 +214,25 @@ class FedSDGParams(OriginalGateParams):
     backend: str = "auto"
     randomness: str = "full"
     mask_bits: int = 64
+    precision: int = 12
+    noise_scale: float = 0.5
+
+
+class _TwoOptimizers:
+    """Adam on the top model but the interactive layer's weights, plain SGD on those (see
+    :mod:`.secure`: the secure protocol can only move ``w`` by SGD, and the plaintext mode must
+    compute the same model)."""
+
+    def __init__(self, *optimizers) -> None:
+        self.optimizers = optimizers
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for o in self.optimizers:
+            o.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        for o in self.optimizers:
+            o.step()
 
 
 class FedSDGTrainer(SplitTrainer):
@@ -204,15 +240,29 @@ class FedSDGTrainer(SplitTrainer):
 
     spec_class = FedSDGSpec
 
-    def __init__(self, *args, gates: dict, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args, gates: dict, sgd_interactive: bool = False, **kwargs) -> None:
         self.gates = gates
+        self.sgd_interactive = sgd_interactive
+        super().__init__(*args, **kwargs)
         self.open: dict[str, np.ndarray] = {}
-        self.open_counts: dict[str, int] = {}
+
+    @property
+    def interactive_width(self) -> int:
+        c = self.config
+        return int(c.top_hidden[0]) if c.top_hidden else int(self.labels.n_outputs)
+
+    def rebuild_top_optimizer(self) -> None:
+        if not self.sgd_interactive:
+            return super().rebuild_top_optimizer()
+        c = self.config
+        w = self.top.input_layer.weight
+        rest = [q for q in self.top.parameters() if q is not w]
+        self.optimizer = _TwoOptimizers(make_optimizer(rest, c.optimizer, c.lr, c.weight_decay),
+                                        torch.optim.SGD([w], lr=c.lr))
 
     def spec_for(self, party: str) -> FedSDGSpec:
         base = super().spec_for(party)
-        return FedSDGSpec(**{**vars(base), **self.gates})
+        return FedSDGSpec(**{**vars(base), **self.gates, "interactive": self.interactive_width})
 
     def decode_forward(self, party: str, msg, n_rows: int) -> np.ndarray:
         if not isinstance(msg, GatedEmbeddings):
@@ -240,6 +290,93 @@ class FedSDGTrainer(SplitTrainer):
         return {"components_open": int(sum(int(m.sum()) for m in self.open.values()))}
 
 
+class SecureFedSDGTrainer(FedSDGTrainer):
+    """Algorithms 2 and 3: the interactive layer ``w_m`` stays hidden (the label holder keeps
+    ``W~_m = w_m + eps_acc``), embeddings cross only encrypted (see :mod:`.secure`)."""
+
+    def setup(self) -> None:
+        super().setup()
+        at = At("setup")
+        W = self.top.input_layer.weight.detach().numpy().astype(np.float64)
+        self.server: dict[str, ServerCrypto] = {}
+        start = 0
+        for p in self.parties:
+            rep = self.fed.proxy(p).request(KeyRequest(), at, expect=PartyKey)
+            e = self.embedding_dims[p]
+            pub = PublicKey.from_bytes(rep.public_key, insecure=bool(self.gates.get("insecure")))
+            if pub.bits < int(self.gates.get("key_bits", 2048)) - 8:
+                raise ProtocolError(f"party {p!r} sent a {pub.bits}-bit key, the run asks for "
+                                    f"{self.gates.get('key_bits')} bits")
+            self.server[p] = ServerCrypto(pub, W[:, start:start + e], int(self.gates["precision"]))
+            start += e
+        self.rest = self.top.net[1:]
+
+    def rebuild_top_optimizer(self) -> None:
+        c = self.config
+        w = self.top.input_layer.weight
+        self.optimizer = make_optimizer([q for q in self.top.parameters() if q is not w], c.optimizer, c.lr,
+                                        c.weight_decay)
+
+    def _forward(self, split: str, epoch: int, batch: int, train: bool, at: At, n: int) -> np.ndarray:
+        """Algorithm 2: ``sum_m z_m`` of the rows asked for (float64 ``(n, k)``)."""
+        Z = np.zeros((n, self.interactive_width))
+        for p in self.parties:
+            proxy, srv = self.fed.proxy(p), self.server[p]
+            rep = proxy.request(EmbedRequest(split, epoch, batch, train), at, expect=SecureEmbeddings)
+            e = self.embedding_dims[p]
+            open_ = np.asarray(rep.open) if rep.open is not None else np.zeros(0)
+            if open_.dtype != bool or open_.shape != (e,) or int(rep.bound) < 0:
+                raise ProtocolError(f"party {p!r}: SecureEmbeddings with a mask of {open_.dtype} {open_.shape}")
+            self.open[p] = open_
+            masked = srv.masked_products(rep.columns, np.flatnonzero(open_), n, int(rep.bound))
+            shares = proxy.request(MaskedProducts(data=masked), at, expect=ForwardShares)
+            Z += srv.interactive_output(shares.values)
+            if train:
+                srv.st["rows"] = rep.rows
+        return Z
+
+    def train_epoch(self, phase: str = "train") -> float:
+        top, opt, y_all, plan = self.top, self.optimizer, self.targets("train"), self.plan
+        epoch = self.epoch
+        top.train()
+        total, n_seen = 0.0, 0
+        lr = float(self.config.lr)
+        for b in range(plan.n_batches):
+            at = At(phase, epoch, b)
+            rows = plan.rows(epoch, b)
+            n = len(rows)
+            Zs = torch.from_numpy(self._forward("train", epoch, b, True, at, n).astype(np.float32)).requires_grad_(True)
+            loss = self.loss(self.rest(Zs + top.input_layer.bias), y_all.index_select(0, torch.from_numpy(rows)))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            value = loss.item()
+            if not math.isfinite(value):
+                raise ConfigError(f"{self.method}: the training loss became {value} in epoch {epoch + 1}; lower lr")
+            total += value * n
+            n_seen += n
+            delta = Zs.grad.numpy().astype(np.float64)
+            for p in self.parties:  # Algorithm 3
+                proxy, srv = self.fed.proxy(p), self.server[p]
+                data = srv.masked_weight_gradient(srv.st.pop("rows"), delta)
+                rep = proxy.request(MaskedWeightGradient(data=data), at, expect=NoisyWeightGradient)
+                grad = srv.update_and_embedding_gradient(rep.values, rep.eps, int(rep.blocks), int(rep.bound), lr)
+                proxy.send(EncryptedEmbeddingGradient(data=grad), at)
+        self.fed.mark(At(phase, epoch, plan.n_batches))
+        return total / max(1, n_seen)
+
+    def predict(self, split: str, phase: str = "eval") -> np.ndarray:
+        top = self.top
+        top.eval()
+        Z = self._forward(split, self.epoch, -1, False, At(phase, self.epoch), self.n_samples(split))
+        with torch.no_grad():
+            return self.rest(torch.from_numpy(Z.astype(np.float32)) + top.input_layer.bias).numpy()
+
+    def true_weights(self, party: str, eps_acc: np.ndarray) -> np.ndarray:
+        """``w_m = W~_m - eps_acc`` (for tests: nobody in the protocol can compute it)."""
+        return self.server[party].W - eps_acc
+
+
 @register
 class OriginalGate(Method):
     name = "original-gate"
@@ -263,14 +400,20 @@ class OriginalGate(Method):
         if p.lam < 0:
             raise ConfigError(f"{self.name}: lam must be >= 0, got {p.lam}")
 
+    sgd_interactive = False
+
+    def trainer_class(self) -> type:
+        return FedSDGTrainer
+
     def initialise(self, trainer) -> None:
         """Between set-up and training (FedSDG-FS: Algorithm 1)."""
 
     def fit(self, fed) -> Method:
         self.check_params(fed)
-        trainer = FedSDGTrainer(fed, self.name, TrainConfig.from_params(self.params), seed=self.seed,
-                                callbacks=self.callbacks, entry_hook=self.entry_hook,
-                                codec=self.codec or "float32", gates=self.gates())
+        trainer = self.trainer_class()(fed, self.name, TrainConfig.from_params(self.params), seed=self.seed,
+                                       callbacks=self.callbacks, entry_hook=self.entry_hook,
+                                       codec=self.codec or "float32", gates=self.gates(),
+                                       sgd_interactive=self.sgd_interactive)
         trainer.setup()
         t0 = time.perf_counter()
         self.initialise(trainer)
@@ -299,7 +442,10 @@ class FedSDGFS(OriginalGate):
                "Algorithm 1 under Paillier.")
     paper = "fedsdg-fs.md (Li et al., INFOCOM 2023), Algorithms 1-3"
     Params = FedSDGParams
-    test_params = {"epochs": 3, "batch_size": 64, "hidden": (16, 8), "key_bits": 512, "insecure": True}
+    # the contract tests compare two runs bit for bit; secure training draws its noise from the OS
+    # (it must stay unknown to the label holder), so they run the plaintext mode; the secure mode
+    # has its own tests (tests/methods/test_fedsdg_fs.py)
+    test_params = {"epochs": 3, "batch_size": 64, "hidden": (16, 8), "secure": False}
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -307,10 +453,17 @@ class FedSDGFS(OriginalGate):
             # the plaintext comparison path sends the training labels to every party
             self.disclosures = {"labels_to_parties": ("PlainGiniLabels",)}
 
+    sgd_interactive = True
+
+    def trainer_class(self) -> type:
+        return SecureFedSDGTrainer if self.params.secure else FedSDGTrainer
+
     def gates(self) -> dict:
         p = self.params
         return {**super().gates(), "embed_gate": True, "omega_init": float(p.omega_init),
-                "init_scale": float(p.init_scale)}
+                "init_scale": float(p.init_scale), "secure": bool(p.secure), "key_bits": int(p.key_bits),
+                "insecure": bool(p.insecure), "backend": str(p.backend), "randomness": str(p.randomness),
+                "precision": int(p.precision), "noise_scale": float(p.noise_scale)}
 
     def check_params(self, fed) -> None:
         super().check_params(fed)
@@ -322,8 +475,13 @@ class FedSDGFS(OriginalGate):
         if p.gini_init and fed.task == "regression":
             raise ConfigError(f"{self.name}: the Gini initialisation needs class labels; the task is "
                               "regression: pass gini_init=false")
-        if p.gini_init and p.secure:
+        if p.secure:
             check_crypto_params(self.name, p)
+            if not 4 <= int(p.precision) <= 24:
+                raise ConfigError(f"{self.name}: precision must lie in [4, 24] fractional bits, got {p.precision}")
+            if not p.noise_scale >= 0:
+                raise ConfigError(f"{self.name}: noise_scale must be >= 0, got {p.noise_scale}")
+        if p.gini_init and p.secure:
             if not 16 <= int(p.mask_bits) <= 256:
                 raise ConfigError(f"{self.name}: mask_bits must lie in [16, 256], got {p.mask_bits}")
 

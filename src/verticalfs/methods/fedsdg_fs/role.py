@@ -19,16 +19,25 @@ from verticalfs.methods.fedsdg_fs.gates import GatedMLP, gini_init
 from verticalfs.methods.fedsdg_fs.messages import (
     ClearGini,
     CloseGates,
+    EncryptedEmbeddingGradient,
     EncryptedGini,
     FedSDGSpec,
+    ForwardShares,
     GatedEmbeddings,
     GatesClosed,
     GiniLabels,
     GiniScores,
+    KeyRequest,
     MaskedCounts,
+    MaskedProducts,
+    MaskedWeightGradient,
+    NoisyWeightGradient,
+    PartyKey,
     PlainGiniLabels,
+    SecureEmbeddings,
     SquaredCounts,
 )
+from verticalfs.methods.fedsdg_fs.secure import ClientCrypto
 from verticalfs.party import Context, Role, handles
 from verticalfs.training.history import derive_seed
 from verticalfs.training.split import SplitRole, carry_optimizer_state
@@ -121,6 +130,15 @@ class FedSDGRole(GiniParty, SplitRole):
         self.reset_epoch_record()
         #: components closed for good (:class:`CloseGates`); still part of the mask's width
         self.closed = np.zeros(int(spec.embedding_dim), dtype=bool)
+        self.crypto: ClientCrypto | None = None
+        if spec.secure:
+            if int(spec.interactive) < 1:
+                raise ProtocolError(f"party {self.name!r}: secure training needs the interactive layer's width")
+            # eps_m must stay unknown to the label holder, which chose the spec's seeds: OS entropy
+            self.crypto = ClientCrypto(k=int(spec.interactive), e=int(spec.embedding_dim), key_bits=int(spec.key_bits),
+                                       insecure=bool(spec.insecure), backend=str(spec.backend),
+                                       randomness=str(spec.randomness), precision=int(spec.precision),
+                                       noise_scale=float(spec.noise_scale), rng=np.random.default_rng())
 
     # ------------------------------------------------------------------ model
     def build_model(self, d_in: int) -> torch.nn.Module:
@@ -159,8 +177,10 @@ class FedSDGRole(GiniParty, SplitRole):
         if train and self.model.last_s is not None:
             s_open = self.model.last_s.detach().numpy() > 0
             self.ever_open = s_open if self.ever_open is None else (self.ever_open | s_open)
-        v = h.detach().numpy()[:, open_]
-        v = np.ascontiguousarray(v)
+        v = np.ascontiguousarray(h.detach().numpy()[:, open_])
+        if self.crypto is not None:  # Algorithm 2 line 9
+            cols, rows, bound = self.crypto.encrypt_embeddings(v, np.flatnonzero(open_), train)
+            return SecureEmbeddings(open=open_, columns=cols, rows=rows, bound=bound)
         return GatedEmbeddings(open=open_, values=v if self._dense32 else coded(v, self.spec.forward))
 
     def decode_backward(self, msg, out: torch.Tensor) -> torch.Tensor:
@@ -196,6 +216,41 @@ class FedSDGRole(GiniParty, SplitRole):
         if old_mu is not None:
             sliced[model.mu] = (old_mu, lambda t: t[idx])
         carry_optimizer_state(opt, self.optimizer, sliced)
+
+    # ------------------------------------------------ secure training (Algorithms 2-3)
+    def _crypto(self) -> ClientCrypto:
+        if self.crypto is None:
+            raise ProtocolError(f"party {self.name!r} received a secure-training message in a plaintext run")
+        return self.crypto
+
+    @handles(KeyRequest)
+    def on_key_request(self, msg: KeyRequest, ctx: Context) -> PartyKey:
+        return PartyKey(public_key=self._crypto().pub.to_bytes())
+
+    @handles(MaskedProducts)
+    def on_masked_products(self, msg: MaskedProducts, ctx: Context) -> ForwardShares:
+        return ForwardShares(values=self._crypto().remove_forward_noise(msg.data))
+
+    @handles(MaskedWeightGradient)
+    def on_masked_weight_gradient(self, msg: MaskedWeightGradient, ctx: Context) -> NoisyWeightGradient:
+        v, eps, R, bound = self._crypto().noisy_weight_gradient(msg.data, float(self.spec.lr))
+        return NoisyWeightGradient(values=v, eps=eps, blocks=R, bound=bound)
+
+    @handles(EncryptedEmbeddingGradient)
+    def on_embedding_gradient(self, msg: EncryptedEmbeddingGradient, ctx: Context) -> None:
+        out = self.pending
+        if out is None:
+            raise ProtocolError(f"party {self.name!r} received EncryptedEmbeddingGradient without a pending forward pass")
+        self.pending = None
+        g = self._crypto().embedding_gradient(msg.data, self._blocks())
+        full = torch.zeros(out.shape, dtype=out.dtype)
+        full[:, torch.from_numpy(np.flatnonzero(self.last_open))] = torch.from_numpy(g.astype(np.float32))
+        self.step(out, full)
+        return None
+
+    def _blocks(self) -> int:
+        eo = int(self.last_open.sum())
+        return max(1, self.crypto.S // max(1, eo))
 
     # ------------------------------------------------------------- the end
     @handles(CloseGates)
