@@ -334,3 +334,19 @@ def test_secure_mode_sends_no_label_feature_or_plain_embedding(secure_and_plain,
         if receiver == LABEL_HOLDER and type(msg).__name__ in ("ForwardShares", "NoisyWeightGradient"):
             assert np.asarray(msg.values).dtype == np.int64  # masked integers
             assert np.abs(np.asarray(msg.values)).max() > 2 ** 40  # dominated by the masks
+
+
+def test_vflfs_keeps_each_partys_top_half_by_group_norm(data):
+    m = create("vflfs", seed=0, epochs=4, batch_size=64, hidden=(16, 8))
+    fed = Federation.in_process(data)
+    m.fit(fed)
+    for p in data.party_names:
+        d = len(m.support_[p])
+        assert m.support_[p].sum() == round(0.5 * d)
+        role = fed.local_runtime(p).role
+        assert role.decoder is None and role.model.input_layer.in_features == round(0.5 * d)
+        norms = role.scores  # at the selection: the kept features have the largest norms
+        kept = np.zeros(d, dtype=bool)
+        kept[np.argsort(-norms, kind="stable")[: round(0.5 * d)]] = True
+        np.testing.assert_array_equal(m.support_[p], kept)
+    assert m.info_["select_epoch"] == 2

@@ -57,6 +57,7 @@ class FedSDGSpec(SplitSpec):
     randomness: str = "full"
     precision: int = 12
     noise_scale: float = 0.5
+    packed: bool = True
 
 
 @message

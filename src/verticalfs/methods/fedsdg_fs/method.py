@@ -58,7 +58,7 @@ from verticalfs.methods.fedsdg_fs.messages import (
     SquaredCounts,
 )
 from verticalfs.methods.fedsdg_fs.role import MAX_BINS, FedSDGRole
-from verticalfs.methods.fedsdg_fs.secure import ServerCrypto
+from verticalfs.methods.fedsdg_fs.secure import ServerCrypto, UnpackedServerCrypto
 from verticalfs.methods.registry import register
 from verticalfs.nn.models import make_optimizer
 from verticalfs.training.split import SplitTrainer, TrainConfig
@@ -202,6 +202,9 @@ class FedSDGParams(OriginalGateParams):
     noise_scale : float
         Standard deviation of each party's per-step noise ``eps_m`` on its interactive-layer weights
         in secure training (0.5; the paper gives none).
+    packed : bool
+        Pack 31 values per 2048-bit ciphertext in secure training (default); False = one value per
+        ciphertext (the straight implementation, for comparison).
     """
 
     gini_init: bool = True
@@ -216,6 +219,7 @@ class FedSDGParams(OriginalGateParams):
     mask_bits: int = 64
     precision: int = 12
     noise_scale: float = 0.5
+    packed: bool = True
 
 
 class _TwoOptimizers:
@@ -307,7 +311,8 @@ class SecureFedSDGTrainer(FedSDGTrainer):
             if pub.bits < int(self.gates.get("key_bits", 2048)) - 8:
                 raise ProtocolError(f"party {p!r} sent a {pub.bits}-bit key, the run asks for "
                                     f"{self.gates.get('key_bits')} bits")
-            self.server[p] = ServerCrypto(pub, W[:, start:start + e], int(self.gates["precision"]))
+            cls = ServerCrypto if self.gates.get("packed", True) else UnpackedServerCrypto
+            self.server[p] = cls(pub, W[:, start:start + e], int(self.gates["precision"]))
             start += e
         self.rest = self.top.net[1:]
 
@@ -335,13 +340,14 @@ class SecureFedSDGTrainer(FedSDGTrainer):
                 srv.st["rows"] = rep.rows
         return Z
 
-    def train_epoch(self, phase: str = "train") -> float:
+    def train_epoch(self, phase: str = "train", limit: int | None = None) -> float:
+        """One epoch of Algorithms 2-3 (``limit``: stop after that many batches; for benchmarks)."""
         top, opt, y_all, plan = self.top, self.optimizer, self.targets("train"), self.plan
         epoch = self.epoch
         top.train()
         total, n_seen = 0.0, 0
         lr = float(self.config.lr)
-        for b in range(plan.n_batches):
+        for b in range(plan.n_batches if limit is None else min(int(limit), plan.n_batches)):
             at = At(phase, epoch, b)
             rows = plan.rows(epoch, b)
             n = len(rows)
@@ -463,7 +469,7 @@ class FedSDGFS(OriginalGate):
         return {**super().gates(), "embed_gate": True, "omega_init": float(p.omega_init),
                 "init_scale": float(p.init_scale), "secure": bool(p.secure), "key_bits": int(p.key_bits),
                 "insecure": bool(p.insecure), "backend": str(p.backend), "randomness": str(p.randomness),
-                "precision": int(p.precision), "noise_scale": float(p.noise_scale)}
+                "precision": int(p.precision), "noise_scale": float(p.noise_scale), "packed": bool(p.packed)}
 
     def check_params(self, fed) -> None:
         super().check_params(fed)

@@ -37,7 +37,7 @@ from verticalfs.methods.fedsdg_fs.messages import (
     SecureEmbeddings,
     SquaredCounts,
 )
-from verticalfs.methods.fedsdg_fs.secure import ClientCrypto
+from verticalfs.methods.fedsdg_fs.secure import ClientCrypto, UnpackedClientCrypto, row_blocks
 from verticalfs.party import Context, Role, handles
 from verticalfs.training.history import derive_seed
 from verticalfs.training.split import SplitRole, carry_optimizer_state
@@ -135,7 +135,7 @@ class FedSDGRole(GiniParty, SplitRole):
             if int(spec.interactive) < 1:
                 raise ProtocolError(f"party {self.name!r}: secure training needs the interactive layer's width")
             # eps_m must stay unknown to the label holder, which chose the spec's seeds: OS entropy
-            self.crypto = ClientCrypto(k=int(spec.interactive), e=int(spec.embedding_dim), key_bits=int(spec.key_bits),
+            self.crypto = (ClientCrypto if spec.packed else UnpackedClientCrypto)(k=int(spec.interactive), e=int(spec.embedding_dim), key_bits=int(spec.key_bits),
                                        insecure=bool(spec.insecure), backend=str(spec.backend),
                                        randomness=str(spec.randomness), precision=int(spec.precision),
                                        noise_scale=float(spec.noise_scale), rng=np.random.default_rng())
@@ -249,8 +249,7 @@ class FedSDGRole(GiniParty, SplitRole):
         return None
 
     def _blocks(self) -> int:
-        eo = int(self.last_open.sum())
-        return max(1, self.crypto.S // max(1, eo))
+        return row_blocks(self.crypto.S, int(self.last_open.sum())) if self.spec.packed else 1
 
     # ------------------------------------------------------------- the end
     @handles(CloseGates)

@@ -8,13 +8,15 @@ mini-batch, with ``g`` the party's gated embeddings (open components only):
 ==========  =====================================================================  ==========
 step        what                                                                    Algorithm
 ==========  =====================================================================  ==========
-party       ``[[g]]`` packed twice: per column over the rows (forward) and per row    2: 9
-            over the components (backward); sends both
+party       ``[[g]]`` packed twice: per column over the rows (forward) and in row     2: 9
+            blocks, ``R = slots // e`` rows of ``e`` components per ciphertext
+            (backward); sends both
 server      ``[[z~]] = [[g]] W~^T`` on the column packing, plus masks ``eps_s``       2: 11-14
 party       decrypts, removes ``g eps_acc^T``, sends ``z + eps_s``                    2: 15-18
 server      removes ``eps_s``: ``z_m``; loss on ``sum_m z_m + b`` and the layers      2: 19-21
             after it; ``delta = dL/dz``
-server      ``[[dL/dw + eps_s']] = delta^T [[g]]`` on the row packing                 3: 2-4
+server      ``[[dL/dw + eps_s']] = delta^T [[g]]`` on the row blocks: one linear map  3: 2-4
+            per block (the other blocks of its output are masked junk)
 party       decrypts, subtracts ``eps_m / eta_0``, encrypts ``eps_acc``, then         3: 5-10
             ``eps_acc += eps_m``; sends both
 server      removes ``eps_s'``; ``W~ -= eta_0 dL~/dw``; ``[[dL/dg]] = delta W~ -      3: 11-15
@@ -95,6 +97,11 @@ def _hiding(bound: int) -> int:
     return MASK_BITS - max(1, int(bound)).bit_length()
 
 
+def row_blocks(slots: int, e_open: int) -> int:
+    """Rows per ciphertext when a row's ``e_open`` components fill one block each."""
+    return max(1, slots // max(1, e_open))
+
+
 def _packed(packing: SlotPacking, M: np.ndarray) -> np.ndarray:
     """Rows of ``M`` (``(P, slots)`` int64) -> ``P`` packed plaintexts."""
     return packing.pack(np.ascontiguousarray(M, dtype=np.int64).reshape(-1))
@@ -145,10 +152,14 @@ class ClientCrypto:
         col[:, :n] = gm.T
         plain = _packed(self.packing, col.reshape(eo * C, S))
         rows = b""
-        if train:
-            R = np.zeros((n, S), dtype=np.int64)
-            R[:, :eo] = gm
-            rows = self._encrypt(_packed(self.packing, R))
+        if train and eo:  # R rows per ciphertext, row c R + r in block r
+            R = row_blocks(S, eo)
+            Cr = -(-n // R)
+            B = np.zeros((Cr * R, eo), dtype=np.int64)
+            B[:n] = gm
+            M = np.zeros((Cr, S), dtype=np.int64)
+            M[:, :R * eo] = B.reshape(Cr, R * eo)
+            rows = self._encrypt(_packed(self.packing, M))
         self.pending = {"gm": gm, "open": np.asarray(open_idx, dtype=np.int64), "n": n}
         return self._encrypt(plain), rows, int(np.max(np.abs(gm))) if gm.size else 0
 
@@ -168,13 +179,17 @@ class ClientCrypto:
         st = self._state()
         op, n = st["open"], st["n"]
         eo = len(op)
-        u = self._decrypt(data, self.k)[:, :eo]
+        R = row_blocks(self.S, eo)
+        u = np.zeros((self.k, eo), dtype=np.int64)
+        if eo:  # output (r, l) holds sum over rows = r mod R of delta g in block r
+            U = self._decrypt(data, R * self.k).reshape(R, self.k, self.S)
+            for r in range(R):  # R <= slots / e: a short loop over blocks
+                u += U[r, :, r * eo:(r + 1) * eo]
         eps_m = np.zeros_like(self.eps)
         if eo:
             eps_m[:, op] = mantissas(self.rng.normal(0.0, self.noise_scale, (self.k, eo)), self.P, "the noise")
         # eps_m / eta_0 in the units of u (n 2**2P): eps_m 2**-P / eta_0 * n 2**2P
         v = u - np.rint(eps_m[:, op].astype(np.float64) * (n * 2.0 ** self.P / float(lr))).astype(np.int64)
-        R = max(1, self.S // max(1, eo))
         blocks = np.zeros((R, self.k, self.S), dtype=np.int64)
         for r in range(R):  # R <= slots: a short loop over blocks, not over values
             blocks[r, :, r * eo:(r + 1) * eo] = self.eps[:, op]
@@ -256,12 +271,23 @@ class ServerCrypto:
         if not len(op):
             st["eps_w"] = np.zeros((self.k, 0), dtype=np.int64)
             return b""
-        cts = EncryptedArray.from_bytes(self.pub, rows, (n,))
-        out, bound = packed_combination(cts, D, st["bound_g"], self.packing)
+        eo = len(op)
+        R = row_blocks(self.S, eo)
+        Cr = -(-n // R)
+        cts = EncryptedArray.from_bytes(self.pub, rows, (Cr,))
+        Dp = np.zeros((Cr * R, self.k), dtype=np.int64)
+        Dp[:n] = D
+        outs, bound = [], 0
+        for r in range(R):  # block r of output (r, l): sum over the rows c R + r of delta[., l] g
+            o, b = packed_combination(cts, Dp[r::R], st["bound_g"], self.packing)
+            outs.append(o.to_bytes())
+            bound = max(bound, b)
         _check_masked(bound, "the weight gradient")
         self.hiding = min(self.hiding, _hiding(bound))
-        masks = self._masks(self.k)
-        st["eps_w"] = masks[:, :len(op)]
+        masks = self._masks(R * self.k)
+        M = masks.reshape(R, self.k, self.S)
+        st["eps_w"] = sum(M[r, :, r * eo:(r + 1) * eo] for r in range(R))
+        out = EncryptedArray.from_bytes(self.pub, b"".join(outs), (R * self.k,))
         return (out + _packed(self.packing, masks)).to_bytes()
 
     def update_and_embedding_gradient(self, v: np.ndarray, eps: bytes, R: int, eps_bound: int, lr: float) -> bytes:
@@ -272,7 +298,7 @@ class ServerCrypto:
         v = np.asarray(v)
         if v.dtype != np.int64 or v.shape != (k, eo):
             raise ProtocolError(f"NoisyWeightGradient must be int64 of shape {(k, eo)}, got {v.dtype} {v.shape}")
-        if not 1 <= int(R) <= max(1, S // max(1, eo)) or int(eps_bound) < 0:
+        if int(R) != row_blocks(S, eo) or int(eps_bound) < 0:
             raise ProtocolError(f"NoisyWeightGradient: block count {R} or bound {eps_bound} out of range")
         R = int(R)
         grad = np.ldexp((v - st["eps_w"]).astype(np.float64), -2 * self.P) / n
@@ -293,3 +319,98 @@ class ServerCrypto:
         P[:, :R * eo] = plain.reshape(Cg, R * eo)
         return ((-enc) + _packed(self.packing, P)).to_bytes()
 
+
+
+# ------------------------------------------------------------------ one value per ciphertext
+class UnpackedClientCrypto(ClientCrypto):
+    """The same protocol with one value per ciphertext (``packed=False``): the straight
+    implementation the packed one is measured against (benchmarks/fedsdg_fs/secure_speed.py)."""
+
+    def encrypt_embeddings(self, g: np.ndarray, open_idx: np.ndarray, train: bool) -> tuple[bytes, bytes, int]:
+        gm = mantissas(g, self.P, "the embeddings")
+        self.pending = {"gm": gm, "open": np.asarray(open_idx, dtype=np.int64), "n": gm.shape[0]}
+        return self._encrypt(gm), b"", int(np.max(np.abs(gm))) if gm.size else 0
+
+    def _plain(self, data: bytes, shape) -> np.ndarray:
+        cts = EncryptedArray.from_bytes(self.pub, data, shape)
+        return np.asarray(cts.decrypt_mantissas(self.priv), dtype=object).astype(np.int64)
+
+    def remove_forward_noise(self, data: bytes) -> np.ndarray:
+        st = self._state()
+        u = self._plain(data, (st["n"], self.k))
+        return u - st["gm"] @ self.eps[:, st["open"]].T
+
+    def noisy_weight_gradient(self, data: bytes, lr: float) -> tuple[np.ndarray, bytes, int, int]:
+        st = self._state()
+        op, n = st["open"], st["n"]
+        eo = len(op)
+        u = self._plain(data, (self.k, eo)) if eo else np.zeros((self.k, 0), dtype=np.int64)
+        eps_m = np.zeros_like(self.eps)
+        if eo:
+            eps_m[:, op] = mantissas(self.rng.normal(0.0, self.noise_scale, (self.k, eo)), self.P, "the noise")
+        v = u - np.rint(eps_m[:, op].astype(np.float64) * (n * 2.0 ** self.P / float(lr))).astype(np.int64)
+        eps_bytes = self._encrypt(self.eps[:, op])
+        bound = int(np.max(np.abs(self.eps[:, op]))) if eo else 0
+        self.eps += eps_m
+        return v, eps_bytes, 1, bound
+
+    def embedding_gradient(self, data: bytes, R: int) -> np.ndarray:
+        st = self._state()
+        n, eo = st["n"], len(st["open"])
+        T = self._plain(data, (n, eo)) if eo else np.zeros((n, 0), dtype=np.int64)
+        self.pending = None
+        return np.ldexp(T.astype(np.float64), -2 * self.P) / n
+
+
+class UnpackedServerCrypto(ServerCrypto):
+    """The label holder's side with one value per ciphertext (element-wise exponentiations)."""
+
+    def _masked(self, enc: EncryptedArray, bound: int, what: str) -> tuple[EncryptedArray, np.ndarray]:
+        _check_masked(bound, what)
+        self.hiding = min(self.hiding, _hiding(bound))
+        masks = slot_masks(enc.size, MASK_BITS + 1).reshape(enc.shape)
+        return enc + masks.astype(object), masks
+
+    def masked_products(self, data: bytes, open_idx: np.ndarray, n: int, bound_g: int) -> bytes:
+        op = np.asarray(open_idx, dtype=np.int64)
+        eo, k = len(op), self.k
+        Wm = mantissas(self.W[:, op], self.P, "the interactive layer")
+        if eo:
+            cts = EncryptedArray.from_bytes(self.pub, data, (n, eo, 1))
+            z = (cts * Wm.T[None, :, :]).sum(axis=1)  # (n, k): n e k exponentiations
+        else:
+            z = EncryptedArray.encrypt(self.pub, np.zeros((n, k), dtype=np.int64), precision=0)
+        bound = int(np.abs(Wm).sum(1).max()) * int(bound_g) if eo else 0
+        out, masks = self._masked(z, bound, "the interactive layer's output")
+        self.st = {"eps_s": masks, "Wm": Wm, "open": op, "n": n, "bound_g": bound_g, "cols": data}
+        return out.to_bytes()
+
+    def masked_weight_gradient(self, rows: bytes, delta: np.ndarray) -> bytes:
+        st = self.st
+        n, op = st["n"], st["open"]
+        eo = len(op)
+        D = mantissas(np.asarray(delta, dtype=np.float64) * n, self.P, "the loss gradient")
+        st["D"] = D
+        if not eo:
+            st["eps_w"] = np.zeros((self.k, 0), dtype=np.int64)
+            return b""
+        cts = EncryptedArray.from_bytes(self.pub, st["cols"], (n, 1, eo))
+        gw = (cts * D[:, :, None]).sum(axis=0)  # (k, e_open): n k e exponentiations
+        bound = int(np.abs(D).sum(0).max()) * int(st["bound_g"])
+        out, st["eps_w"] = self._masked(gw, bound, "the weight gradient")
+        return out.to_bytes()
+
+    def update_and_embedding_gradient(self, v: np.ndarray, eps: bytes, R: int, eps_bound: int, lr: float) -> bytes:
+        st = self.st
+        n, op, D, Wm = st["n"], st["open"], st["D"], st["Wm"]
+        eo, k = len(op), self.k
+        v = np.asarray(v)
+        if v.dtype != np.int64 or v.shape != (k, eo):
+            raise ProtocolError(f"NoisyWeightGradient must be int64 of shape {(k, eo)}, got {v.dtype} {v.shape}")
+        grad = np.ldexp((v - st["eps_w"]).astype(np.float64), -2 * self.P) / n
+        self.W[:, op] -= float(lr) * grad
+        if not eo:
+            return b""
+        E = EncryptedArray.from_bytes(self.pub, eps, (1, k, eo))
+        dE = (E * D[:, :, None]).sum(axis=1)  # (n, e_open): n k e exponentiations
+        return ((-dE) + (D @ Wm).astype(object)).to_bytes()
