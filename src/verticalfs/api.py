@@ -45,6 +45,7 @@ def build_data(
     test_size: float = 0.2,
     val_size: float = 0.1,
     impute: str = "auto",
+    fold: tuple[int, int] | None = None,
 ) -> PreparedData:
     """Load (by name), partition, perturb, split and preprocess a data set.
 
@@ -66,6 +67,8 @@ def build_data(
         Seeds the partition, the noise and the split.
     impute : {"auto", "median", "none"}
         Missing numeric values (see :meth:`VerticalDataset.prepare`).
+    fold : (k, K), optional
+        Cross-validation: test on fold ``k`` of ``K`` (see :meth:`VerticalDataset.prepare`).
     """
     if isinstance(dataset, VerticalDataset):
         vds = dataset
@@ -83,7 +86,7 @@ def build_data(
         vds = add_noise_features(vds, noise, seed=seed)
     if np.any(np.asarray(overlap) > 0):
         vds = add_overlap(vds, overlap, seed=seed)
-    return vds.prepare(seed=seed, test_size=test_size, val_size=val_size, scaling=scaling, impute=impute)
+    return vds.prepare(seed=seed, test_size=test_size, val_size=val_size, scaling=scaling, impute=impute, fold=fold)
 
 
 @dataclass

@@ -348,3 +348,19 @@ class TestImputation:
             np.testing.assert_allclose(filled[missing], med, rtol=1e-6)
         # the median is a training statistic: it differs from the all-rows median here
         assert med != np.nanmedian(a)
+
+
+def test_folds_partition_the_rows_and_stratify():
+    import verticalfs
+
+    tests = []
+    for k in range(5):
+        d = verticalfs.build_data("breast_cancer", parties=2, seed=3, fold=(k, 5))
+        tests.append(d.ids["test"])
+        y = d.labels.y
+        assert abs(y["test"].mean() - y["train"].mean()) < 0.05  # stratified
+        assert not set(d.ids["test"]) & set(d.ids["train"]) and not set(d.ids["test"]) & set(d.ids["val"])
+    allt = np.concatenate(tests)
+    assert len(allt) == 569 and len(set(allt.tolist())) == 569  # every row tested exactly once
+    with pytest.raises(DataError, match="fold"):
+        verticalfs.build_data("breast_cancer", parties=2, fold=(5, 5))

@@ -126,6 +126,7 @@ class VerticalDataset:
         val_size: float = 0.1,
         scaling: str = "minmax",
         impute: str = "auto",
+        fold: tuple[int, int] | None = None,
     ) -> PreparedData:
         """Split the samples and fit each party's preprocessing on its own training rows.
 
@@ -145,6 +146,10 @@ class VerticalDataset:
             numeric columns (categorical ones get their most frequent category), ``most-frequent``
             for every column; ``none`` makes them an error; ``auto`` uses the data set's default
             (``median`` for loaders that document it, e.g. physionet2012; ``none`` otherwise).
+        fold : (k, K), optional
+            K-fold cross-validation: the test split is fold ``k`` of ``K`` (stratified for
+            classification, shuffled with ``seed``) and ``test_size`` is not used; the validation
+            split is drawn from the other folds as usual.
         """
         if scaling not in SCALINGS:
             raise DataError(f"unknown scaling {scaling!r}; use one of {SCALINGS}")
@@ -158,7 +163,7 @@ class VerticalDataset:
         for b in self.blocks:  # unusable numbers are reported before any split or fit
             PartyPreprocessor.check_values(b.name, b.X, b.categorical, where=b.source)
         idx = split_indices(self.y, self.task, seed=seed, test_size=test_size, val_size=val_size, name=self.name,
-                            predefined_test=self.predefined_test)
+                            predefined_test=self.predefined_test, fold=fold)
         parties = []
         ground_truth = {}
         for b in self.blocks:
@@ -272,13 +277,29 @@ def prepare_block(block: PartyBlock, idx: dict[str, np.ndarray], *, scaling: str
 
 
 def split_indices(y: np.ndarray, task: str, *, seed: int, test_size: float, val_size: float, name: str = "data",
-                  predefined_test: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                  predefined_test: np.ndarray | None = None, fold: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
     """Row positions of the train, validation and test splits (stratified for classification),
-    sorted; what the label holder decides and, networked, sends to the parties."""
+    sorted; what the label holder decides and, networked, sends to the parties. ``fold = (k, K)``:
+    the test split is fold ``k`` of a shuffled (stratified) K-fold split."""
     n = len(y)
     all_idx = np.arange(n)
     strat = y if task != "regression" else None
-    if predefined_test is not None and np.asarray(predefined_test).any():
+    if fold is not None:
+        k, K = (int(v) for v in fold)
+        if K < 2 or not 0 <= k < K:
+            raise DataError(f"data set {name!r}: fold must be (k, K) with K >= 2 and 0 <= k < K, got {fold}")
+        if predefined_test is not None and np.asarray(predefined_test).any():
+            raise DataError(f"data set {name!r} has a predefined test split; cross-validation folds would "
+                            "discard it: leave fold out")
+        from sklearn.model_selection import KFold, StratifiedKFold
+
+        if strat is not None:
+            _check_stratifiable(name, strat, 1.0 / K, "test")
+            splitter = StratifiedKFold(K, shuffle=True, random_state=seed).split(all_idx, strat)
+        else:
+            splitter = KFold(K, shuffle=True, random_state=seed).split(all_idx)
+        rest, test = list(splitter)[k]
+    elif predefined_test is not None and np.asarray(predefined_test).any():
         test = all_idx[np.asarray(predefined_test, dtype=bool)]
         rest = all_idx[~np.asarray(predefined_test, dtype=bool)]
     elif test_size > 0:
