@@ -97,6 +97,9 @@ class HalfFilterParams(FilterParams):
     randomness : str
     mask_bits : int
         Bits of statistical masking in the squaring step (64).
+    target_bins : int
+        A regression target is cut into this many equal-frequency classes (2; fedsdg-fs.md Table I
+        lists the regression set FRIEDMAN with 2 classes).
     """
 
     n_select: int = 0
@@ -107,6 +110,7 @@ class HalfFilterParams(FilterParams):
     backend: str = "auto"
     randomness: str = "full"
     mask_bits: int = 64
+    target_bins: int = 2
 
 
 class _HalfFilter(FilterMethod):
@@ -121,8 +125,8 @@ class _HalfFilter(FilterMethod):
 
     def check_params(self, fed) -> None:
         p = self.params
-        if fed.task == "regression":
-            raise ConfigError(f"{self.name}: needs class labels; the task is regression")
+        if int(p.target_bins) < 2:
+            raise ConfigError(f"{self.name}: target_bins must be >= 2, got {p.target_bins}")
         if not 0 < p.ratio <= 1:
             raise ConfigError(f"{self.name}: ratio must lie in (0, 1], got {p.ratio}")
         total = sum(len(v) for v in self.feature_names(fed).values())
@@ -322,8 +326,7 @@ class SFFS(_HalfFilter):
 
     def select(self, fed) -> list[tuple[str, int]]:
         p = self.params
-        y = np.asarray(fed.labels.y["train"]).astype(np.int64)
-        c = int(fed.labels.n_classes)
+        y, c = G.class_codes(fed.labels.y["train"], fed.task, fed.labels.n_classes, int(p.target_bins))
         names = fed.feature_names()
         scores: dict[str, np.ndarray] = {}
         if not p.secure:

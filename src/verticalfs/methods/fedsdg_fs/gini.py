@@ -80,6 +80,18 @@ def gini_clear(X: np.ndarray, y: np.ndarray, n_classes: int, n_bins: int = 10) -
     return gini_from_counts(class_counts(codes, y, n_classes, n_bins))
 
 
+def class_codes(y, task: str, n_classes: int | None, target_bins: int = 2) -> tuple[np.ndarray, int]:
+    """Class codes of the training labels and their number; a regression target is cut into
+    ``target_bins`` equal-frequency classes (fedsdg-fs.md Table I lists FRIEDMAN, a regression task,
+    with 2 classes: the Gini impurity and the F statistic need classes; ours, documented)."""
+    y = np.asarray(y)
+    if task != "regression":
+        return y.astype(np.int64), int(n_classes)
+    edges = np.quantile(y.astype(np.float64), np.linspace(0, 1, int(target_bins) + 1)[1:-1])
+    codes = np.searchsorted(np.unique(edges), y, side="right").astype(np.int64)
+    return codes, int(codes.max()) + 1 if codes.size else 1
+
+
 # ------------------------------------------------------------------------- secure steps
 def random_masks(shape, bits: int) -> np.ndarray:
     """Uniform integers in ``[0, 2**bits)`` from the operating system's CSPRNG (object array)."""

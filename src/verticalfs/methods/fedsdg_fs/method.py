@@ -72,8 +72,9 @@ def ask_gini(fed, parties, p, at: At = PRETRAIN) -> tuple[dict[str, np.ndarray],
     Gini scores (``p.secure``: under Paillier, else in the clear with the labels sent to the
     parties), and figures of the run (key, seconds). ``p`` has the fields of :class:`FedSDGParams`
     ``secure, n_bins, key_bits, insecure, backend, randomness, mask_bits``."""
-    y = np.asarray(fed.labels.y["train"]).astype(np.int64)
-    c = int(fed.labels.n_classes)
+    y, c = G.class_codes(fed.labels.y["train"], fed.task, fed.labels.n_classes, int(getattr(p, "target_bins", 2)))
+    if c < 2:
+        raise ConfigError("the Gini scores need two classes or more in the training labels")
     names = fed.feature_names()
     scores: dict[str, np.ndarray] = {}
     info: dict = {}
@@ -197,6 +198,8 @@ class FedSDGParams(OriginalGateParams):
         Paillier randomness, ``full`` or ``short`` (see :mod:`verticalfs.crypto.backends`).
     mask_bits : int
         Bits of the random masks of the squaring protocol (64).
+    target_bins : int
+        A regression target is cut into this many equal-frequency classes for the Gini scores (2).
     precision : int
         Fractional bits of the fixed-point values of secure training (12; :mod:`.secure`).
     noise_scale : float
@@ -217,6 +220,7 @@ class FedSDGParams(OriginalGateParams):
     backend: str = "auto"
     randomness: str = "full"
     mask_bits: int = 64
+    target_bins: int = 2
     precision: int = 12
     noise_scale: float = 0.5
     packed: bool = True
@@ -478,9 +482,8 @@ class FedSDGFS(OriginalGate):
             raise ConfigError(f"{self.name}: n_bins must lie in [2, {MAX_BINS}], got {p.n_bins}")
         if p.init_scale <= 0:
             raise ConfigError(f"{self.name}: init_scale must be > 0, got {p.init_scale}")
-        if p.gini_init and fed.task == "regression":
-            raise ConfigError(f"{self.name}: the Gini initialisation needs class labels; the task is "
-                              "regression: pass gini_init=false")
+        if int(p.target_bins) < 2:
+            raise ConfigError(f"{self.name}: target_bins must be >= 2, got {p.target_bins}")
         if p.secure:
             check_crypto_params(self.name, p)
             if not 4 <= int(p.precision) <= 24:
