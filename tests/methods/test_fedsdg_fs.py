@@ -170,7 +170,7 @@ def test_secure_and_clear_initialisation_agree_and_set_mu(data):
     for p in data.party_names:
         role = fed_s.local_runtime(p).role
         mu = role.model.mu.detach().numpy()
-        np.testing.assert_allclose(mu, gini_init(sec.gini_[p], 1.0), rtol=1e-6)
+        np.testing.assert_allclose(mu, gini_init(sec.gini_[p], 0.5), rtol=1e-6)
 
 
 def test_only_open_components_cross_and_closed_features_leave(data):

@@ -123,7 +123,7 @@ class GatedMLP(nn.Module):
 def gini_init(gini: np.ndarray, scale: float) -> np.ndarray:
     """Algorithm 1 line 15: ``mu_j`` proportional to ``1 / G(f_j)``, the constant set so that the
     party's lowest-impurity feature starts at ``scale`` (our choice of the constant, which the
-    paper leaves open; 1.0 = that feature's gate starts fully open at inference). A feature of
+    paper leaves open; FedSDG-FS's default 0.5 is STG's neutral start). A feature of
     impurity 0 (it alone separates the classes on the training rows) gets ``scale``."""
     g = np.asarray(gini, dtype=np.float64)
     if g.size == 0:

@@ -45,8 +45,8 @@ class FedSDGSpec(SplitSpec):
     input_gate: bool = True
     embed_gate: bool = True
     mu_init: float = 0.5
-    omega_init: float = 1.0
-    init_scale: float = 1.0
+    omega_init: float = 0.5
+    init_scale: float = 0.5
     prune: bool = True
     penalty: str = "mean"
     secure: bool = False

@@ -156,7 +156,10 @@ class FedSDGRole(GiniParty, SplitRole):
 
     def local_loss(self) -> torch.Tensor | None:
         lam = float(self.spec.lam)
-        return lam * self.model.regularizer(str(self.spec.penalty)) if lam else None
+        if not lam:
+            return None
+        r = self.model.regularizer(str(self.spec.penalty))
+        return lam * r if r.requires_grad else None  # no gate left (every input removed, no embedding gate)
 
     def feature_scores(self) -> np.ndarray | None:
         mu = self.model.mu
