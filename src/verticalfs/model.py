@@ -108,6 +108,9 @@ def holder_part(method) -> dict:
         return out
     if trainer is None or getattr(trainer, "top", None) is None:
         raise ConfigError(f"{method.name} has no model to save (fit it first)")
+    why = getattr(trainer, "unsaveable", None)
+    if why:
+        raise ConfigError(f"{method.name}: {why}")
     top = trainer.top
     return {"kind": "split", "parties": list(trainer.parties),
             "embedding_dims": {p: int(d) for p, d in trainer.embedding_dims.items()},

@@ -350,3 +350,29 @@ def test_vflfs_keeps_each_partys_top_half_by_group_norm(data):
         kept[np.argsort(-norms, kind="stable")[: round(0.5 * d)]] = True
         np.testing.assert_array_equal(m.support_[p], kept)
     assert m.info_["select_epoch"] == 2
+
+
+def test_unpacked_secure_mode_computes_the_same_model_and_costs_more_bytes():
+    data = verticalfs.build_data("wine", parties=2, seed=0)
+    kw = dict(epochs=1, batch_size=64, hidden=(8,), key_bits=768, insecure=True, precision=20, prune=False,
+              gini_init=False)
+    runs = {}
+    for packed in (True, False):
+        fed = Federation.in_process(data)
+        m = create("fedsdg-fs", seed=0, packed=packed, **kw)
+        m.fit(fed)
+        runs[packed] = (m, fed)
+    (mp, fp), (_, fu) = runs[True], runs[False]
+    for p in data.party_names:
+        a, b = fp.local_runtime(p).role.model.state_dict(), fu.local_runtime(p).role.model.state_dict()
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], atol=1e-4, rtol=1e-4)
+    assert fu.ledger.bytes_where(phase="train") > 3 * fp.ledger.bytes_where(phase="train")
+    # a securely trained model predicts through the protocol, and refuses to be saved as a plain model
+    proba = mp.predict_proba(fp, "test")
+    assert proba.shape == (len(data.labels.y["test"]), 3) and np.allclose(proba.sum(1), 1)
+    from verticalfs.exceptions import ConfigError
+    from verticalfs.model import holder_part
+
+    with pytest.raises(ConfigError, match="secure=true cannot be saved"):
+        holder_part(mp)

@@ -304,6 +304,11 @@ class SecureFedSDGTrainer(FedSDGTrainer):
     """Algorithms 2 and 3: the interactive layer ``w_m`` stays hidden (the label holder keeps
     ``W~_m = w_m + eps_acc``), embeddings cross only encrypted (see :mod:`.secure`)."""
 
+    #: why the model cannot be saved as a plain split model (verticalfs.model.holder_part)
+    unsaveable = ("a model trained with secure=true cannot be saved: nobody holds its interactive layer w (the "
+                  "label holder holds w + eps_acc, each party its eps_acc); it predicts in the run, through the "
+                  "secure protocol (predict_proba). Train with secure=false to save and reuse the model")
+
     def setup(self) -> None:
         super().setup()
         at = At("setup")
@@ -504,6 +509,15 @@ class FedSDGFS(OriginalGate):
         self.info_.update(info)
         self.info_["gini"] = {q: v.tolist() for q, v in scores.items()}
         self.gini_ = scores
+
+    def predict_proba(self, fed, split: str = "test") -> np.ndarray:
+        """Class probabilities on ``split``; a securely trained model predicts through Algorithm 2."""
+        trainer = getattr(self, "trainer_", None)
+        if not isinstance(trainer, SecureFedSDGTrainer):
+            return super().predict_proba(fed, split)
+        from verticalfs.model import probabilities
+
+        return probabilities(trainer.predict(split), fed.labels.task)
 
 
 __all__ = ["FedSDGFS", "FedSDGParams", "OriginalGate", "OriginalGateParams"]
