@@ -37,7 +37,7 @@ class FedSDGSpec(SplitSpec):
     ``input_gate`` / ``embed_gate`` switch each gate (``original-gate``: input gates only);
     ``mu_init`` is the input gates' mean before any initialisation message, ``omega_init`` the
     embedding gates'; ``lam`` and ``sigma`` as equation (4); ``prune``: remove for real the inputs
-    whose sampled gate stayed 0 at every step of an epoch.
+    whose sampled gate was 0 at each of the last ``max(batches per epoch, prune_steps)`` steps.
     """
 
     lam: float = 0.1
@@ -48,6 +48,7 @@ class FedSDGSpec(SplitSpec):
     omega_init: float = 0.5
     init_scale: float = 0.5
     prune: bool = True
+    prune_steps: int = 20
     penalty: str = "mean"
     secure: bool = False
     interactive: int = 0

@@ -166,7 +166,7 @@ class FedSDGRole(GiniParty, SplitRole):
         return None if mu is None else mu.detach().numpy().astype(np.float64)
 
     def reset_epoch_record(self) -> None:
-        self.ever_open = None  # per kept input: was its sampled gate > 0 at some step of this epoch
+        self.shut = None  # per kept input: consecutive training steps with its sampled gate at 0
         self.steps = 0
 
     def open_mask(self, q: torch.Tensor | None) -> np.ndarray:
@@ -178,8 +178,10 @@ class FedSDGRole(GiniParty, SplitRole):
         open_ = self.open_mask(self.model.last_q)
         self.last_open = open_
         if train and self.model.last_s is not None:
-            s_open = self.model.last_s.detach().numpy() > 0
-            self.ever_open = s_open if self.ever_open is None else (self.ever_open | s_open)
+            s_shut = self.model.last_s.detach().numpy() <= 0
+            if self.shut is None or len(self.shut) != len(s_shut):
+                self.shut = np.zeros(len(s_shut), dtype=np.int64)
+            self.shut = np.where(s_shut, self.shut + 1, 0)
         v = np.ascontiguousarray(h.detach().numpy()[:, open_])
         if self.crypto is not None:  # Algorithm 2 line 9
             cols, rows, bound = self.crypto.encrypt_embeddings(v, np.flatnonzero(open_), train)
@@ -200,10 +202,14 @@ class FedSDGRole(GiniParty, SplitRole):
         self.steps += 1
         if self.steps % self.plan.n_batches:
             return
-        # end of an epoch: inputs whose sampled gate was 0 at every step leave the model
-        if self.spec.prune and self.ever_open is not None and not self.ever_open.all():
-            self.drop_inputs(np.flatnonzero(self.ever_open))
-        self.ever_open = None
+        # end of an epoch: inputs whose sampled gate was 0 at each of the last W steps leave the
+        # model, W = one epoch but at least prune_steps (with one batch per epoch, one closed draw
+        # of a gate at mean 0.5 has probability Phi(-1) = 16 %: an epoch alone is no evidence)
+        window = max(int(self.plan.n_batches), int(self.spec.prune_steps))
+        if self.spec.prune and self.shut is not None and (self.shut >= window).any():
+            keep = np.flatnonzero(self.shut < window)
+            self.shut = self.shut[keep]
+            self.drop_inputs(keep)
 
     def drop_inputs(self, keep_local) -> None:
         keep_local = np.asarray(keep_local, dtype=np.int64)
