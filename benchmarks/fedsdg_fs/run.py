@@ -16,11 +16,13 @@
 - Figure 8: bytes of one prediction over the test split for FedSDG-FS, all-features and
   original-gate.
 
+- Acceptance rows: madelon and arcene with 2 clients over 5 seeds (held-out splits).
+
 Everything is trained in the plaintext mode (``secure=false``) with the protocols' plaintext paths:
 tests/methods/test_fedsdg_fs.py shows that the secure mode computes the same Gini scores, F
 statistics and model (up to fixed-point rounding), and benchmarks/fedsdg_fs/secure_speed.py what it
 costs. Gisette, COIL20 and ISOLET are not in ../shared/datasets: their rows stay empty.
-``--folds``, ``--epochs`` and ``--only`` shorten a run. Results go to ``--out`` (atomically).
+``--folds``, ``--epochs`` and ``--only`` (table3, table4, fig4, fig7, fig8, accept) shorten a run. Results go to ``--out`` (atomically).
 """
 
 from __future__ import annotations
@@ -104,7 +106,11 @@ def run_one(job: dict) -> dict:
 def jobs_for(args) -> list[dict]:
     base = {"data_dir": args.data_dir, "epochs": args.epochs, "seed": args.seed, "data": {"scaling": args.scaling}}
     jobs = []
-    want = set(args.only.split(",")) if args.only else {"table3", "table4", "fig4", "fig7", "fig8"}
+    want = set(args.only.split(",")) if args.only else {"table3", "table4", "fig4", "fig7", "fig8", "accept"}
+    if "accept" in want:  # the issue's acceptance rows: 5 seeds (held-out splits), not folds
+        jobs += [{**base, "seed": sd, "kind": "accept", "dataset": d, "parties": 2, "method": m, "fold": -1, "folds": 0}
+                 for d in ("madelon", "arcene") for m in ("all-features", "original-gate", "fedsdg-fs")
+                 for sd in range(5)]
     if "table3" in want:
         jobs += [{**base, "kind": "table3", "dataset": d, "parties": 2, "method": m, "fold": f, "folds": args.folds}
                  for d in TABLE3 for m in METHODS for f in range(args.folds)]
@@ -167,6 +173,17 @@ def report(results: list[dict], args) -> str:
         rs = [r for r in t4 if r["parties"] == k]
         if rs:
             out += [table(rs, ("arcene", "relathe"), f"Table IV ({k} clients)"), ""]
+    acc = [r for r in results if r["kind"] == "accept"]
+    if acc:
+        out += ["### Acceptance rows (2 clients, 5 seeds, held-out 20 % test split each)", "",
+                "| data set | method | accuracy % | ratio selected |", "|---|---|---|---|"]
+        for d in ("madelon", "arcene"):
+            for m in ("all-features", "original-gate", "fedsdg-fs"):
+                rs = [r for r in acc if r["dataset"] == d and r["method"] == m]
+                if rs:
+                    out.append(f"| {d} | {m} | {_mean_sd([r['metrics']['accuracy'] for r in rs])} | "
+                               f"{np.mean([r['ratio'] for r in rs]):.3f} |")
+        out.append("")
     f4 = [r for r in results if r["kind"] == "fig4"]
     if f4:
         out += ["### Figure 4 (filters at k features, then the all-features network; friedman: linear model, R^2)", ""]

@@ -247,6 +247,9 @@ def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_c
     metric = primary_metric(data.labels.task)
     callbacks = [ProgressCallback(method, metric)] if progress else []
     m = cls(seed=seed, callbacks=callbacks, codec=codec, **dict(params or {}))
+    why = getattr(m, "cannot_save", lambda: None)()
+    if save_model is not None and why:  # before the training, not after it
+        raise ConfigError(f"{method}: {why}")
     fed = Federation.in_process(data) if federation is None else federation
     m.entry_hook = spurious_hook(fed, data.ground_truth) if fed.is_local else None
     ck = None

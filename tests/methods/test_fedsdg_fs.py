@@ -376,3 +376,25 @@ def test_unpacked_secure_mode_computes_the_same_model_and_costs_more_bytes():
 
     with pytest.raises(ConfigError, match="secure=true cannot be saved"):
         holder_part(mp)
+
+
+@pytest.mark.parametrize("prune_steps, pruned", [(1, True), (20, False)])
+def test_an_input_leaves_only_after_enough_consecutive_closed_draws(wine, prune_steps, pruned):
+    """One batch per epoch and no penalty: every gate stays near its start 0.5, closed in about 16 %
+    of the draws. One closed draw is not evidence enough (prune_steps = 20 keeps every feature);
+    with prune_steps = 1 features leave at random."""
+    m = create("original-gate", seed=0, epochs=6, batch_size=512, hidden=(8,), lam=0.0, prune_steps=prune_steps)
+    fed = Federation.in_process(wine)
+    m.fit(fed)
+    kept = sum(int(v.sum()) for v in m.support_.values())
+    total = sum(len(v) for v in m.support_.values())
+    assert (kept < total) == pruned
+
+
+def test_secure_run_refuses_to_save_before_training(wine, tmp_path):
+    from verticalfs.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match="cannot be saved"):
+        verticalfs.run("fedsdg-fs", wine, seed=0, params={"epochs": 1, "key_bits": 768, "insecure": True},
+                       save_model=tmp_path / "m")
+    assert not (tmp_path / "m").exists()

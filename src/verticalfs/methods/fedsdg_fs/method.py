@@ -518,6 +518,16 @@ class FedSDGFS(OriginalGate):
         self.info_["gini"] = {q: v.tolist() for q, v in scores.items()}
         self.gini_ = scores
 
+    def cannot_save(self) -> str | None:
+        """Why a run with these parameters could not save its model (None: it can)."""
+        return SecureFedSDGTrainer.unsaveable if self.params.secure else None
+
+    def fit(self, fed) -> Method:
+        if self.params.secure and getattr(fed, "checkpoints", None) is not None:
+            raise ConfigError(f"{self.name}: secure training cannot resume from checkpoints (the interactive "
+                              "layer's noise lives at the parties); leave --checkpoints out or use secure=false")
+        return super().fit(fed)
+
     def predict_proba(self, fed, split: str = "test") -> np.ndarray:
         """Class probabilities on ``split``; a securely trained model predicts through Algorithm 2."""
         trainer = getattr(self, "trainer_", None)
