@@ -83,7 +83,7 @@ def test_regularizer_and_its_gradient_by_hand(reduce):
     r = model.regularizer(reduce)
     Phi = lambda t: 0.5 * (1 + math.erf(t / math.sqrt(2)))  # noqa: E731
     mu, om = model.mu.detach().tolist(), model.omega.detach().tolist()
-    k_mu, k_om = (1, 1) if reduce == "sum" else (len(mu), len(om))
+    k_mu = k_om = 1 if reduce == "sum" else len(mu) + len(om)  # one mean over both kinds of gate
     want = sum(Phi(m / 0.5) for m in mu) / k_mu + sum(Phi(w / 0.5) for w in om) / k_om
     assert r.item() == pytest.approx(want, rel=1e-6)
     r.backward()

@@ -85,10 +85,13 @@ class GatedMLP(nn.Module):
 
     def regularizer(self, reduce: str = "mean") -> torch.Tensor:
         """``sum Phi(mu / sigma) + sum Phi(omega / sigma)`` (equation (4) without lambda), or with
-        ``reduce="mean"`` each sum divided by its number of gates (STG's code, ``torch.mean``)."""
-        terms = [getattr(gate_probability(p, self.sigma), reduce)() for p in (self.mu, self.omega)
-                 if p is not None and p.numel()]
-        return torch.stack(terms).sum() if terms else torch.zeros(())
+        ``reduce="mean"`` that sum divided by the number of gates (STG's code takes the mean,
+        ``torch.mean``; one mean over both kinds keeps equation (4)'s equal weight per gate)."""
+        probs = [gate_probability(p, self.sigma) for p in (self.mu, self.omega) if p is not None and p.numel()]
+        if not probs:
+            return torch.zeros(())
+        total = torch.cat(probs).sum()
+        return total / sum(int(p.numel()) for p in probs) if reduce == "mean" else total
 
     # ----------------------------------------------------- the MLP's interface
     @property

@@ -150,9 +150,9 @@ class OriginalGateParams(VFLParams):
         Initial mean of every input gate without Gini initialisation (0.5: STG's start, a gate
         open with probability Phi(1) = 0.84).
     penalty : str
-        ``mean`` (default): each party's penalty is the *mean* gate-open probability of its input
-        gates plus that of its embedding gates, as STG's code computes it (``torch.mean``);
-        ``sum``: equation (4) literally. With the sum and lambda = 0.1 every feature of
+        ``mean`` (default): each party's penalty is the *mean* gate-open probability over all its
+        gates, input and embedding gates together (STG's code takes the mean, ``torch.mean``; one
+        mean keeps equation (4)'s equal weight per gate); ``sum``: equation (4) literally. With the sum and lambda = 0.1 every feature of
         madelon-synth was removed (benchmarks/fedsdg_fs/README.md), and a sum cannot keep 58 % of
         ARCENE's 10,000 features as Table III reports, so we read the paper's lambda on the mean.
     prune : bool
