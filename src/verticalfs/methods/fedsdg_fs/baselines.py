@@ -41,10 +41,10 @@ from sklearn.feature_selection import f_classif
 
 from verticalfs.crypto import EncryptedArray, PublicKey, generate_keypair
 from verticalfs.exceptions import ConfigError, ProtocolError
-from verticalfs.methods.baselines.vfl import SMALL_SPLIT, VFL
+from verticalfs.methods.baselines.vfl import SMALL_SPLIT, VFL, VFLParams
 from verticalfs.methods.fate.iv import check_crypto_params
 from verticalfs.methods.fedsdg_fs import gini as G
-from verticalfs.methods.fedsdg_fs.method import OriginalGateParams, ask_gini
+from verticalfs.methods.fedsdg_fs.method import ask_gini
 from verticalfs.methods.fedsdg_fs.role import MAX_BINS, GiniParty
 from verticalfs.methods.filter import SELECTION, FilterMethod, FilterParams, FilterRole
 from verticalfs.methods.registry import register
@@ -57,14 +57,22 @@ SFFS_PRECISION = 24
 
 # ------------------------------------------------------------------------------ all-features
 @dataclass
-class AllFeaturesParams(OriginalGateParams):
+class AllFeaturesParams(VFLParams):
     """Plain VFL on every feature with FedSDG-FS's settings (the paper's allFeatures).
 
     Parameters
     ----------
-    lam : float
-        Unused (no gates); kept so that every FedSDG-FS comparison shares one parameter set.
+    batch_size : int
+        Mini-batch size (section V-A: 128).
+    lr : float
+        Adam's learning rate (section V-A: 0.03).
+    top_hidden : tuple of int
+        Hidden widths of the top model (16, as FedSDG-FS's).
     """
+
+    batch_size: int = 128
+    lr: float = 0.03
+    top_hidden: tuple = (16,)
 
 
 @register

@@ -463,8 +463,8 @@ class OriginalGate(Method):
 @register
 class FedSDGFS(OriginalGate):
     name = "fedsdg-fs"
-    summary = ("FedSDG-FS: Gini-initialised stochastic dual gates (inputs and embedding components); "
-               "Algorithm 1 under Paillier.")
+    summary = ("FedSDG-FS: Gini-initialised stochastic dual gates (inputs and embedding components), "
+               "initialisation and training under Paillier (Algorithms 1-3, packed).")
     paper = "fedsdg-fs.md (Li et al., INFOCOM 2023), Algorithms 1-3"
     Params = FedSDGParams
     # the contract tests compare two runs bit for bit; secure training draws its noise from the OS
