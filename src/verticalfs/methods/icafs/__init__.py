@@ -1,2 +1,3 @@
 """ICAFS (icafs.md), in progress: so far the mode-specific normalisation of its synthesis stage
-(:mod:`.transform`). No method is registered yet."""
+(:mod:`.transform`) and the ensemble of gated selectors of its stages 2-3 (:mod:`.gates`). No
+method is registered yet."""
