@@ -41,6 +41,10 @@ def test_modes_and_representation():
     w0 = msn.columns[0].width
     assert np.all(np.abs(Z[:, 0]) <= 0.99)
     np.testing.assert_array_equal(Z[:, 1:w0].sum(1), 1.0)  # exactly one mode per value
+    spans = msn.spans()
+    assert spans[0] == (1, w0 - 1) and spans[-1] == (msn.output_width - 4, 4)
+    for a, w in spans:  # every span is one-hot in every row
+        np.testing.assert_array_equal(Z[:, a:a + w].sum(1), 1.0)
 
 
 def test_bad_input_is_refused():

@@ -101,6 +101,19 @@ class ModeSpecificNormalizer:
     def output_width(self) -> int:
         return sum(c.width for c in self.columns)
 
+    def spans(self, modes: bool = True) -> list[tuple[int, int]]:
+        """``(start, width)`` of every one-hot block of the representation: each categorical
+        column, and with ``modes`` each continuous column's mode indicator (what a conditional
+        vector can name, :class:`~verticalfs.methods.icafs.sampling.ConditionalSampler`)."""
+        out, pos = [], 0
+        for c in self.columns:
+            if c.kind == "categorical":
+                out.append((pos, c.width))
+            elif modes:
+                out.append((pos + 1, c.width - 1))
+            pos += c.width
+        return out
+
     # ------------------------------------------------------------ transform
     def transform(self, X: np.ndarray) -> np.ndarray:
         X = self._check(X)
