@@ -388,6 +388,12 @@ class SplitTrainer:
         and report that epoch's test metrics; default: the last epoch.
     codec : str
         Payload codec of the embeddings and gradients (``float32``, ``float16``, ``int8``, ...).
+    spec_class : type, optional
+        The spec message the parties get at ``Join`` (default :class:`SplitSpec`; a method's own
+        subclass of it).
+    spec_extra : dict, optional
+        Fields of ``spec_class`` beyond :class:`SplitSpec`'s, the same for every party (e.g.
+        group lasso's ``lam``).
     """
 
     spec_class: type = SplitSpec
@@ -395,7 +401,7 @@ class SplitTrainer:
     def __init__(self, fed, method: str, config: TrainConfig, *, seed: int = 0,
                  callbacks: Sequence[Callback] = (), entry_hook: Callable[[dict], None] | None = None,
                  eval_splits: Sequence[str] = ("test", "val"), select: str | None = None,
-                 codec: str = "float32") -> None:
+                 codec: str = "float32", spec_class: type | None = None, spec_extra: dict | None = None) -> None:
         config.validate()
         get_codec(codec)  # validates the name
         self.fed = fed
@@ -410,6 +416,9 @@ class SplitTrainer:
         self.eval_splits = tuple(s for s in eval_splits if self.n_samples(s) > 0)
         self.select = select
         self.codec = codec
+        if spec_class is not None:
+            self.spec_class = spec_class
+        self.spec_extra = dict(spec_extra or {})
         self.history = History()
         self.epoch = 0  # communication epochs run so far, over all phases
         self.parties = list(fed.party_names)
@@ -431,14 +440,15 @@ class SplitTrainer:
 
     # ---------------------------------------------------------------- set-up
     def spec_for(self, party: str) -> Any:
-        """What ``party`` is told at ``Join`` (default: a :class:`SplitSpec` of the config)."""
+        """What ``party`` is told at ``Join``: a ``spec_class`` of the config plus
+        ``spec_extra`` (the fields a method's spec adds to :class:`SplitSpec`)."""
         c = self.config
-        return SplitSpec(
+        return self.spec_class(**self.spec_extra, **dict(
             hidden=tuple(c.hidden), embedding_dim=c.embedding_dim, activation=c.activation,
             optimizer=c.optimizer, lr=c.lr, weight_decay=c.weight_decay,
             seed=derive_seed(self.seed, "model", party), batch_size=c.batch_size,
             shuffle_seed=self.plan.shuffle_seed, forward=self.codec, backward=self.codec,
-        )
+        ))
 
     def setup(self) -> None:
         """Learn the parties' schemas and ``Join`` every party with its spec (phase ``setup``); build

@@ -80,20 +80,6 @@ class GroupLassoRole(SplitRole):
                 self.mu = self.data.X("train").mean(0)
 
 
-class GroupLassoTrainer(SplitTrainer):
-    spec_class = GroupLassoSpec
-
-    def __init__(self, *args, lam: float, center: bool, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.lam = lam
-        self.center = center
-
-    def spec_for(self, party: str) -> GroupLassoSpec:
-        base = super().spec_for(party)
-        return GroupLassoSpec(**{**vars(base), "lam": float(self.lam), "eta": float(self.config.lr),
-                                 "center": bool(self.center)})
-
-
 @dataclass
 class GroupLassoParams(VFLParams):
     """Group lasso on every party's input layer during VFL training (P-SGD, every step communicates).
@@ -133,8 +119,9 @@ class GroupLasso(VFL):
 
     def fit(self, fed) -> GroupLasso:
         p = self.params
-        trainer = GroupLassoTrainer(fed, self.name, self._config(), seed=self.seed, callbacks=self.callbacks,
-                                    entry_hook=self.entry_hook, codec=self.codec, lam=p.lambda_m, center=p.center)
+        trainer = SplitTrainer(fed, self.name, self._config(), seed=self.seed, callbacks=self.callbacks,
+                               entry_hook=self.entry_hook, codec=self.codec, spec_class=GroupLassoSpec,
+                               spec_extra={"lam": float(p.lambda_m), "eta": float(p.lr), "center": bool(p.center)})
         trainer.setup()
         trainer.fit(phase="train")
         self.finish_training(fed, trainer)

@@ -132,17 +132,6 @@ class VFLFSParams(VFLParams):
     select_at: float = 0.5
 
 
-class VFLFSTrainer(SplitTrainer):
-    spec_class = VFLFSSpec
-
-    def __init__(self, *args, extra: dict, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.extra = extra
-
-    def spec_for(self, party: str) -> VFLFSSpec:
-        return VFLFSSpec(**{**vars(super().spec_for(party)), **self.extra})
-
-
 @register
 class VFLFS(VFL):
     name = "vflfs"
@@ -161,8 +150,9 @@ class VFLFS(VFL):
         select_epoch = max(1, int(round(p.select_at * p.epochs))) if p.epochs else 0
         extra = {"lam": float(p.lam), "alpha": float(p.alpha), "ratio": float(p.ratio),
                  "select_step": select_epoch * plan_batches}
-        trainer = VFLFSTrainer(fed, self.name, self._config(), seed=self.seed, callbacks=self.callbacks,
-                               entry_hook=self.entry_hook, codec=self.codec or "float32", extra=extra)
+        trainer = SplitTrainer(fed, self.name, self._config(), seed=self.seed, callbacks=self.callbacks,
+                               entry_hook=self.entry_hook, codec=self.codec or "float32", spec_class=VFLFSSpec,
+                               spec_extra=extra)
         trainer.setup()
         trainer.fit(phase="train")
         self.finish_training(fed, trainer, {"select_epoch": select_epoch})

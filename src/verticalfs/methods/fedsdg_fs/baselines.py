@@ -42,9 +42,8 @@ from sklearn.feature_selection import f_classif
 from verticalfs.crypto import EncryptedArray, PublicKey, generate_keypair
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods.baselines.vfl import SMALL_SPLIT, VFL, VFLParams
-from verticalfs.methods.fate.iv import check_crypto_params
 from verticalfs.methods.fedsdg_fs import gini as G
-from verticalfs.methods.fedsdg_fs.method import ask_gini
+from verticalfs.methods.fedsdg_fs.method import SecureScoreParams, ask_gini, check_secure_scores
 from verticalfs.methods.fedsdg_fs.role import MAX_BINS, GiniParty
 from verticalfs.methods.filter import SELECTION, FilterMethod, FilterParams, FilterRole
 from verticalfs.methods.registry import register
@@ -86,8 +85,9 @@ class AllFeatures(VFL):
 
 # ---------------------------------------------------------------------------- the filters
 @dataclass
-class HalfFilterParams(FilterParams):
-    """A filter keeping a share of the features (fedsdg-fs.md Table III: half).
+class HalfFilterParams(FilterParams, SecureScoreParams):
+    """A filter keeping a share of the features (fedsdg-fs.md Table III: half), its scores computed
+    under Paillier by default.
 
     Parameters
     ----------
@@ -95,30 +95,10 @@ class HalfFilterParams(FilterParams):
         Features to keep over all parties; 0 (default) = ``ratio`` of them.
     ratio : float
         Share of the features kept when ``n_select`` is 0 (0.5, the paper's).
-    secure : bool
-        Compute the scores under Paillier (default); False sends the training labels to the
-        parties in the clear and gives the same selection (for fast benchmarks).
-    key_bits : int
-    insecure : bool
-        Allow ``key_bits < 2048`` (tests only).
-    backend : str
-    randomness : str
-    mask_bits : int
-        Bits of statistical masking in the squaring step (64).
-    target_bins : int
-        A regression target is cut into this many equal-frequency classes (2; fedsdg-fs.md Table I
-        lists the regression set FRIEDMAN with 2 classes).
     """
 
     n_select: int = 0
     ratio: float = 0.5
-    secure: bool = True
-    key_bits: int = 2048
-    insecure: bool = False
-    backend: str = "auto"
-    randomness: str = "full"
-    mask_bits: int = 64
-    target_bins: int = 2
 
 
 class _HalfFilter(FilterMethod):
@@ -133,18 +113,13 @@ class _HalfFilter(FilterMethod):
 
     def check_params(self, fed) -> None:
         p = self.params
-        if int(p.target_bins) < 2:
-            raise ConfigError(f"{self.name}: target_bins must be >= 2, got {p.target_bins}")
+        check_secure_scores(self.name, p)
         if not 0 < p.ratio <= 1:
             raise ConfigError(f"{self.name}: ratio must lie in (0, 1], got {p.ratio}")
         total = sum(len(v) for v in self.feature_names(fed).values())
         self.n_keep = int(p.n_select) if int(p.n_select) > 0 else max(1, int(round(p.ratio * total)))
         if int(p.n_select) < 0:
             raise ConfigError(f"{self.name}: n_select must be >= 0 (0 = use ratio), got {p.n_select}")
-        if not 16 <= int(p.mask_bits) <= 256:
-            raise ConfigError(f"{self.name}: mask_bits must lie in [16, 256], got {p.mask_bits}")
-        if p.secure:
-            check_crypto_params(self.name, p)
         saved, p.n_select = p.n_select, self.n_keep
         try:
             super().check_params(fed)
@@ -288,7 +263,6 @@ class SFFSRole(FilterRole):
         S = EncryptedArray.from_bytes(pub, b"".join(A[:, k].dot(X, precision=SFFS_PRECISION).to_bytes()
                                                       for k in range(shape[1])), (shape[1], X.shape[1]),
                                       -SFFS_PRECISION)
-        S = S.reshape(shape[1], X.shape[1])
         bits = int(msg.mask_bits) + int(np.ceil(np.log2(X.shape[0] + 1))) + 40
         r = G.random_masks(S.shape, bits) - (1 << (bits - 1))  # centred: |r| < 2**(bits - 1)
         masked = S.add_mantissas(r)

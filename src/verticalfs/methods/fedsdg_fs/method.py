@@ -122,6 +122,50 @@ def _check_scores(party: str, scores, d: int) -> np.ndarray:
 
 
 @dataclass
+class SecureScoreParams:
+    """The encrypted feature scores' parameters (Algorithm 1's Gini scores, SFFS's F statistic).
+
+    Parameters
+    ----------
+    secure : bool
+        Compute the scores under Paillier (default); False sends the training labels to the parties
+        in the clear and gives the same scores (for comparison and fast benchmarks; declared as a
+        disclosure).
+    key_bits : int
+        Paillier modulus length (2048).
+    insecure : bool
+        Allow ``key_bits < 2048`` (tests only).
+    backend : str
+        Paillier back end (``auto``, ``python``, ``phe``, ``pypaillier``, ``heu``).
+    randomness : str
+        Paillier randomness, ``full`` or ``short`` (see :mod:`verticalfs.crypto.backends`).
+    mask_bits : int
+        Bits of the random masks of the squaring step (64).
+    target_bins : int
+        A regression target is cut into this many equal-frequency classes (2; fedsdg-fs.md Table I
+        lists the regression set FRIEDMAN with 2 classes).
+    """
+
+    secure: bool = True
+    key_bits: int = 2048
+    insecure: bool = False
+    backend: str = "auto"
+    randomness: str = "full"
+    mask_bits: int = 64
+    target_bins: int = 2
+
+
+def check_secure_scores(name: str, p) -> None:
+    """Validate :class:`SecureScoreParams` early, naming the fix."""
+    if int(p.target_bins) < 2:
+        raise ConfigError(f"{name}: target_bins must be >= 2, got {p.target_bins}")
+    if p.secure:
+        check_crypto_params(name, p)
+        if not 16 <= int(p.mask_bits) <= 256:
+            raise ConfigError(f"{name}: mask_bits must lie in [16, 256], got {p.mask_bits}")
+
+
+@dataclass
 class OriginalGateParams(VFLParams):
     """STG's stochastic gates on every party's inputs during VFL training (no embedding gates, no
     Gini initialisation): fedsdg-fs.md's "original-Gate" baseline.
@@ -176,7 +220,7 @@ class OriginalGateParams(VFLParams):
 
 
 @dataclass
-class FedSDGParams(OriginalGateParams):
+class FedSDGParams(OriginalGateParams, SecureScoreParams):
     """FedSDG-FS: Gini-initialised stochastic dual gates (fedsdg-fs.md Algorithms 1-3).
 
     Parameters
@@ -194,20 +238,8 @@ class FedSDGParams(OriginalGateParams):
     omega_init : float
         Initial mean of every embedding gate (0.5, STG's start).
     secure : bool
-        Algorithm 1 under Paillier (default); False computes the same scores with the labels sent
-        to the parties in the clear (for comparison only).
-    key_bits : int
-        Paillier modulus length (2048).
-    insecure : bool
-        Allow ``key_bits < 2048`` (tests only).
-    backend : str
-        Paillier back end (``auto``, ``python``, ``phe``, ``pypaillier``, ``heu``).
-    randomness : str
-        Paillier randomness, ``full`` or ``short`` (see :mod:`verticalfs.crypto.backends`).
-    mask_bits : int
-        Bits of the random masks of the squaring protocol (64).
-    target_bins : int
-        A regression target is cut into this many equal-frequency classes for the Gini scores (2).
+        Algorithms 1-3 under Paillier (default); False computes the same scores and model in the
+        clear, with the labels sent to the parties for the Gini scores (for comparison only).
     precision : int
         Fractional bits of the fixed-point values of secure training (12; :mod:`.secure`).
     noise_scale : float
@@ -222,13 +254,6 @@ class FedSDGParams(OriginalGateParams):
     n_bins: int = 10
     init_scale: float = 0.5
     omega_init: float = 0.5
-    secure: bool = True
-    key_bits: int = 2048
-    insecure: bool = False
-    backend: str = "auto"
-    randomness: str = "full"
-    mask_bits: int = 64
-    target_bins: int = 2
     precision: int = 12
     noise_scale: float = 0.5
     packed: bool = True
@@ -260,6 +285,7 @@ class FedSDGTrainer(SplitTrainer):
         self.gates = gates
         self.sgd_interactive = sgd_interactive
         super().__init__(*args, **kwargs)
+        self.spec_extra.update(gates, interactive=self.interactive_width)
         self.open: dict[str, np.ndarray] = {}
 
     @property
@@ -275,10 +301,6 @@ class FedSDGTrainer(SplitTrainer):
         rest = [q for q in self.top.parameters() if q is not w]
         self.optimizer = _TwoOptimizers(make_optimizer(rest, c.optimizer, c.lr, c.weight_decay),
                                         torch.optim.SGD([w], lr=c.lr))
-
-    def spec_for(self, party: str) -> FedSDGSpec:
-        base = super().spec_for(party)
-        return FedSDGSpec(**{**vars(base), **self.gates, "interactive": self.interactive_width})
 
     def decode_forward(self, party: str, msg, n_rows: int) -> np.ndarray:
         if not isinstance(msg, GatedEmbeddings):
@@ -498,17 +520,12 @@ class FedSDGFS(OriginalGate):
             raise ConfigError(f"{self.name}: n_bins must lie in [2, {MAX_BINS}], got {p.n_bins}")
         if p.init_scale <= 0:
             raise ConfigError(f"{self.name}: init_scale must be > 0, got {p.init_scale}")
-        if int(p.target_bins) < 2:
-            raise ConfigError(f"{self.name}: target_bins must be >= 2, got {p.target_bins}")
+        check_secure_scores(self.name, p)
         if p.secure:
-            check_crypto_params(self.name, p)
             if not 4 <= int(p.precision) <= 24:
                 raise ConfigError(f"{self.name}: precision must lie in [4, 24] fractional bits, got {p.precision}")
             if not p.noise_scale >= 0:
                 raise ConfigError(f"{self.name}: noise_scale must be >= 0, got {p.noise_scale}")
-        if p.gini_init and p.secure:
-            if not 16 <= int(p.mask_bits) <= 256:
-                raise ConfigError(f"{self.name}: mask_bits must lie in [16, 256], got {p.mask_bits}")
 
     def initialise(self, trainer) -> None:
         p = self.params

@@ -189,7 +189,12 @@ class FedSDGRole(GiniParty, SplitRole):
         return GatedEmbeddings(open=open_, values=v if self._dense32 else coded(v, self.spec.forward))
 
     def decode_backward(self, msg, out: torch.Tensor) -> torch.Tensor:
-        g = np.asarray(msg.values)
+        """The gradient of the open components (plain, or decrypted: Algorithm 3 line 17), placed
+        into the full embedding width."""
+        if isinstance(msg, EncryptedEmbeddingGradient):
+            g = self._crypto().embedding_gradient(msg.data, self._blocks())
+        else:
+            g = np.asarray(msg.values)
         open_ = self.last_open
         if g.shape != (out.shape[0], int(open_.sum())):
             raise ProtocolError(f"party {self.name!r}: gradient shape {g.shape} != the open embedding "
@@ -247,15 +252,7 @@ class FedSDGRole(GiniParty, SplitRole):
 
     @handles(EncryptedEmbeddingGradient)
     def on_embedding_gradient(self, msg: EncryptedEmbeddingGradient, ctx: Context) -> None:
-        out = self.pending
-        if out is None:
-            raise ProtocolError(f"party {self.name!r} received EncryptedEmbeddingGradient without a pending forward pass")
-        self.pending = None
-        g = self._crypto().embedding_gradient(msg.data, self._blocks())
-        full = torch.zeros(out.shape, dtype=out.dtype)
-        full[:, torch.from_numpy(np.flatnonzero(self.last_open))] = torch.from_numpy(g.astype(np.float32))
-        self.step(out, full)
-        return None
+        return self.on_gradients(msg, ctx)  # the core's pending-pass check and step; decode_backward decrypts
 
     def _blocks(self) -> int:
         return row_blocks(self.crypto.S, int(self.last_open.sum())) if self.spec.packed else 1

@@ -131,7 +131,6 @@ class ClientCrypto:
         self.noise_scale = float(noise_scale)
         self.rng = rng
         self.pending: dict | None = None
-        self.hiding = MASK_BITS
 
     def _encrypt(self, plain: np.ndarray) -> bytes:
         return EncryptedArray.encrypt(self.priv, plain, precision=0).to_bytes() if plain.size else b""
