@@ -83,6 +83,15 @@ class PartySynthesis:
                 alphas.append(pos)
             pos += c.width
         self.alphas, self.spans = alphas, self.norm.spans()
+        # every one-hot position and the block (span) it belongs to: the output activations are
+        # one segment softmax over all blocks at once (a loop over blocks is slow for thousands of
+        # columns, and each slice assignment copies the whole gradient in backward)
+        self.alpha_idx = torch.as_tensor(alphas, dtype=torch.long)
+        starts = np.array([a for a, _ in self.spans], dtype=np.int64)
+        widths = np.array([w for _, w in self.spans], dtype=np.int64)
+        seg = np.repeat(np.arange(len(widths)), widths)
+        self.segment = torch.from_numpy(seg)
+        self.onehot_idx = torch.from_numpy(starts[seg] + np.arange(len(seg)) - (np.cumsum(widths) - widths)[seg])
         width = self.norm.output_width
         self.G = seeded(seed, lambda: Generator(self.code_dim, 0, width, arch=arch, hidden=channels))
         self.D = seeded(seed + 1, lambda: Critic(width, 0, arch=arch, hidden=channels, out_dim=self.feature_dim))
@@ -93,14 +102,24 @@ class PartySynthesis:
         self.synthetic: np.ndarray | None = None
 
     def _activate(self, raw: torch.Tensor) -> torch.Tensor:
-        parts = raw.clone()
-        if self.alphas:
-            idx = torch.as_tensor(self.alphas)
-            parts[:, idx] = torch.tanh(raw[:, idx])
-        for a, w in self.spans:  # a short loop over one-hot blocks (columns), not rows
-            g = -torch.empty_like(raw[:, a:a + w]).exponential_(generator=self.gen).log()
-            parts[:, a:a + w] = F.softmax((raw[:, a:a + w] + g) / 0.2, dim=1)
-        return parts
+        """CTGAN's output activations: tanh on each continuous column's scalar, a Gumbel softmax
+        (temperature 0.2) on each one-hot block."""
+        out = raw
+        if len(self.alpha_idx):
+            out = out.index_copy(1, self.alpha_idx, torch.tanh(raw.index_select(1, self.alpha_idx)))
+        if len(self.onehot_idx):
+            out = out.index_copy(1, self.onehot_idx, self._block_softmax(raw.index_select(1, self.onehot_idx)))
+        return out
+
+    def _block_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+        g = -torch.empty_like(logits).exponential_(generator=self.gen).log()
+        z = (logits + g) / 0.2
+        seg = self.segment.expand(z.shape[0], -1)
+        n_seg = len(self.spans)
+        top = torch.full((z.shape[0], n_seg), -torch.inf, dtype=z.dtype).scatter_reduce(
+            1, seg, z.detach(), reduce="amax", include_self=True)
+        e = torch.exp(z - top.gather(1, seg))
+        return e / torch.zeros_like(top).scatter_add(1, seg, e).gather(1, seg)
 
     def _codes(self, codes) -> torch.Tensor:
         a = np.asarray(codes)
@@ -162,9 +181,8 @@ class PartySynthesis:
         self.G.eval()
         with torch.no_grad():
             raw = self.G(c)
-            if self.alphas:
-                idx = torch.as_tensor(self.alphas)
-                raw[:, idx] = torch.tanh(raw[:, idx])
+            if len(self.alpha_idx):
+                raw[:, self.alpha_idx] = torch.tanh(raw[:, self.alpha_idx])
         self.synthetic = self.norm.inverse_transform(raw.numpy()).astype(np.float32)
         return self.synthetic
 
