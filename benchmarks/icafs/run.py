@@ -25,10 +25,11 @@ table5, table6, table7, table8, quality) shorten a run; results go to ``--out`` 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +63,10 @@ def run_one(job: dict) -> dict:
     t0 = time.perf_counter()
     data = verticalfs.build_data(job["dataset"], parties=job["parties"], seed=job["seed"], data_dir=job["data_dir"],
                                  noise=job.get("noise", 0.0))
-    m = create(job["method"], seed=job["seed"], **job.get("params", {}))
+    params = dict(job.get("params", {}))
+    if job["method"] == "icafs" and job.get("synth_steps") is not None:
+        params["synth_steps"] = job["synth_steps"]
+    m = create(job["method"], seed=job["seed"], **params)
     fed = Federation.in_process(data)
     m.fit(fed)
     fit_seconds = time.perf_counter() - t0
@@ -97,7 +101,7 @@ def run_one(job: dict) -> dict:
 
 
 def jobs_for(args) -> list[dict]:
-    base = {"data_dir": args.data_dir}
+    base = {"data_dir": args.data_dir, "synth_steps": args.synth_steps}
     seeds = range(args.seeds)
     datasets = [d for d in args.datasets.split(",") if d]
     clients = [int(k) for k in args.clients.split(",") if k]
@@ -132,6 +136,16 @@ def jobs_for(args) -> list[dict]:
     return sorted(jobs, key=lambda j: j["method"] not in ("icafs", "sefs"))
 
 
+def _key(job: dict) -> str:
+    """What identifies a run: its job without the data folder (a result carries its job's fields)."""
+    fields = ("kind", "dataset", "parties", "seed", "method", "params", "noise", "eps", "variant", "synth_steps")
+    return json.dumps({k: job.get(k) for k in fields}, sort_keys=True)
+
+
+def _steps(r: dict) -> int:
+    return -1 if r.get("synth_steps") is None else int(r["synth_steps"])
+
+
 def _acc(rows: list[dict]) -> str:
     v = [100 * r["metrics"]["accuracy"] for r in rows]
     if not v:
@@ -142,20 +156,26 @@ def _acc(rows: list[dict]) -> str:
 def report(results: list[dict], args) -> str:
     datasets = [d for d in args.datasets.split(",") if d]
     clients = [int(k) for k in args.clients.split(",") if k]
-    t4 = [r for r in results if r["kind"] == "table4"]
+    # an ICAFS run with a shortened stage 1 (--synth-steps) is its own row, never averaged with the default
+    t4 = [{**r, "method": f"icafs, {r['synth_steps']} synthesis iterations"}
+          if r["method"] == "icafs" and r.get("synth_steps") is not None else r
+          for r in results if r["kind"] == "table4"]
+    shown = ("vfl",) + METHODS + tuple(sorted({r["method"] for r in t4} - set(("vfl",) + METHODS)))
     lines = ["# ICAFS benchmark results", "",
              f"`python benchmarks/icafs/run.py --seeds {args.seeds} --clients {args.clients} "
-             f"--datasets {args.datasets}{' --only ' + args.only if args.only else ''}`; accuracy % (mean ± sd "
+             f"--datasets {args.datasets}{' --only ' + args.only if args.only else ''}"
+             f"{' --methods ' + args.methods if args.methods else ''}"
+             f"{f' --synth-steps {args.synth_steps}' if args.synth_steps is not None else ''}`; accuracy % (mean ± sd "
              "over seeds) of each method's own model on its selected features; the paper's figure in brackets. "
              "ADNI is not available (its column stays empty).", "",
              "## Table IV", "", "| method | " + " | ".join(f"{d} K={k}" for d in datasets for k in clients) + " |",
              "|---" * (1 + len(datasets) * len(clients)) + "|"]
-    for meth in ("vfl",) + METHODS:
+    for meth in shown:
         cells = []
         for d in datasets:
             for k in clients:
                 rows = [r for r in t4 if r["method"] == meth and r["dataset"] == d and r["parties"] == k]
-                paper = PAPER4.get(meth, {}).get(d)
+                paper = PAPER4.get(meth.split(",")[0], {}).get(d)
                 ref = f" [{paper[(2, 5, 10).index(k)]}]" if paper and k in (2, 5, 10) else ""
                 cells.append(_acc(rows) + (ref if rows else ""))
         name = "vfl (all features, reference)" if meth == "vfl" else meth
@@ -163,7 +183,7 @@ def report(results: list[dict], args) -> str:
     lines += ["", "Share of the features each method kept (mean):", "",
               "| method | " + " | ".join(f"{d} K={k}" for d in datasets for k in clients) + " |",
               "|---" * (1 + len(datasets) * len(clients)) + "|"]
-    for meth in METHODS:
+    for meth in shown[1:]:
         cells = []
         for d in datasets:
             for k in clients:
@@ -173,13 +193,17 @@ def report(results: list[dict], args) -> str:
     q = [r for r in t4 if r.get("quality")]
     if q:
         lines += ["", "## Synthetic data's quality (K = 2 unless noted)", "",
-                  "| data set | K | LR synthetic -> real test | LR real -> real test | stage 1 seconds | stage 1 MB |",
-                  "|---|---|---|---|---|---|"]
+                  "| data set | K | stage 1 iterations | LR synthetic -> real test | LR real -> real test | "
+                  "stage 1 seconds | stage 1 MB |",
+                  "|---|---|---|---|---|---|---|"]
         for d in datasets:
             for k in clients:
-                rows = [r for r in q if r["dataset"] == d and r["parties"] == k]
-                if rows:
-                    lines.append(f"| {d} | {k} | {100 * np.nanmean([r['quality']['synthetic_to_real'] for r in rows]):.2f} | "
+                for it in sorted({_steps(r) for r in q}):
+                    rows = [r for r in q if r["dataset"] == d and r["parties"] == k and _steps(r) == it]
+                    if not rows:
+                        continue
+                    lines.append(f"| {d} | {k} | {'default (250)' if it < 0 else it} | "
+                                 f"{100 * np.nanmean([r['quality']['synthetic_to_real'] for r in rows]):.2f} | "
                                  f"{100 * np.mean([r['quality']['real_to_real'] for r in rows]):.2f} | "
                                  f"{np.mean([r['info']['synthesis_seconds'] for r in rows]):.0f} | "
                                  f"{np.mean([r['info']['synthesis_bytes'] for r in rows]) / 1e6:.1f} |")
@@ -233,6 +257,12 @@ def main() -> None:
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated: table4,table5,table6,table7,table8,quality")
+    ap.add_argument("--synth-steps", type=int, default=None,
+                    help="ICAFS's stage-1 iterations (default: the method's, 250); fewer is a shortened run, "
+                         "and RESULTS.md says so")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the runs already in --out's results.json and do only the missing ones (the "
+                         "report covers both)")
     ap.add_argument("--methods", default="", help="comma-separated subset of Table IV's methods "
                     "(vfl,vflfs,group-lasso,compfs,sefs,icafs; default all)")
     args = ap.parse_args()
@@ -244,15 +274,23 @@ def main() -> None:
         raise SystemExit(f"--out: the folder {out.parent} does not exist")
     out.mkdir(exist_ok=True)
     jobs = jobs_for(args)
-    t0 = time.perf_counter()
     results = []
+    if args.resume and (out / "results.json").exists():
+        results = json.loads((out / "results.json").read_text())
+        done = {_key(r) for r in results}
+        print(f"--resume: {len(results)} runs in {out / 'results.json'}; "
+              f"{sum(_key(j) in done for j in jobs)} of the {len(jobs)} asked for are among them", flush=True)
+        jobs = [j for j in jobs if _key(j) not in done]
+    t0 = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as ex:
-        for i, r in enumerate(ex.map(run_one, jobs)):
+        futures = [ex.submit(run_one, j) for j in jobs]
+        for i, fut in enumerate(as_completed(futures)):
+            r = fut.result()
             results.append(r)
             print(f"[{i + 1}/{len(jobs)} {time.perf_counter() - t0:6.0f}s] {r['kind']} {r['dataset']} K={r['parties']} "
                   f"{r['method']} seed {r['seed']} {r.get('params', '')}: acc {r['metrics'].get('accuracy', float('nan')):.4f} "
                   f"ratio {r['ratio']:.3f} ({r['seconds']:.0f}s)", flush=True)
-            write_json_atomic(out / "results.json", results)  # partial results survive an interrupted run
+            write_json_atomic(out / "results.json", results)  # finished runs survive an interrupted one (--resume)
     text = report(results, args)
     write_bytes_atomic(out / "RESULTS.md", (text + "\n").encode())
     print(text)

@@ -67,3 +67,29 @@ def test_party_output_activations_match_a_per_block_softmax():
     torch.testing.assert_close(out, ref)
     out[:, 0].sum().backward()
     assert raw.grad.abs().sum() > 0
+
+
+def test_party_generator_step_leaves_the_critic_untouched():
+    """The generator's step reaches G_k through D_k but neither computes nor applies gradients
+    to D_k's weights; the critic's step updates D_k only."""
+    import numpy as np
+
+    from verticalfs.methods.icafs.synthesis import PartySynthesis
+
+    rng = np.random.default_rng(1)
+    ps = PartySynthesis(rng.normal(size=(40, 5)), name="a", code_dim=4, feature_dim=3, channels=4, arch="conv",
+                        lr=1e-2, max_modes=3, seed=0)
+    d0 = [p.detach().clone() for p in ps.D.parameters()]
+    g0 = [p.detach().clone() for p in ps.G.parameters()]
+    h = ps.generator_features(rng.normal(size=(6, 4)).astype(np.float32))
+    grad_codes = ps.generator_step(np.ones_like(h))
+    assert grad_codes.shape == (6, 4) and np.abs(grad_codes).sum() > 0
+    assert all(p.grad is None for p in ps.D.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(d0, ps.D.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(g0, ps.G.parameters()))
+    g1 = [p.detach().clone() for p in ps.G.parameters()]
+    hr, hf = ps.critic_features(np.arange(6), rng.normal(size=(6, 4)).astype(np.float32))
+    assert hr.shape == hf.shape == (6, 3)
+    ps.critic_step(np.ones_like(hr), -np.ones_like(hf))
+    assert any(not torch.equal(a, b) for a, b in zip(d0, ps.D.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(g1, ps.G.parameters()))

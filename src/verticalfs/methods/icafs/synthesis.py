@@ -136,8 +136,9 @@ class PartySynthesis:
         self.D.train()
         with torch.no_grad():
             fake = self._activate(self.G(c))
-        hr = self.D(self.Z.index_select(0, torch.from_numpy(rows.astype(np.int64))))
-        hf = self.D(fake)
+        real = self.Z.index_select(0, torch.from_numpy(rows.astype(np.int64)))
+        h = self.D(torch.cat([real, fake]))  # one pass: the critic treats rows independently
+        hr, hf = h[: len(rows)], h[len(rows):]
         self.pending = ("critic", hr, hf)
         return hr.detach().numpy(), hf.detach().numpy()
 
@@ -152,7 +153,11 @@ class PartySynthesis:
     # --------------------------------------------------------- generator step
     def generator_features(self, codes) -> np.ndarray:
         c = self._codes(codes).requires_grad_(True)
-        h = self.D(self._activate(self.G(c)))
+        self.D.requires_grad_(False)  # the generator's loss flows through D_k without its weights' gradients
+        try:
+            h = self.D(self._activate(self.G(c)))
+        finally:
+            self.D.requires_grad_(True)
         self.pending = ("generator", c, h)
         return h.detach().numpy()
 
@@ -162,7 +167,6 @@ class PartySynthesis:
         self.opt_g.zero_grad(set_to_none=True)
         h.backward(g)
         self.opt_g.step()
-        self.D.zero_grad(set_to_none=True)  # the critic does not learn from the generator's loss
         return c.grad.numpy()
 
     def _take(self, kind: str) -> tuple:
