@@ -85,11 +85,11 @@ def test_party_generator_step_leaves_the_critic_untouched():
     grad_codes = ps.generator_step(np.ones_like(h))
     assert grad_codes.shape == (6, 4) and np.abs(grad_codes).sum() > 0
     assert all(p.grad is None for p in ps.D.parameters())
-    assert all(torch.equal(a, b) for a, b in zip(d0, ps.D.parameters()))
-    assert any(not torch.equal(a, b) for a, b in zip(g0, ps.G.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(d0, ps.D.parameters(), strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(g0, ps.G.parameters(), strict=True))
     g1 = [p.detach().clone() for p in ps.G.parameters()]
     hr, hf = ps.critic_features(np.arange(6), rng.normal(size=(6, 4)).astype(np.float32))
     assert hr.shape == hf.shape == (6, 3)
     ps.critic_step(np.ones_like(hr), -np.ones_like(hf))
-    assert any(not torch.equal(a, b) for a, b in zip(d0, ps.D.parameters()))
-    assert all(torch.equal(a, b) for a, b in zip(g1, ps.G.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(d0, ps.D.parameters(), strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(g1, ps.G.parameters(), strict=True))
