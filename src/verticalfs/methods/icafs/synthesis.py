@@ -82,7 +82,7 @@ class PartySynthesis:
             if c.kind == "continuous":
                 alphas.append(pos)
             pos += c.width
-        self.alphas, self.spans = alphas, self.norm.spans()
+        self.spans = self.norm.spans()
         # every one-hot position and the block (span) it belongs to: the output activations are
         # one segment softmax over all blocks at once (a loop over blocks is slow for thousands of
         # columns, and each slice assignment copies the whole gradient in backward)
@@ -104,12 +104,16 @@ class PartySynthesis:
     def _activate(self, raw: torch.Tensor) -> torch.Tensor:
         """CTGAN's output activations: tanh on each continuous column's scalar, a Gumbel softmax
         (temperature 0.2) on each one-hot block."""
-        out = raw
-        if len(self.alpha_idx):
-            out = out.index_copy(1, self.alpha_idx, torch.tanh(raw.index_select(1, self.alpha_idx)))
+        out = self._scalars(raw)
         if len(self.onehot_idx):
             out = out.index_copy(1, self.onehot_idx, self._block_softmax(raw.index_select(1, self.onehot_idx)))
         return out
+
+    def _scalars(self, raw: torch.Tensor) -> torch.Tensor:
+        """``raw`` with tanh on each continuous column's scalar."""
+        if not len(self.alpha_idx):
+            return raw
+        return raw.index_copy(1, self.alpha_idx, torch.tanh(raw.index_select(1, self.alpha_idx)))
 
     def _block_softmax(self, logits: torch.Tensor) -> torch.Tensor:
         g = -torch.empty_like(logits).exponential_(generator=self.gen).log()
@@ -184,9 +188,7 @@ class PartySynthesis:
         c = self._codes(codes)
         self.G.eval()
         with torch.no_grad():
-            raw = self.G(c)
-            if len(self.alpha_idx):
-                raw[:, self.alpha_idx] = torch.tanh(raw[:, self.alpha_idx])
+            raw = self._scalars(self.G(c))
         self.synthetic = self.norm.inverse_transform(raw.numpy()).astype(np.float32)
         return self.synthetic
 
