@@ -116,6 +116,9 @@ def jobs_for(args) -> list[dict]:
                 raise SystemExit(f"--methods: unknown {bad}; choose from {', '.join(methods)}")
             methods = tuple(m for m in methods if m in chosen)
     else:  # ICAFS's own runs carry the quality figures; Table VII compares it with SEFS
+        if args.methods:
+            raise SystemExit(f"--methods chooses among Table IV's methods, but --only {args.only!r} leaves out table4 "
+                             "(the other tables run ICAFS, and Table VII SEFS); add table4 to --only or drop --methods")
         methods = ("icafs",) * bool(want & {"quality", "table7", "table5", "table6", "table8"}) + ("sefs",) * ("table7" in want)
     for d in datasets:
         for k in clients:
