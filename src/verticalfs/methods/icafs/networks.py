@@ -76,8 +76,8 @@ class Generator(nn.Module):
 class Critic(nn.Module):
     """A record and its conditional vector to a Wasserstein score (``out_dim = 1``), or to
     ``out_dim`` features normalised by a LayerNorm without affine parameters (the party's part of
-    the federated critic, :mod:`verticalfs.methods.icafs.synthesis`: bounded features, so that the
-    gradient penalty on the label holder's part bounds the whole critic)."""
+    the federated critic, :mod:`verticalfs.methods.icafs.synthesis`: bounded features; the gradient
+    penalty is on the label holder's part only, which does not bound this network's gradients)."""
 
     def __init__(self, width: int, cond_dim: int, arch: str = "conv", hidden: int = 64, out_dim: int = 1) -> None:
         super().__init__()
