@@ -364,3 +364,40 @@ def test_folds_partition_the_rows_and_stratify():
     assert len(allt) == 569 and len(set(allt.tolist())) == 569  # every row tested exactly once
     with pytest.raises(DataError, match="fold"):
         verticalfs.build_data("breast_cancer", parties=2, fold=(5, 5))
+
+
+class TestRestrict:
+    """``PreparedData.restrict``: a method's support to the data a model is then trained on."""
+
+    def prepared(self):
+        return partition(make_table(), 3, strategy="contiguous").prepare(seed=0)
+
+    def test_keeps_exactly_the_masked_columns(self):
+        data = self.prepared()
+        support = {p.name: np.arange(p.n_features) % 2 == 0 for p in data.parties}
+        support[data.parties[1].name][:] = False  # a party with nothing kept is left out
+        out = data.restrict(support)
+        assert out.party_names == [data.parties[0].name, data.parties[2].name]
+        for p in out.parties:
+            src, m = data.party(p.name), support[p.name]
+            assert p.feature_names == [n for n, k in zip(src.feature_names, m, strict=True) if k]
+            for s in ("train", "val", "test"):
+                np.testing.assert_array_equal(p.X[s], src.X[s][:, m])
+            np.testing.assert_array_equal(out.ground_truth[p.name], data.ground_truth[p.name][m])
+        assert out.labels is data.labels
+        assert data.parties[1].n_features > 0  # the original is untouched
+
+    def test_bad_supports_name_the_party(self):
+        data = self.prepared()
+        full = {p.name: np.ones(p.n_features, dtype=bool) for p in data.parties}
+        name = data.parties[0].name
+        with pytest.raises(DataError, match=f"no support for party '{name}'"):
+            data.restrict({k: v for k, v in full.items() if k != name})
+        with pytest.raises(DataError, match=f"party '{name}'.*shape"):
+            data.restrict({**full, name: full[name][:-1]})
+        with pytest.raises(DataError, match=f"party '{name}'.*bool"):
+            data.restrict({**full, name: full[name].astype(int)})
+        with pytest.raises(DataError, match="does not have"):
+            data.restrict({**full, "nobody": np.ones(1, dtype=bool)})
+        with pytest.raises(DataError, match="keeps no feature"):
+            data.restrict({k: np.zeros_like(v) for k, v in full.items()})

@@ -246,6 +246,41 @@ class PreparedData:
     def has_ground_truth(self) -> bool:
         return any(m.any() for m in self.ground_truth.values())
 
+    def restrict(self, support: dict[str, np.ndarray]) -> PreparedData:
+        """The same rows and labels with only the features ``support`` keeps (a bool mask per
+        party over its prepared features, as a method's ``get_support()`` gives): for training a
+        model on a method's selection, the evaluation of most feature-selection papers.
+
+        A party with no kept feature is left out (it has nothing to contribute); the parties'
+        fitted preprocessing is not carried over (it maps a party's *raw* columns to all of its
+        prepared ones). Raises :class:`DataError` naming the party when a mask is missing or has
+        the wrong length, and when no feature is kept at all.
+        """
+        parties = []
+        for p in self.parties:
+            if p.name not in support:
+                raise DataError(f"restrict: no support for party {p.name!r}; give a bool mask over its "
+                                f"{p.n_features} prepared features for each of {self.party_names}")
+            m = np.asarray(support[p.name])
+            if m.dtype != bool or m.shape != (p.n_features,):
+                raise DataError(f"restrict: party {p.name!r}'s support must be a bool mask of shape ({p.n_features},), "
+                                f"got {m.dtype} {m.shape}")
+            if not m.any():
+                continue
+            idx = np.flatnonzero(m)
+            parties.append(PartyData(p.name, [p.feature_names[i] for i in idx],
+                                     {s: np.ascontiguousarray(X[:, idx]) for s, X in p.X.items()},
+                                     None, [p.sources[i] for i in idx]))
+        unknown = sorted(set(support) - set(self.party_names))
+        if unknown:
+            raise DataError(f"restrict: support names parties {unknown} that this data does not have "
+                            f"(parties: {self.party_names})")
+        if not parties:
+            raise DataError(f"restrict: the support keeps no feature of {self.name!r}; nothing to train on")
+        gt = {p.name: np.asarray(self.ground_truth[p.name])[np.asarray(support[p.name])]
+              for p in parties if p.name in self.ground_truth}
+        return replace(self, parties=parties, ground_truth=gt)
+
 
 # ---------------------------------------------------------------------------- helpers
 def _check_stratifiable(name: str, y: np.ndarray, fraction: float, what: str) -> None:
