@@ -95,14 +95,9 @@ def run_one(job: dict) -> dict:
         out["inference_seconds"] = time.perf_counter() - t1
     # section V-B: "train a multi-layer perceptron (MLP) using only these selected features"; the
     # reference network (``vfl``, the same seed) on each method's selection, for every method alike
-    out["support"] = {p: np.flatnonzero(v).tolist() for p, v in sup.items()}
+    out["support"] = _indices(sup)
     if job["kind"] == "table4":
-        if job["method"] == "vfl":
-            out["mlp_metrics"] = m.metrics_
-        else:
-            ev = create("vfl", seed=job["seed"])
-            ev.fit(Federation.in_process(data.restrict({p: np.asarray(v, dtype=bool) for p, v in sup.items()})))
-            out["mlp_metrics"] = ev.metrics_
+        out["mlp_metrics"] = m.metrics_ if job["method"] == "vfl" else _retrained(data, sup, job["seed"])
     if job.get("quality"):
         from sklearn.linear_model import LogisticRegression
 
@@ -119,24 +114,34 @@ def run_one(job: dict) -> dict:
     return out
 
 
-def _random_half(job: dict, data) -> dict:
-    """The reference network on half of each party's columns drawn at random (seeded by the run's seed)."""
+def _indices(sup: dict) -> dict:
+    """A support (bool mask per party) as the kept indices, for ``results.json``."""
+    return {p: np.flatnonzero(v).tolist() for p, v in sup.items()}
+
+
+def _retrained(data, sup: dict, seed: int) -> dict:
+    """Section V-B: the test metrics of the reference network (``vfl``) trained on ``sup`` alone."""
     from verticalfs.federation import Federation
     from verticalfs.methods import create
 
+    ev = create("vfl", seed=seed)
+    ev.fit(Federation.in_process(data.restrict({p: np.asarray(v, dtype=bool) for p, v in sup.items()})))
+    return ev.metrics_
+
+
+def _random_half(job: dict, data) -> dict:
+    """The reference network on half of each party's columns drawn at random (seeded by the run's seed)."""
     t0 = time.perf_counter()
-    rng = np.random.default_rng([job["seed"], 2024])
+    rng = np.random.default_rng([job["seed"], 2024])  # a stream of its own, apart from the methods' seeds
     sup = {}
     for p in data.parties:
         m = np.zeros(p.n_features, dtype=bool)
         m[rng.choice(p.n_features, max(1, p.n_features // 2), replace=False)] = True
         sup[p.name] = m
-    ev = create("vfl", seed=job["seed"])
-    ev.fit(Federation.in_process(data.restrict(sup)))
-    return {**{k: v for k, v in job.items() if k != "data_dir"}, "metrics": ev.metrics_, "mlp_metrics": ev.metrics_,
+    metrics = _retrained(data, sup, job["seed"])
+    return {**{k: v for k, v in job.items() if k != "data_dir"}, "metrics": metrics, "mlp_metrics": metrics,
             "ratio": sum(int(v.sum()) for v in sup.values()) / sum(len(v) for v in sup.values()),
-            "support": {p: np.flatnonzero(v).tolist() for p, v in sup.items()}, "mbytes": 0.0,
-            "seconds": time.perf_counter() - t0, "info": {}}
+            "support": _indices(sup), "mbytes": 0.0, "seconds": time.perf_counter() - t0, "info": {}}
 
 
 def jobs_for(args) -> list[dict]:

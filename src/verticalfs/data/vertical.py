@@ -253,9 +253,14 @@ class PreparedData:
 
         A party with no kept feature is left out (it has nothing to contribute); the parties'
         fitted preprocessing is not carried over (it maps a party's *raw* columns to all of its
-        prepared ones). Raises :class:`DataError` naming the party when a mask is missing or has
-        the wrong length, and when no feature is kept at all.
+        prepared ones). Raises :class:`DataError` naming the party when a mask is missing, is not
+        bool or has the wrong length, or names a party the data does not have, and when no feature
+        is kept at all.
         """
+        unknown = sorted(set(support) - set(self.party_names))
+        if unknown:
+            raise DataError(f"restrict: support names parties {unknown} that this data does not have "
+                            f"(parties: {self.party_names})")
         parties = []
         for p in self.parties:
             if p.name not in support:
@@ -271,10 +276,6 @@ class PreparedData:
             parties.append(PartyData(p.name, [p.feature_names[i] for i in idx],
                                      {s: np.ascontiguousarray(X[:, idx]) for s, X in p.X.items()},
                                      None, [p.sources[i] for i in idx]))
-        unknown = sorted(set(support) - set(self.party_names))
-        if unknown:
-            raise DataError(f"restrict: support names parties {unknown} that this data does not have "
-                            f"(parties: {self.party_names})")
         if not parties:
             raise DataError(f"restrict: the support keeps no feature of {self.name!r}; nothing to train on")
         gt = {p.name: np.asarray(self.ground_truth[p.name])[np.asarray(support[p.name])]
