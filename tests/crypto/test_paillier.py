@@ -7,6 +7,9 @@ Keys are 512 bits (``insecure=True``) so the tests take seconds; ``pypaillier`` 
 
 from __future__ import annotations
 
+import os
+import secrets
+
 import numpy as np
 import pytest
 
@@ -17,6 +20,7 @@ from verticalfs.crypto import (
     available_backends,
     generate_keypair,
     get_backend,
+    set_workers,
     unpack_slots,
 )
 from verticalfs.crypto._bigint import invert
@@ -407,6 +411,27 @@ class TestRandomness:
         full.backend.random_rn(full, 3)
         assert seen == [full.n] * 3
 
+    def test_holder_full_obfuscators_are_r_to_the_n(self, monkeypatch):
+        """The key holder's ``full`` obfuscator ``CRT(s_p**p mod p**2, s_q**q mod q**2)`` is
+        ``r**n mod n**2`` for ``s_p = r**q mod p``, ``s_q = r**p mod q`` (a bijection of each
+        ``r``), so it has exactly ``r**n``'s distribution."""
+        import verticalfs.crypto.parallel as mod
+
+        pub, priv = generate_keypair(512, backend="python", insecure=True)
+        p, q, n = priv.p, priv.q, pub.n
+        rs = [2, 3, 65537, n - 2, 1 + secrets.randbelow(n - 1)]
+        draws = [v for r in rs for v in (pow(r % p, q, p), pow(r % q, p, q))]
+        seen = []
+        monkeypatch.setattr(mod, "random_below", lambda k: seen.append(k) or draws[len(seen) - 1])
+        rn = pub.backend.random_rn(pub, len(rs), priv)
+        assert seen == [p, q] * len(rs)  # half-length bases, drawn below p and below q
+        assert [int(v) for v in rn] == [pow(r, n, n * n) for r in rs]
+        monkeypatch.undo()
+        fresh = pub.backend.random_rn(pub, 4, priv)
+        assert len(set(map(int, fresh))) == 4 and priv.decrypt_residues(fresh) == [0] * 4
+        x = np.array([2.5, -1.0, 0.0, 7.0])
+        np.testing.assert_allclose(enc(priv, x).decrypt(priv), x)
+
     def test_backends_declare_their_randomness(self):
         assert set(BACKEND_TABLE["python"].randomness) == {"full", "short"}
         assert BACKEND_TABLE["phe"].randomness == ("full",)
@@ -444,3 +469,51 @@ class TestRandomness:
     def test_rates_short(self):
         r = rates("python", bits=512, n=10, pool=True, randomness="short", insecure=True)
         assert r["randomness"] == "short" and r["encrypt_per_s"] > 0
+
+
+# ------------------------------------------------------------------------ several cores
+class TestParallel:
+    """:mod:`verticalfs.crypto.parallel`: the same integers, in the same order, on two workers."""
+
+    @pytest.fixture
+    def two(self):
+        from verticalfs.crypto import parallel
+
+        assert set_workers(2) == 2
+        yield parallel
+        set_workers(1)
+        assert parallel._pool is None
+
+    def test_decrypt_and_obfuscators_on_two_workers(self, two, small):
+        pub, priv = small
+        x = np.arange(-20, 21)
+        e = EncryptedArray.encrypt(priv, x)  # 41 obfuscators: shared between the workers
+        assert two._pool is not None
+        assert e.decrypt_mantissas(priv).tolist() == x.tolist()
+        serial = two.crt_decrypt((priv._P, priv._Q, priv._p2, priv._q2, priv._hp, priv._hq, priv._pinv_q),
+                                 e.ciphertexts())
+        assert priv.decrypt_residues(e.ciphertexts()) == serial
+        rn = pub.backend.random_rn(pub, 30, priv)
+        assert len(rn) == 30 and len(set(map(int, rn))) == 30  # each worker draws its own
+        assert priv.decrypt_residues(rn) == [0] * 30
+
+    def test_small_batches_stay_in_process(self, two, small):
+        pub, priv = small
+        e = EncryptedArray.encrypt(priv, [1, 2, 3])  # under MIN_PER_WORKER per worker
+        assert e.decrypt_mantissas(priv).tolist() == [1, 2, 3]
+        assert two._pool is None
+
+    def test_bad_worker_counts(self, monkeypatch):
+        from verticalfs.crypto import parallel
+
+        for bad in (-1, 1.5, "two"):
+            with pytest.raises(CryptoError, match="integer >= 0"):
+                set_workers(bad)
+        assert set_workers(None) == 1
+        monkeypatch.setattr(parallel, "_workers", None)
+        monkeypatch.setenv(parallel.ENV, "x")
+        with pytest.raises(CryptoError, match=parallel.ENV):
+            parallel.workers()
+        monkeypatch.setenv(parallel.ENV, "0")
+        assert parallel.workers() == (os.cpu_count() or 1)
+        set_workers(1)

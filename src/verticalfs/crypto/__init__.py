@@ -8,7 +8,9 @@
 - :class:`SlotPacking` / :class:`PackedEncryptedArray` (:mod:`verticalfs.crypto.packing`): many
   signed fixed-point values per plaintext, slot-wise sums and masks, overflow refused;
 - back ends (:mod:`verticalfs.crypto.backends`): ``python``, ``phe``, ``pypaillier``, ``heu``,
-  chosen by name or ``auto``; optional ones are imported only when used.
+  chosen by name or ``auto``; optional ones are imported only when used;
+- :func:`set_workers` (:mod:`verticalfs.crypto.parallel`): the key holder's decryptions and
+  obfuscators on several cores (worker processes; one, the default, starts none).
 
 This package imports nothing from the transport, training or method code.
 """
@@ -24,6 +26,7 @@ from verticalfs.crypto.packing import (
     packed_combination,
     slot_masks,
 )
+from verticalfs.crypto.parallel import set_workers
 
 __all__ = [
     "AUTO_ORDER",
@@ -38,6 +41,7 @@ __all__ = [
     "available_backends",
     "combination_bound",
     "packed_combination",
+    "set_workers",
     "slot_masks",
     "backend_info",
     "generate_keypair",

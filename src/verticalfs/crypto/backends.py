@@ -19,8 +19,12 @@ Back ends (``backend=`` names):
 
 ``python``
     Pure Python (``pow``, or ``gmpy2.powmod`` when gmpy2 is installed); keys from
-    :func:`~verticalfs.crypto._bigint.random_prime`. The key holder computes ``r**n`` with the CRT
-    (mod ``p**2`` and ``q**2``, about twice as fast). Dependency-free fallback.
+    :func:`~verticalfs.crypto._bigint.random_prime`. The key holder computes its obfuscators with
+    the CRT as ``s_p**p mod p**2`` and ``s_q**q mod q**2`` (``s_p``, ``s_q`` uniform below ``p``,
+    ``q``): exactly the distribution of ``r**n``, with half-length exponents on half-length moduli
+    (at 2048 bits 3.0 ms each against 5.8 ms for ``r**n`` by the CRT with full-length exponents
+    and 10.3 ms for ``r**n mod n**2``, measured 2026-11-24; see :class:`~verticalfs.crypto.keys.PrivateKey`).
+    Dependency-free fallback.
 ``phe``
     python-paillier (GPL-3.0; imported only when this back end is asked for): its key generation,
     ``raw_encrypt(0)`` for obfuscators and ``raw_decrypt``. The reference implementation.
@@ -75,6 +79,7 @@ import math
 import re
 from typing import Any, ClassVar
 
+from verticalfs.crypto import parallel
 from verticalfs.crypto._bigint import HAVE_GMPY2, invert, mpz, powmod, random_below, random_prime
 from verticalfs.exceptions import CryptoError
 
@@ -190,7 +195,7 @@ class PythonBackend(Backend):
             hs, N2 = self._short_base(pub), pub._n2_big
             top = 1 << ((pub.bits + 1) // 2)  # exponents of ceil(bits / 2) bits (DJN 2010)
             if priv is not None:  # the key holder: mod p^2 and q^2, then the CRT
-                p2, q2, _, _, q2inv = priv._rn_crt
+                p2, q2, q2inv = priv._rn_crt[:3]
                 hp, hq = hs % p2, hs % q2
                 out = []
                 for _ in range(k):
@@ -199,15 +204,8 @@ class PythonBackend(Backend):
                     out.append(v + q2 * ((u - v) * q2inv % p2))
                 return out
             return [powmod(hs, mpz(random_below(top)), N2) for _ in range(k)]
-        if priv is not None:  # the key holder: r^n mod p^2 and mod q^2, then the CRT
-            p2, q2, ep, eq, q2inv = priv._rn_crt
-            out = []
-            for _ in range(k):
-                r = mpz(random_below(n))
-                a = powmod(r, ep, p2)
-                b = powmod(r, eq, q2)
-                out.append(b + q2 * ((a - b) * q2inv % p2))
-            return out
+        if priv is not None:  # the key holder: s_p^p mod p^2 and s_q^q mod q^2, then the CRT
+            return parallel.obfuscators(priv._rn_crt, k)  # see PrivateKey.__init__
         N, N2 = pub._n_big, pub._n2_big
         return [powmod(mpz(random_below(n)), N, N2) for _ in range(k)]
 
