@@ -421,10 +421,10 @@ class TestRandomness:
         p, q, n = priv.p, priv.q, pub.n
         rs = [2, 3, 65537, n - 2, 1 + secrets.randbelow(n - 1)]
         draws = [v for r in rs for v in (pow(r % p, q, p), pow(r % q, p, q))]
-        seen = []
-        monkeypatch.setattr(mod, "random_below", lambda k: seen.append(k) or draws[len(seen) - 1])
+        seen = []  # the bases are drawn as 1 + random_below(bound - 1): units, never 0
+        monkeypatch.setattr(mod, "random_below", lambda k: seen.append(k) or draws[len(seen) - 1] - 1)
         rn = pub.backend.random_rn(pub, len(rs), priv)
-        assert seen == [p, q] * len(rs)  # half-length bases, drawn below p and below q
+        assert seen == [p - 1, q - 1] * len(rs)  # half-length bases, in [1, p) and [1, q)
         assert [int(v) for v in rn] == [pow(r, n, n * n) for r in rs]
         monkeypatch.undo()
         fresh = pub.backend.random_rn(pub, 4, priv)

@@ -116,13 +116,13 @@ def crt_decrypt(key: tuple, cts: list) -> list[int]:
 
 def crt_obfuscators(key: tuple, k: int) -> list:
     """``k`` obfuscators ``b_p**e_p mod p**2`` and ``b_q**e_q mod q**2`` joined by the CRT, with
-    ``b_p``, ``b_q`` uniform below their bounds; ``key`` = ``(p**2, q**2, (q**2)**-1 mod p**2,
+    ``b_p``, ``b_q`` uniform in ``[1, bound)`` (never 0, which is not a unit); ``key`` = ``(p**2, q**2, (q**2)**-1 mod p**2,
     (bound_p, e_p), (bound_q, e_q))`` (:class:`~verticalfs.crypto.keys.PrivateKey` says why)."""
     p2, q2, q2inv, (bp, ep), (bq, eq) = key
     out = []
     for _ in range(int(k)):
-        a = powmod(mpz(random_below(bp)), ep, p2)
-        b = powmod(mpz(random_below(bq)), eq, q2)
+        a = powmod(mpz(1 + random_below(bp - 1)), ep, p2)
+        b = powmod(mpz(1 + random_below(bq - 1)), eq, q2)
         out.append(b + q2 * ((a - b) * q2inv % p2))
     return out
 
