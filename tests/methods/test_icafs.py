@@ -93,6 +93,11 @@ def test_party_rejects_malformed_synthesis_messages(traced, data):
         role.synth.synthesize(np.full((2, m.params.code_dim), np.nan, dtype=np.float32))
     with pytest.raises(ProtocolError, match="without its forward pass"):
         role.synth.critic_step(np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32))
+    from verticalfs.methods.icafs.synthesis import PartySynthesis
+
+    with pytest.raises(ProtocolError, match="critic_norm"):  # a spec from the label holder is untrusted
+        PartySynthesis(np.random.default_rng(0).normal(size=(20, 3)), name="p", code_dim=4, feature_dim=4, channels=4,
+                       arch="mlp", lr=1e-3, max_modes=2, seed=0, critic_norm="batchnorm")
 
 
 def test_path_scores_by_hand():
@@ -119,21 +124,24 @@ def test_selection_keeps_the_ratio_for_real(traced, data):
 
 def test_ranks_informative_features_above_noise(data):
     """On breast cancer with as many Gaussian noise columns as real ones, the half of each party's
-    features ICAFS keeps is mostly real: far fewer noise columns than the half a random choice keeps."""
-    fed = Federation.in_process(data)
-    m = create("icafs", seed=0, **{**SMALL, "epochs": 30, "synth_steps": 100, "synth_batch": 500, "code_dim": 64,
-                                    "feature_dim": 32, "refit_epochs": 0, "arch": "mlp"})
-    m.fit(fed)
+    features ICAFS keeps is mostly real: over three seeds, far fewer noise columns than the half a
+    random choice keeps (a single seed's share swings by a tenth: 7-12 of 30 kept, measured)."""
     kept_noise = total_kept = noise_all = total = 0
-    for p in data.parties:
-        mask = m.get_support(p.name)
-        noise = np.array(["_noise" in f for f in p.feature_names])
-        kept_noise += int((mask & noise).sum())
-        total_kept += int(mask.sum())
-        noise_all += int(noise.sum())
-        total += len(noise)
+    for seed in (0, 1, 2):
+        fed = Federation.in_process(data)
+        m = create("icafs", seed=seed, **{**SMALL, "epochs": 30, "synth_steps": 100, "synth_batch": 500, "code_dim": 64,
+                                           "feature_dim": 32, "refit_epochs": 0, "arch": "mlp"})
+        m.fit(fed)
+        for p in data.parties:
+            mask = m.get_support(p.name)
+            noise = np.array(["_noise" in f for f in p.feature_names])
+            kept_noise += int((mask & noise).sum())
+            total_kept += int(mask.sum())
+            noise_all += int(noise.sum())
+            total += len(noise)
     assert noise_all / total > 0.4
-    assert kept_noise / total_kept < 0.3
+    # a random half keeps 50 % noise (sd ~5 points over these 90 choices); 35 % is 3 sd below
+    assert kept_noise / total_kept < 0.35
 
 
 @pytest.mark.parametrize("variant", ["fixed-temp", "embedding", "no-fs"])
@@ -171,6 +179,8 @@ def test_saved_model_predicts_what_the_trained_one_does(traced, tmp_path):
     ({"select_ratio": 0.0}, "select_ratio"),
     ({"arch": "rnn"}, "arch"),
     ({"gamma": 0.5}, "gamma"),
+    ({"critic_norm": "batch"}, "critic_norm"),
+    ({"aux_weight": -1.0}, "aux_weight"),
 ])
 def test_bad_settings_fail_before_work(data, bad, match):
     fed = Federation.in_process(data)

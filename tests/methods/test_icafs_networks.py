@@ -1,4 +1,5 @@
-"""ICAFS's synthesis networks: shapes, bounded critic features, and WGAN-GP's gradient penalty."""
+"""ICAFS's synthesis networks: shapes, bounded critic features or spectrally normalised critic
+weights, WGAN-GP's gradient penalty and the auxiliary classifier's term."""
 
 from __future__ import annotations
 
@@ -26,6 +27,57 @@ def test_party_critic_features_are_normalised(arch):
     assert h.shape == (5, 6)
     torch.testing.assert_close(h.mean(1), torch.zeros(5), atol=1e-4, rtol=0)
     torch.testing.assert_close(h.var(1, unbiased=False), torch.ones(5), atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["conv", "mlp"])
+def test_spectral_party_critic_has_unit_gain_layers(arch):
+    """``spectral=True``: after a few forward passes in training mode (each one power iteration),
+    every linear and convolutional weight the critic uses has largest singular value 1, and the
+    features are not LayerNorm-ed (they scale with the input)."""
+    torch.manual_seed(0)
+    D = Critic(13, 0, arch=arch, hidden=8, out_dim=6, spectral=True)
+    D.train()
+    for _ in range(300):
+        D(torch.randn(5, 13))
+    layers = [m for m in D.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))]
+    assert len(layers) >= 3
+    for m in layers:
+        sigma = torch.linalg.matrix_norm(m.weight.detach().flatten(1), ord=2)
+        assert abs(float(sigma) - 1.0) < 1e-2
+        assert hasattr(m, "parametrizations")
+    D.eval()
+    x = torch.randn(5, 13)
+    assert not torch.allclose(D(100 * x), D(x))
+
+
+def test_auxiliary_classifier_term_by_hand():
+    """``aux_weight``: the critic's loss gains ``w * CE(classifier(phi(H_real)), y_real)``, the
+    generators' ``w * CE(classifier(phi(H_fake)), y_fake)``; 0 leaves WGAN-GP's losses."""
+    import numpy as np
+    import torch.nn.functional as F
+
+    from verticalfs.methods.icafs.synthesis import HolderSynthesis
+
+    y = np.array([0, 1, 2, 1, 0, 2])
+
+    def mk(w):
+        return HolderSynthesis(y, 3, ["a", "b"], code_dim=4, feature_dim=5, hidden=16, aux_weight=w, seed=3)
+
+    with_aux, without = mk(0.7), mk(0.0)
+    without.D.load_state_dict(with_aux.D.state_dict())
+    Hr, Hf = torch.randn(6, 10), torch.randn(6, 10)
+    yr, yf = np.array([0, 1, 2, 0, 1, 2]), np.array([2, 2, 1, 0, 0, 1])
+
+    def ce(H, t):
+        return F.cross_entropy(with_aux.classifier(with_aux.D.phi(H)), torch.as_tensor(t))
+
+    torch.testing.assert_close(with_aux.generator_loss(Hf, yf), without.generator_loss(Hf, yf) + 0.7 * ce(Hf, yf))
+    with_aux.gen.manual_seed(1)
+    without.gen.manual_seed(1)
+    torch.testing.assert_close(with_aux.critic_loss(Hr, yr, Hf, yf),
+                               without.critic_loss(Hr, yr, Hf, yf) + 0.7 * ce(Hr, yr))
+    assert {id(p) for p in with_aux.classifier.parameters()} <= {id(p) for g in with_aux.opt_d.param_groups
+                                                                  for p in g["params"]}
 
 
 def test_gradient_penalty_of_a_linear_critic():

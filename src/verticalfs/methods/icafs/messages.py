@@ -37,7 +37,8 @@ class ICAFSSpec(SplitSpec):
     ``feature_dim``: width of the party's critic features; ``channels``: filters of the 3x3
     convolutions; ``arch``: ``conv`` (section V-E) or ``mlp``; ``gan_lr``: Adam's rate of both
     synthesis networks (betas 0.5, 0.9 as CTGAN); ``max_modes``: components of each column's
-    variational Gaussian mixture; ``synth_seed`` seeds the party's synthesis networks;
+    variational Gaussian mixture; ``critic_norm``: ``layernorm`` (the critic's features) or
+    ``spectral`` (spectral normalisation of its weights); ``synth_seed`` seeds the party's synthesis networks;
     ``dp_noise`` > 0: DP-SGD (Opacus) on the encoder's steps on real rows with this noise
     multiplier and per-sample clipping at ``dp_clip``.
     """
@@ -46,8 +47,9 @@ class ICAFSSpec(SplitSpec):
     feature_dim: int = 32
     channels: int = 8
     arch: str = "conv"
-    gan_lr: float = 2e-4
+    gan_lr: float = 1e-3
     max_modes: int = 10
+    critic_norm: str = "spectral"
     synth_seed: int = 0
     synth_shuffle_seed: int = 0
     dp_noise: float = 0.0

@@ -75,11 +75,15 @@ class Generator(nn.Module):
 
 class Critic(nn.Module):
     """A record and its conditional vector to a Wasserstein score (``out_dim = 1``), or to
-    ``out_dim`` features normalised by a LayerNorm without affine parameters (the party's part of
-    the federated critic, :mod:`verticalfs.methods.icafs.synthesis`: bounded features; the gradient
-    penalty is on the label holder's part only, which does not bound this network's gradients)."""
+    ``out_dim`` features (the party's part of the federated critic,
+    :mod:`verticalfs.methods.icafs.synthesis`), either normalised by a LayerNorm without affine
+    parameters (bounded features; the gradient penalty is on the label holder's part only, which does
+    not bound this network's gradients) or, ``spectral=True``, with every linear and convolutional
+    weight spectrally normalised (Miyato et al. 2018), which bounds each layer's gain without a
+    second-order exchange."""
 
-    def __init__(self, width: int, cond_dim: int, arch: str = "conv", hidden: int = 64, out_dim: int = 1) -> None:
+    def __init__(self, width: int, cond_dim: int, arch: str = "conv", hidden: int = 64, out_dim: int = 1,
+                 spectral: bool = False) -> None:
         super().__init__()
         self.arch = arch
         self.side = square_side(width + cond_dim)
@@ -92,7 +96,11 @@ class Critic(nn.Module):
             self.head = nn.Linear(4 * hidden, out_dim)
         else:
             raise ValueError(f"arch must be 'conv' or 'mlp', got {arch!r}")
-        self.norm = nn.LayerNorm(out_dim, elementwise_affine=False) if out_dim > 1 else nn.Identity()
+        self.norm = nn.LayerNorm(out_dim, elementwise_affine=False) if out_dim > 1 and not spectral else nn.Identity()
+        if spectral:  # every weight of the critic divided by its largest singular value (Miyato et al. 2018)
+            for m in list(self.modules()):
+                if isinstance(m, (nn.Linear, nn.Conv2d)):
+                    nn.utils.parametrizations.spectral_norm(m)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.arch == "mlp":

@@ -104,7 +104,8 @@ class ICAFSRole(SplitRole):
             s = self.spec
             self.synth = PartySynthesis(self.data.X("train").numpy().astype(np.float64), name=self.name,
                                         code_dim=s.code_dim, feature_dim=s.feature_dim, channels=s.channels,
-                                        arch=s.arch, lr=s.gan_lr, max_modes=s.max_modes, seed=int(s.synth_seed))
+                                        arch=s.arch, lr=s.gan_lr, max_modes=s.max_modes, seed=int(s.synth_seed),
+                                        critic_norm=s.critic_norm)
         return self.synth
 
     @handles(CriticRequest)

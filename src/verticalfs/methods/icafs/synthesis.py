@@ -19,27 +19,34 @@ which section IV-A names as its inspiration):
   label for real rows (drawn uniformly, the same rows at every client), ``y~`` for synthetic ones.
   WGAN-GP: the critic maximises ``E[D(real)] - E[D(fake)]`` (lines 8 and 14), the generators
   minimise ``-E[D(fake)]`` (lines 9 and 15); the gradient penalty is taken on ``D_s``'s input (the
-  concatenated features and the label), and ``D_k``'s features are LayerNorm-ed. This departs
-  from WGAN-GP, whose penalty is on the critic's input (the records): the LayerNorm bounds
-  ``D_k``'s features, not its gradients, so the parties' critics are not held Lipschitz. The exact
-  penalty needs a second-order exchange (``||grad_x D||^2 = sum_k ||J_k^T g_k||^2`` with ``g_k``
-  from ``D_s``, and its derivative back through both). Measured in one process with the MLP
-  networks on USPS (K = 2, seed 0; logistic regression trained on synthetic rows, tested on real
-  ones, chance 10 %): at 250 / 500 / 1,000 iterations 14.4 / 17.1 / 15.4 % with this penalty
-  (6.1 % at 2,000 over the transport), 10.0 / 19.5 / 25.7 % with the exact one (20.7 % at
-  2,000), which costs ~4x a party's critic step with the convolutional critic (0.31 -> 1.19 s
-  for 1,000 + 500 rows of USPS, 2 threads) and would take stage 1 on USPS past the issue's 10
-  minutes. At the default 250 iterations the exact penalty is no better, so this one is kept.
-- Why USPS's synthetic rows carry so little of the label (measured 2026-11-25, K = 2, seed 0, 250
-  iterations, convolutional networks): the parties' critic features do see the class (a linear
-  probe on the real rows' features 77.2 %; ``D_s``'s projection term picks the true class for
-  60.6 % of real rows), but the generators collapse: a logistic regression trained on real rows
-  labels all 6,361 synthetic rows "5" or "6" (1,450 / 4,911). An auxiliary classifier on ``D_s``
-  (AC-WGAN-GP, Gulrajani et al. 2017's conditional setting: cross-entropy on real rows for the
-  critic, on synthetic rows for the generators) did not help: synthetic -> real 11.0 % without it,
-  7.9 / 14.6 / 15.8 / 4.7 / 7.4 % with critic weight 1 and generator weight 0 / 0.1 / 0.3 / 1 / 5
-  (one seed each, all within one seed's noise around chance), nor did CTGAN's PacGAN critic (pac
-  5: 12.1 %, pac 10: 8.1 %); neither is used.
+  concatenated features and the label). WGAN-GP's own penalty is on the critic's input (the
+  records) and needs a second-order exchange across the parties (``||grad_x D||^2 = sum_k
+  ||J_k^T g_k||^2`` with ``g_k`` from ``D_s``, and its derivative back through both), ~4x a party's
+  critic step with the convolutional critic (0.31 -> 1.19 s for 1,000 + 500 rows of USPS, 2
+  threads). Instead (``critic_norm="spectral"``, the default since 2026-11-25) every weight of
+  ``D_k`` is spectrally normalised (Miyato et al. 2018), which bounds each layer's gain locally with
+  one power iteration per step, and ``D_s`` carries an auxiliary classifier (AC-GAN, Odena et al.
+  2017; ``aux_weight`` 1): cross-entropy of the real labels on real rows for the critic, of the
+  synthetic labels on synthetic rows for the generators, both at the label holder.
+- Why (measured 2026-11-25; USPS, K = 2, seed 0, 250 iterations; logistic regression trained on
+  the synthetic rows, tested on real ones, chance ~10 %; in brackets the share of synthetic rows
+  that a logistic regression trained on real rows reads as their synthetic label). The earlier
+  default (``D_k``'s output features LayerNorm-ed, no auxiliary classifier, CTGAN's ``lr = 2e-4``)
+  made 11.0 % [10 %] with the convolutional networks: the generators collapsed onto one or two
+  digits although the critics saw the class (a linear probe on the parties' critic features 77.2
+  %). The LayerNorm bounds ``D_k``'s features, not its gradients, so the whole critic was not held
+  Lipschitz. With the convolutional networks: spectral + auxiliary classifier at 2e-4, 11.1 %;
+  the same at ``gan_lr = 1e-3``, **69.5 % [92.0 %]** (stage 1 505 s with one thread). With the
+  MLP networks: old default 6.5 %, auxiliary classifier alone 8.0 %, spectral alone 20.4 %, both
+  26.1 %, both at 1e-3 45.5 % [55.4 %]; 1e-3 alone 9.7 % (every row read as a "5"). In one
+  process with all 256 columns and one MLP critic (no federation, standardised pixels): 9.0 / 26.8
+  / 45.8 % after 250 / 1,000 / 3,000 iterations at 2e-4, 47.4 % at 250 with an auxiliary
+  classifier, 79.3 % with it at 1e-3; and the federation's split critic emulated in that process:
+  LayerNorm-ed features with the classifier 18.6 %, spectral normalisation with it 55.3 %. So
+  most of the failure was the untamed parties' critics, the rest too few iterations for CTGAN's
+  learning rate. Also tried and not used: CTGAN's PacGAN critic (pac 5 / 10: 12.1 / 8.1 % under
+  the old default), the exact penalty above (10.0 / 19.5 / 25.7 % at 250 / 500 / 1,000 iterations,
+  MLP, old default otherwise).
 - Each iteration updates the clients' parts (Step 1) and the label holder's parts (Step 2) from
   the same losses. At the end the label holder draws the synthetic labels (the training class
   frequencies) and codes; every client makes its block, decodes it to its own columns
@@ -56,8 +63,8 @@ columns is not used for the conditional vector, because the real rows of one cri
 the same rows at every client; a client choosing rows by its own columns' categories would be
 unaligned, and the label holder choosing them by class would tell the clients which rows share a
 class (how often a row is drawn reveals its class frequency). The conditional vector is the label,
-which only the label holder sees. Adam with CTGAN's ``lr = 2e-4``, betas ``(0.5, 0.9)``; batch 500;
-gradient-penalty weight 10.
+which only the label holder sees. Adam with betas ``(0.5, 0.9)`` (CTGAN's) at ``lr = 1e-3`` (CTGAN's
+2e-4 learnt the label too slowly for 250 iterations, above); batch 500; gradient-penalty weight 10.
 """
 
 from __future__ import annotations
@@ -91,8 +98,11 @@ class PartySynthesis:
     """A client's side of Algorithm 1: its representation, ``G_k``, ``D_k`` and their optimizers."""
 
     def __init__(self, X: np.ndarray, *, name: str, code_dim: int, feature_dim: int, channels: int, arch: str,
-                 lr: float, max_modes: int, seed: int) -> None:
+                 lr: float, max_modes: int, seed: int, critic_norm: str = "spectral") -> None:
         self.name = name
+        if critic_norm not in ("layernorm", "spectral"):
+            raise ProtocolError(f"ICAFS synthesis, party {name!r}: critic_norm must be 'layernorm' or 'spectral', "
+                                f"got {critic_norm!r}")
         self.code_dim, self.feature_dim = int(code_dim), int(feature_dim)
         self.norm = ModeSpecificNormalizer(max_modes=max_modes, seed=seed).fit(X)
         self.Z = torch.from_numpy(self.norm.transform(X))
@@ -113,7 +123,8 @@ class PartySynthesis:
         self.onehot_idx = torch.from_numpy(starts[seg] + np.arange(len(seg)) - (np.cumsum(widths) - widths)[seg])
         width = self.norm.output_width
         self.G = seeded(seed, lambda: Generator(self.code_dim, 0, width, arch=arch, hidden=channels))
-        self.D = seeded(seed + 1, lambda: Critic(width, 0, arch=arch, hidden=channels, out_dim=self.feature_dim))
+        self.D = seeded(seed + 1, lambda: Critic(width, 0, arch=arch, hidden=channels, out_dim=self.feature_dim,
+                                                 spectral=critic_norm == "spectral"))
         self.opt_g = torch.optim.Adam(self.G.parameters(), lr=lr, betas=BETAS)
         self.opt_d = torch.optim.Adam(self.D.parameters(), lr=lr, betas=BETAS)
         self.gen = torch.Generator().manual_seed(seed + 2)  # Gumbel noise of the output activations
@@ -241,8 +252,8 @@ class HolderSynthesis:
     ``D_s`` (the parties' critic features and the label to a Wasserstein score)."""
 
     def __init__(self, y: np.ndarray, n_classes: int, parties: list[str], *, code_dim: int, feature_dim: int,
-                 noise_dim: int = 128, hidden: int = 256, lr: float = 2e-4, batch_size: int = 500,
-                 gp_weight: float = 10.0, seed: int = 0) -> None:
+                 noise_dim: int = 128, hidden: int = 256, lr: float = 1e-3, batch_size: int = 500,
+                 gp_weight: float = 10.0, aux_weight: float = 1.0, seed: int = 0) -> None:
         self.y = np.asarray(y, dtype=np.int64)
         self.c = int(n_classes)
         self.parties = list(parties)
@@ -252,8 +263,11 @@ class HolderSynthesis:
             nn.Linear(self.noise_dim + self.c, hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
             nn.Linear(hidden, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, K * self.code_dim)))
         self.D = seeded(seed + 1, lambda: ProjectionCritic(K * self.feature_dim, self.c, hidden))
+        # AC-GAN's auxiliary classifier on D_s's features (Odena et al. 2017), off at aux_weight 0
+        self.aux_weight = float(aux_weight)
+        self.classifier = seeded(seed + 4, lambda: nn.Linear(hidden, self.c))
         self.opt_g = torch.optim.Adam(self.G.parameters(), lr=lr, betas=BETAS)
-        self.opt_d = torch.optim.Adam(self.D.parameters(), lr=lr, betas=BETAS)
+        self.opt_d = torch.optim.Adam([*self.D.parameters(), *self.classifier.parameters()], lr=lr, betas=BETAS)
         self.batch = int(min(batch_size, len(self.y)))
         self.gp_weight = float(gp_weight)
         self.rng = np.random.default_rng(seed + 2)
@@ -284,11 +298,19 @@ class HolderSynthesis:
     def critic_loss(self, Hr: torch.Tensor, yr: np.ndarray, Hf: torch.Tensor, yf: np.ndarray) -> torch.Tensor:
         real = torch.cat([Hr, self.onehot(yr)], 1)
         fake = torch.cat([Hf, self.onehot(yf)], 1)
-        return (self.D(fake).mean() - self.D(real).mean()
+        loss = (self.D(fake).mean() - self.D(real).mean()
                 + gradient_penalty(self.D, real, fake, self.gp_weight, self.gen))
+        return loss + self._aux(Hr, yr) if self.aux_weight else loss
 
     def generator_loss(self, Hf: torch.Tensor, yf: np.ndarray) -> torch.Tensor:
-        return -self.D(torch.cat([Hf, self.onehot(yf)], 1)).mean()
+        loss = -self.D(torch.cat([Hf, self.onehot(yf)], 1)).mean()
+        return loss + self._aux(Hf, yf) if self.aux_weight else loss
+
+    def _aux(self, H: torch.Tensor, y: np.ndarray) -> torch.Tensor:
+        """The auxiliary classifier's cross-entropy: of the real labels on real rows (critic), of the
+        synthetic labels on synthetic rows (generators)."""
+        logits = self.classifier(self.D.phi(H))
+        return self.aux_weight * F.cross_entropy(logits, torch.from_numpy(np.asarray(y, dtype=np.int64)))
 
     def split_grad(self, G: torch.Tensor) -> list[np.ndarray]:
         d = self.feature_dim
