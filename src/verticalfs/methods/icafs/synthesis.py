@@ -32,7 +32,7 @@ which section IV-A names as its inspiration):
   the synthetic rows, tested on real ones, chance ~10 %; in brackets the share of synthetic rows
   that a logistic regression trained on real rows reads as their synthetic label). The earlier
   default (``D_k``'s output features LayerNorm-ed, no auxiliary classifier, CTGAN's ``lr = 2e-4``)
-  made 11.0 % [10 %] with the convolutional networks: the generators collapsed onto one or two
+  made 11.0 % with the convolutional networks: the generators collapsed onto one or two
   digits although the critics saw the class (a linear probe on the parties' critic features 77.2
   %). The LayerNorm bounds ``D_k``'s features, not its gradients, so the whole critic was not held
   Lipschitz. With the convolutional networks: spectral + auxiliary classifier at 2e-4, 11.1 %;
