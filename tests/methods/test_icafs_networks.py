@@ -31,7 +31,7 @@ def test_party_critic_features_are_normalised(arch):
 
 @pytest.mark.parametrize("arch", ["conv", "mlp"])
 def test_spectral_party_critic_has_unit_gain_layers(arch):
-    """``spectral=True``: after a few forward passes in training mode (each one power iteration),
+    """``spectral=True``: after 300 forward passes in training mode (each one power iteration),
     every linear and convolutional weight the critic uses has largest singular value 1, and the
     features are not LayerNorm-ed (they scale with the input)."""
     torch.manual_seed(0)

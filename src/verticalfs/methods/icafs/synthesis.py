@@ -36,7 +36,7 @@ which section IV-A names as its inspiration):
   digits although the critics saw the class (a linear probe on the parties' critic features 77.2
   %). The LayerNorm bounds ``D_k``'s features, not its gradients, so the whole critic was not held
   Lipschitz. With the convolutional networks: spectral + auxiliary classifier at 2e-4, 11.1 %;
-  the same at ``gan_lr = 1e-3``, **69.5 % [92.0 %]** (stage 1 505 s with one thread). With the
+  the same at ``gan_lr = 1e-3``, **69.5 % [92.0 %]** (the whole diagnostic run 505 s, one thread). With the
   MLP networks: old default 6.5 %, auxiliary classifier alone 8.0 %, spectral alone 20.4 %, both
   26.1 %, both at 1e-3 45.5 % [55.4 %]; 1e-3 alone 9.7 % (every row read as a "5"). In one
   process with all 256 columns and one MLP critic (no federation, standardised pixels): 9.0 / 26.8
