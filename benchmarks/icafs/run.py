@@ -59,7 +59,84 @@ NOISE = (1.0, 0.5, 0.25)
 EPSILONS = (20.0, 10.0, 5.0)
 
 
-def run_one(job: dict) -> dict:
+#: Stage 1 of one worker's last runs, by :func:`stage1_key` (see :func:`run_group`).
+_STAGE1: dict[str, dict] = {}
+
+
+def stage1_key(job: dict) -> str | None:
+    """What ICAFS's stage 1 of ``job`` depends on, when other runs can share it; else None.
+
+    Algorithm 1 reads only the data, the seed (every random stream of it is derived from the run's
+    seed), K and the synthesis settings. Table V's DP-SGD acts on the encoders' steps on real rows
+    and Table VI's ``fixed-temp`` and ``embedding`` on the top model, both in stages 2-3, so those
+    runs and Table IV's K = 2 run of the same seed make the same synthetic rows. ``no-fs`` makes
+    none, and Table VIII's noise columns change the data.
+    """
+    params = job.get("params") or {}
+    if (job["method"] != "icafs" or job.get("noise") or job["kind"] not in ("table4", "table5", "table6")
+            or params.get("variant") == "no-fs" or set(params) - {"dp_epsilon", "variant"}):
+        return None
+    return json.dumps({k: job.get(k) for k in ("dataset", "parties", "seed", "synth_steps")}, sort_keys=True)
+
+
+def _stage1_shared(key: str | None, fed, produce: bool):
+    """A context in which :meth:`ICAFSTrainer.synthesize` keeps its result under ``key`` (the
+    first run of a group) or, when ``key`` is kept and ``produce`` is false, restores it instead
+    of running Algorithm 1 again: each party's synthetic block into that party (the benchmark runs
+    every party in this process; in a deployment nothing would move, each party would keep its
+    own), the synthetic labels at the label holder. A restored run's ledger has no stage-1 bytes
+    and its ``info`` says ``synthesis_reused`` (Tables V and VI report accuracy only)."""
+    import contextlib
+
+    from verticalfs.methods.icafs.method import ICAFSTrainer
+    from verticalfs.training.batches import BatchPlan
+    from verticalfs.training.history import derive_seed
+
+    if key is None:
+        return contextlib.nullcontext()
+    original = ICAFSTrainer.synthesize
+
+    def synthesize(trainer) -> None:
+        kept = _STAGE1.get(key)
+        if kept is None or produce:
+            original(trainer)
+            _STAGE1.clear()  # one group's stage 1 at a time
+            _STAGE1[key] = {"blocks": {q: fed.local_runtime(q).role.synthetic.clone() for q in trainer.parties},
+                            "y_syn": trainer.y_syn.clone(), "info": dict(trainer.synthesis_info)}
+            return
+        p = trainer.params
+        n_syn = len(kept["y_syn"])
+        trainer.fed.limit_tensor_elements(max(trainer.n_samples(s) for s in trainer.y) * max(trainer.embedding_dims.values())
+                                          + n_syn * max(p.code_dim, p.feature_dim))
+        for q, block in kept["blocks"].items():
+            role = fed.local_runtime(q).role
+            role.synthetic = block.clone()
+            role.synth_plan = BatchPlan(block.shape[0], int(role.spec.batch_size), int(role.spec.synth_shuffle_seed))
+        trainer.y_syn = kept["y_syn"].clone()
+        trainer.synth_plan = BatchPlan(n_syn, trainer.config.batch_size, derive_seed(trainer.seed, "synthetic batches"))
+        trainer.synthesis_info = {**kept["info"], "synthesis_reused": 1}
+
+    @contextlib.contextmanager
+    def patched():
+        ICAFSTrainer.synthesize = synthesize
+        try:
+            yield
+        finally:
+            ICAFSTrainer.synthesize = original
+
+    return patched()
+
+
+def run_group(jobs: list[dict]) -> list[dict]:
+    """Runs one after the other in one worker, sharing stage 1 among those of one :func:`stage1_key`
+    (a Table IV run computes its own, for its cost and quality figures, and leaves it to the rest)."""
+    try:
+        return [run_one(j, reuse=True) for j in jobs]
+    finally:
+        _STAGE1.clear()
+
+
+def run_one(job: dict, reuse: bool = False) -> dict:
     import torch
 
     import verticalfs
@@ -77,7 +154,8 @@ def run_one(job: dict) -> dict:
         params["synth_steps"] = job["synth_steps"]
     m = create(job["method"], seed=job["seed"], **params)
     fed = Federation.in_process(data)
-    m.fit(fed)
+    with _stage1_shared(stage1_key(job) if reuse else None, fed, produce=job["kind"] == "table4"):
+        m.fit(fed)
     fit_seconds = time.perf_counter() - t0
     sup = m.get_support()
     led = fed.ledger
@@ -181,6 +259,25 @@ def jobs_for(args) -> list[dict]:
                  for d in datasets for z in NOISE for sd in seeds]
     # the long runs first, so that the pool's workers finish together
     return sorted(jobs, key=lambda j: j["method"] not in ("icafs", "sefs"))
+
+
+def groups(jobs: list[dict]) -> list[list[dict]]:
+    """The jobs as :func:`run_group`'s groups: those sharing a :func:`stage1_key` together (Table IV's
+    run first), every other job alone; the long groups first, so that the workers finish together."""
+    shared: dict[str, list[dict]] = {}
+    out: list[list[dict]] = []
+    for j in jobs:
+        k = stage1_key(j)
+        if k is None:
+            out.append([j])
+        else:
+            if k not in shared:
+                shared[k] = []
+                out.append(shared[k])
+            shared[k].append(j)
+    for g in out:
+        g.sort(key=lambda j: j["kind"] != "table4")
+    return sorted(out, key=lambda g: (not any(j["method"] in ("icafs", "sefs") for j in g), -len(g)))
 
 
 def _key(job: dict) -> str:
@@ -336,14 +433,17 @@ def main() -> None:
               f"{sum(_key(j) in done for j in jobs)} of the {len(jobs)} asked for are among them", flush=True)
         jobs = [j for j in jobs if _key(j) not in done]
     t0 = time.perf_counter()
+    i = 0
     with ProcessPoolExecutor(args.workers) as ex:
-        futures = [ex.submit(run_one, j) for j in jobs]
-        for i, fut in enumerate(as_completed(futures)):
-            r = fut.result()
-            results.append(r)
-            print(f"[{i + 1}/{len(jobs)} {time.perf_counter() - t0:6.0f}s] {r['kind']} {r['dataset']} K={r['parties']} "
-                  f"{r['method']} seed {r['seed']} {r.get('params', '')}: acc {r['metrics'].get('accuracy', float('nan')):.4f} "
-                  f"ratio {r['ratio']:.3f} ({r['seconds']:.0f}s)", flush=True)
+        futures = [ex.submit(run_group, g) for g in groups(jobs)]
+        for fut in as_completed(futures):
+            for r in fut.result():
+                i += 1
+                results.append(r)
+                print(f"[{i}/{len(jobs)} {time.perf_counter() - t0:6.0f}s] {r['kind']} {r['dataset']} K={r['parties']} "
+                      f"{r['method']} seed {r['seed']} {r.get('params', '')}: acc "
+                      f"{r['metrics'].get('accuracy', float('nan')):.4f} ratio {r['ratio']:.3f} ({r['seconds']:.0f}s"
+                      f"{', stage 1 reused' if r['info'].get('synthesis_reused') else ''})", flush=True)
             write_json_atomic(out / "results.json", results)  # finished runs survive an interrupted one (--resume)
     text = report(results, args)
     write_bytes_atomic(out / "RESULTS.md", (text + "\n").encode())

@@ -1,0 +1,53 @@
+"""The ICAFS benchmark's shortcut: Table IV's K = 2 run and Tables V and VI's runs of one seed share
+stage 1 (``benchmarks/icafs/run.py``, :func:`run_group`), and a run that restores it is the run
+that computes it again."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("icafs_run", REPO / "benchmarks" / "icafs" / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def job(kind: str, seed: int = 0, **extra) -> dict:
+    return {"data_dir": None, "synth_steps": 3, "dataset": "wine", "parties": 2, "seed": seed, "method": "icafs",
+            "kind": kind, **extra}
+
+
+def test_what_shares_stage_1(bench):
+    t4 = job("table4", quality=True, cost=True)
+    dp = job("table5", eps=5.0, params={"dp_epsilon": 5.0})
+    fixed = job("table6", variant="fixed-temp", params={"variant": "fixed-temp"})
+    assert bench.stage1_key(t4) == bench.stage1_key(dp) == bench.stage1_key(fixed) is not None
+    assert bench.stage1_key(job("table4", seed=1)) != bench.stage1_key(t4)
+    assert bench.stage1_key(job("table6", variant="no-fs", params={"variant": "no-fs"})) is None  # no synthesis
+    assert bench.stage1_key(job("table8", noise=0.5)) is None  # other data
+    assert bench.stage1_key(job("table5", params={"dp_epsilon": 5.0, "synth_batch": 64})) is None  # other stage 1
+    assert bench.stage1_key({**t4, "method": "sefs"}) is None
+    grouped = bench.groups([fixed, dp, t4, job("table8", noise=0.5)])
+    assert [[j["kind"] for j in g] for g in grouped] == [["table4", "table6", "table5"], ["table8"]]
+
+
+def test_a_restored_stage_1_gives_the_run_that_computes_it(bench):
+    jobs = [job("table4", quality=True, cost=True), job("table6", variant="fixed-temp", params={"variant": "fixed-temp"}),
+            job("table5", eps=20.0, params={"dp_epsilon": 20.0})]
+    alone = [bench.run_one(j) for j in jobs[1:]]
+    shared = bench.run_group(jobs)
+    assert not shared[0]["info"].get("synthesis_reused")  # Table IV's run computes its own (cost, quality)
+    for a, s in zip(alone, shared[1:], strict=True):
+        assert s["info"]["synthesis_reused"] == 1 and not a["info"].get("synthesis_reused")
+        assert s["metrics"] == a["metrics"] and s["support"] == a["support"]
+        assert s["info"]["synthesis_bytes"] == a["info"]["synthesis_bytes"]
+        assert s["mbytes"] < a["mbytes"]  # the restored run sent no stage-1 message
+    assert not bench._STAGE1  # a worker keeps nothing between groups
