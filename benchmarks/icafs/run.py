@@ -8,6 +8,9 @@
   column stays empty.
 - Table V: ICAFS with DP-SGD on the encoders at epsilon 20, 10 and 5 (delta 1e-5), K = 2.
 - Table VI: the ablations (fixed temperature, an MLP instead of the gates, no selection), K = 2.
+  Tables V and VI's runs (but ``no-fs``, which has no stage 1) take the stage 1 of Table IV's K = 2
+  run of their seed instead of computing it again (:func:`stage1_key`, :func:`run_group`): it is
+  the same computation, and a restored run is the run that recomputes it (tested).
 - Table VII: seconds and megabytes of ICAFS's synthesis, training and inference (the test split),
   from the ledger and the clock, beside SEFS's, K = 2.
 - Table VIII: ICAFS with Gaussian noise columns making 50 %, 33 % and 20 % of each party's columns
