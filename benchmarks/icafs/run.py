@@ -371,7 +371,11 @@ def report(results: list[dict], args) -> str:
         lines += ["", f"## {title}", "", "| setting | " + " | ".join(datasets) + " |", "|---" * (1 + len(datasets)) + "|"]
         base = {d: [r for r in t4 if r["method"] == "icafs" and r["dataset"] == d and r["parties"] == 2] for d in datasets}
         label0 = {"table5": "no DP", "table6": "ICAFS", "table8": "no noise"}[kind]
-        lines.append(f"| {label0} | " + " | ".join(_acc(base[d]) for d in datasets) + " |")
+        paper0 = {"table5": PAPER5.get(0), "table6": PAPER6.get("icafs")}.get(kind)  # Table VIII's has no such row
+        order = ("ALLAML", "USPS", "TOX_171")
+        lines.append(f"| {label0} | " + " | ".join(
+            _acc(base[d]) + (f" [{paper0[order.index(d)]}]" if base[d] and paper0 and d in order else "")
+            for d in datasets) + " |")
         for v in values:
             cells = []
             for d in datasets:
@@ -379,7 +383,9 @@ def report(results: list[dict], args) -> str:
                 p = paper.get(v)
                 idx = ("ALLAML", "USPS", "TOX_171").index(d) if d in ("ALLAML", "USPS", "TOX_171") else None
                 cells.append(_acc(sel) + (f" [{p[idx]}]" if sel and p and idx is not None else ""))
-            label = {"table5": f"epsilon {v:g}", "table6": str(v), "table8": f"{100 * v / (1 + v):.0f} % noise"}[kind]
+            # one label per table (a dict of all three would format a variant's name as a number)
+            label = (f"epsilon {v:g}" if kind == "table5" else str(v) if kind == "table6"
+                     else f"{100 * v / (1 + v):.0f} % noise")
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     cost = [r for r in t4 if r.get("cost")]
     if cost:

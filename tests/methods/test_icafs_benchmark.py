@@ -4,6 +4,7 @@ that computes it again."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from pathlib import Path
 
@@ -51,3 +52,7 @@ def test_a_restored_stage_1_gives_the_run_that_computes_it(bench):
         assert s["info"]["synthesis_bytes"] == a["info"]["synthesis_bytes"]
         assert s["mbytes"] < a["mbytes"]  # the restored run sent no stage-1 message
     assert not bench._STAGE1  # a worker keeps nothing between groups
+    # and the report writes Tables V and VI from such runs (it once formatted a variant as a number)
+    args = argparse.Namespace(datasets="wine", clients="2", seeds=1, only="table5,table6", methods="", synth_steps=3)
+    text = bench.report(shared, args)
+    assert "| epsilon 20 | " in text and "| fixed-temp | " in text and "| ICAFS | " in text
