@@ -56,3 +56,34 @@ def test_a_restored_stage_1_gives_the_run_that_computes_it(bench):
     args = argparse.Namespace(datasets="wine", clients="2", seeds=1, only="table5,table6", methods="", synth_steps=3)
     text = bench.report(shared, args)
     assert "| epsilon 20 | " in text and "| fixed-temp | " in text and "| ICAFS | " in text
+
+
+def test_the_oracle_of_the_mapping_diagnostic_learns_the_gates_on_the_real_rows():
+    """``mapping.py --stage1 real`` replaces Algorithm 1's output by each party's own real training
+    rows and the real labels: stage 2 then draws its "synthetic" batches from exactly those."""
+    import numpy as np
+
+    import verticalfs
+    from verticalfs.federation import Federation
+    from verticalfs.methods.icafs.method import ICAFSParams, ICAFSTrainer
+    from verticalfs.methods.icafs.role import SYNTHETIC
+
+    spec = importlib.util.spec_from_file_location("icafs_mapping", REPO / "benchmarks" / "icafs" / "mapping.py")
+    mapping = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mapping)
+    data = verticalfs.build_data("wine", parties=2, seed=0)
+    fed = Federation.in_process(data)
+    tr = ICAFSTrainer(fed, "icafs", ICAFSParams(), seed=0)
+    tr.setup()
+    mapping._real_as_synthetic(tr, fed, data)
+    y = np.asarray(data.labels.y["train"])
+    rows = tr.synth_plan.rows(0, 0)
+    assert np.array_equal(tr.y_syn.numpy(), y)
+    for party in data.parties:
+        role = fed.local_runtime(party.name).role
+        got = role.rows(SYNTHETIC, 0, 0).numpy()
+        assert np.allclose(got, party.X["train"][role.synth_plan.rows(0, 0)])
+        assert role.synth_plan.rows(0, 0).tolist() == rows.tolist()  # parties and label holder stay aligned
+    out = mapping.run_seed({"seed": 0, "dataset": "wine", "parties": 2, "data_dir": None, "stage1": "real"})
+    assert set(out["accuracy"]) == set(mapping.MAPPINGS) and all(0.5 < a <= 1 for a in out["accuracy"].values())
+    assert len(out["open_share"]) == sum(tr.embedding_dims.values())
