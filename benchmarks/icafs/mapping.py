@@ -46,18 +46,12 @@ def _real_as_synthetic(tr, fed, data) -> None:
     behind, with perfect data in it)."""
     import torch
 
-    from verticalfs.training.batches import BatchPlan
-    from verticalfs.training.history import derive_seed
-
     y = np.asarray(data.labels.y["train"]).astype(np.int64)
-    for party in data.parties:
-        role = fed.local_runtime(party.name).role  # instrumentation: the in-process party
-        role.synthetic = torch.from_numpy(np.ascontiguousarray(party.X["train"], dtype=np.float32))
-        role.synth_plan = BatchPlan(len(y), int(role.spec.batch_size), int(role.spec.synth_shuffle_seed))
-    tr.y_syn = torch.from_numpy(y)
-    tr.synth_plan = BatchPlan(len(y), tr.config.batch_size, derive_seed(tr.seed, "synthetic batches"))
-    tr.synthesis_info = {"synthesis_seconds": 0.0, "synthesis_bytes": 0, "synthesis_rows": len(y),
-                         "synthesis_oracle": 1}
+    for party in data.parties:  # instrumentation: the in-process parties
+        fed.local_runtime(party.name).role.adopt_synthetic(
+            torch.from_numpy(np.ascontiguousarray(party.X["train"], dtype=np.float32)))
+    tr.adopt_synthesis(y, {"synthesis_seconds": 0.0, "synthesis_bytes": 0, "synthesis_rows": len(y),
+                           "synthesis_oracle": 1})
 
 
 def run_seed(job: dict) -> dict:

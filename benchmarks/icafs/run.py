@@ -92,8 +92,6 @@ def _stage1_shared(key: str | None, fed, produce: bool):
     import contextlib
 
     from verticalfs.methods.icafs.method import ICAFSTrainer
-    from verticalfs.training.batches import BatchPlan
-    from verticalfs.training.history import derive_seed
 
     if key is None:
         return contextlib.nullcontext()
@@ -107,17 +105,9 @@ def _stage1_shared(key: str | None, fed, produce: bool):
             _STAGE1[key] = {"blocks": {q: fed.local_runtime(q).role.synthetic.clone() for q in trainer.parties},
                             "y_syn": trainer.y_syn.clone(), "info": dict(trainer.synthesis_info)}
             return
-        p = trainer.params
-        n_syn = len(kept["y_syn"])
-        trainer.fed.limit_tensor_elements(max(trainer.n_samples(s) for s in trainer.y) * max(trainer.embedding_dims.values())
-                                          + n_syn * max(p.code_dim, p.feature_dim))
         for q, block in kept["blocks"].items():
-            role = fed.local_runtime(q).role
-            role.synthetic = block.clone()
-            role.synth_plan = BatchPlan(block.shape[0], int(role.spec.batch_size), int(role.spec.synth_shuffle_seed))
-        trainer.y_syn = kept["y_syn"].clone()
-        trainer.synth_plan = BatchPlan(n_syn, trainer.config.batch_size, derive_seed(trainer.seed, "synthetic batches"))
-        trainer.synthesis_info = {**kept["info"], "synthesis_reused": 1}
+            fed.local_runtime(q).role.adopt_synthetic(block.clone())
+        trainer.adopt_synthesis(kept["y_syn"].numpy(), {**kept["info"], "synthesis_reused": 1})
 
     @contextlib.contextmanager
     def patched():

@@ -100,6 +100,23 @@ def test_party_rejects_malformed_synthesis_messages(traced, data):
                        arch="mlp", lr=1e-3, max_modes=2, seed=0, critic_norm="batchnorm")
 
 
+def test_adopting_a_synthesis_checks_its_shape_first(traced, data):
+    """The seam Algorithm 1 ends in (and the benchmark's reuse and oracle use) refuses a block or
+    labels that do not fit, before it changes anything."""
+    m, fed = traced
+    role = fed.local_runtime(data.party_names[0]).role
+    before = role.synthetic
+    n_cols = len(role.data.kept)
+    with pytest.raises(ConfigError, match=rf"party '{data.party_names[0]}'.*shape \(5, {n_cols + 1}\)"):
+        role.adopt_synthetic(torch.zeros(5, n_cols + 1))
+    assert role.synthetic is before
+    tr, y_before = m.trainer_, m.trainer_.y_syn
+    for bad in (np.array([0, 1, tr.labels.n_classes]), np.array([-1, 0]), np.zeros((2, 2), dtype=int), np.array([], dtype=int)):
+        with pytest.raises(ConfigError, match="synthetic labels"):
+            tr.adopt_synthesis(bad, {})
+    assert tr.y_syn is y_before
+
+
 def test_path_scores_by_hand():
     from verticalfs.nn.models import MLP
 

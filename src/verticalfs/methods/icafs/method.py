@@ -267,13 +267,27 @@ class ICAFSTrainer(SplitTrainer):
             rep = px.request(Synthesize(codes=codes[k]), at, expect=Synthesized)
             if int(rep.n_rows) != n_syn:
                 raise ConfigError(f"party {q!r} made {rep.n_rows} synthetic rows, expected {n_syn}")
+        self.adopt_synthesis(y_syn, {"synthesis_seconds": time.perf_counter() - t0,
+                                     "synthesis_bytes": int(self.ledger.total_bytes - b0),
+                                     "synthesis_rows": n_syn,
+                                     "synthesis_last_losses": list(losses[-1]) if losses else []})
+        self.synthesis_holder = hs
+
+    def adopt_synthesis(self, y_syn, info: dict) -> None:
+        """Take ``y_syn`` as the labels of the synthetic rows (the parties' blocks, in the same row
+        order, are each party's: :meth:`ICAFSRole.adopt_synthetic`), with the batch order of stage 2
+        and ``info`` for :attr:`synthesis_info`. Algorithm 1 ends here; the benchmark's reuse of a
+        seed's stage 1 and its oracle come in here too."""
+        y_syn = np.asarray(y_syn)
+        if y_syn.ndim != 1 or len(y_syn) == 0 or y_syn.min() < 0 or y_syn.max() >= self.labels.n_classes:
+            raise ConfigError(f"{self.method}: synthetic labels must be one class index in [0, "
+                              f"{self.labels.n_classes}) per synthetic row, got shape {y_syn.shape}")
+        p, n_syn = self.params, len(y_syn)
+        self.fed.limit_tensor_elements(max(self.n_samples(s) for s in self.y) * max(self.embedding_dims.values())
+                                       + n_syn * max(p.code_dim, p.feature_dim))
         self.y_syn = torch.from_numpy(y_syn.astype(np.int64))
         self.synth_plan = BatchPlan(n_syn, self.config.batch_size, derive_seed(self.seed, "synthetic batches"))
-        self.synthesis_info = {"synthesis_seconds": time.perf_counter() - t0,
-                               "synthesis_bytes": int(self.ledger.total_bytes - b0),
-                               "synthesis_rows": n_syn,
-                               "synthesis_last_losses": list(losses[-1]) if losses else []}
-        self.synthesis_holder = hs
+        self.synthesis_info = dict(info)
 
     # ------------------------------------------------------ stages 2 and 3
     def _blocks(self, split: str, epoch: int, batch: int, at: At, n: int) -> torch.Tensor:

@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import torch
 
-from verticalfs.exceptions import ProtocolError
+from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods.icafs.messages import (
     CodeGradients,
     CriticFeatures,
@@ -130,9 +130,20 @@ class ICAFSRole(SplitRole):
     @handles(Synthesize)
     def on_synthesize(self, msg: Synthesize, ctx: Context) -> Synthesized:
         X = self._synthesis().synthesize(msg.codes)
-        self.synthetic = torch.from_numpy(X)  # the columns in use, as data.X("train") the synthesis fitted
-        self.synth_plan = BatchPlan(X.shape[0], int(self.spec.batch_size), int(self.spec.synth_shuffle_seed))
+        self.adopt_synthetic(torch.from_numpy(X))
         return Synthesized(n_rows=int(X.shape[0]))
+
+    def adopt_synthetic(self, X: torch.Tensor) -> None:
+        """Take ``X`` (rows x the columns in use, as ``data.X("train")`` the synthesis fitted) as this
+        party's synthetic block for stage 2, with its batch order. Algorithm 1 ends here; a caller
+        that kept a block from an earlier run of the same stage 1 (the benchmark's reuse) or wants
+        another one in its place (the benchmark's oracle) comes in here too."""
+        if X.ndim != 2 or X.shape[1] != len(self.data.kept):
+            raise ConfigError(f"party {self.name!r}: a synthetic block of shape {tuple(X.shape)} for its "
+                              f"{len(self.data.kept)} columns in use; give one row per synthetic row and one "
+                              "column per column in use")
+        self.synthetic = X
+        self.synth_plan = BatchPlan(X.shape[0], int(self.spec.batch_size), int(self.spec.synth_shuffle_seed))
 
     # ------------------------------------------------------ stages 2 and 3
     def rows(self, split: str, epoch: int, batch: int) -> torch.Tensor:
