@@ -49,6 +49,20 @@ def epoch(tr, fed, limit=None) -> tuple[float, int, int]:
     return dt, fed.ledger.bytes_where(phase="train") - b0, n
 
 
+def pooled_epoch(tr, fed, pool: int) -> tuple:
+    """An epoch after each party's r^n pool is filled (the offline/online split): its table row."""
+    roles = [fed.local_runtime(p).role for p in tr.parties]
+    t0 = time.perf_counter()
+    for r in roles:
+        r.crypto.priv.precompute(pool)
+    t_pool = time.perf_counter() - t0
+    dt, b, nb = epoch(tr, fed)
+    left = min(r.crypto.pub.pool_size for r in roles)
+    return ("  same, r^n pool filled offline", dt, b, nb,
+            f"online time; the pools ({pool} per party) took {t_pool:.1f} s to fill, "
+            f"{left} left after the epoch" + ("" if left else " (EXHAUSTED: raise --pool)"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=None)
@@ -82,16 +96,7 @@ def main() -> None:
         rows.append((f"secure packed, randomness {rnd}", dt, b, nb,
                      f"measured (keys made and exchanged in {t_setup:.1f} s; masks hide >= {hiding} bits)"))
         # packed, with each party's r^n pool filled before the epoch (the offline/online split)
-        roles = [fed.local_runtime(p).role for p in tr.parties]
-        t0 = time.perf_counter()
-        for r in roles:
-            r.crypto.priv.precompute(args.pool)
-        t_pool = time.perf_counter() - t0
-        dt, b, nb = epoch(tr, fed)
-        left = min(r.crypto.pub.pool_size for r in roles)
-        rows.append(("  same, r^n pool filled offline", dt, b, nb,
-                     f"online time; the pools ({args.pool} per party) took {t_pool:.1f} s to fill, "
-                     f"{left} left after the epoch" + ("" if left else " (EXHAUSTED: raise --pool)")))
+        rows.append(pooled_epoch(tr, fed, args.pool))
         # unpacked: over a few batches, extrapolated
         tr, fed, _ = trainer_for(data, args.seed, secure=True, key_bits=args.key_bits, packed=False, randomness=rnd)
         dt, b, nb = epoch(tr, fed, limit=args.unpacked_batches)
@@ -106,6 +111,8 @@ def main() -> None:
         dt, b, nb = epoch(tr, fed)
         timing[("packed", "cores")] = dt
         rows.append((f"secure packed, full, {cores} crypto workers", dt, b, nb, "measured"))
+        rows.append(pooled_epoch(tr, fed, args.pool))
+        timing[("packed", "cores+pool")] = rows[-1][1]
         tr, fed, _ = trainer_for(data, args.seed, secure=True, key_bits=args.key_bits, packed=False)
         dt, b, nb = epoch(tr, fed, limit=args.unpacked_batches)
         timing[("unpacked", "cores")] = dt * tr.plan.n_batches / nb
@@ -119,6 +126,11 @@ def main() -> None:
         label = f"{cores} crypto workers, randomness full" if rnd == "cores" else f"randomness {rnd}"
         print(f"\n{label}: packed {timing[('packed', rnd)]:.1f} s per epoch (aim: < 10 s), "
               f"{timing[('unpacked', rnd)] / timing[('packed', rnd)]:.1f}x faster than unpacked (aim: >= 20x)")
+    if ("packed", "cores+pool") in timing:  # the most the aim gets here: both cores, every obfuscator made beforehand
+        print(f"{cores} crypto workers, pools filled offline: packed {timing[('packed', 'cores+pool')]:.1f} s per "
+              f"epoch online (aim: < 10 s); against the unpacked epoch on {cores} workers with its obfuscators "
+              f"made online {timing[('unpacked', 'cores')] / timing[('packed', 'cores+pool')]:.1f}x (not like for "
+              "like: the pool takes the encryptions' exponentiations off the clock)")
     # Algorithm 1 once, at the same key length
     m = create("fedsdg-fs", seed=args.seed, epochs=0, key_bits=args.key_bits)
     fed = Federation.in_process(data)
