@@ -44,12 +44,10 @@ def _real_as_synthetic(tr, fed, data) -> None:
     """The oracle of ``--stage1 real``: each party's real training rows as its synthetic block and
     the real training labels as the synthetic labels (what ``ICAFSTrainer.synthesize`` leaves
     behind, with perfect data in it)."""
-    import torch
-
     y = np.asarray(data.labels.y["train"]).astype(np.int64)
-    for party in data.parties:  # instrumentation: the in-process parties
-        fed.local_runtime(party.name).role.adopt_synthetic(
-            torch.from_numpy(np.ascontiguousarray(party.X["train"], dtype=np.float32)))
+    for party in data.parties:  # instrumentation: the in-process parties, each with the rows it trains on
+        role = fed.local_runtime(party.name).role
+        role.adopt_synthetic(role.data.X("train").clone())
     tr.adopt_synthesis(y, {"synthesis_seconds": 0.0, "synthesis_bytes": 0, "synthesis_rows": len(y),
                            "synthesis_oracle": 1})
 

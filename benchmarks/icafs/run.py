@@ -56,7 +56,7 @@ PAPER4 = {  # icafs.md Table IV, K = 2 / 5 / 10 (accuracy %), for the side-by-si
 PAPER5 = {0: (100.0, 72.03, 76.28), 10: (93.33, 71.20, 57.14), 5: (93.33, 63.87, 54.29)}  # ALLAML, USPS, TOX_171
 PAPER6 = {"icafs": (100.0, 72.03, 76.28), "fixed-temp": (100.0, 71.25, 73.13), "embedding": (100.0, 69.25, 72.31),
           "no-fs": (98.76, 65.16, 65.44)}
-PAPER8 = {1.0: (100.0, 50.70, 57.14), 0.5: (93.33, 57.25, 62.57), 0.25: (100.0, 65.77, 65.24)}
+PAPER8 = {0.0: (100.0, 72.03, 76.28), 1.0: (100.0, 50.70, 57.14), 0.5: (93.33, 57.25, 62.57), 0.25: (100.0, 65.77, 65.24)}
 VARIANTS = ("icafs", "fixed-temp", "embedding", "no-fs")
 NOISE = (1.0, 0.5, 0.25)
 EPSILONS = (20.0, 10.0, 5.0)
@@ -290,6 +290,11 @@ def _acc(rows: list[dict], key: str = "metrics") -> str:
     return f"{np.mean(v):.2f} ± {np.std(v):.2f}" + (f" (n={len(v)})" if len(v) != 5 else "")
 
 
+def _cell(runs: list[dict], paper: tuple | None, dataset: str) -> str:
+    """Accuracy over ``runs``, with the paper's figure (PAPER5/6/8 are in the order of DATASETS)."""
+    return _acc(runs) + (f" [{paper[DATASETS.index(dataset)]}]" if runs and paper and dataset in DATASETS else "")
+
+
 def report(results: list[dict], args) -> str:
     datasets = [d for d in args.datasets.split(",") if d]
     clients = [int(k) for k in args.clients.split(",") if k]
@@ -361,18 +366,10 @@ def report(results: list[dict], args) -> str:
         lines += ["", f"## {title}", "", "| setting | " + " | ".join(datasets) + " |", "|---" * (1 + len(datasets)) + "|"]
         base = {d: [r for r in t4 if r["method"] == "icafs" and r["dataset"] == d and r["parties"] == 2] for d in datasets}
         label0 = {"table5": "no DP", "table6": "ICAFS", "table8": "no noise"}[kind]
-        paper0 = {"table5": PAPER5.get(0), "table6": PAPER6.get("icafs")}.get(kind)  # Table VIII's has no such row
-        order = ("ALLAML", "USPS", "TOX_171")
-        lines.append(f"| {label0} | " + " | ".join(
-            _acc(base[d]) + (f" [{paper0[order.index(d)]}]" if base[d] and paper0 and d in order else "")
-            for d in datasets) + " |")
+        paper0 = {"table5": PAPER5[0], "table6": PAPER6["icafs"], "table8": PAPER8[0.0]}[kind]
+        lines.append(f"| {label0} | " + " | ".join(_cell(base[d], paper0, d) for d in datasets) + " |")
         for v in values:
-            cells = []
-            for d in datasets:
-                sel = [r for r in rows if r[key] == v and r["dataset"] == d]
-                p = paper.get(v)
-                idx = ("ALLAML", "USPS", "TOX_171").index(d) if d in ("ALLAML", "USPS", "TOX_171") else None
-                cells.append(_acc(sel) + (f" [{p[idx]}]" if sel and p and idx is not None else ""))
+            cells = [_cell([r for r in rows if r[key] == v and r["dataset"] == d], paper.get(v), d) for d in datasets]
             # one label per table (a dict of all three would format a variant's name as a number)
             label = (f"epsilon {v:g}" if kind == "table5" else str(v) if kind == "table6"
                      else f"{100 * v / (1 + v):.0f} % noise")

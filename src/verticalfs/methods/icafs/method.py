@@ -276,8 +276,8 @@ class ICAFSTrainer(SplitTrainer):
     def adopt_synthesis(self, y_syn, info: dict) -> None:
         """Take ``y_syn`` as the labels of the synthetic rows (the parties' blocks, in the same row
         order, are each party's: :meth:`ICAFSRole.adopt_synthetic`), with the batch order of stage 2
-        and ``info`` for :attr:`synthesis_info`. Algorithm 1 ends here; the benchmark's reuse of a
-        seed's stage 1 and its oracle come in here too."""
+        and ``info`` for :attr:`synthesis_info`. Algorithm 1 ends here, and so does a caller that
+        kept the labels of an earlier run of the same stage 1 or puts others in their place."""
         y_syn = np.asarray(y_syn)
         if y_syn.ndim != 1 or len(y_syn) == 0 or y_syn.min() < 0 or y_syn.max() >= self.labels.n_classes:
             raise ConfigError(f"{self.method}: synthetic labels must be one class index in [0, "

@@ -135,9 +135,9 @@ class ICAFSRole(SplitRole):
 
     def adopt_synthetic(self, X: torch.Tensor) -> None:
         """Take ``X`` (rows x the columns in use, as ``data.X("train")`` the synthesis fitted) as this
-        party's synthetic block for stage 2, with its batch order. Algorithm 1 ends here; a caller
-        that kept a block from an earlier run of the same stage 1 (the benchmark's reuse) or wants
-        another one in its place (the benchmark's oracle) comes in here too."""
+        party's synthetic block for stage 2, with its batch order. Algorithm 1 ends here, and so
+        does a caller that kept the block of an earlier run of the same stage 1 or puts another
+        block in its place."""
         if X.ndim != 2 or X.shape[1] != len(self.data.kept):
             raise ConfigError(f"party {self.name!r}: a synthetic block of shape {tuple(X.shape)} for its "
                               f"{len(self.data.kept)} columns in use; give one row per synthetic row and one "
