@@ -19,26 +19,38 @@ MAX_SEED = 2**32 - 1
 
 
 def check_out(path: str | Path | None, option: str = "--out", *, directory: bool = False) -> Path | None:
-    """An output path that can be written: not an existing directory (or file, for a folder
-    output), its parent exists and is writable."""
+    """An output path that can be written, checked before any work starts.
+
+    Not an existing directory where a file is meant (nor an existing file where a folder is meant),
+    not under a file, and its nearest existing folder writable. Missing parent folders are created
+    (a fresh clone has no ``results/``), so the write at the end cannot fail on them.
+    """
     if path is None:
         return None
     p = Path(path)
     if directory:
         if p.exists() and not p.is_dir():
             raise ConfigError(f"{option} {str(p)!r} is a file; give a folder for the results")
-        parent = p if p.exists() else p.parent
-    else:
-        if p.is_dir():
-            raise ConfigError(f"{option} {str(p)!r} is a directory; give a file path such as {str(p / 'result.json')!r}")
-        parent = p.parent
-    parent = parent if str(parent) else Path(".")
-    if not parent.exists():
-        raise ConfigError(f"{option} {str(p)!r}: the folder {str(parent)!r} does not exist; create it first")
-    if not os.access(parent, os.W_OK):
-        raise ConfigError(f"{option} {str(p)!r}: the folder {str(parent)!r} is not writable")
+    elif p.is_dir():
+        raise ConfigError(f"{option} {str(p)!r} is a directory; give a file path such as {str(p / 'result.json')!r}")
+    parent = p.parent if str(p.parent) else Path(".")
+    # the nearest folder that exists: everything below it is created here
+    existing = parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{option} {str(p)!r}: {str(existing)!r} is a file, not a folder; "
+                          "give a path that is not under a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {str(p)!r}: the folder {str(existing)!r} is not writable; "
+                          "choose a writable place")
     if p.exists() and not p.is_dir() and not os.access(p, os.W_OK):
         raise ConfigError(f"{option} {str(p)!r} exists and is not writable")
+    if not parent.exists():
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"{option} {str(p)!r}: cannot create the folder {str(parent)!r} ({e.strerror})") from None
     return p
 
 
