@@ -8,6 +8,7 @@ masks comes from :mod:`secrets` (the operating system's CSPRNG), never from a se
 from __future__ import annotations
 
 import secrets
+from typing import Any, cast
 
 try:  # pragma: no branch - which branch runs depends on the environment
     import gmpy2 as _gmpy2
@@ -15,13 +16,14 @@ try:  # pragma: no branch - which branch runs depends on the environment
     HAVE_GMPY2 = True
     mpz = _gmpy2.mpz
 
-    def powmod(base, exp, mod):
-        """``base ** exp % mod`` (a negative ``exp`` inverts ``base`` first)."""
-        return _gmpy2.powmod(base, exp, mod)
+    def powmod(base: Any, exp: Any, mod: Any) -> int:
+        """``base ** exp % mod`` (a negative ``exp`` inverts ``base`` first); an ``mpz``, which
+        behaves as an ``int``."""
+        return cast(int, _gmpy2.powmod(base, exp, mod))
 
-    def invert(a, mod):
-        """The inverse of ``a`` modulo ``mod``."""
-        return _gmpy2.invert(a, mod)
+    def invert(a: Any, mod: Any) -> int:
+        """The inverse of ``a`` modulo ``mod`` (an ``mpz``)."""
+        return cast(int, _gmpy2.invert(a, mod))
 
     def _next_prime(x: int) -> int:
         return int(_gmpy2.next_prime(x))
@@ -31,13 +33,13 @@ except ImportError:  # pragma: no cover - gmpy2 is installed in the development 
     HAVE_GMPY2 = False
     mpz = int
 
-    def powmod(base, exp, mod):
+    def powmod(base: Any, exp: Any, mod: Any) -> int:
         """``base ** exp % mod`` (a negative ``exp`` inverts ``base`` first)."""
-        return pow(base, exp, mod)
+        return int(pow(base, exp, mod))
 
-    def invert(a, mod):
+    def invert(a: Any, mod: Any) -> int:
         """The inverse of ``a`` modulo ``mod``."""
-        return pow(a, -1, mod)
+        return int(pow(a, -1, mod))
 
     def _next_prime(x: int) -> int:
         x = x + 1 if x % 2 == 0 else x + 2

@@ -118,27 +118,30 @@ class Backend:
         self._error: str | None = None
 
     # ------------------------------------------------------------ availability
-    def load(self) -> Any:
-        """Import the back end's module (once); CryptoError if it is not installed."""
+    def _import(self) -> bool:
+        """Try the back end's import once; True if it succeeded (never raises)."""
         if self.module is None:
-            return None
+            return True
         if self._mod is None and self._error is None:
             try:
                 self._mod = importlib.import_module(self.module)
             except Exception as exc:  # ImportError, or a broken binary wheel
                 self._error = f"{type(exc).__name__}: {exc}"
-        if self._mod is None:
+        return self._mod is not None
+
+    def load(self) -> Any:
+        """Import the back end's module (once); CryptoError if it is not installed."""
+        if not self._import():
+            # the names are found with _import, which never raises: building this message must not
+            # call load() again (it recursed without end when two optional back ends were missing)
+            names = [name for name, b in BACKENDS.items() if b._import()]
             raise CryptoError(f"Paillier back end {self.name!r} is not available ({self._error}); "
                               f"install it with `pip install {self.package}` or choose another back end "
-                              f"({', '.join(available_backends()) or 'python'})")
+                              f"({', '.join(names) or 'python'})")
         return self._mod
 
     def available(self) -> bool:
-        try:
-            self.load()
-        except CryptoError:
-            return False
-        return True
+        return self._import()
 
     def supports_bits(self, bits: int) -> bool:
         return bits >= self.min_bits

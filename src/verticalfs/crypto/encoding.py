@@ -22,6 +22,9 @@ Exponents under homomorphic operations: adding two arrays aligns them to the sma
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
 
 from verticalfs.exceptions import CryptoError
@@ -40,7 +43,7 @@ def default_precision(values: np.ndarray, plain: bool = False) -> int:
     return DEFAULT_PLAIN_PRECISION if plain else DEFAULT_PRECISION
 
 
-def as_numeric(values, what: str = "values") -> np.ndarray:
+def as_numeric(values: Any, what: str = "values") -> np.ndarray:
     """``values`` as a numeric numpy array (object arrays must hold Python ints)."""
     a = np.asarray(values)
     if a.dtype == object:
@@ -53,7 +56,7 @@ def as_numeric(values, what: str = "values") -> np.ndarray:
     return a
 
 
-def mantissas(values, precision: int, max_int: int | None = None, what: str = "values") -> np.ndarray:
+def mantissas(values: Any, precision: int, max_int: int | None = None, what: str = "values") -> np.ndarray:
     """Signed integer mantissas ``round(values * 2**precision)``.
 
     Returns an ``int64`` array when every mantissa fits comfortably (``|m| < 2**62``), else an
@@ -100,9 +103,9 @@ def to_residues(m: np.ndarray, n: int) -> list[int]:
     return [int(v) % n for v in np.asarray(m).ravel().tolist()]
 
 
-def from_residues(ms, n: int, max_int: int) -> list[int]:
+def from_residues(ms: Iterable[Any], n: int, max_int: int) -> list[int]:
     """Decrypted plaintexts (in ``[0, n)``) back to signed mantissas; overflow -> CryptoError."""
-    out = []
+    out: list[int] = []
     lo = n - max_int
     for v in ms:
         v = int(v)

@@ -22,6 +22,8 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 import threading
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from verticalfs.crypto._bigint import mpz, powmod, random_below
 from verticalfs.exceptions import CryptoError
@@ -35,7 +37,7 @@ _workers: int | None = None
 _pool: cf.ProcessPoolExecutor | None = None
 
 
-def _check(n, what: str) -> int:
+def _check(n: Any, what: str) -> int:
     try:
         k = int(n)
     except (TypeError, ValueError):
@@ -91,7 +93,7 @@ def _shares(total: int) -> list[int] | None:
     return [base + (i < extra) for i in range(w)]
 
 
-def _run(fn, args_per_share: list[tuple]) -> list:
+def _run(fn: Callable[..., list[int]], args_per_share: list[tuple[Any, ...]]) -> list[int]:
     try:
         parts = list(_executor().map(fn, *zip(*args_per_share, strict=True)))
     except cf.process.BrokenProcessPool as exc:
@@ -102,11 +104,11 @@ def _run(fn, args_per_share: list[tuple]) -> list:
 
 
 # ---------------------------------------------------------------- the work itself
-def crt_decrypt(key: tuple, cts: list) -> list[int]:
+def crt_decrypt(key: tuple[int, ...], cts: Sequence[int]) -> list[int]:
     """Plaintexts in ``[0, n)`` of ``cts`` by the CRT; ``key`` = ``(P, Q, P**2, Q**2, hp, hq,
     P**-1 mod Q)``."""
     P, Q, p2, q2, hp, hq, pinv = key
-    out = []
+    out: list[int] = []
     for c in cts:
         mp = (powmod(c, P - 1, p2) - 1) // P * hp % P
         mq = (powmod(c, Q - 1, q2) - 1) // Q * hq % Q
@@ -114,12 +116,12 @@ def crt_decrypt(key: tuple, cts: list) -> list[int]:
     return out
 
 
-def crt_obfuscators(key: tuple, k: int) -> list:
+def crt_obfuscators(key: tuple[Any, ...], k: int) -> list[int]:
     """``k`` obfuscators ``b_p**e_p mod p**2`` and ``b_q**e_q mod q**2`` joined by the CRT, with
     ``b_p``, ``b_q`` uniform in ``[1, bound)`` (never 0, which is not a unit); ``key`` = ``(p**2, q**2, (q**2)**-1 mod p**2,
     (bound_p, e_p), (bound_q, e_q))`` (:class:`~verticalfs.crypto.keys.PrivateKey` says why)."""
     p2, q2, q2inv, (bp, ep), (bq, eq) = key
-    out = []
+    out: list[int] = []
     for _ in range(int(k)):
         a = powmod(mpz(1 + random_below(bp - 1)), ep, p2)
         b = powmod(mpz(1 + random_below(bq - 1)), eq, q2)
@@ -127,19 +129,19 @@ def crt_obfuscators(key: tuple, k: int) -> list:
     return out
 
 
-def decrypt(key: tuple, cts: list) -> list[int]:
+def decrypt(key: tuple[int, ...], cts: Sequence[int]) -> list[int]:
     """:func:`crt_decrypt`, shared between the workers when there are several."""
     shares = _shares(len(cts))
     if shares is None:
         return crt_decrypt(key, cts)
-    cts, args, start = list(cts), [], 0
+    values, args, start = list(cts), [], 0
     for s in shares:
-        args.append((key, cts[start:start + s]))
+        args.append((key, values[start:start + s]))
         start += s
     return _run(crt_decrypt, args)
 
 
-def obfuscators(key: tuple, k: int) -> list:
+def obfuscators(key: tuple[Any, ...], k: int) -> list[int]:
     """:func:`crt_obfuscators`, shared between the workers when there are several (each worker
     draws its own randomness from the operating system's CSPRNG)."""
     shares = _shares(int(k))
