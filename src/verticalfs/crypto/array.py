@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -41,13 +42,13 @@ from verticalfs.crypto.keys import PrivateKey, PublicKey
 from verticalfs.exceptions import CryptoError
 
 
-def _ones(shape) -> np.ndarray:
+def _ones(shape: Any) -> np.ndarray:
     out = np.empty(shape, dtype=object)
     out.fill(mpz(1))
     return out
 
 
-def _obj(values: list, shape) -> np.ndarray:
+def _obj(values: Sequence[Any], shape: Any) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return out.reshape(shape)
@@ -65,9 +66,10 @@ class _Ops:
 
 
 def _ops(pub: PublicKey) -> _Ops:
-    if pub._mulmod is None:
-        pub._mulmod = _Ops(pub)
-    return pub._mulmod
+    ops = pub._mulmod
+    if not isinstance(ops, _Ops):
+        ops = pub._mulmod = _Ops(pub)
+    return ops
 
 
 def group_products(pub: PublicKey, cts: np.ndarray, codes: np.ndarray, n_groups: int) -> np.ndarray:
@@ -123,7 +125,7 @@ def multi_exp(pub: PublicKey, cts: np.ndarray, K: np.ndarray) -> np.ndarray:
         run = ops.mulmod(run, buckets[:, v])
         acc = ops.mulmod(acc, run)
     W = acc.reshape(T, d)
-    res = W[T - 1]
+    res: np.ndarray = W[T - 1]
     for t in range(T - 2, -1, -1):  # Horner over windows: res = res^(2^w) * W_t
         for _ in range(w):
             res = ops.mulmod(res, res)
@@ -131,7 +133,7 @@ def multi_exp(pub: PublicKey, cts: np.ndarray, K: np.ndarray) -> np.ndarray:
     return res
 
 
-def unpack_slots(values, sizes, slot_bits: int) -> list[int]:
+def unpack_slots(values: Any, sizes: Any, slot_bits: int) -> list[int]:
     """Inverse of :meth:`EncryptedArray.pack` on the decrypted mantissas: the runs' values, flat."""
     sizes = [int(s) for s in np.asarray(sizes).ravel()]
     values = [int(v) for v in values]
@@ -197,7 +199,7 @@ class EncryptedArray:
     def _new(self, c: np.ndarray, exponent: int | None = None) -> EncryptedArray:
         return EncryptedArray(self.public_key, c, self.exponent if exponent is None else exponent)
 
-    def __getitem__(self, idx) -> EncryptedArray:
+    def __getitem__(self, idx: Any) -> EncryptedArray:
         c = self._c[idx]
         if not isinstance(c, np.ndarray):
             c = _obj([c], ())
@@ -209,7 +211,7 @@ class EncryptedArray:
         the true exponent is ``self.exponent - k``."""
         return self._new(self._c, int(exponent))
 
-    def reshape(self, *shape) -> EncryptedArray:
+    def reshape(self, *shape: Any) -> EncryptedArray:
         return self._new(self._c.reshape(*shape))
 
     def ravel(self) -> EncryptedArray:
@@ -217,7 +219,7 @@ class EncryptedArray:
 
     # ------------------------------------------------------------ encryption
     @classmethod
-    def encrypt(cls, key: PublicKey | PrivateKey, values, precision: int | None = None) -> EncryptedArray:
+    def encrypt(cls, key: PublicKey | PrivateKey, values: Any, precision: int | None = None) -> EncryptedArray:
         """Encrypt ``values`` (any shape) under ``key``.
 
         Parameters
@@ -229,7 +231,7 @@ class EncryptedArray:
             Fractional bits of the fixed-point encoding; default 0 for integers, 32 for floats.
         """
         priv = key if isinstance(key, PrivateKey) else None
-        pub = key.public_key if priv is not None else key
+        pub = priv.public_key if priv is not None else key
         if not isinstance(pub, PublicKey):
             raise CryptoError(f"encrypt: expected a PublicKey or PrivateKey, got {type(key).__name__}")
         a = as_numeric(values, "encrypt")
@@ -263,7 +265,7 @@ class EncryptedArray:
         return self._new(_ops(self.public_key).mulmod(self._c, rn) if self.size else self._c.copy())
 
     # ------------------------------------------------------------ arithmetic
-    def _plain(self, other, precision: int | None, what: str) -> tuple[np.ndarray, int]:
+    def _plain(self, other: Any, precision: int | None, what: str) -> tuple[np.ndarray, int]:
         a = as_numeric(other, what)
         prec = default_precision(a, plain=True) if precision is None else int(precision)
         return mantissas(a, prec, self.public_key.max_int, what), prec
@@ -284,7 +286,7 @@ class EncryptedArray:
         c = _ops(self.public_key).powmod(self._c, k) if self.size else self._c
         return self._new(np.asarray(c, dtype=object).reshape(self.shape), exponent)
 
-    def __add__(self, other) -> EncryptedArray:
+    def __add__(self, other: Any) -> EncryptedArray:
         ops = _ops(self.public_key)
         if isinstance(other, EncryptedArray):
             self._same_key(other)
@@ -302,7 +304,7 @@ class EncryptedArray:
 
     __radd__ = __add__
 
-    def add_mantissas(self, m) -> EncryptedArray:
+    def add_mantissas(self, m: Any) -> EncryptedArray:
         """Add plaintext integer mantissas ``m`` (same shape, at this array's exponent) exactly."""
         m = np.broadcast_to(np.asarray(m), self.shape)
         if m.dtype.kind not in "iuO":
@@ -317,20 +319,20 @@ class EncryptedArray:
     def __neg__(self) -> EncryptedArray:
         return self * -1
 
-    def __sub__(self, other) -> EncryptedArray:
+    def __sub__(self, other: Any) -> EncryptedArray:
         if isinstance(other, EncryptedArray):
             return self + (-other)
         return self + (-np.asarray(other))
 
-    def __rsub__(self, other) -> EncryptedArray:
-        return (-self) + other
+    def __rsub__(self, other: Any) -> EncryptedArray:
+        return (-self) + other  # type: ignore[no-any-return]
 
-    def __mul__(self, other) -> EncryptedArray:
+    def __mul__(self, other: Any) -> EncryptedArray:
         return self.mul(other)
 
     __rmul__ = __mul__
 
-    def mul(self, other, precision: int | None = None) -> EncryptedArray:
+    def mul(self, other: Any, precision: int | None = None) -> EncryptedArray:
         """Elementwise (broadcast) product with a plaintext array or scalar.
 
         ``precision`` = fractional bits of the plaintext's encoding (default 0 for integers, 24
@@ -356,7 +358,7 @@ class EncryptedArray:
             out = _obj([out], ())
         return self._new(np.asarray(out, dtype=object))
 
-    def dot(self, X, precision: int | None = None) -> EncryptedArray:
+    def dot(self, X: Any, precision: int | None = None) -> EncryptedArray:
         """``self @ X`` for an encrypted vector ``(n,)`` and a plaintext ``(n,)`` or ``(n, d)``.
 
         The hetero-LR gradient ``[[d]]^T X``. ``precision`` = fractional bits of ``X`` (default 0
@@ -384,7 +386,7 @@ class EncryptedArray:
         out = np.asarray(out, dtype=object)
         return self._new(out.reshape(()) if vec else out, self.exponent - prec)
 
-    def group_sum(self, codes, n_groups: int) -> EncryptedArray:
+    def group_sum(self, codes: Any, n_groups: int) -> EncryptedArray:
         """Sums of the rows of ``self`` per group.
 
         Parameters
@@ -423,7 +425,7 @@ class EncryptedArray:
         shape = ((k,) if codes.ndim == 2 else ()) + (n_groups,) + rest
         return self._new(out.reshape(shape))
 
-    def pack(self, sizes, slot_bits: int) -> EncryptedArray:
+    def pack(self, sizes: Any, slot_bits: int) -> EncryptedArray:
         """Pack consecutive runs of a vector into one ciphertext each ("cipher compression").
 
         ``sizes`` splits ``self`` (1-D) into runs; a run ``[[m_1]], ..., [[m_K]]`` becomes

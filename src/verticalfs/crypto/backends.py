@@ -77,11 +77,15 @@ from __future__ import annotations
 import importlib
 import math
 import re
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from verticalfs.crypto import parallel
 from verticalfs.crypto._bigint import HAVE_GMPY2, invert, mpz, powmod, random_below, random_prime
 from verticalfs.exceptions import CryptoError
+
+if TYPE_CHECKING:  # the keys import this module; the annotations only name them
+    from verticalfs.crypto.keys import PrivateKey, PublicKey
 
 #: fastest first (measured with benchmarks/feast/paillier_speed.py; see the back ends' rates there)
 AUTO_ORDER: tuple[str, ...] = ("heu", "pypaillier", "python")
@@ -149,7 +153,7 @@ class Backend:
     def supports_randomness(self, randomness: str) -> bool:
         return randomness in self.randomness
 
-    def can_encrypt(self, pub) -> bool:
+    def can_encrypt(self, pub: PublicKey) -> bool:
         """True if this back end can make obfuscators for ``pub``."""
         return self.available() and self.supports_bits(pub.bits) and self.supports_randomness(pub.randomness)
 
@@ -163,12 +167,12 @@ class Backend:
             if q != p:
                 return p, q, None
 
-    def random_rn(self, pub, k: int, priv=None) -> list:
+    def random_rn(self, pub: PublicKey, k: int, priv: PrivateKey | None = None) -> list[int]:
         """``k`` fresh obfuscators (``n``-th residues mod ``n**2``) of the kind ``pub.randomness``
         (``priv``, when given, may speed this up)."""
         raise NotImplementedError
 
-    def decrypt(self, priv, cts: list) -> list[int] | None:
+    def decrypt(self, priv: PrivateKey, cts: Sequence[int]) -> list[int] | None:
         """Plaintexts in ``[0, n)``; None = use the shared CRT decryption."""
         return None
 
@@ -179,7 +183,7 @@ class PythonBackend(Backend):
     randomness = ("full", "short")
 
     @staticmethod
-    def _short_base(pub) -> Any:
+    def _short_base(pub: PublicKey) -> Any:
         """``h_s = (-x**2)**n mod n**2`` for a random ``x`` (DJN 2010), drawn once per key object."""
         hs = pub._native.get("python-short")
         if hs is None:
@@ -192,7 +196,7 @@ class PythonBackend(Backend):
             hs = pub._native["python-short"] = powmod(h, pub._n_big, pub._n2_big)
         return hs
 
-    def random_rn(self, pub, k: int, priv=None) -> list:
+    def random_rn(self, pub: PublicKey, k: int, priv: PrivateKey | None = None) -> list[int]:
         n = pub.n
         if pub.randomness == "short":
             hs, N2 = self._short_base(pub), pub._n2_big
@@ -200,7 +204,7 @@ class PythonBackend(Backend):
             if priv is not None:  # the key holder: mod p^2 and q^2, then the CRT
                 p2, q2, q2inv = priv._rn_crt[:3]
                 hp, hq = hs % p2, hs % q2
-                out = []
+                out: list[int] = []
                 for _ in range(k):
                     a = mpz(random_below(top))
                     u, v = powmod(hp, a, p2), powmod(hq, a, q2)
@@ -219,7 +223,7 @@ class PheBackend(Backend):
     module = "phe"
     package = "phe"
 
-    def _phe_pub(self, pub):
+    def _phe_pub(self, pub: PublicKey) -> Any:
         nat = pub._native.get(self.name)
         if nat is None:
             nat = pub._native[self.name] = self.load().PaillierPublicKey(pub.n)
@@ -230,11 +234,11 @@ class PheBackend(Backend):
         pk, sk = phe.generate_paillier_keypair(n_length=bits)
         return int(sk.p), int(sk.q), pk
 
-    def random_rn(self, pub, k: int, priv=None) -> list:
+    def random_rn(self, pub: PublicKey, k: int, priv: PrivateKey | None = None) -> list[int]:
         ppk = self._phe_pub(pub)
         return [mpz(ppk.raw_encrypt(0)) for _ in range(k)]  # (1 + 0 n) r^n = r^n
 
-    def decrypt(self, priv, cts: list) -> list[int]:
+    def decrypt(self, priv: PrivateKey, cts: Sequence[int]) -> list[int]:
         nat = priv._native.get(self.name)
         if nat is None:
             nat = priv._native[self.name] = self.load().PaillierPrivateKey(self._phe_pub(priv.public_key),
@@ -250,7 +254,7 @@ class PyPaillierBackend(Backend):
     min_bits = 2048  # the library refuses shorter moduli
     randomness = ("short",)  # its encryptions of zero are h_s**a with a short a (DJN)
 
-    def _pk(self, pub):
+    def _pk(self, pub: PublicKey) -> Any:
         nat = pub._native.get(self.name)
         if nat is None:
             mod = self.load()
@@ -261,7 +265,7 @@ class PyPaillierBackend(Backend):
             pub._native[self.name] = nat
         return nat
 
-    def random_rn(self, pub, k: int, priv=None) -> list:
+    def random_rn(self, pub: PublicKey, k: int, priv: PrivateKey | None = None) -> list[int]:
         if k == 0:
             return []
         blobs = self.load().encrypt_integers(self._pk(pub), [0] * k)
@@ -276,7 +280,7 @@ class HeuBackend(Backend):
     package = "sf-heu"
     randomness = ("short",)  # ZPaillier: h_s**a with a short a (DJN)
 
-    def can_encrypt(self, pub) -> bool:
+    def can_encrypt(self, pub: PublicKey) -> bool:
         return self.name in pub._native and self.available() and self.supports_randomness(pub.randomness)
 
     def generate(self, bits: int) -> tuple[int, int, Any]:
@@ -314,7 +318,7 @@ class HeuBackend(Backend):
         return p, q, native
 
     @staticmethod
-    def _raw(c) -> int:
+    def _raw(c: Any) -> int:
         """The integer inside a serialised HEU ciphertext (msgpack: [bin/str little-endian])."""
         b = c.serialize()
         if b[0] != 0x91:
@@ -330,7 +334,7 @@ class HeuBackend(Backend):
             return int(str(c))
         return int.from_bytes(b[off : off + ln], "little")
 
-    def random_rn(self, pub, k: int, priv=None) -> list:
+    def random_rn(self, pub: PublicKey, k: int, priv: PrivateKey | None = None) -> list[int]:
         nat = pub._native.get(self.name)
         if nat is None:
             raise CryptoError("heu can only encrypt under keys it generated; for a key received as bytes "
@@ -349,7 +353,7 @@ def available_backends() -> list[str]:
     return [name for name, b in BACKENDS.items() if b.available()]
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str | Backend) -> Backend:
     """The back end called ``name`` (CryptoError naming the choices if unknown or not installed)."""
     if isinstance(name, Backend):
         return name
@@ -361,7 +365,8 @@ def get_backend(name: str) -> Backend:
     return b
 
 
-def resolve_backend(name: str, bits: int, pub=None, randomness: str = "full") -> Backend:
+def resolve_backend(name: str | Backend, bits: int, pub: PublicKey | None = None,
+                    randomness: str = "full") -> Backend:
     """``name`` as a back end; ``auto`` = the first of :data:`AUTO_ORDER` that can serve a key of
     ``bits`` bits with ``randomness`` (and, given ``pub``, can encrypt under that key)."""
     randomness = check_randomness(randomness)
@@ -388,7 +393,7 @@ def resolve_backend(name: str, bits: int, pub=None, randomness: str = "full") ->
     return b
 
 
-def backend_info() -> dict[str, dict]:
+def backend_info() -> dict[str, dict[str, Any]]:
     """Name -> availability, licence, minimum key size and randomness kinds (for reports)."""
     return {name: {"available": b.available(), "licence": b.licence, "min_bits": b.min_bits,
                    "randomness": list(b.randomness), "gmpy2": HAVE_GMPY2 if name == "python" else None} for name, b in BACKENDS.items()}

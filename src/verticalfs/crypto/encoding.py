@@ -65,6 +65,7 @@ def mantissas(values: Any, precision: int, max_int: int | None = None, what: str
     """
     if precision < 0:
         raise CryptoError(f"{what}: precision must be >= 0 fractional bits, got {precision}")
+    out: np.ndarray
     a = as_numeric(values, what)
     if a.dtype.kind == "f":
         a = a.astype(np.float64, copy=False)

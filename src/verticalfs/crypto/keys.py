@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from verticalfs.crypto import parallel
@@ -56,7 +57,7 @@ class PublicKey:
     """
 
     def __init__(self, n: int, *, backend: str | Backend = "auto", randomness: str = "full",
-                 insecure: bool = False, _native: dict | None = None) -> None:
+                 insecure: bool = False, _native: dict[str, Any] | None = None) -> None:
         n = int(n)
         if n <= 0 or n % 2 == 0:
             raise CryptoError("Paillier public key: the modulus n must be a positive odd integer")
@@ -72,8 +73,8 @@ class PublicKey:
         self._n_big = mpz(n)
         self._n2_big = mpz(self.nsquare)
         self._native: dict[str, Any] = dict(_native or {})
-        self._pool: list = []
-        self._mulmod = None
+        self._pool: list[int] = []
+        self._mulmod: Any = None  # crypto.array's vectorised operations, made at first use
         self.randomness = check_randomness(randomness)
         self.backend = resolve_backend(backend, self.bits, self, self.randomness)
 
@@ -134,7 +135,7 @@ class PublicKey:
         """Obfuscators left in the pool."""
         return len(self._pool)
 
-    def obfuscators(self, k: int, private_key: PrivateKey | None = None) -> list:
+    def obfuscators(self, k: int, private_key: PrivateKey | None = None) -> list[int]:
         """``k`` obfuscators: from the pool first, fresh ones for the rest."""
         take = min(k, len(self._pool))
         out = self._pool[:take]
@@ -147,7 +148,7 @@ class PublicKey:
 class PrivateKey:
     """A Paillier private key (``p``, ``q``) for ``public_key``; decrypts with the CRT."""
 
-    def __init__(self, public_key: PublicKey, p: int, q: int, *, _native: dict | None = None) -> None:
+    def __init__(self, public_key: PublicKey, p: int, q: int, *, _native: dict[str, Any] | None = None) -> None:
         p, q = int(p), int(q)
         if p * q != public_key.n or p == q:
             raise CryptoError("Paillier private key: p * q must equal the public modulus n with p != q")
@@ -183,20 +184,20 @@ class PrivateKey:
         """:meth:`PublicKey.precompute` with this key's CRT speed-up."""
         self.public_key.precompute(k, self)
 
-    def decrypt_residues(self, cts) -> list[int]:
+    def decrypt_residues(self, cts: Sequence[int]) -> list[int]:
         """Plaintexts in ``[0, n)`` of ciphertext integers ``cts``."""
         native = self.public_key.backend.decrypt(self, cts)
         if native is not None:
             return native
         return parallel.decrypt((self._P, self._Q, self._p2, self._q2, self._hp, self._hq, self._pinv_q), cts)
 
-    def decrypt_mantissas(self, cts) -> list[int]:
+    def decrypt_mantissas(self, cts: Sequence[int]) -> list[int]:
         """Signed mantissas (see :mod:`verticalfs.crypto.encoding`); overflow -> CryptoError."""
         pub = self.public_key
         return from_residues(self.decrypt_residues(cts), pub.n, pub.max_int)
 
 
-def generate_keypair(bits: int = MIN_SECURE_BITS, *, backend: str = "auto", randomness: str = "full",
+def generate_keypair(bits: int = MIN_SECURE_BITS, *, backend: str | Backend = "auto", randomness: str = "full",
                      insecure: bool = False) -> tuple[PublicKey, PrivateKey]:
     """A fresh Paillier key pair.
 

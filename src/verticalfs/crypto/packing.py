@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -83,7 +84,7 @@ class SlotPacking:
         return -(-int(count) // self.slots)
 
     # ------------------------------------------------------------ plaintexts
-    def mantissas(self, values) -> np.ndarray:
+    def mantissas(self, values: Any) -> np.ndarray:
         """``round(values * 2**precision)`` as int64 (1-D), checked against the slot range."""
         v = np.asarray(values, dtype=np.float64).ravel()
         if not np.all(np.isfinite(v)):
@@ -121,7 +122,7 @@ class SlotPacking:
             out[i] = int.from_bytes(raw[i, : fills[i] * w].tobytes(), "little") - self._offset(int(fills[i]))
         return out
 
-    def unpack(self, packed, count: int, bound: int | None = None) -> np.ndarray:
+    def unpack(self, packed: Any, count: int, bound: int | None = None) -> np.ndarray:
         """Packed signed ints -> the ``count`` signed mantissas (int64). ``bound``: every value must
         be at most this in magnitude (the caller's tracked bound), else :class:`CryptoError`."""
         packed = list(packed)
@@ -149,7 +150,7 @@ class SlotPacking:
 class PackedEncryptedArray:
     """Values of one shape, packed ``packing.slots`` per ciphertext, with a tracked slot bound."""
 
-    def __init__(self, packing: SlotPacking, ciphertexts: EncryptedArray, shape: tuple, bound: int) -> None:
+    def __init__(self, packing: SlotPacking, ciphertexts: EncryptedArray, shape: tuple[int, ...], bound: int) -> None:
         self.packing = packing
         self.ciphertexts = ciphertexts
         self.shape = tuple(int(s) for s in shape)
@@ -160,7 +161,7 @@ class PackedEncryptedArray:
                               f"{packing.slots} slots each")
 
     @classmethod
-    def encrypt(cls, key: PublicKey | PrivateKey, values, packing: SlotPacking) -> PackedEncryptedArray:
+    def encrypt(cls, key: PublicKey | PrivateKey, values: Any, packing: SlotPacking) -> PackedEncryptedArray:
         """Encrypt ``values`` (any shape), ``packing.slots`` per ciphertext (the public key's r^n pool
         is used when it has been filled, as for every encryption)."""
         a = np.asarray(values, dtype=np.float64)
@@ -178,7 +179,7 @@ class PackedEncryptedArray:
                               f"{self.packing.slot_bits}-bit slots' {self.packing.limit}; size the packing "
                               "with more headroom (SlotPacking.for_key(..., headroom=))")
 
-    def __add__(self, other) -> PackedEncryptedArray:
+    def __add__(self, other: Any) -> PackedEncryptedArray:
         """Slot-wise sum with another packed array of the same layout and shape, or with plaintext
         values of that shape (packed here, e.g. a mask)."""
         if isinstance(other, PackedEncryptedArray):
@@ -220,7 +221,7 @@ def combination_bound(K: np.ndarray, bound: int) -> int:
     return int(col.max()) * int(bound) if col.size else 0
 
 
-def packed_combination(cts: EncryptedArray, K, bound: int, packing: SlotPacking) -> tuple[EncryptedArray, int]:
+def packed_combination(cts: EncryptedArray, K: Any, bound: int, packing: SlotPacking) -> tuple[EncryptedArray, int]:
     """``cts @ K`` on packed ciphertexts: output ``l`` is ``prod_j cts[j] ** K[j, l]``, i.e. every
     slot of the result is the same integer combination of the inputs' slots (one scalar per input
     ciphertext, so slot-wise linear). ``cts`` is ``(m,)``, ``K`` an ``(m, k)`` integer matrix; every
