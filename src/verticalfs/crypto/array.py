@@ -260,7 +260,11 @@ class EncryptedArray:
                               "encrypted under")
 
     def rerandomize(self) -> EncryptedArray:
-        """Same plaintexts, fresh randomness (times new obfuscators)."""
+        """Same plaintexts, fresh randomness (times new obfuscators, from the key's pool first).
+
+        Call it on every homomorphic result before it goes back to the key holder: the key holder
+        made the inputs' obfuscators, so without fresh ones it reads the other side's multipliers
+        (bin memberships, feature values, weights) out of the result's randomness."""
         rn = _obj(self.public_key.obfuscators(self.size), self.shape)
         return self._new(_ops(self.public_key).mulmod(self._c, rn) if self.size else self._c.copy())
 

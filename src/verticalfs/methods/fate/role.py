@@ -52,7 +52,9 @@ class IVRole(FilterRole):
         out = sums[keep] if sums.ndim == 2 else sums[keep, :]
         if msg.packing == "packed":
             out = out.pack(package_sizes(bin_nums, int(msg.capacity)), int(msg.slot_bits))
-        return IVBinSums(sums=out.to_bytes(), bin_nums=bin_nums.astype(np.int64))
+        # re-randomised: the label holder made every input obfuscator; without fresh randomness it
+        # would read each bin's member rows out of the product of their obfuscators
+        return IVBinSums(sums=out.rerandomize().to_bytes(), bin_nums=bin_nums.astype(np.int64))
 
 
 class LassoRole(FilterRole):
@@ -107,7 +109,9 @@ class LassoRole(FilterRole):
         mask = [secrets.randbits(top) for _ in range(g.size)]
         st["mask"], st["g_exponent"], st["batch_len"] = mask, g.exponent, len(rows)
         masked = g.add_mantissas(np.array(mask, dtype=object))
-        return MaskedGradient(data=masked.to_bytes(), exponent=masked.exponent)
+        # re-randomised: with the residuals' obfuscators (the label holder's own) the stripped
+        # ciphertext is prod r_i**x_i, which gives away X's values by a discrete-log search
+        return MaskedGradient(data=masked.rerandomize().to_bytes(), exponent=masked.exponent)
 
     @handles(GradientResult)
     def on_gradient_result(self, msg: GradientResult, ctx: Context) -> PartialPredictor:

@@ -268,7 +268,7 @@ class SFFSRole(FilterRole):
         masked = S.add_mantissas(r)
         self.state = {"pub": pub, "S": S, "r": r, "sizes": sizes}
         out = masked.ravel()
-        return MaskedClassSums(data=out.to_bytes(), shape=(shape[1], X.shape[1]))
+        return MaskedClassSums(data=out.rerandomize().to_bytes(), shape=(shape[1], X.shape[1]))  # fresh randomness
 
     @handles(WeightedSquares)
     def on_squares(self, msg: WeightedSquares, ctx: Context) -> EncryptedEta:
@@ -293,7 +293,7 @@ class SFFSRole(FilterRole):
         b = a * T * T / N
         eta = MB.mul(a / M, precision=G.FACTOR_PRECISION + int(math.log2(M)) + 1) - b
         self.state = None
-        return EncryptedEta(data=eta.to_bytes(), exponent=int(eta.exponent))
+        return EncryptedEta(data=eta.rerandomize().to_bytes(), exponent=int(eta.exponent))
 
 
 @register

@@ -98,7 +98,9 @@ class GiniParty(Role):
         counts = G.encrypted_counts(A, codes, n_bins)
         masked, r = G.mask_counts(counts, int(msg.mask_bits))
         self.gini = {"pub": pub, "masked": masked, "r": r, "sizes": G.bin_sizes(codes, n_bins)}
-        return MaskedCounts(data=masked.to_bytes(), shape=tuple(masked.shape))
+        # re-randomised before it goes back to the key holder (who made every input obfuscator and
+        # would otherwise recognise the rows of one- and two-row bins in their product)
+        return MaskedCounts(data=masked.rerandomize().to_bytes(), shape=tuple(masked.shape))
 
     @handles(SquaredCounts)
     def on_squared_counts(self, msg: SquaredCounts, ctx: Context) -> EncryptedGini:
@@ -109,7 +111,7 @@ class GiniParty(Role):
         sq = EncryptedArray.from_bytes(st["pub"], msg.data, masked.shape[:2])
         g = G.encrypted_gini(sq, masked, st["r"], st["sizes"])
         self.gini = {}
-        return EncryptedGini(data=g.to_bytes(), exponent=int(g.exponent))
+        return EncryptedGini(data=g.rerandomize().to_bytes(), exponent=int(g.exponent))
 
     @handles(GiniScores)
     def on_gini_scores(self, msg: GiniScores, ctx: Context) -> None:

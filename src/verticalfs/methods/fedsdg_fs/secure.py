@@ -34,6 +34,11 @@ leave its slot; a value bound above ``2**61`` (so a mask of up to ``2**61`` stil
 2**61)``: a masked value hides ``61 - log2(bound)`` bits (reported as ``mask_hiding_bits``); this is
 statistical hiding limited by the 64-bit slots, not the key length (see the README).
 
+Every ciphertext the server returns to the party (the key holder) is re-randomised first
+(:meth:`~verticalfs.crypto.EncryptedArray.rerandomize`: times a fresh ``r**n``). Without it the
+party, which made every obfuscator of ``[[g]]``, strips the plaintext and reads ``W~``'s entries as
+exponents of its own obfuscators (``tests/crypto/test_returned_ciphertexts.py`` runs that attack).
+
 Interpretations (documented here, fedsdg-fs.md sections IV-D and V-A):
 
 - ``w_m`` moves by plain SGD with ``eta_0 = lr`` (Algorithm 3 line 13): the server only ever sees
@@ -250,7 +255,7 @@ class ServerCrypto:
         out = EncryptedArray.from_bytes(self.pub, b"".join(o.to_bytes() for o in outs), (C * k,)) + plain
         self.st = {"eps_s": masks.reshape(C, k, S).transpose(0, 2, 1).reshape(C * S, k)[:n], "Wm": Wm,
                    "open": op, "n": n, "bound_g": bound_g}
-        return out.to_bytes()
+        return out.rerandomize().to_bytes()
 
     def interactive_output(self, shares: np.ndarray) -> np.ndarray:
         """Algorithm 2 line 20: ``z_m`` (float, ``(n, k)``) from the party's ``z + eps_s``."""
@@ -287,7 +292,7 @@ class ServerCrypto:
         M = masks.reshape(R, self.k, self.S)
         st["eps_w"] = sum(M[r, :, r * eo:(r + 1) * eo] for r in range(R))
         out = EncryptedArray.from_bytes(self.pub, b"".join(outs), (R * self.k,))
-        return (out + _packed(self.packing, masks)).to_bytes()
+        return (out + _packed(self.packing, masks)).rerandomize().to_bytes()
 
     def update_and_embedding_gradient(self, v: np.ndarray, eps: bytes, R: int, eps_bound: int, lr: float) -> bytes:
         """Algorithm 3 lines 12-15: ``W~ -= eta_0 dL~/dw``, then ``[[n 2**2P dL/dg]]`` in ``R``-row blocks."""
@@ -316,7 +321,7 @@ class ServerCrypto:
         _check_masked(bound + (int(np.max(np.abs(plain))) if plain.size else 0), "the embedding gradient")
         P = np.zeros((Cg, S), dtype=np.int64)
         P[:, :R * eo] = plain.reshape(Cg, R * eo)
-        return ((-enc) + _packed(self.packing, P)).to_bytes()
+        return ((-enc) + _packed(self.packing, P)).rerandomize().to_bytes()
 
 
 
@@ -382,7 +387,7 @@ class UnpackedServerCrypto(ServerCrypto):
         bound = int(np.abs(Wm).sum(1).max()) * int(bound_g) if eo else 0
         out, masks = self._masked(z, bound, "the interactive layer's output")
         self.st = {"eps_s": masks, "Wm": Wm, "open": op, "n": n, "bound_g": bound_g, "cols": data}
-        return out.to_bytes()
+        return out.rerandomize().to_bytes()
 
     def masked_weight_gradient(self, rows: bytes, delta: np.ndarray) -> bytes:
         st = self.st
@@ -397,7 +402,7 @@ class UnpackedServerCrypto(ServerCrypto):
         gw = (cts * D[:, :, None]).sum(axis=0)  # (k, e_open): n k e exponentiations
         bound = int(np.abs(D).sum(0).max()) * int(st["bound_g"])
         out, st["eps_w"] = self._masked(gw, bound, "the weight gradient")
-        return out.to_bytes()
+        return out.rerandomize().to_bytes()
 
     def update_and_embedding_gradient(self, v: np.ndarray, eps: bytes, R: int, eps_bound: int, lr: float) -> bytes:
         st = self.st
@@ -412,4 +417,4 @@ class UnpackedServerCrypto(ServerCrypto):
             return b""
         E = EncryptedArray.from_bytes(self.pub, eps, (1, k, eo))
         dE = (E * D[:, :, None]).sum(axis=1)  # (n, e_open): n k e exponentiations
-        return ((-dE) + (D @ Wm).astype(object)).to_bytes()
+        return ((-dE) + (D @ Wm).astype(object)).rerandomize().to_bytes()
