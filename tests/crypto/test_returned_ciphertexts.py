@@ -215,7 +215,7 @@ class TestAttacks:
         get("fate-lasso")(seed=0, **params).fit(fed)
         msgs = [(s, r, m) for s, r, m in fed.channel.decoded()]
         n_tried = n_hit = 0
-        for i, (_, party, m) in enumerate(msgs):
+        for i, (_, _, m) in enumerate(msgs):
             if type(m).__name__ != "EncryptedResidual" or n_tried >= 3:
                 continue
             reply = next(r for _, _, r in msgs[i + 1:] if type(r).__name__ == "MaskedGradient")
