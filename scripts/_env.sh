@@ -17,7 +17,7 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
   # torch first, pinned: a CPU wheel of exactly this version is provided on the target machines.
   "$VENV/bin/python" -m pip install --quiet "torch==2.13.0"
-  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev,bench]"
+  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev,bench,docs]"
   touch "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

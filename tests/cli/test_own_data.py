@@ -127,7 +127,7 @@ def test_tampered_or_foreign_models_are_refused(trained, tmp_path):
 
 
 def test_a_config_file_runs_a_pipeline_on_party_files(trained, tmp_path):
-    """The README's TOML: every option from a file, a pipeline, party files as a table."""
+    """The TOML of docs/guide/own-data.md: every option from a file, a pipeline, party files as a table."""
     _, paths, _, _ = trained
     files = "\n".join(f'{p} = "{f}"' for p, f in paths.items())
     (tmp_path / "run.toml").write_text(f'''pipeline = ["feast", "sparsevfl-16"]
