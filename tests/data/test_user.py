@@ -162,6 +162,15 @@ class TestTaskInference:
         assert self.make(tmp_path, list(range(60)), task="regression").task == "regression"
         assert self.make(tmp_path, list(range(60)), task="classification").task == "multiclass"
 
+    def test_many_classes_with_many_rows_each_are_classes(self, tmp_path):
+        # 26 letters over 1,560 rows (60 a class): scikit-learn's type_of_target says multiclass
+        labels = np.tile(np.arange(1, 27), 60)
+        vds = self.make(tmp_path, labels.tolist())
+        assert vds.task == "multiclass" and len(vds.class_names) == 26
+        # 1,000 integers over 2,000 rows (2 a class) stay ambiguous
+        with pytest.raises(DataError, match="1000 distinct integer values over 2000 rows.*--task"):
+            self.make(tmp_path, np.tile(np.arange(1000), 2).tolist())
+
     def test_a_stray_value_among_classes_is_ambiguous(self, tmp_path):
         with pytest.raises(DataError, match="0.5"):
             self.make(tmp_path, [0, 1] * 30 + [0.5])

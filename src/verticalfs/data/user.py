@@ -44,13 +44,18 @@ from verticalfs.data.vertical import PartyBlock, VerticalDataset
 from verticalfs.exceptions import DataError
 from verticalfs.names import LABEL_HOLDER
 
-__all__ = ["DEFAULT_MAX_BYTES", "MAX_INFERRED_CLASSES", "SUFFIXES", "AlignmentReport", "load_party_files",
+__all__ = ["DEFAULT_MAX_BYTES", "MAX_INFERRED_CLASSES", "MIN_ROWS_PER_INFERRED_CLASS", "SUFFIXES", "AlignmentReport", "load_party_files",
            "read_party_rows"]
 
 SUFFIXES: tuple[str, ...] = (".csv", ".csv.gz", ".parquet", ".pq")
-#: Integer-like numeric labels with at most this many distinct values are inferred to be classes;
-#: with more, the task is ambiguous and must be given (``task=``, ``--task``).
+#: Integer-like numeric labels with at most this many distinct values are inferred to be classes
+#: whatever the number of rows.
 MAX_INFERRED_CLASSES = 20
+#: More distinct integers are still classes when each has at least this many rows on average
+#: (scikit-learn's ``type_of_target`` calls any integer label "multiclass"; it warns when the
+#: classes exceed half the rows). 26 letters over 1,560 rows (60 a class) or 100 classes over
+#: 50,000 rows are classes; 1,000 integers over 2,000 rows (2 a class) ask for ``task``.
+MIN_ROWS_PER_INFERRED_CLASS = 20
 #: The most bytes a compressed file may expand to (``max_bytes``; larger files are refused early)
 DEFAULT_MAX_BYTES = 1 << 30
 #: tasks a user may name: the precise ones and ``classification`` (binary or multiclass by count)
@@ -291,10 +296,12 @@ def _labels(
 ) -> tuple[np.ndarray, str, list[str] | None]:
     """Task inference and label coding; returns (y, task, class_names).
 
-    Inference names only unambiguous cases: text or boolean labels and integer labels with at most
-    :data:`MAX_INFERRED_CLASSES` values are classes; labels with many non-integer values are a
-    regression target. Many distinct integers, or integers with a few non-integer values among them
-    (one 0.5 among 0/1 labels), are ambiguous: an error asks for ``task``.
+    Inference names only unambiguous cases: text or boolean labels, integer labels with at most
+    :data:`MAX_INFERRED_CLASSES` values, and integer labels with more values but at least
+    :data:`MIN_ROWS_PER_INFERRED_CLASS` rows per value on average are classes; labels with many
+    non-integer values are a regression target. Many distinct integers with few rows each, or
+    integers with a few non-integer values among them (one 0.5 among 0/1 labels), are ambiguous:
+    an error asks for ``task``.
     """
     where = f"label column {column!r} in {str(path)!r}"
     if task is not None and task not in USER_TASKS:
@@ -314,11 +321,13 @@ def _labels(
                 raise DataError(f"{where} holds infinite values; a label must be a finite number or a class")
             integer = v == np.round(v)
             n_unique = len(np.unique(v))
-            if integer.all() and n_unique <= MAX_INFERRED_CLASSES:
+            if integer.all() and (n_unique <= MAX_INFERRED_CLASSES
+                                  or n_unique * MIN_ROWS_PER_INFERRED_CLASS <= len(v)):
                 task = "classification"
             elif integer.all():
                 raise DataError(
-                    f"{where} has {n_unique} distinct integer values: classes or a quantity? Say which with "
+                    f"{where} has {n_unique} distinct integer values over {len(v)} rows (fewer than "
+                    f"{MIN_ROWS_PER_INFERRED_CLASS} a value): classes or a quantity? Say which with "
                     "--task classification or --task regression (task=...)")
             elif integer.mean() > 0.95 and len(np.unique(v[integer])) <= MAX_INFERRED_CLASSES:
                 odd = np.unique(v[~integer])[:3].tolist()
