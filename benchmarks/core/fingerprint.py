@@ -3,7 +3,8 @@
 Used to pin refactors of the core: run it before a change with ``--save before.json`` and after
 with ``--compare before.json``; the comparison prints, per method and data set, whether metrics,
 selection, payload bytes per phase and overhead bytes per phase are identical, and the
-differences where they are not.
+differences where they are not. Besides each registered method at its ``PARAMS``, ``VARIANTS``
+fingerprint a method under other settings (e.g. ``fedsdg-fs+secure``, its Paillier protocol).
 
     python benchmarks/core/fingerprint.py --save benchmarks/core/fingerprint_before.json
     python benchmarks/core/fingerprint.py --compare benchmarks/core/fingerprint_before.json

@@ -531,7 +531,23 @@ class SplitTrainer:
         return self.y[split]
 
     def decode_forward(self, party: str, msg: Any, n_rows: int) -> np.ndarray:
-        """The embedding block of ``party`` from its message (shape checked: untrusted input)."""
+        """The embedding block of ``party`` from its message (shape checked: untrusted input).
+
+        Parameters
+        ----------
+        party : str
+            The sender.
+        msg : Any
+            Its reply to an :class:`EmbedRequest` (default :class:`Embeddings`, decoded by the codec).
+        n_rows : int
+            Rows asked for.
+
+        Returns
+        -------
+        numpy.ndarray
+            float32 of shape ``(n_rows, embedding_dims[party])``. SparseVFL also keeps the mask of
+            the transmitted entries, FedSDG-FS scatters the open components into place.
+        """
         v = msg.values
         if v.shape != (n_rows, self.embedding_dims[party]):
             raise ProtocolError(f"party {party!r} sent embeddings of shape {v.shape}, expected "
@@ -539,23 +555,76 @@ class SplitTrainer:
         return v
 
     def extra_loss(self, H: torch.Tensor, n: int) -> torch.Tensor | None:
-        """A term added to the label holder's loss on the concatenated embeddings (default none)."""
+        """A term added to the label holder's loss in the default :meth:`train_step` (default none).
+
+        Parameters
+        ----------
+        H : torch.Tensor
+            The batch's concatenated embeddings (the leaf whose gradient goes to the parties).
+        n : int
+            Rows of the batch.
+
+        Returns
+        -------
+        torch.Tensor or None
+            A scalar added to the loss (SparseVFL: its embedding penalty, equation 5), or None.
+        """
         return None
 
     def encode_backward(self, party: str, g: np.ndarray) -> Any:
-        """The message carrying the gradient block ``g`` of ``party``."""
+        """The message carrying the gradient block ``g`` of ``party``.
+
+        Parameters
+        ----------
+        party : str
+            The receiver.
+        g : numpy.ndarray
+            The gradient of the loss with respect to ``party``'s embedding block, ``(n_rows, dim)``.
+
+        Returns
+        -------
+        Any
+            The message (default :class:`Gradients` in the run's codec; SparseVFL masks it or sends
+            the top W entries, FedSDG-FS only the open components).
+        """
         return Gradients(g if self.codec == "float32" else coded(g, self.codec))
 
     def forward_batch(self, epoch: int, batch: int, at: At, n_rows: int, split: str = "train") -> list[np.ndarray]:
         """Every training party's embedding block of one batch of ``split`` (graphs kept for the
-        gradients; ICAFS also asks for its parties' ``synthetic`` rows)."""
+        gradients; ICAFS also asks for its parties' ``synthetic`` rows).
+
+        Parameters
+        ----------
+        epoch, batch : int
+            The batch in the agreed order (the parties derive its rows themselves).
+        at : At
+            The position the requests carry.
+        n_rows : int
+            Rows of the batch (the blocks' expected length).
+        split : str
+            The split the rows come from.
+
+        Returns
+        -------
+        list of numpy.ndarray
+            One block per party of :attr:`parties`, in that order (:meth:`decode_forward`).
+        """
         req = EmbedRequest(split, epoch, batch, True)
         fed = self.fed
         return [self.decode_forward(p, fed.proxy(p).request(req, at, expect=Embeddings), n_rows)
                 for p in self.parties]
 
     def backward_batch(self, G: np.ndarray, at: At) -> None:
-        """Send every training party the gradient of its block of ``G``."""
+        """Send every training party the gradient of its block of ``G``.
+
+        Parameters
+        ----------
+        G : numpy.ndarray
+            The gradient of the loss with respect to the concatenated embeddings, columns in the
+            order of :attr:`parties` (:meth:`encode_backward` makes each party's message).
+        at : At
+            The position the messages carry.
+        """
         fed = self.fed
         if len(self.parties) == 1:
             fed.proxy(self.parties[0]).send(self.encode_backward(self.parties[0], G), at)
