@@ -3,7 +3,8 @@
 Used to pin refactors of the core: run it before a change with ``--save before.json`` and after
 with ``--compare before.json``; the comparison prints, per method and data set, whether metrics,
 selection, payload bytes per phase and overhead bytes per phase are identical, and the
-differences where they are not.
+differences where they are not. Besides each registered method at its ``PARAMS``, ``VARIANTS``
+fingerprint a method under other settings (e.g. ``fedsdg-fs+secure``, its Paillier protocol).
 
     python benchmarks/core/fingerprint.py --save benchmarks/core/fingerprint_before.json
     python benchmarks/core/fingerprint.py --compare benchmarks/core/fingerprint_before.json
@@ -47,6 +48,23 @@ PARAMS: dict[str, dict] = {
     "mi": {"n_select": 5},
     "random": {"n_select": 5},
     "raw": {"n_select": 5},
+    "all-features": {"epochs": 3, "batch_size": 64, "hidden": (16, 8)},
+    "vflfs": {"epochs": 3, "batch_size": 64, "hidden": (16, 8)},
+    "sefs": {"epochs": 3, "ss_epochs": 2, "batch_size": 64, "hidden": (16, 8)},
+    "compfs": {"epochs": 3, "batch_size": 64, "hidden": (8,), "n_learners": 3, "top_k": 4},
+    "original-gate": {"epochs": 3, "batch_size": 64, "hidden": (16, 8)},
+    "fedsdg-fs": {"epochs": 3, "batch_size": 64, "hidden": (16, 8), "secure": False},
+    "sffs": {"key_bits": 512, "insecure": True},
+    "ms-gini": {"key_bits": 512, "insecure": True},
+    "icafs": {"epochs": 3, "hidden": (16, 8), "synth_steps": 3, "synth_batch": 64, "channels": 4,
+              "code_dim": 8, "feature_dim": 8, "refit_epochs": 1, "max_modes": 3},
+}
+
+#: further fingerprints of a method under other settings: name -> (method, params)
+VARIANTS: dict[str, tuple[str, dict]] = {
+    # Algorithms 1-3 under Paillier (512-bit keys): the secure loop of SecureFedSDGTrainer
+    "fedsdg-fs+secure": ("fedsdg-fs", {"epochs": 2, "batch_size": 128, "hidden": (8, 4), "embedding_dim": 4,
+                                       "top_hidden": (4,), "key_bits": 512, "insecure": True}),
 }
 
 DATASETS = {
@@ -104,9 +122,10 @@ def collect(methods) -> dict:
         spec = dict(spec)
         data = verticalfs.build_data(spec.pop("dataset"), **spec)
         for m in methods:
+            method, params = VARIANTS.get(m, (m, PARAMS.get(m, {})))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                out.setdefault(dname, {})[m] = fingerprint(m, data, PARAMS.get(m, {}))
+                out.setdefault(dname, {})[m] = fingerprint(method, data, params)
             print(f"{dname:28s} {m:14s} done", file=sys.stderr)
     return out
 
@@ -157,9 +176,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--save", help="write the fingerprints to this JSON file")
     ap.add_argument("--compare", help="compare against fingerprints saved earlier")
-    ap.add_argument("--methods", help="comma-separated subset (default: every registered method)")
+    ap.add_argument("--methods", help="comma-separated subset of methods and VARIANTS (default: every registered "
+                    "method and every variant)")
     args = ap.parse_args()
-    methods = args.methods.split(",") if args.methods else available()
+    methods = args.methods.split(",") if args.methods else [*available(), *VARIANTS]
+    unknown = [m for m in methods if m not in available() and m not in VARIANTS]
+    if unknown:
+        ap.error(f"unknown method or variant {unknown}; known: {[*available(), *VARIANTS]}")
     fp = collect(methods)
     if args.save:
         with open(args.save, "w") as f:

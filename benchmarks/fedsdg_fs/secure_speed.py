@@ -36,15 +36,13 @@ def trainer_for(data, seed: int, **params):
     return tr, fed, time.perf_counter() - t0
 
 
-def epoch(tr, fed, limit=None) -> tuple[float, int, int]:
+def epoch(tr, fed) -> tuple[float, int, int]:
     b0 = fed.ledger.bytes_where(phase="train")
     t0 = time.perf_counter()
-    if limit is None:
-        tr.train_epoch("train")
-    else:
-        tr.train_epoch("train", limit=limit)
+    tr.train_epoch("train")  # the first limit_batches batches only when the trainer's config sets it
     dt = time.perf_counter() - t0
     tr.epoch += 1
+    limit = tr.config.limit_batches
     n = tr.plan.n_batches if limit is None else min(limit, tr.plan.n_batches)
     return dt, fed.ledger.bytes_where(phase="train") - b0, n
 
@@ -98,23 +96,25 @@ def main() -> None:
         # packed, with each party's r^n pool filled before the epoch (the offline/online split)
         rows.append(pooled_epoch(tr, fed, args.pool))
         # unpacked: over a few batches, extrapolated
-        tr, fed, _ = trainer_for(data, args.seed, secure=True, key_bits=args.key_bits, packed=False, randomness=rnd)
-        dt, b, nb = epoch(tr, fed, limit=args.unpacked_batches)
+        tr, fed, _ = trainer_for(data, args.seed, secure=True, key_bits=args.key_bits, packed=False, randomness=rnd,
+                                 limit_batches=args.unpacked_batches)
+        dt, b, nb = epoch(tr, fed)
         full = tr.plan.n_batches
         timing[("unpacked", rnd)] = dt * full / nb
         rows.append((f"secure unpacked, randomness {rnd}", dt * full / nb, int(b * full / nb), full,
                      f"EXTRAPOLATED from {nb} batches ({dt:.1f} s)"))
     cores = set_workers(args.crypto_workers)
     if cores > 1:  # the key holders' decryptions and obfuscators on several cores (full randomness)
-        epoch(*trainer_for(data, args.seed, secure=True, key_bits=args.key_bits)[:2], limit=1)  # start the pool
+        epoch(*trainer_for(data, args.seed, secure=True, key_bits=args.key_bits, limit_batches=1)[:2])  # start the pool
         tr, fed, _ = trainer_for(data, args.seed, secure=True, key_bits=args.key_bits)
         dt, b, nb = epoch(tr, fed)
         timing[("packed", "cores")] = dt
         rows.append((f"secure packed, full, {cores} crypto workers", dt, b, nb, "measured"))
         rows.append(pooled_epoch(tr, fed, args.pool))
         timing[("packed", "cores+pool")] = rows[-1][1]
-        tr, fed, _ = trainer_for(data, args.seed, secure=True, key_bits=args.key_bits, packed=False)
-        dt, b, nb = epoch(tr, fed, limit=args.unpacked_batches)
+        tr, fed, _ = trainer_for(data, args.seed, secure=True, key_bits=args.key_bits, packed=False,
+                                 limit_batches=args.unpacked_batches)
+        dt, b, nb = epoch(tr, fed)
         timing[("unpacked", "cores")] = dt * tr.plan.n_batches / nb
         rows.append((f"secure unpacked, full, {cores} crypto workers", dt * tr.plan.n_batches / nb,
                      int(b * tr.plan.n_batches / nb), tr.plan.n_batches, f"EXTRAPOLATED from {nb} batches ({dt:.1f} s)"))

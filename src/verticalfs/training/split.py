@@ -25,9 +25,16 @@ hook                          side                   used by
 :meth:`SplitTrainer.extra_loss` label holder         SparseVFL's embedding penalty (eq. 5)
 :meth:`SplitTrainer.encode_backward` label holder    SparseVFL (masked), TOP-W, codecs
 :meth:`SplitTrainer.forward_batch` / ``backward_batch`` label holder  PCA/AUTOENCODER (no exchange)
+:meth:`SplitTrainer.train_step`  label holder        one batch: CompFS (gate statistics), ICAFS (a
+                                                     synthetic and a real step), secure FedSDG-FS
+:meth:`SplitTrainer.on_epoch_begin` label holder     CompFS (decays), ICAFS, SparseVFL (counters)
+:meth:`SplitTrainer.on_epoch_end` label holder       (none yet)
 ============================  =====================  =============================================
 
 plus ``select`` (keep the checkpoint of the best validation epoch instead of the last).
+:meth:`SplitTrainer.train_epoch` is the only epoch loop: it runs the steps over the agreed batch
+order (``TrainConfig.limit_batches``: the first few only) and checks every batch's loss
+(:meth:`SplitTrainer.check_loss`), whichever step a method runs.
 
 Bytes per training epoch with float32 payloads: ``2 x N_train x sum(embedding_dim) x 4`` of payload
 (embeddings up, gradients down), plus per batch and party one header-only request and the fixed
@@ -89,6 +96,10 @@ class TrainConfig:
         Hidden activation of the bottom MLPs (and of an MLP top model).
     top_hidden : tuple of int
         Hidden widths of the top model; empty = linear top model (less-vfl.md section 5).
+    limit_batches : int, optional
+        Train on the first ``limit_batches`` mini-batches of each epoch only (default: all), as
+        PyTorch Lightning's ``limit_train_batches``: for quick checks and for timing an epoch
+        from a few batches. Evaluation after the epoch is unchanged.
     """
 
     epochs: int = 50
@@ -100,6 +111,7 @@ class TrainConfig:
     embedding_dim: int = 8
     activation: str = "relu"
     top_hidden: tuple[int, ...] = ()
+    limit_batches: int | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -122,6 +134,9 @@ class TrainConfig:
             raise ConfigError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
         if any(int(h) < 1 for h in self.hidden) or any(int(h) < 1 for h in self.top_hidden):
             raise ConfigError(f"hidden widths must be >= 1, got hidden={self.hidden}, top_hidden={self.top_hidden}")
+        lb = self.limit_batches
+        if lb is not None and (isinstance(lb, bool) or not isinstance(lb, (int, np.integer)) or lb < 1):
+            raise ConfigError(f"limit_batches must be a whole number >= 1 (or None: every batch), got {lb!r}")
 
 
 def loss_fn(task: str):
@@ -483,15 +498,56 @@ class SplitTrainer:
         self.rebuild_top_optimizer()
 
     def rebuild_top_optimizer(self) -> None:
+        """A fresh optimizer of the config on the top model's parameters (its state starts anew)."""
         c = self.config
         self.optimizer = make_optimizer(self.top.parameters(), c.optimizer, c.lr, c.weight_decay)
+
+    def replace_top(self, top: torch.nn.Module, embedding_dims: dict[str, int]) -> None:
+        """Train on with the top model ``top`` on the embeddings of the parties in ``embedding_dims``.
+
+        For a method that shrinks the model between epochs (LESS-VFL's component selection): the
+        parties named in ``embedding_dims`` are the ones that take part from now on, in that order,
+        each sending that many embedding components; a party not named leaves the training (it is
+        asked for nothing more). The top model gets a fresh optimizer (:meth:`rebuild_top_optimizer`).
+
+        Parameters
+        ----------
+        top : torch.nn.Module
+            The new top model; its input width must be the sum of ``embedding_dims``.
+        embedding_dims : dict of str to int
+            Components per remaining party, each of them a party of the run.
+        """
+        unknown = [q for q in embedding_dims if q not in self.fed.party_names]
+        if unknown:
+            raise ConfigError(f"{self.method}: replace_top names parties {unknown} that are not in the run "
+                              f"{list(self.fed.party_names)}")
+        self.top = top
+        self.parties = list(embedding_dims)
+        self.embedding_dims = {q: int(d) for q, d in embedding_dims.items()}
+        self.rebuild_top_optimizer()
 
     # ----------------------------------------------------------------- hooks
     def targets(self, split: str) -> torch.Tensor:
         return self.y[split]
 
     def decode_forward(self, party: str, msg: Any, n_rows: int) -> np.ndarray:
-        """The embedding block of ``party`` from its message (shape checked: untrusted input)."""
+        """The embedding block of ``party`` from its message (shape checked: untrusted input).
+
+        Parameters
+        ----------
+        party : str
+            The sender.
+        msg : Any
+            Its reply to an :class:`EmbedRequest` (default :class:`Embeddings`, decoded by the codec).
+        n_rows : int
+            Rows asked for.
+
+        Returns
+        -------
+        numpy.ndarray
+            float32 of shape ``(n_rows, embedding_dims[party])``. SparseVFL also keeps the mask of
+            the transmitted entries, FedSDG-FS scatters the open components into place.
+        """
         v = msg.values
         if v.shape != (n_rows, self.embedding_dims[party]):
             raise ProtocolError(f"party {party!r} sent embeddings of shape {v.shape}, expected "
@@ -499,23 +555,76 @@ class SplitTrainer:
         return v
 
     def extra_loss(self, H: torch.Tensor, n: int) -> torch.Tensor | None:
-        """A term added to the label holder's loss on the concatenated embeddings (default none)."""
+        """A term added to the label holder's loss in the default :meth:`train_step` (default none).
+
+        Parameters
+        ----------
+        H : torch.Tensor
+            The batch's concatenated embeddings (the leaf whose gradient goes to the parties).
+        n : int
+            Rows of the batch.
+
+        Returns
+        -------
+        torch.Tensor or None
+            A scalar added to the loss (SparseVFL: its embedding penalty, equation 5), or None.
+        """
         return None
 
     def encode_backward(self, party: str, g: np.ndarray) -> Any:
-        """The message carrying the gradient block ``g`` of ``party``."""
+        """The message carrying the gradient block ``g`` of ``party``.
+
+        Parameters
+        ----------
+        party : str
+            The receiver.
+        g : numpy.ndarray
+            The gradient of the loss with respect to ``party``'s embedding block, ``(n_rows, dim)``.
+
+        Returns
+        -------
+        Any
+            The message (default :class:`Gradients` in the run's codec; SparseVFL masks it or sends
+            the top W entries, FedSDG-FS only the open components).
+        """
         return Gradients(g if self.codec == "float32" else coded(g, self.codec))
 
     def forward_batch(self, epoch: int, batch: int, at: At, n_rows: int, split: str = "train") -> list[np.ndarray]:
         """Every training party's embedding block of one batch of ``split`` (graphs kept for the
-        gradients; ICAFS also asks for its parties' ``synthetic`` rows)."""
+        gradients; ICAFS also asks for its parties' ``synthetic`` rows).
+
+        Parameters
+        ----------
+        epoch, batch : int
+            The batch in the agreed order (the parties derive its rows themselves).
+        at : At
+            The position the requests carry.
+        n_rows : int
+            Rows of the batch (the blocks' expected length).
+        split : str
+            The split the rows come from.
+
+        Returns
+        -------
+        list of numpy.ndarray
+            One block per party of :attr:`parties`, in that order (:meth:`decode_forward`).
+        """
         req = EmbedRequest(split, epoch, batch, True)
         fed = self.fed
         return [self.decode_forward(p, fed.proxy(p).request(req, at, expect=Embeddings), n_rows)
                 for p in self.parties]
 
     def backward_batch(self, G: np.ndarray, at: At) -> None:
-        """Send every training party the gradient of its block of ``G``."""
+        """Send every training party the gradient of its block of ``G``.
+
+        Parameters
+        ----------
+        G : numpy.ndarray
+            The gradient of the loss with respect to the concatenated embeddings, columns in the
+            order of :attr:`parties` (:meth:`encode_backward` makes each party's message).
+        at : At
+            The position the messages carry.
+        """
         fed = self.fed
         if len(self.parties) == 1:
             fed.proxy(self.parties[0]).send(self.encode_backward(self.parties[0], G), at)
@@ -534,39 +643,132 @@ class SplitTrainer:
             return top(torch.from_numpy(H)).numpy()
 
     # -------------------------------------------------------------- training
+    def on_epoch_begin(self, phase: str) -> None:
+        """Called by :meth:`train_epoch` before the epoch's first batch (default nothing).
+
+        Parameters
+        ----------
+        phase : str
+            The ledger phase the epoch runs in (``train``, ``pretrain``, ...).
+
+        Notes
+        -----
+        ``self.epoch`` is the epoch about to run (0-based, counted over all phases). A method sets
+        its per-epoch state here: CompFS its decayed learning rate and penalty weights, ICAFS its
+        gate temperature, SparseVFL resets its count of zero embedding entries.
+        """
+
+    def on_epoch_end(self, phase: str, loss: float) -> None:
+        """Called by :meth:`train_epoch` after the epoch's last batch, before it returns and before
+        the epoch is evaluated and recorded (default nothing).
+
+        Parameters
+        ----------
+        phase : str
+            The ledger phase the epoch ran in.
+        loss : float
+            The epoch's mean training loss, as :meth:`train_epoch` returns it.
+        """
+
+    def check_loss(self, value: float, at: At) -> None:
+        """Raise :class:`~verticalfs.exceptions.ConfigError` if the training loss ``value`` of the
+        batch at ``at`` is NaN or infinite.
+
+        :meth:`train_epoch` checks the value every :meth:`train_step` returns, so a method that
+        replaces the step cannot lose the check; a step may also call it itself before it sends
+        gradients to the parties (the default step does), so that no party trains on them.
+
+        Parameters
+        ----------
+        value : float
+            The batch's training loss.
+        at : At
+            The batch's position (its ``round`` is the epoch, its ``step`` the batch).
+        """
+        if not math.isfinite(value):
+            raise ConfigError(
+                f"{self.method}: the training loss became {value} in epoch {at.round + 1}, batch {at.step + 1}; "
+                "lower the learning rate (lr) or scale the features (--scaling standard or minmax)")
+
+    def train_step(self, at: At, rows: np.ndarray, y: torch.Tensor) -> float:
+        """One mini-batch of Algorithm 2: embeddings up, top model step, gradients down.
+
+        A method whose exchange per batch differs (other messages, two steps per batch, the
+        secure protocol) replaces this and keeps the epoch loop, the loss check, the batch order
+        and the bookkeeping of :meth:`train_epoch`.
+
+        Parameters
+        ----------
+        at : At
+            The batch's position (phase, epoch as ``round``, batch index as ``step``): every
+            message of the step carries it.
+        rows : numpy.ndarray
+            The training rows of the batch (int64 indices into the ``train`` split, from the plan
+            the parties share: :attr:`plan`).
+        y : torch.Tensor
+            Their targets (:meth:`targets` of ``train`` at ``rows``).
+
+        Returns
+        -------
+        float
+            The batch's loss, extra loss included (its mean over the epoch, weighted by the rows of
+            each batch, is the epoch's ``train_loss``).
+        """
+        n = len(rows)
+        blocks = self.forward_batch(at.round, at.step, at, n)
+        # One leaf for the concatenated embeddings: the gradient of each party's block is a
+        # column slice of its gradient (exactly what autograd through torch.cat would give).
+        H = torch.from_numpy(np.concatenate(blocks, 1) if len(blocks) > 1 else blocks[0]).requires_grad_(True)
+        loss = self.loss(self.top(H), y)
+        extra = self.extra_loss(H, n)
+        if extra is not None:
+            loss = loss + extra
+        opt = self.optimizer
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        value = loss.item()
+        self.check_loss(value, at)
+        self.backward_batch(H.grad.numpy(), at)
+        return value
+
     def train_epoch(self, phase: str = "train") -> float:
-        """One epoch of Algorithm 2; returns the mean training loss (extra loss included)."""
-        top, opt, y_all = self.top, self.optimizer, self.targets("train")
-        epoch = self.epoch
-        top.train()
-        loss_f, extra_f = self.loss, self.extra_loss
+        """One epoch of Algorithm 2 (every method's epoch loop); returns the mean training loss.
+
+        Runs :meth:`on_epoch_begin`, then :meth:`train_step` on each mini-batch of the agreed
+        order (the first ``config.limit_batches`` only, if set), checking every batch's loss
+        (:meth:`check_loss`), then :meth:`on_epoch_end`. Does not advance :attr:`epoch` (see
+        :meth:`fit`).
+
+        Parameters
+        ----------
+        phase : str
+            The ledger phase of the epoch's messages.
+
+        Returns
+        -------
+        float
+            The mean of the batches' losses weighted by their rows.
+        """
+        epoch, plan = self.epoch, self.plan
+        y_all = self.targets("train")
+        self.top.train()
+        self.on_epoch_begin(phase)
+        n_batches = plan.n_batches
+        if self.config.limit_batches is not None:
+            n_batches = min(n_batches, int(self.config.limit_batches))
         total, n_seen = 0.0, 0
-        plan = self.plan
-        for b in range(plan.n_batches):
+        for b in range(n_batches):
             at = At(phase, epoch, b)
             rows = plan.rows(epoch, b)
-            n = len(rows)
-            blocks = self.forward_batch(epoch, b, at, n)
-            # One leaf for the concatenated embeddings: the gradient of each party's block is a
-            # column slice of its gradient (exactly what autograd through torch.cat would give).
-            H = torch.from_numpy(np.concatenate(blocks, 1) if len(blocks) > 1 else blocks[0]).requires_grad_(True)
-            loss = loss_f(top(H), y_all.index_select(0, torch.from_numpy(rows)))
-            extra = extra_f(H, n)
-            if extra is not None:
-                loss = loss + extra
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            value = loss.item()
-            if not math.isfinite(value):
-                raise ConfigError(
-                    f"{self.method}: the training loss became {value} in epoch {epoch + 1}, batch {b + 1}; "
-                    "lower the learning rate (lr) or scale the features (--scaling standard or minmax)")
-            total += value * n
-            n_seen += n
-            self.backward_batch(H.grad.numpy(), at)
+            value = self.train_step(at, rows, y_all.index_select(0, torch.from_numpy(rows)))
+            self.check_loss(value, at)
+            total += value * len(rows)
+            n_seen += len(rows)
         self.fed.mark(At(phase, epoch, plan.n_batches))  # work after the last message of the epoch
-        return total / max(1, n_seen)
+        loss = total / max(1, n_seen)
+        self.on_epoch_end(phase, loss)
+        return loss
 
     def embeddings(self, split: str, phase: str = "eval") -> np.ndarray:
         """Concatenated embeddings of a whole split (requested in ``phase``)."""

@@ -302,6 +302,7 @@ class CompFSTrainer(SplitTrainer):
                                      "threshold": float(params.threshold), "lr_decay": float(params.lr_decay)},
                          **kwargs)
         self.n, self.h = int(params.n_learners), int(params.hidden[0])
+        self._decay = 1.0  # the penalties' weight in the current epoch (on_epoch_begin)
 
     def spec_for(self, party: str) -> CompFSSpec:
         spec = super().spec_for(party)
@@ -325,46 +326,46 @@ class CompFSTrainer(SplitTrainer):
         with torch.no_grad():
             return top(self.summed(blocks)).numpy()
 
-    def train_epoch(self, phase: str = "train") -> float:
-        top, opt, y_all, p = self.top, self.optimizer, self.targets("train"), self.params
-        epoch = self.epoch
-        decay = float(p.beta_decay) ** epoch
-        for group in opt.param_groups:
-            group["lr"] = float(p.lr) * float(p.lr_decay) ** epoch
+    def on_epoch_begin(self, phase: str) -> None:
+        """The epoch's learning rate ``lr * lr_decay ** epoch`` and penalty weight ``beta_decay ** epoch``."""
+        p = self.params
+        self._decay = float(p.beta_decay) ** self.epoch
+        for group in self.optimizer.param_groups:
+            group["lr"] = float(p.lr) * float(p.lr_decay) ** self.epoch
+
+    def train_step(self, at: At, rows: np.ndarray, y: torch.Tensor) -> float:
+        """One batch: the parties' summed gated embeddings and gate statistics up, the learners' and
+        the penalties' gradients down (:class:`CompFSGradients`)."""
+        top, opt, p = self.top, self.optimizer, self.params
+        epoch, b = at.round, at.step
+        decay = self._decay
         d = sum(self.n_features.values())
         n, root = self.n, math.sqrt(d)
-        top.train()
-        total, n_seen = 0.0, 0
-        for b in range(self.plan.n_batches):
-            at = At(phase, epoch, b)
-            rows = self.plan.rows(epoch, b)
-            req = EmbedRequest("train", epoch, b, True)
-            msgs = [self.fed.proxy(q).request(req, at, expect=CompFSEmbeddings) for q in self.parties]
-            blocks = [torch.from_numpy(self.decode_forward(q, m, len(rows))).requires_grad_(True)
-                      for q, m in zip(self.parties, msgs, strict=True)]
-            sums = [self._stat(q, m.sums, (n,)) for q, m in zip(self.parties, msgs, strict=True)]
-            overs = [self._stat(q, m.overlaps, (n, n)) for q, m in zip(self.parties, msgs, strict=True)]
-            y = y_all.index_select(0, torch.from_numpy(rows))
-            hid = top.hidden(sum(blk for blk in blocks).reshape(-1, n, self.h))
-            loss = F.cross_entropy(sum(top.agg[i](z) for i, z in enumerate(hid)), y)
-            for i, z in enumerate(hid):
-                loss = loss + F.cross_entropy(top.ind[i](z.detach()), y)
-            mean_p = sum(sums) / d
-            loss = loss + p.beta_s * decay * (mean_p ** 2).sum() * root / n
-            if n > 1:
-                overlap = sum(overs) / d
-                iu = torch.triu_indices(n, n, 1)
-                loss = loss + 2 * p.beta_d * decay * overlap[iu[0], iu[1]].sum() * root / (n * (n - 1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(rows)
-            n_seen += len(rows)
-            for q, blk, s, o in zip(self.parties, blocks, sums, overs, strict=True):
-                self.fed.proxy(q).send(CompFSGradients(blk.grad.numpy(), sums=s.grad.numpy(),
-                                                       overlaps=o.grad.numpy()), at)
-        self.fed.mark(At(phase, epoch, self.plan.n_batches))
-        return total / max(1, n_seen)
+        req = EmbedRequest("train", epoch, b, True)
+        msgs = [self.fed.proxy(q).request(req, at, expect=CompFSEmbeddings) for q in self.parties]
+        blocks = [torch.from_numpy(self.decode_forward(q, m, len(rows))).requires_grad_(True)
+                  for q, m in zip(self.parties, msgs, strict=True)]
+        sums = [self._stat(q, m.sums, (n,)) for q, m in zip(self.parties, msgs, strict=True)]
+        overs = [self._stat(q, m.overlaps, (n, n)) for q, m in zip(self.parties, msgs, strict=True)]
+        hid = top.hidden(sum(blk for blk in blocks).reshape(-1, n, self.h))
+        loss = F.cross_entropy(sum(top.agg[i](z) for i, z in enumerate(hid)), y)
+        for i, z in enumerate(hid):
+            loss = loss + F.cross_entropy(top.ind[i](z.detach()), y)
+        mean_p = sum(sums) / d
+        loss = loss + p.beta_s * decay * (mean_p ** 2).sum() * root / n
+        if n > 1:
+            overlap = sum(overs) / d
+            iu = torch.triu_indices(n, n, 1)
+            loss = loss + 2 * p.beta_d * decay * overlap[iu[0], iu[1]].sum() * root / (n * (n - 1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        value = loss.item()
+        self.check_loss(value, at)
+        for q, blk, s, o in zip(self.parties, blocks, sums, overs, strict=True):
+            self.fed.proxy(q).send(CompFSGradients(blk.grad.numpy(), sums=s.grad.numpy(),
+                                                   overlaps=o.grad.numpy()), at)
+        return value
 
     def _stat(self, party: str, a, shape: tuple) -> torch.Tensor:
         a = np.asarray(a) if a is not None else None

@@ -23,7 +23,6 @@ pruning rule (an input whose sampled gate was 0 at each of its last max(epoch, 2
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
@@ -379,36 +378,28 @@ class SecureFedSDGTrainer(FedSDGTrainer):
                 srv.st["rows"] = rep.rows
         return Z
 
-    def train_epoch(self, phase: str = "train", limit: int | None = None) -> float:
-        """One epoch of Algorithms 2-3 (``limit``: stop after that many batches; for benchmarks)."""
-        top, opt, y_all, plan = self.top, self.optimizer, self.targets("train"), self.plan
-        epoch = self.epoch
-        top.train()
-        total, n_seen = 0.0, 0
+    def train_step(self, at: At, rows: np.ndarray, y: torch.Tensor) -> float:
+        """One batch of Algorithms 2-3: ``sum_m z_m`` through the secure forward, the top model's
+        step (but ``w``), then each party's masked weight gradient, noisy update and encrypted
+        embedding gradient."""
+        top, opt = self.top, self.optimizer
+        epoch, b, n = at.round, at.step, len(rows)
+        Zs = torch.from_numpy(self._forward("train", epoch, b, True, at, n).astype(np.float32)).requires_grad_(True)
+        loss = self.loss(self.rest(Zs + top.input_layer.bias), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        value = loss.item()
+        self.check_loss(value, at)
+        delta = Zs.grad.numpy().astype(np.float64)
         lr = float(self.config.lr)
-        for b in range(plan.n_batches if limit is None else min(int(limit), plan.n_batches)):
-            at = At(phase, epoch, b)
-            rows = plan.rows(epoch, b)
-            n = len(rows)
-            Zs = torch.from_numpy(self._forward("train", epoch, b, True, at, n).astype(np.float32)).requires_grad_(True)
-            loss = self.loss(self.rest(Zs + top.input_layer.bias), y_all.index_select(0, torch.from_numpy(rows)))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            value = loss.item()
-            if not math.isfinite(value):
-                raise ConfigError(f"{self.method}: the training loss became {value} in epoch {epoch + 1}; lower lr")
-            total += value * n
-            n_seen += n
-            delta = Zs.grad.numpy().astype(np.float64)
-            for p in self.parties:  # Algorithm 3
-                proxy, srv = self.fed.proxy(p), self.server[p]
-                data = srv.masked_weight_gradient(srv.st.pop("rows"), delta)
-                rep = proxy.request(MaskedWeightGradient(data=data), at, expect=NoisyWeightGradient)
-                grad = srv.update_and_embedding_gradient(rep.values, rep.eps, int(rep.blocks), int(rep.bound), lr)
-                proxy.send(EncryptedEmbeddingGradient(data=grad), at)
-        self.fed.mark(At(phase, epoch, plan.n_batches))
-        return total / max(1, n_seen)
+        for p in self.parties:  # Algorithm 3
+            proxy, srv = self.fed.proxy(p), self.server[p]
+            data = srv.masked_weight_gradient(srv.st.pop("rows"), delta)
+            rep = proxy.request(MaskedWeightGradient(data=data), at, expect=NoisyWeightGradient)
+            grad = srv.update_and_embedding_gradient(rep.values, rep.eps, int(rep.blocks), int(rep.bound), lr)
+            proxy.send(EncryptedEmbeddingGradient(data=grad), at)
+        return value
 
     def predict(self, split: str, phase: str = "eval") -> np.ndarray:
         top = self.top

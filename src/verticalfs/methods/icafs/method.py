@@ -195,6 +195,7 @@ class ICAFSTrainer(SplitTrainer):
         self.synth_plan: BatchPlan | None = None
         self.stage_epochs = int(params.epochs)
         self.refitting = False
+        self._t, self._T = 0, max(1, self.stage_epochs)  # position in the temperature schedule (on_epoch_begin)
         self.synthesis_info: dict = {}
 
     def spec_for(self, party: str) -> ICAFSSpec:
@@ -209,7 +210,17 @@ class ICAFSTrainer(SplitTrainer):
 
     # ------------------------------------------------------------ stage 1
     def synthesize(self) -> None:
-        """Algorithm 1 over the transport; every party ends holding its synthetic block."""
+        """Algorithm 1 over the transport; every party ends holding its synthetic block.
+
+        This loop is not an epoch of split training, so it does not run in
+        :meth:`~verticalfs.training.split.SplitTrainer.train_epoch`: its ``synth_steps`` iterations
+        are GAN steps, each drawing ``synth_batch`` real rows at random (no pass over the training
+        rows, no agreed batch order), and each is two steps with their own messages and models, a
+        critic step (:class:`CriticRequest` -> :class:`CriticFeatures`, :class:`CriticGradients`)
+        and a generator step (:class:`GeneratorRequest`, :class:`GeneratorGradients` ->
+        :class:`CodeGradients`), on the label holder's code generator and critic head rather than the
+        top model on the parties' embeddings.
+        """
         p, fed = self.params, self.fed
         t0 = time.perf_counter()
         b0 = self.ledger.total_bytes
@@ -294,46 +305,50 @@ class ICAFSTrainer(SplitTrainer):
         blocks = self.forward_batch(epoch, batch, at, n, split=split)
         return torch.from_numpy(np.concatenate(blocks, 1) if len(blocks) > 1 else blocks[0]).requires_grad_(True)
 
-    def train_epoch(self, phase: str = "train") -> float:
-        top, opt, y_all = self.top, self.optimizer, self.targets("train")
-        p = self.params
-        epoch = self.epoch
-        t, T = min(epoch, self.stage_epochs), max(1, self.stage_epochs)
-        top.train()
-        total, n_seen = 0.0, 0
-        plan = self.plan
-        gated = isinstance(top, SelectorEnsemble)
-        for b in range(plan.n_batches):
-            at = At(phase, epoch, b)
-            if self.use_synthetic and not self.refitting:  # Algorithm 2 lines 4-10
-                sp = self.synth_plan
-                sb = b % sp.n_batches
-                srows = sp.rows(epoch, sb)
-                H = self._blocks(SYNTHETIC, epoch, sb, at, len(srows))
-                logits, alpha = top(H, t, T)
-                loss = F.cross_entropy(logits, self.y_syn.index_select(0, torch.from_numpy(srows)))
-                if alpha is not None:
-                    loss = loss + SelectorEnsemble.penalty(alpha, p.beta)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                self.backward_batch(H.grad.numpy(), at)
-            # lines 12-16: indicator gates, frozen; predictors and encoders learn from real rows
-            rows = plan.rows(epoch, b)
-            H = self._blocks("train", epoch, b, at, len(rows))
-            logits, alpha = top(H, t, T, hard=True)
-            loss = F.cross_entropy(logits, y_all.index_select(0, torch.from_numpy(rows)))
-            value = loss.item() + (float(SelectorEnsemble.penalty(alpha, p.beta)) if alpha is not None else 0.0)
+    def on_epoch_begin(self, phase: str) -> None:
+        """The epoch's position ``t`` of ``T`` in the temperature schedule of equation (3)."""
+        self._t, self._T = min(self.epoch, self.stage_epochs), max(1, self.stage_epochs)
+
+    def train_step(self, at: At, rows: np.ndarray, y: torch.Tensor) -> float:
+        """One batch of Algorithm 2: a step on a batch of synthetic rows (lines 4-10; not when
+        refitting or in the ``no-fs`` ablation), then a step on the real rows ``rows`` with the gates
+        frozen as indicators (lines 12-16). Returns loss (7) on the real rows."""
+        top, opt, p = self.top, self.optimizer, self.params
+        epoch, b = at.round, at.step
+        t, T = self._t, self._T
+        if self.use_synthetic and not self.refitting:  # Algorithm 2 lines 4-10
+            sp = self.synth_plan
+            sb = b % sp.n_batches
+            srows = sp.rows(epoch, sb)
+            H = self._blocks(SYNTHETIC, epoch, sb, at, len(srows))
+            logits, alpha = top(H, t, T)
+            loss = F.cross_entropy(logits, self.y_syn.index_select(0, torch.from_numpy(srows)))
+            if alpha is not None:
+                loss = loss + SelectorEnsemble.penalty(alpha, p.beta)
             opt.zero_grad(set_to_none=True)
-            loss.backward()  # the penalty of (7) is constant in every parameter under indicator gates
-            if gated:
-                top.w.grad = None
+            loss.backward()
             opt.step()
-            total += value * len(rows)
-            n_seen += len(rows)
+            self.check_loss(loss.item(), at)
             self.backward_batch(H.grad.numpy(), at)
-        self.fed.mark(At(phase, epoch, plan.n_batches))
-        return total / max(1, n_seen)
+        # lines 12-16: indicator gates, frozen; predictors and encoders learn from real rows
+        H = self._blocks("train", epoch, b, at, len(rows))
+        logits, alpha = top(H, t, T, hard=True)
+        loss = F.cross_entropy(logits, y)
+        value = loss.item() + (float(SelectorEnsemble.penalty(alpha, p.beta)) if alpha is not None else 0.0)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()  # the penalty of (7) is constant in every parameter under indicator gates
+        if isinstance(top, SelectorEnsemble):
+            top.w.grad = None
+        opt.step()
+        self.check_loss(value, at)
+        self.backward_batch(H.grad.numpy(), at)
+        return value
+
+    def begin_refit(self) -> None:
+        """Stage 3 on the selected features alone from here on: real rows only (no synthetic step),
+        with a fresh optimizer of the top model."""
+        self.refitting = True
+        self.rebuild_top_optimizer()
 
     def output(self, H: np.ndarray) -> np.ndarray:
         top = self.top
@@ -459,8 +474,7 @@ class ICAFS(Method):
             trainer.synthesize()
         trainer.fit(phase="train")
         sel = trainer.select_features()
-        trainer.refitting = True
-        trainer.rebuild_top_optimizer()
+        trainer.begin_refit()
         if p.refit_epochs:
             trainer.fit(epochs=int(p.refit_epochs), phase="train")
         self.finish_training(fed, trainer, {**trainer.synthesis_info, **sel, **dp})

@@ -490,10 +490,7 @@ class _StagedLasso(Method):
         # columns; parties with no significant component leave the training.
         new_top = copy.deepcopy(new_top) if new_top is trainer.top else new_top
         new_top.keep_inputs(np.asarray(cols, dtype=np.int64))
-        trainer.top = new_top
-        trainer.parties = [q for q in parties if len(K[q]) > 0]
-        trainer.embedding_dims = {q: int(len(K[q])) for q in trainer.parties}
-        trainer.rebuild_top_optimizer()
+        trainer.replace_top(new_top, {q: int(len(K[q])) for q in parties if len(K[q]) > 0})
         info["K_m"] = {q: K[q].tolist() for q in parties}
         info["n_components"] = {q: int(len(K[q])) for q in parties}
         info["parties_left"] = [q for q in parties if len(K[q]) == 0]

@@ -178,9 +178,9 @@ class CodedVFLTrainer(SplitTrainer):
             return TopWGradients(positions=positions, values=coded(values, self._vcodec))
         return Gradients(g if b == "float32" else coded(g, b))
 
-    def train_epoch(self, phase: str = "train") -> float:
+    def on_epoch_begin(self, phase: str) -> None:
+        """Start the epoch's count of zero embedding entries (``embedding_zeros`` of its entry)."""
         self._zeros = self._entries = 0
-        return super().train_epoch(phase)
 
     def entry_extras(self) -> dict:
         return {"embedding_zeros": self._zeros / self._entries} if self._entries else {}
