@@ -390,7 +390,8 @@ class CompFS(Method):
             raise ConfigError(f"{self.name}: need hidden=(h_dim,), n_learners >= 1, temp > 0, 0 < threshold < 1 and "
                               f"top_k >= 0; got {p.hidden}, {p.n_learners}, {p.temp}, {p.threshold}, {p.top_k}")
         trainer = CompFSTrainer(fed, self.name, p, seed=self.seed, callbacks=self.callbacks,
-                                entry_hook=self.entry_hook, codec=self.codec or "float32")
+                                entry_hook=self.entry_hook, codec=self.codec or "float32",
+                                checkpoints=self.checkpoints)
         trainer.setup()
         trainer.fit(phase="train")
         at = At("selection", trainer.epoch)
