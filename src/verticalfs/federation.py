@@ -38,6 +38,8 @@ from verticalfs.transport.messages import (
     Join,
     SupportReport,
     SupportRequest,
+    TrafficReport,
+    TrafficRequest,
 )
 from verticalfs.transport.node import Node, PartyProxy
 
@@ -196,8 +198,6 @@ class Federation:
         """
         if self.is_local:
             return 0
-        from verticalfs.transport.messages import TrafficReport, TrafficRequest
-
         added = 0
         for p in self.party_names:
             rep = self._proxies[p].request(TrafficRequest(), at, expect=TrafficReport)

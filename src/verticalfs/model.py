@@ -138,8 +138,8 @@ def predict(model_dir: str | Path, files: Mapping[str, str | Path], *, id_column
     fed = Federation(labels, channel, list(parties), ledger=ledger)
     channel.register(fed.node)
     for p, entry in parties.items():
-        fed.proxy(p).request(LoadModel(method=man["method"], file=str(model_dir / entry["file"]), sha256=entry["sha256"]),
-                             At("setup"), expect=Ack)
+        fed.proxy(p).request(LoadModel(method=method.joined_as(), file=str(model_dir / entry["file"]),
+                                       sha256=entry["sha256"]), At("setup"), expect=Ack)
     out = method.predict_from_holder(holder["holder"], fed, "predict")
     probs = probabilities(out, task)
     names = holder["class_names"] or [str(i) for i in range(n_classes)]

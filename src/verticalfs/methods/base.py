@@ -19,8 +19,8 @@ Like scikit-learn's selectors, :meth:`get_support` gives the support per party.
 The whole contract between a method and the rest of the library is in :class:`Method`: what the
 runner sets before :meth:`~Method.fit` (``entry_hook``, ``checkpoints``), what ``fit`` sets, and the
 hooks with their defaults (:meth:`~Method.cannot_save`, :meth:`~Method.export_holder`,
-:meth:`~Method.predict_from_holder`, :meth:`~Method.predict_proba`). Nothing else is looked up
-on a method by name.
+:meth:`~Method.predict_from_holder`, :meth:`~Method.joined_as`, :meth:`~Method.predict_proba`).
+Nothing else is looked up on a method by name.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from verticalfs.codecs import get_codec
 from verticalfs.exceptions import ConfigError
 
 #: how a method treats the payload codec a user asks for (``--codec``)
@@ -117,8 +118,6 @@ class Method(ABC):
         """The payload codec this method uses for ``codec`` asked by the user (``None`` = default)."""
         if codec is None:
             return "float32" if cls.codec_policy == "channel" else None
-        from verticalfs.codecs import get_codec
-
         get_codec(codec)  # unknown names are an error
         if cls.codec_policy == "fixed":
             raise ConfigError(f"method {cls.name!r} fixes its own codecs ({cls.codec_description()}); "
@@ -194,6 +193,12 @@ class Method(ABC):
 
         expect_holder_kind(holder, "split", cls.name)
         return saved_split_output(holder, saved_embeddings(holder, fed, split))
+
+    @classmethod
+    def joined_as(cls) -> str:
+        """The method name the parties' roles are built under at ``Join``, which their saved parts
+        record (``LoadModel`` asks for it): the method's own name by default."""
+        return cls.name
 
     def predict_proba(self, fed, split: str = "test") -> np.ndarray:
         """Class probabilities (values for regression) of the fitted model on ``split`` of the

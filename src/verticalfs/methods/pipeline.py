@@ -130,6 +130,10 @@ class Pipeline(Method):
     def predict_from_holder(cls, holder: dict, fed, split: str) -> np.ndarray:
         return cls.stage_classes[-1].predict_from_holder(holder, fed, split)
 
+    @classmethod
+    def joined_as(cls) -> str:
+        return cls.stage_classes[-1].joined_as()
+
     @staticmethod
     def _select(stage: Method, fed) -> list[tuple[str, int]]:
         """The features an earlier stage selects, as ``(party, prepared feature index)``."""

@@ -382,6 +382,9 @@ class CompFS(Method):
     Role = CompFSRole
     test_params = {"epochs": 3, "batch_size": 64, "hidden": (8,), "n_learners": 3, "top_k": 4}
 
+    def cannot_save(self) -> str | None:
+        return "its top model (an ensemble of learners) is not saved yet, so the model cannot be saved"
+
     def fit(self, fed) -> CompFS:
         p = self.params
         if fed.labels.task == "regression":

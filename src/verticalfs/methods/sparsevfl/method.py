@@ -355,6 +355,9 @@ class _ReducedMethod(_TrainedMethod):
     def codec_description(cls) -> str:
         return "one float32 upload"
 
+    def cannot_save(self) -> str | None:
+        return "its parties' reducers (PCA / autoencoder) are not saved yet, so the model cannot be saved"
+
     def fit(self, fed) -> _ReducedMethod:
         p = self.params
         trainer = ReducedTrainer(fed, self.name, p, kind=self.kind,
