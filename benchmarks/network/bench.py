@@ -88,13 +88,14 @@ def _node_echo_main(certs: str, conn) -> None:
 def _party_main(party_data, ids, certs: str, conn) -> None:
     import torch
 
+    from verticalfs.methods.registry import party_roles
     from verticalfs.party import PartyRuntime
     from verticalfs.transport.grpc import TLSFiles
     from verticalfs.transport.grpc.party import NetworkedParty
 
     torch.set_num_threads(1)
     tls = TLSFiles.in_folder(certs, party_data.name)
-    party = NetworkedParty(PartyRuntime(party_data, ids=ids), "127.0.0.1:0", tls=tls)
+    party = NetworkedParty(PartyRuntime(party_data, ids=ids, role_for=party_roles()), "127.0.0.1:0", tls=tls)
     conn.send(party.server.address)
     party.set_addresses(conn.recv())
     party.start()

@@ -26,6 +26,8 @@ from verticalfs.evaluation.metrics import primary_metric, selection_scores
 from verticalfs.exceptions import ConfigError
 from verticalfs.federation import Federation
 from verticalfs.methods import registry
+from verticalfs.model import save_model as _save_model
+from verticalfs.training.checkpoint import Checkpointer, run_id
 from verticalfs.training.history import ProgressCallback
 from verticalfs.transport.bandwidth import estimate_wall_time
 from verticalfs.utils.io import write_json_atomic
@@ -247,8 +249,8 @@ def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_c
     metric = primary_metric(data.labels.task)
     callbacks = [ProgressCallback(method, metric)] if progress else []
     m = cls(seed=seed, callbacks=callbacks, codec=codec, **dict(params or {}))
-    why = getattr(m, "cannot_save", lambda: None)()
-    if save_model is not None and why:  # before the training, not after it
+    why = m.cannot_save() if save_model is not None else None
+    if why:  # before the training, not after it
         raise ConfigError(f"{method}: {why}")
     fed = Federation.in_process(data) if federation is None else federation
     m.entry_hook = spurious_hook(fed, data.ground_truth) if fed.is_local else None
@@ -256,18 +258,15 @@ def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_c
     if resume and checkpoint_dir is None:
         raise ConfigError("resume needs the checkpoint folder of the interrupted run (checkpoint_dir, --checkpoints)")
     if checkpoint_dir is not None:
-        from verticalfs.training.checkpoint import Checkpointer, run_id
-
         rid = run_id(method, dict(vars(m.params)), seed, codec, fed.party_names,
                      {s: len(v) for s, v in fed.labels.y.items()})
         ck = Checkpointer(checkpoint_dir, rid, resume=resume)
-        fed.checkpoints = ck
+        m.checkpoints = ck
         if fed.is_local:
             for name in fed.party_names:
                 fed.local_runtime(name).checkpoint_dir = Path(checkpoint_dir) / "parties" / name
-    node = getattr(fed, "node", None)
-    if node is not None:
-        node.reset_clock()
+    node = fed.node
+    node.reset_clock()
     t0 = time.perf_counter()
     m.fit(fed)
     if not fed.is_local:
@@ -275,26 +274,21 @@ def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_c
     elapsed = time.perf_counter() - t0
     if ck is not None:
         ck.clear()
-    if node is not None:
-        node.flush()  # the label holder's work after its last message
+    node.flush()  # the label holder's work after its last message
     if save_model is not None:
-        from verticalfs.model import save_model as _save
-
-        _save(m, fed, save_model, params=vars(m.params))
-    selection = selection_block(data, m.get_support(), data.ground_truth, getattr(m, "feature_scores_", None))
+        _save_model(m, fed, save_model, params=vars(m.params))
+    selection = selection_block(data, m.get_support(), data.ground_truth, m.feature_scores_)
     comm = fed.ledger.summary()
-    wire = getattr(fed.channel, "wire_bytes", None)
-    if wire is not None:
-        w = wire()
-        if w is not None:  # networked: the label holder's links as TCP carried them (framing, TLS)
-            comm["wire_bytes"] = int(w)
+    wire = fed.channel.wire_bytes()
+    if wire is not None:  # networked: the label holder's links as TCP carried them (framing, TLS)
+        comm["wire_bytes"] = int(wire)
     n_epochs = max(1, len(m.history_))
     cfg = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(m.params).items()}
     cfg["codec"] = m.codec if m.codec is not None else m.codec_description()
     if data_config:
         cfg["data"] = dict(data_config)
     estimates = [estimate_wall_time(fed.ledger, b).to_dict() for b in bandwidths_mbps] if len(fed.ledger) else []
-    notes = selection_warnings(method, selection) + [str(w) for w in (getattr(m, "info_", {}) or {}).get("warnings", [])]
+    notes = selection_warnings(method, selection) + [str(w) for w in m.info_.get("warnings", [])]
     for w in notes:
         warnings.warn(w, stacklevel=2)
     return RunResult(
@@ -309,7 +303,7 @@ def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_c
         history=list(m.history_),
         timings={"total_seconds": elapsed, "seconds_per_epoch": elapsed / n_epochs,
                  "python": platform.python_version()},
-        info=dict(getattr(m, "info_", {}) or {}),
+        info=dict(m.info_),
         estimates=estimates,
         warnings=notes,
         method_obj=m,

@@ -138,7 +138,10 @@ def compare(
             row[key + "_std"] = float(np.std(vals)) if len(vals) > 1 else (0.0 if vals else None)
         row["reached"] = sum(r.get("mb_to_target") is not None for r in rs)
         table.append(row)
-    name = dataset if isinstance(dataset, str) else getattr(dataset, "dataset", None) or "user files"
+    if isinstance(dataset, str):
+        name = dataset
+    else:  # the CLI's data options name a registered data set (or none for party files); tables are the user's
+        name = (dataset.dataset if parsed is not None else None) or "user files"
     return {"dataset": str(name), "parties": n_parties, "noise": parsed["noise"] if parsed else noise,
             "seeds": list(seeds), "metric": metric, "target_fraction": target_fraction, "table": table, "runs": runs, "skipped": skipped}
 

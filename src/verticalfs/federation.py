@@ -25,8 +25,9 @@ import numpy as np
 
 from verticalfs.data.vertical import LabelData, PreparedData
 from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.methods import registry
 from verticalfs.names import LABEL_HOLDER
-from verticalfs.party import PartyRuntime
+from verticalfs.party import LocalProxy, PartyRuntime
 from verticalfs.transport.channel import Channel
 from verticalfs.transport.inprocess import InProcessChannel
 from verticalfs.transport.ledger import Ledger
@@ -37,6 +38,8 @@ from verticalfs.transport.messages import (
     Join,
     SupportReport,
     SupportRequest,
+    TrafficReport,
+    TrafficRequest,
 )
 from verticalfs.transport.node import Node, PartyProxy
 
@@ -73,8 +76,6 @@ class Federation:
         self._proxies = {p: PartyProxy(self.node, p) for p in names}
         self._schema: dict[str, Hello] | None = None
         self._local: _Local | None = None
-        #: the run's :class:`~verticalfs.training.checkpoint.Checkpointer` when it checkpoints
-        self.checkpoints = None
 
     # ----------------------------------------------------------------- building
     @classmethod
@@ -88,14 +89,12 @@ class Federation:
         """
         channel = InProcessChannel(trace=trace)
         ledger = Ledger()
-        role_for = None
+        role_for = registry.party_roles()
         if roles:
-            from verticalfs.party import _registry_role
-
-            extra = dict(roles)
+            extra, registered = dict(roles), role_for
 
             def role_for(method: str):
-                return extra[method] if method in extra else _registry_role(method)
+                return extra[method] if method in extra else registered(method)
 
         runtimes = [PartyRuntime(p, role_for=role_for) for p in data.parties]
         for r in runtimes:
@@ -163,9 +162,15 @@ class Federation:
 
     def collect_support(self, at: At = REPORT) -> dict[str, np.ndarray]:
         """Ask every party which features it still uses; a bool mask per party."""
+        return self.collect_support_and_scores(at)[0]
+
+    def collect_support_and_scores(self, at: At = REPORT) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Ask every party which features it still uses and its score of each (one
+        :class:`~verticalfs.transport.messages.SupportRequest` per party): a bool mask per party,
+        and per party that reports scores a score per prepared feature (NaN for removed ones)."""
         names = self.feature_names()
         out = {}
-        self.support_scores: dict[str, np.ndarray] = {}
+        scores: dict[str, np.ndarray] = {}
         for p in self.party_names:
             rep = self._proxies[p].request(SupportRequest(), at, expect=SupportReport)
             kept = np.asarray(rep.kept, dtype=np.int64).reshape(-1)
@@ -180,8 +185,8 @@ class Federation:
                     raise ProtocolError(f"party {p!r} reported {sc.size} scores for {kept.size} kept features")
                 full = np.full(len(names[p]), np.nan)
                 full[kept] = sc
-                self.support_scores[p] = full
-        return out
+                scores[p] = full
+        return out, scores
 
     def collect_peer_traffic(self, at: At = AUDIT) -> int:
         """Networked runs: ask every party for the party-to-party messages it sent (phase ``audit``)
@@ -193,8 +198,6 @@ class Federation:
         """
         if self.is_local:
             return 0
-        from verticalfs.transport.messages import TrafficReport, TrafficRequest
-
         added = 0
         for p in self.party_names:
             rep = self._proxies[p].request(TrafficRequest(), at, expect=TrafficReport)
@@ -283,12 +286,11 @@ class LocalFederation:
     """
 
     def __init__(self, data: PreparedData) -> None:
-        from verticalfs.party import LocalProxy
-
         self.labels = data.labels
         self.ledger = Ledger()
         self.party_names = list(data.party_names)
-        self.runtimes = {p.name: PartyRuntime(p) for p in data.parties}
+        role_for = registry.party_roles()
+        self.runtimes = {p.name: PartyRuntime(p, role_for=role_for) for p in data.parties}
         self._proxies = {p: LocalProxy(r) for p, r in self.runtimes.items()}
 
     def proxy(self, name: str):

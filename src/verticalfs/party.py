@@ -10,9 +10,10 @@ pipeline), :class:`~verticalfs.transport.messages.Join`) and hands everything el
 
 A role is one method's part at one party for one run: typed state, its own models, and one handler
 method per message kind, marked with :func:`handles`. The label holder creates it with a metered
-``Join(method, spec)``: the runtime looks the method up in the registry and builds
-``method.Role(data, spec, ctx)``. Several roles may handle the same message kind differently (the
-split-learning roles of SparseVFL and of plain VFL both answer
+``Join(method, spec)``: the runtime looks the method's role class up with the ``role_for`` it was
+built with (the method registry's, :func:`verticalfs.methods.registry.party_roles`: this module
+knows no method) and builds ``Role(data, spec, ctx)``. Several roles may handle the same message
+kind differently (the split-learning roles of SparseVFL and of plain VFL both answer
 :class:`~verticalfs.transport.messages.EmbedRequest`), and a role may keep as many models and
 pending graphs as its method needs.
 
@@ -29,15 +30,19 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from verticalfs.codecs import get_codec
 from verticalfs.exceptions import ProtocolError
+from verticalfs.model_files import load_party_file, save_party_file
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.psi import PsiRequest, PsiServer
+from verticalfs.training.checkpoint import party_persist
 from verticalfs.transport.ledger import Ledger
 from verticalfs.transport.messages import (
     Ack,
@@ -236,23 +241,6 @@ class Role:
         return self.data.name
 
 
-def _load_methods() -> None:
-    """Import every registered method (their message kinds register on import)."""
-    from verticalfs.methods import registry
-
-    registry.available()
-
-
-def _registry_role(method: str) -> type[Role]:
-    from verticalfs.methods import registry
-
-    cls = registry.get(method)
-    role = getattr(cls, "Role", None)
-    if role is None:
-        raise ProtocolError(f"method {method!r} has no party role: it does not run at feature parties")
-    return role
-
-
 class PartyRuntime:
     """A feature party: its :class:`LocalData`, its messaging node and the role of the current run.
 
@@ -261,7 +249,10 @@ class PartyRuntime:
     data : PartyData or LocalData
         The party's own prepared columns (nothing else).
     role_for : callable, optional
-        ``role_for(method) -> Role class``; default: the method registry.
+        ``role_for(method) -> Role class``: the roles this party can take, e.g.
+        :func:`verticalfs.methods.registry.party_roles` (which also registers every method's
+        message kinds, so that they decode before the first ``Join``). The party does not know the
+        methods itself; without ``role_for`` it joins no method.
     allowed_methods : sequence of str, optional
         Methods this party agrees to join (default: any registered method).
     ids : sequence, optional
@@ -280,12 +271,11 @@ class PartyRuntime:
         self.method: str | None = None
         self.preprocessor = getattr(data, "preprocessor", None)
         self.node: Node | None = None
-        self._role_for = role_for or _registry_role
+        self._role_for = role_for
         self._allowed = None if allowed_methods is None else set(allowed_methods)
         self.ids = ids
         self.checkpoint_dir = checkpoint_dir
         self._reported = 0  # peer-traffic records already reported to the label holder
-        _load_methods()  # every method's message kinds must be decodable before its first Join
 
     def connect(self, channel, ledger: Ledger) -> Node:
         """Attach a messaging node on ``channel`` (the node is the channel's endpoint for this party)."""
@@ -302,8 +292,6 @@ class PartyRuntime:
         if t is Persist:
             if sender != LABEL_HOLDER:
                 raise ProtocolError(f"party {self.name!r} accepts Persist only from the label holder")
-            from verticalfs.training.checkpoint import party_persist
-
             return party_persist(self, msg)
         if t is TrafficRequest:
             if sender != LABEL_HOLDER:
@@ -339,10 +327,16 @@ class PartyRuntime:
         if self._allowed is not None and msg.method not in self._allowed:
             raise ProtocolError(f"party {self.name!r} does not take part in method {msg.method!r}; it allows "
                                 f"{sorted(self._allowed)}")
-        cls = self._role_for(str(msg.method))
+        cls = self._role_class(str(msg.method))
         self.role = cls(self.data, msg.spec, ctx)
         self.method = str(msg.method)
         return self.role.joined()
+
+    def _role_class(self, method: str) -> type[Role]:
+        if self._role_for is None:
+            raise ProtocolError(f"party {self.name!r} was built without role_for, so it can take part in no method "
+                                f"({method!r} asked); build it with role_for=verticalfs.methods.registry.party_roles()")
+        return self._role_for(method)
 
     def _traffic(self) -> TrafficReport:
         """The peer messages this party recorded since its last report (its node's ledger holds only
@@ -358,8 +352,6 @@ class PartyRuntime:
 
     # ------------------------------------------------------------------ saved models
     def _save(self, msg: SaveModel) -> ModelSaved:
-        from verticalfs.model import save_party_file
-
         if self.role is None or self.method is None:
             raise ProtocolError(f"party {self.name!r} has no trained role to save")
         file, sha = save_party_file(Path(msg.directory), self.name, {
@@ -371,8 +363,6 @@ class PartyRuntime:
         return ModelSaved(file=file, sha256=sha)
 
     def _load(self, msg: LoadModel, ctx: Context) -> Ack:
-        from verticalfs.model import load_party_file
-
         saved = load_party_file(Path(msg.file), expected_sha256=msg.sha256, party=self.name)
         if saved["method"] != msg.method:
             raise ProtocolError(f"party {self.name!r}: {msg.file!r} holds a {saved['method']!r} model, not {msg.method!r}")
@@ -380,7 +370,7 @@ class PartyRuntime:
             raise ProtocolError(f"party {self.name!r}: the rows given have features {self.data.feature_names[:5]}..., "
                                 f"the model was trained on {list(saved['feature_names'])[:5]}...")
         self.data.keep(saved["kept"])
-        cls = self._role_for(str(msg.method))
+        cls = self._role_class(str(msg.method))
         self.role = cls.restore(self.data, saved["role"], ctx)
         self.method = str(msg.method)
         return Ack()
@@ -389,10 +379,6 @@ class PartyRuntime:
 def _unwrap(msg: Any) -> Any:
     """A copy of ``msg`` as the receiver would decode it, without serialising: coded arrays are
     encoded and decoded with their codec (float32 values are passed as they are)."""
-    from dataclasses import fields, replace
-
-    from verticalfs.codecs import get_codec
-
     changes = {}
     for f in fields(msg):
         v = getattr(msg, f.name)

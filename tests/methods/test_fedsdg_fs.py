@@ -372,10 +372,9 @@ def test_unpacked_secure_mode_computes_the_same_model_and_costs_more_bytes():
     proba = mp.predict_proba(fp, "test")
     assert proba.shape == (len(data.labels.y["test"]), 3) and np.allclose(proba.sum(1), 1)
     from verticalfs.exceptions import ConfigError
-    from verticalfs.model import holder_part
-
+    assert mp.cannot_save() is not None
     with pytest.raises(ConfigError, match="secure=true cannot be saved"):
-        holder_part(mp)
+        mp.export_holder()
 
 
 @pytest.mark.parametrize("prune_steps, pruned", [(1, True), (20, False)])

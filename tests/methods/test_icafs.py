@@ -181,12 +181,10 @@ def test_temperature_anneals_to_gamma(traced):
 
 
 def test_saved_model_predicts_what_the_trained_one_does(traced, tmp_path):
-    from verticalfs.model import _holder_output, holder_part
-
     m, fed = traced
-    holder = holder_part(m)
+    holder = m.export_holder()
     assert holder["kind"] == "icafs"
-    got = _holder_output(holder, fed, "test", fed.labels.task, fed.labels.n_classes)
+    got = m.predict_from_holder(holder, fed, "test")
     np.testing.assert_allclose(got, m.trainer_.predict("test"), rtol=1e-5, atol=1e-6)
 
 

@@ -23,6 +23,7 @@ from verticalfs.transport.channel import Channel
 def _parties_main(conn, parties) -> None:  # runs in the child process
     import torch
 
+    from verticalfs.methods.registry import party_roles
     from verticalfs.party import PartyRuntime
     from verticalfs.transport.inprocess import InProcessChannel
     from verticalfs.transport.ledger import Ledger
@@ -31,7 +32,7 @@ def _parties_main(conn, parties) -> None:  # runs in the child process
 
     def fresh():
         channel, ledger = InProcessChannel(), Ledger()  # party-to-party messages stay in the child
-        runtimes = {p.name: PartyRuntime(p) for p in parties}
+        runtimes = {p.name: PartyRuntime(p, role_for=party_roles()) for p in parties}
         for r in runtimes.values():
             channel.register(r.connect(channel, ledger))
         return runtimes

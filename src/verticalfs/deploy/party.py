@@ -26,6 +26,7 @@ import numpy as np
 from verticalfs.data.user import _read_frames, feature_columns, party_block
 from verticalfs.data.vertical import IMPUTATIONS, SCALINGS, SPLITS, prepare_block
 from verticalfs.exceptions import DataError, ProtocolError
+from verticalfs.methods import registry
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.party import LocalData, PartyRuntime
 from verticalfs.transport.messages import message
@@ -87,7 +88,8 @@ class DeployedParty(PartyRuntime):
         self.frame = frame.set_index(id_column)[cols]
         self.columns, self.categorical = cols, cats
         super().__init__(LocalData(name, [], {}), ids=self.frame.index.to_numpy(dtype=str),
-                         allowed_methods=allowed_methods, checkpoint_dir=checkpoint_dir)
+                         role_for=registry.party_roles(), allowed_methods=allowed_methods,
+                         checkpoint_dir=checkpoint_dir)
         self.aligned = False
 
     def handle(self, sender, msg, at, node):

@@ -8,10 +8,19 @@ label holder on a :class:`~verticalfs.federation.Federation` and sets the learne
 - ``history_``: :class:`~verticalfs.training.History`, one entry per communication epoch;
 - ``support_``: per party, a bool mask over that party's prepared features (what it kept);
 - ``metrics_``: final test metrics; ``info_``: method-specific figures (JSON-serialisable);
-- ``feature_scores_`` (optional): per party, a score per prepared feature (NaN where none): what
-  the method ranks or weighs features by (a filter's score, an input group's weight norm, a gate).
+- ``feature_scores_``: per party, a score per prepared feature (NaN where none): what the method
+  ranks or weighs features by (a filter's score, an input group's weight norm, a gate); empty
+  when the method has none;
+- ``trainer_``: the :class:`~verticalfs.training.split.SplitTrainer` of a split-trained method
+  (``None`` for the others).
 
 Like scikit-learn's selectors, :meth:`get_support` gives the support per party.
+
+The whole contract between a method and the rest of the library is in :class:`Method`: what the
+runner sets before :meth:`~Method.fit` (``entry_hook``, ``checkpoints``), what ``fit`` sets, and the
+hooks with their defaults (:meth:`~Method.cannot_save`, :meth:`~Method.export_holder`,
+:meth:`~Method.predict_from_holder`, :meth:`~Method.joined_as`, :meth:`~Method.predict_proba`).
+Nothing else is looked up on a method by name.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from verticalfs.codecs import get_codec
 from verticalfs.exceptions import ConfigError
 
 #: how a method treats the payload codec a user asks for (``--codec``)
@@ -56,6 +66,25 @@ class Method(ABC):
         e.g. the filter methods' evaluation). Anything not declared here is a leak. An instance may
         set its own when a parameter changes what crosses (FedSDG-FS's ``secure=false``); the
         privacy audit reads the instance's.
+
+    Attributes
+    ----------
+    entry_hook : callable or None
+        Set by the runner before :meth:`fit`: ``hook(entry)`` adds evaluator-only fields to each
+        history entry (``spurious_removed``); pass it to the trainer.
+    checkpoints : Checkpointer or None
+        Set by the runner before :meth:`fit` when the run checkpoints every epoch
+        (:class:`~verticalfs.training.checkpoint.Checkpointer`); pass it to the trainer of a
+        federated run (``SplitTrainer(..., checkpoints=self.checkpoints)``), never to a
+        non-federated reference's.
+    trainer_ : SplitTrainer or None
+        Set by :meth:`finish_training`; the default :meth:`export_holder` saves its top model.
+    info_ : dict
+        Method-specific figures of the run (JSON-serialisable), ``warnings`` among them.
+    feature_scores_ : dict
+        Per party, a score per prepared feature (see the module docstring); empty if none.
+    support_ : dict or None
+        Per party, the bool mask of kept features, set by :meth:`fit`.
     """
 
     name: ClassVar[str]
@@ -77,15 +106,18 @@ class Method(ABC):
         self.codec = self.resolve_codec(codec)
         #: set by the runner: ``hook(entry)`` adds evaluator-only fields (``spurious_removed``)
         self.entry_hook = None
+        #: set by the runner when the run checkpoints (a Checkpointer; see the class docstring)
+        self.checkpoints = None
         self.info_: dict[str, Any] = {}
+        self.feature_scores_: dict[str, np.ndarray] = {}
+        self.trainer_ = None
+        self.support_: dict[str, np.ndarray] | None = None
 
     @classmethod
     def resolve_codec(cls, codec: str | None) -> str | None:
         """The payload codec this method uses for ``codec`` asked by the user (``None`` = default)."""
         if codec is None:
             return "float32" if cls.codec_policy == "channel" else None
-        from verticalfs.codecs import get_codec
-
         get_codec(codec)  # unknown names are an error
         if cls.codec_policy == "fixed":
             raise ConfigError(f"method {cls.name!r} fixes its own codecs ({cls.codec_description()}); "
@@ -112,30 +144,98 @@ class Method(ABC):
         self.trainer_ = trainer
         self.history_ = trainer.history
         self.metrics_ = trainer.finish()
-        self.support_ = fed.collect_support()
-        self.feature_scores_ = dict(getattr(fed, "support_scores", {}) or {})
+        self.support_, self.feature_scores_ = fed.collect_support_and_scores()
         if info:
             self.info_.update(info)
         return self
 
+    # --------------------------------------------------------- saved models
+    def cannot_save(self) -> str | None:
+        """Why a run with these parameters could not save its model, or ``None`` if it can.
+
+        Asked by the runner *before* training when the user wants the model saved, so that a long
+        run does not end in an error. Default: ``None`` (the model can be saved).
+        """
+        return None
+
+    def export_holder(self) -> dict:
+        """The label holder's part of the fitted model, for a saved model.
+
+        Tensors, numbers, strings, lists and dicts only (the file is read with
+        ``torch.load(weights_only=True)``), with a ``"kind"`` that :meth:`predict_from_holder`
+        checks. The parties save their own parts (their roles' ``export``).
+
+        Default, for a split-trained method: the top model of :attr:`trainer_`
+        (:meth:`~verticalfs.training.split.SplitTrainer.export_top`, kind ``"split"``). Raises
+        :class:`~verticalfs.exceptions.ConfigError` if :meth:`cannot_save` says why not, or if
+        the method was not fitted.
+        """
+        why = self.cannot_save()
+        if why:
+            raise ConfigError(f"{self.name}: {why}")
+        trainer = self.trainer_
+        if trainer is None or trainer.top is None:
+            raise ConfigError(f"{self.name} has no model to save (fit it first)")
+        return trainer.export_top()
+
+    @classmethod
+    def predict_from_holder(cls, holder: dict, fed, split: str) -> np.ndarray:
+        """The label holder's output on ``split`` of ``fed`` from a part :meth:`export_holder`
+        wrote, asking the parties (their roles restored from their saved parts) through ``fed``
+        in phase ``eval``.
+
+        Returns what :func:`~verticalfs.evaluation.metrics.prediction_metrics` takes: logits or
+        log-probabilities per class, values for regression. ``holder`` was read from disk: check
+        what it names before using it. Default, for a split-trained method: every party's
+        embeddings, then the saved top model (:func:`~verticalfs.training.split.saved_split_output`).
+        """
+        from verticalfs.training.split import saved_embeddings, saved_split_output  # torch: on use
+
+        expect_holder_kind(holder, "split", cls.name)
+        return saved_split_output(holder, saved_embeddings(holder, fed, split))
+
+    @classmethod
+    def joined_as(cls) -> str:
+        """The method name the parties' roles are built under at ``Join``, which their saved parts
+        record (``LoadModel`` asks for it): the method's own name by default."""
+        return cls.name
+
     def predict_proba(self, fed, split: str = "test") -> np.ndarray:
         """Class probabilities (values for regression) of the fitted model on ``split`` of the
-        federation it was trained on, asked from the parties through ``fed`` (phase ``eval``)."""
-        from verticalfs.model import _holder_output, holder_part, probabilities
+        federation it was trained on, asked from the parties through ``fed`` (phase ``eval``).
 
-        labels = fed.labels
-        return probabilities(_holder_output(holder_part(self), fed, split, labels.task, labels.n_classes),
-                             labels.task)
+        Default: :meth:`predict_from_holder` on :meth:`export_holder`, i.e. exactly what the saved
+        model predicts. A method whose model cannot be saved but predicts in its run overrides it.
+        """
+        return probabilities(self.predict_from_holder(self.export_holder(), fed, split), fed.labels.task)
 
     def get_support(self, party: str | None = None, indices: bool = False):
         """Bool mask (or indices) of kept features for ``party``, or a dict over all parties."""
-        sup = getattr(self, "support_", None)
+        sup = self.support_
         if sup is None:
             raise ConfigError(f"{self.name}: call fit() before get_support()")
         conv = (lambda m: np.flatnonzero(m)) if indices else (lambda m: m)
         if party is None:
             return {k: conv(v) for k, v in sup.items()}
         return conv(sup[party])
+
+
+def probabilities(out: np.ndarray, task: str) -> np.ndarray:
+    """Class probabilities from logits / log-probabilities (rows sum to one); values for regression."""
+    if task == "regression":
+        return np.asarray(out, dtype=np.float64).reshape(-1)
+    z = np.asarray(out, dtype=np.float64)
+    z = z - z.max(1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(1, keepdims=True)
+
+
+def expect_holder_kind(holder: dict, kind: str, method: str) -> None:
+    """Refuse a saved label-holder part (read from disk) that is not of ``kind``."""
+    if not isinstance(holder, dict) or holder.get("kind") != kind:
+        got = holder.get("kind") if isinstance(holder, dict) else type(holder).__name__
+        raise ConfigError(f"the saved model's label-holder part is of kind {got!r}; {method} saves kind {kind!r} "
+                          "(the model folder was changed, or saved by another method)")
 
 
 def param_fields(cls: type) -> list[dataclasses.Field]:

@@ -18,13 +18,19 @@ from abc import abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from verticalfs.data.vertical import SPLITS
 from verticalfs.evaluation.metrics import prediction_metrics
 from verticalfs.exceptions import ConfigError, ProtocolError
-from verticalfs.methods.base import Method
+from verticalfs.methods.base import Method, expect_holder_kind
 from verticalfs.party import Context, Role, handles
-from verticalfs.selection.evaluate import CLASSIFIERS, classifier_output, fit_classifier
+from verticalfs.selection.evaluate import (
+    CLASSIFIERS,
+    ConstantModel,
+    classifier_output,
+    fit_classifier,
+)
 from verticalfs.training.history import History
 from verticalfs.transport.messages import Ack, At, message
 
@@ -90,6 +96,29 @@ class FilterParams:
     classifier: str = "lr"
 
 
+def _saved_classifier(c: dict, task: str, n_classes: int):
+    """The classifier of a saved filter-method model, rebuilt from its numbers."""
+    name = c.get("name")
+    if name == "constant":
+        model = ConstantModel.__new__(ConstantModel)
+        model.task, model.n_classes, model.value = task, n_classes, c["value"].numpy()
+        return model
+    if name == "LogisticRegression":
+        from sklearn.linear_model import LogisticRegression
+
+        model = LogisticRegression()
+        model.coef_, model.intercept_ = c["coef"].numpy(), c["intercept"].numpy()
+        model.classes_ = np.asarray(c["classes"])
+        return model
+    if name == "Ridge":
+        from sklearn.linear_model import Ridge
+
+        model = Ridge()
+        model.coef_, model.intercept_ = c["coef"].numpy(), float(c["intercept"].numpy()[0])
+        return model
+    raise ConfigError(f"the saved filter-method model names an unknown classifier {name!r}")
+
+
 class FilterMethod(Method):
     """Selects ``n_select`` features across parties, then trains ``classifier`` on them.
 
@@ -113,6 +142,9 @@ class FilterMethod(Method):
     disclosures = {"columns_to_label_holder": ("Columns",)}
     #: a subclass that selects every feature (``raw``) sets this to skip the n_select check
     selects_all: bool = False
+    #: learned by :meth:`fit`: the classifier on the selected columns, and the selection in order
+    classifier_ = None
+    selected_: list[tuple[str, int]] | None = None
 
     @abstractmethod
     def select(self, fed) -> list[tuple[str, int]]:
@@ -214,6 +246,56 @@ class FilterMethod(Method):
             gather_bytes=int(b2 - b1),
         )
         return self
+
+    # --------------------------------------------------------- saved models
+    #: the classifiers a saved model holds as plain numbers (a model file unpickles nothing)
+    saveable_classifiers = ("lr",)
+
+    def cannot_save(self) -> str | None:
+        if self.params.classifier not in self.saveable_classifiers:
+            return (f"a saved filter-method model keeps its classifier as plain numbers, which "
+                    f"classifier={self.params.classifier!r} cannot be; use classifier=lr")
+        return super().cannot_save()
+
+    def export_holder(self) -> dict:
+        """The label holder's part of a saved model (kind ``"filter"``): the selected features in
+        order and the classifier's coefficients (``LogisticRegression``, or ``Ridge`` for
+        regression), or the training prior / mean of a model without features (``constant``)."""
+        why = self.cannot_save()
+        if why:
+            raise ConfigError(f"{self.name}: {why}")
+        clf = self.classifier_
+        if clf is None:
+            raise ConfigError(f"{self.name} has no model to save (fit it first)")
+        out: dict = {"kind": "filter", "selected": [[p, int(i)] for p, i in self.selected_]}
+        if isinstance(clf, ConstantModel):
+            out["classifier"] = {"name": "constant", "value": torch.as_tensor(np.asarray(clf.value, dtype=np.float64))}
+            return out
+        regression = not hasattr(clf, "classes_")  # Ridge (classifier=lr on a regression task)
+        out["classifier"] = {"name": "Ridge" if regression else "LogisticRegression",
+                             "coef": torch.as_tensor(np.asarray(clf.coef_)),
+                             "intercept": torch.as_tensor(np.atleast_1d(np.asarray(clf.intercept_, dtype=np.float64))),
+                             "classes": [] if regression else [int(c) for c in clf.classes_]}
+        return out
+
+    @classmethod
+    def predict_from_holder(cls, holder: dict, fed, split: str) -> np.ndarray:
+        """The selected columns of ``split`` gathered from the parties (phase ``eval``), then the
+        saved classifier."""
+        expect_holder_kind(holder, "filter", cls.name)
+        at = At("eval")
+        n = fed.n_samples(split)
+        task, n_classes = fed.labels.task, fed.labels.n_classes
+        selected = [(str(p), int(i)) for p, i in holder["selected"]]
+        blocks, order = [], []
+        for p in fed.party_names:
+            idx = [i for q, i in selected if q == p]
+            rep = fed.proxy(p).request(GatherColumns(split=split, indices=np.asarray(idx, dtype=np.int64)), at,
+                                       expect=Columns)
+            blocks.append(np.asarray(rep.values, dtype=np.float64).reshape(n, len(idx)))
+            order += [k for k, (q, _) in enumerate(selected) if q == p]
+        X = np.concatenate(blocks, 1)[:, np.argsort(order)] if blocks else np.zeros((n, 0))
+        return classifier_output(_saved_classifier(holder["classifier"], task, n_classes), X, task, n_classes)
 
     def _check_selected(self, selected, names) -> None:
         seen = set()

@@ -20,6 +20,7 @@ under its own method name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -51,12 +52,12 @@ class Pipeline(Method):
     """Base of the ``a+b`` methods (see the module docstring); built by :func:`pipeline_class`."""
 
     stage_names: ClassVar[tuple[str, ...]] = ()
+    #: the stages' method classes, in order (resolved by the registry when the class is built)
+    stage_classes: ClassVar[tuple[type[Method], ...]] = ()
     Params = PipelineParams
     Role = None
 
     def __init__(self, *, seed: int = 0, callbacks=(), codec: str | None = None, **params: Any) -> None:
-        from verticalfs.methods import registry
-
         per: dict[str, dict] = {s: {} for s in self.stage_names}
         for k, v in params.items():
             stage, sep, name = k.partition(".")
@@ -67,9 +68,9 @@ class Pipeline(Method):
             else:
                 raise ConfigError(f"method {self.name!r}: parameter {k!r} names no stage; use "
                                   f"<stage>.<parameter> with a stage of {list(self.stage_names)}")
-        self.stages = [registry.get(s)(seed=seed, callbacks=callbacks if i == len(per) - 1 else (),
-                                       codec=codec if i == len(per) - 1 else None, **per[s])
-                       for i, s in enumerate(self.stage_names)]
+        self.stages = [c(seed=seed, callbacks=callbacks if i == len(per) - 1 else (),
+                         codec=codec if i == len(per) - 1 else None, **per[s])
+                       for i, (s, c) in enumerate(zip(self.stage_names, self.stage_classes, strict=True))]
         super().__init__(seed=seed, callbacks=callbacks, codec=None)
         self.params = PipelineParams(stages=per)
         self.codec = self.stages[-1].codec
@@ -83,7 +84,7 @@ class Pipeline(Method):
         info: dict[str, Any] = {"stages": list(self.stage_names)}
         names = list(fed.party_names)
         for i, stage in enumerate(self.stages[:-1]):
-            stage.entry_hook = self.entry_hook
+            stage.entry_hook, stage.checkpoints = self.entry_hook, self.checkpoints
             selected = self._select(stage, fed)
             keep = {p: np.asarray(sorted(j for q, j in selected if q == p), dtype=np.int64) for p in names}
             at = At("selection", i + 1)
@@ -104,7 +105,7 @@ class Pipeline(Method):
         if not names:
             raise ConfigError(f"{self.name}: the earlier stages kept no feature at any party; nothing to train on")
         last = self.stages[-1]
-        last.entry_hook = self.entry_hook
+        last.entry_hook, last.checkpoints = self.entry_hook, self.checkpoints
         sub = fed.restrict(names) if names != list(fed.party_names) else fed
         last.fit(sub)
         for e in last.history_:
@@ -113,10 +114,25 @@ class Pipeline(Method):
         self.metrics_ = dict(last.metrics_)
         support = fed.collect_support()
         self.support_ = support
-        self.trainer_ = getattr(last, "trainer_", None)
+        self.trainer_ = last.trainer_
         info[last.name] = dict(last.info_)
         self.info_ = info
         return self
+
+    # --------------------------------------------------------- saved models: the last stage's
+    def cannot_save(self) -> str | None:
+        return self.stages[-1].cannot_save()
+
+    def export_holder(self) -> dict:
+        return self.stages[-1].export_holder()
+
+    @classmethod
+    def predict_from_holder(cls, holder: dict, fed, split: str) -> np.ndarray:
+        return cls.stage_classes[-1].predict_from_holder(holder, fed, split)
+
+    @classmethod
+    def joined_as(cls) -> str:
+        return cls.stage_classes[-1].joined_as()
 
     @staticmethod
     def _select(stage: Method, fed) -> list[tuple[str, int]]:
@@ -128,20 +144,20 @@ class Pipeline(Method):
         return [(p, int(j)) for p, m in stage.get_support().items() for j in np.flatnonzero(m)]
 
 
-def pipeline_class(name: str) -> type[Pipeline]:
-    """The pipeline class of ``name`` (``"feast+sparsevfl-16"``); every stage must be registered."""
-    from verticalfs.methods import registry
-
+def pipeline_class(name: str, resolve: Callable[[str], type[Method]]) -> type[Pipeline]:
+    """The pipeline class of ``name`` (``"feast+sparsevfl-16"``); ``resolve`` gives the method class
+    of each stage's name (the registry's ``get``: every stage must be registered)."""
     stages = tuple(s.strip() for s in name.split(SEPARATOR))
     if len(stages) < 2 or any(not s for s in stages):
         raise ConfigError(f"a pipeline names two or more methods joined by '+', got {name!r}")
-    classes = [registry.get(s) for s in stages]
+    classes = [resolve(s) for s in stages]
     for s, c in zip(stages[:-1], classes[:-1], strict=True):
         if c.needs_pooled_data:
             raise ConfigError(f"{s!r} works on pooled data and cannot select for a federated stage")
     last = classes[-1]
     return type(f"Pipeline[{name}]", (Pipeline,), {
-        "name": name, "stage_names": stages, "summary": f"Pipeline: {' then '.join(stages)}.",
+        "name": name, "stage_names": stages, "stage_classes": tuple(classes),
+        "summary": f"Pipeline: {' then '.join(stages)}.",
         "paper": "; ".join(c.paper for c in classes if c.paper), "codec_policy": last.codec_policy,
         "needs_pooled_data": False, "test_params": {},
     })

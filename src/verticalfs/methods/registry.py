@@ -15,7 +15,7 @@ import pkgutil
 from collections.abc import Callable
 from pathlib import Path
 
-from verticalfs.exceptions import ConfigError
+from verticalfs.exceptions import ConfigError, ProtocolError
 
 _METHODS: dict[str, type] = {}
 _COMMANDS: dict[str, Callable] = {}
@@ -37,11 +37,9 @@ def _load_all() -> None:
     if _LOADED:
         return
     _LOADED = True
-    import verticalfs.methods as pkg
-
-    for mod in pkgutil.iter_modules(pkg.__path__):
+    for mod in pkgutil.iter_modules([str(Path(__file__).parent)]):
         if mod.ispkg:
-            importlib.import_module(f"{pkg.__name__}.{mod.name}")
+            importlib.import_module(f"{__package__}.{mod.name}")
 
 
 def available() -> list[str]:
@@ -61,12 +59,28 @@ def get(name: str) -> type:
     if "+" in name:
         cls = _PIPELINES.get(name)
         if cls is None:
-            from verticalfs.methods.pipeline import pipeline_class
+            from verticalfs.methods.pipeline import pipeline_class  # on first use: it loads torch
 
-            cls = _PIPELINES[name] = pipeline_class(name)
+            cls = _PIPELINES[name] = pipeline_class(name, get)
         return cls
     raise ConfigError(f"unknown method {name!r}; available: {', '.join(sorted(_METHODS))} "
                       "(or a pipeline such as feast+sparsevfl-16)")
+
+
+def party_role(method: str) -> type:
+    """The party role class of ``method`` (what a feature party builds at ``Join``)."""
+    role = get(method).Role
+    if role is None:
+        raise ProtocolError(f"method {method!r} has no party role: it does not run at feature parties")
+    return role
+
+
+def party_roles():
+    """The ``role_for`` of a :class:`~verticalfs.party.PartyRuntime` that may take part in any
+    registered method: :func:`party_role`, after every method was imported (so that every
+    method's message kinds decode before its first ``Join``)."""
+    _load_all()
+    return party_role
 
 
 def create(name: str, **kwargs):

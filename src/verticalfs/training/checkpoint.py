@@ -6,8 +6,8 @@ A run with a checkpoint folder saves, after every training epoch of the one spli
 - at every party (a :class:`Persist` message, phase ``checkpoint``): its role's state (bottom
   model, optimiser, gates, masks, batch plan), the features it still uses, its RNG states, in its
   own folder (a party's checkpoint never leaves its host);
-- at the label holder: the trainer's state (top model, optimiser, history, best epoch so far), the
-  method's own state, the ledger so far, the RNG states.
+- at the label holder: the trainer's state (its attributes: top model, optimiser, history, best
+  epoch so far, and whatever a method's trainer keeps), the ledger so far, the RNG states.
 
 Each file is written atomically (a temporary file, then a rename); the label holder then writes
 ``latest.json`` naming the checkpoint, only after every party confirmed its file: a checkpoint
@@ -81,7 +81,7 @@ def _safe(name: str, what: str) -> str:
 # ---------------------------------------------------------------------------------- the party side
 def party_persist(runtime, msg: Persist) -> Ack:
     """A party's answer to :class:`Persist` (``runtime.checkpoint_dir`` is its own folder)."""
-    folder = getattr(runtime, "checkpoint_dir", None)
+    folder = runtime.checkpoint_dir
     if folder is None:
         raise ProtocolError(f"party {runtime.name!r} has no checkpoint folder; start it with one "
                             "(`checkpoints` in the deployment file, or checkpoint_dir=...)")
@@ -169,8 +169,7 @@ class Checkpointer:
             fed.proxy(p).request(Persist(action="save", run=self.run_id, tag=tag), at, expect=Ack)
         led = fed.ledger
         state = {k: v for k, v in vars(trainer).items() if k not in _TRAINER_NOT_STATE}
-        blob = {"trainer": state, "ledger": led.snapshot(),
-                "rng": rng_state(), "method": getattr(trainer, "method_state", lambda: None)()}
+        blob = {"trainer": state, "ledger": led.snapshot(), "rng": rng_state()}
         run_dir = self.folder / self.run_id
         write_bytes_atomic(run_dir / f"{tag}.pt", _dump(blob))
         write_json_atomic(self.folder / "latest.json", {"run": self.run_id, "segment": self.segment,

@@ -57,7 +57,7 @@ from verticalfs.codecs import get_codec
 from verticalfs.evaluation.metrics import prediction_metrics
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.names import LABEL_HOLDER
-from verticalfs.nn.models import MLP, TopModel, init_weights, make_optimizer, seeded
+from verticalfs.nn.models import MLP, TopModel, init_weights, load_shaped, make_optimizer, seeded
 from verticalfs.party import Context, Role, handles
 from verticalfs.training.batches import BatchPlan
 from verticalfs.training.history import NON_METRIC_KEYS, Callback, History, derive_seed
@@ -70,6 +70,8 @@ from verticalfs.transport.messages import (
     Ready,
     coded,
     message,
+    message_from_dict,
+    message_to_dict,
 )
 
 
@@ -312,16 +314,11 @@ class SplitRole(Role):
 
     # ------------------------------------------------------------------ saving
     def export(self) -> dict:
-        from verticalfs.transport.messages import message_to_dict
-
         return {"spec": message_to_dict(self.spec),
                 "state": {k: v.detach().clone() for k, v in self.model.state_dict().items()}}
 
     @classmethod
     def restore(cls, data, saved: dict, ctx: Context) -> SplitRole:
-        from verticalfs.nn.models import load_shaped
-        from verticalfs.transport.messages import message_from_dict
-
         role = cls(data, message_from_dict(saved["spec"]), ctx)
         load_shaped(role.model, saved["state"])
         role.model.eval()
@@ -409,6 +406,9 @@ class SplitTrainer:
     spec_extra : dict, optional
         Fields of ``spec_class`` beyond :class:`SplitSpec`'s, the same for every party (e.g.
         group lasso's ``lam``).
+    checkpoints : Checkpointer, optional
+        Checkpoint every epoch of :meth:`fit` with it (the run's
+        :class:`~verticalfs.training.checkpoint.Checkpointer`, from the method's ``checkpoints``).
     """
 
     spec_class: type = SplitSpec
@@ -416,7 +416,8 @@ class SplitTrainer:
     def __init__(self, fed, method: str, config: TrainConfig, *, seed: int = 0,
                  callbacks: Sequence[Callback] = (), entry_hook: Callable[[dict], None] | None = None,
                  eval_splits: Sequence[str] = ("test", "val"), select: str | None = None,
-                 codec: str = "float32", spec_class: type | None = None, spec_extra: dict | None = None) -> None:
+                 codec: str = "float32", spec_class: type | None = None, spec_extra: dict | None = None,
+                 checkpoints=None) -> None:
         config.validate()
         get_codec(codec)  # validates the name
         self.fed = fed
@@ -434,6 +435,7 @@ class SplitTrainer:
         if spec_class is not None:
             self.spec_class = spec_class
         self.spec_extra = dict(spec_extra or {})
+        self.checkpoints = checkpoints
         self.history = History()
         self.epoch = 0  # communication epochs run so far, over all phases
         self.parties = list(fed.party_names)
@@ -833,7 +835,7 @@ class SplitTrainer:
         epochs = self.config.epochs if epochs is None else epochs
         for cb in self.callbacks:
             cb.on_train_begin(self, epochs, phase)
-        ck = getattr(self.fed, "checkpoints", None)  # a Checkpointer when the run checkpoints
+        ck = self.checkpoints  # a Checkpointer when the run checkpoints
         start = ck.begin(self) if ck is not None else 0
         try:
             for i in range(start, epochs):
@@ -848,6 +850,30 @@ class SplitTrainer:
             for cb in self.callbacks:
                 cb.on_train_end(self)
         return self.history
+
+    # ------------------------------------------------------ saved-model hooks
+    #: True when the top model outputs one logit for a binary task (SparseVFL's); the saved model
+    #: then predicts the two columns ``[0, logit]``, as every other binary model's output has
+    binary: bool = False
+
+    def export_top(self) -> dict:
+        """The label holder's part of a saved split model (kind ``"split"``): the parties' order
+        and embedding widths and the top model (a :class:`~verticalfs.nn.models.TopModel`).
+
+        :meth:`Method.export_holder <verticalfs.methods.base.Method.export_holder>` uses it by
+        default; a trainer whose top model is not a ``TopModel`` belongs to a method that
+        overrides ``export_holder`` (ICAFS) or says it cannot save (``cannot_save``).
+        """
+        top = self.top
+        if not isinstance(top, TopModel):
+            raise ConfigError(f"{self.method}: its top model ({type(top).__name__}) is not saved as a split "
+                              "model; this method cannot save its model yet")
+        return {"kind": "split", "parties": list(self.parties),
+                "embedding_dims": {p: int(d) for p, d in self.embedding_dims.items()},
+                "top_state": {k: v.detach().clone() for k, v in top.state_dict().items()},
+                "top_hidden": [int(m.out_features) for m in top.linears[:-1]],
+                "activation": str(top.activation),
+                "two_column": bool(self.binary)}
 
     # ----------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> None:
@@ -877,6 +903,36 @@ class SplitTrainer:
 
     def best_epoch(self) -> int | None:
         return None if self.best_entry is None else int(self.best_entry["epoch"])
+
+
+def saved_embeddings(holder: dict, fed, split: str) -> np.ndarray:
+    """The concatenated embeddings of ``split`` from the parties of a saved split model (phase
+    ``eval``), each party's block checked against the width the model was saved with."""
+    at = At("eval")
+    n = fed.n_samples(split)
+    blocks = []
+    for p in holder["parties"]:
+        v = fed.proxy(p).request(EmbedRequest(split, 0, -1, False), at, expect=Embeddings).values
+        if v.shape != (n, holder["embedding_dims"][p]):
+            raise ProtocolError(f"party {p!r} sent embeddings of shape {v.shape}, expected "
+                                f"{(n, holder['embedding_dims'][p])}")
+        blocks.append(v)
+    return np.concatenate(blocks, 1) if len(blocks) > 1 else blocks[0]
+
+
+def saved_split_output(holder: dict, H: np.ndarray) -> np.ndarray:
+    """The output of a saved split model's top model (:meth:`SplitTrainer.export_top`) on ``H``."""
+    state = holder["top_state"]
+    weights = [k for k in state if k.endswith("weight")]
+    d_in, out_dim = int(state[weights[0]].shape[1]), int(state[weights[-1]].shape[0])
+    top = TopModel(d_in, holder["top_hidden"], out_dim, holder["activation"])
+    load_shaped(top, state)
+    top.eval()
+    with torch.no_grad():
+        out = top(torch.from_numpy(np.ascontiguousarray(H, dtype=np.float32))).numpy()
+    if holder["two_column"]:
+        out = np.concatenate([np.zeros_like(out), out], 1)
+    return out
 
 
 def test_metrics(entry: dict) -> dict[str, float]:

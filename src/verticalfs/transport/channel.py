@@ -36,3 +36,9 @@ class Channel(ABC):
 
     def close(self) -> None:  # noqa: B027 - nothing to release in-process
         """Release resources (sockets, processes) held by the channel."""
+
+    def wire_bytes(self) -> int | None:
+        """Bytes the label holder's links carried on the wire (framing and TLS included), for a
+        networked channel that can measure them; ``None`` (the default) where nothing crosses a
+        wire (in-process: the ledger's payload and overhead are the whole cost)."""
+        return None

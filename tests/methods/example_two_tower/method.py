@@ -152,7 +152,8 @@ class TwoTower(Method):
     def fit(self, fed) -> TwoTower:
         p = self.params
         trainer = TwoTowerTrainer(fed, self.name, TrainConfig.from_params(p), seed=self.seed,
-                                  callbacks=self.callbacks, entry_hook=self.entry_hook, l1=p.l1)
+                                  callbacks=self.callbacks, entry_hook=self.entry_hook, l1=p.l1,
+                                  checkpoints=self.checkpoints)
         trainer.setup()
         trainer.fit()
         return self.finish_training(fed, trainer)

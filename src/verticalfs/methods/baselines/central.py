@@ -38,6 +38,10 @@ class Central(VFL):
     needs_pooled_data = True
     codec_policy = "none"
 
+    def cannot_save(self) -> str | None:
+        return ("a non-federated reference trained on pooled data: no party holds a part of its model, so it "
+                "cannot be saved as a federated model")
+
     def fit(self, fed) -> Central:
         data = fed.pooled_data()
         local = LocalFederation(data)

@@ -383,6 +383,9 @@ class CompFS(Method):
     Role = CompFSRole
     test_params = {"epochs": 3, "batch_size": 64, "hidden": (8,), "n_learners": 3, "top_k": 4}
 
+    def cannot_save(self) -> str | None:
+        return "its top model (an ensemble of learners) is not saved yet, so the model cannot be saved"
+
     def fit(self, fed) -> CompFS:
         p = self.params
         if fed.labels.task == "regression":
@@ -391,7 +394,8 @@ class CompFS(Method):
             raise ConfigError(f"{self.name}: need hidden=(h_dim,), n_learners >= 1, temp > 0, 0 < threshold < 1 and "
                               f"top_k >= 0; got {p.hidden}, {p.n_learners}, {p.temp}, {p.threshold}, {p.top_k}")
         trainer = CompFSTrainer(fed, self.name, p, seed=self.seed, callbacks=self.callbacks,
-                                entry_hook=self.entry_hook, codec=self.codec or "float32")
+                                entry_hook=self.entry_hook, codec=self.codec or "float32",
+                                checkpoints=self.checkpoints)
         trainer.setup()
         trainer.fit(phase="train")
         at = At("selection", trainer.epoch)

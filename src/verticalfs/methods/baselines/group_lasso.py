@@ -121,7 +121,8 @@ class GroupLasso(VFL):
         p = self.params
         trainer = SplitTrainer(fed, self.name, self._config(), seed=self.seed, callbacks=self.callbacks,
                                entry_hook=self.entry_hook, codec=self.codec, spec_class=GroupLassoSpec,
-                               spec_extra={"lam": float(p.lambda_m), "eta": float(p.lr), "center": bool(p.center)})
+                               spec_extra={"lam": float(p.lambda_m), "eta": float(p.lr), "center": bool(p.center)},
+                               checkpoints=self.checkpoints)
         trainer.setup()
         trainer.fit(phase="train")
         self.finish_training(fed, trainer)

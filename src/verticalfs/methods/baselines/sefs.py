@@ -254,7 +254,8 @@ class SEFS(Method):
         trainer = SplitTrainer(fed, self.name, config, seed=self.seed, callbacks=self.callbacks,
                                entry_hook=self.entry_hook, codec=self.codec or "float32", spec_class=SEFSSpec,
                                spec_extra={"alpha": float(p.alpha), "p_mask": float(p.p_mask), "lam": float(p.lam),
-                                           "ss_epochs": ss_epochs, "d_total": int(d)})
+                                           "ss_epochs": ss_epochs, "d_total": int(d)},
+                               checkpoints=self.checkpoints)
         trainer.setup()
         at = At("pretrain", 0)
         losses = {q: float(fed.proxy(q).request(SEFSPretrain(), at, expect=SEFSPretrained).loss)

@@ -62,7 +62,7 @@ class VFL(Method):
                             callbacks=self.callbacks, entry_hook=self.entry_hook, codec=self.codec or "float32", **kwargs)
 
     def fit(self, fed) -> VFL:
-        trainer = self.make_trainer(fed)
+        trainer = self.make_trainer(fed, checkpoints=self.checkpoints)
         trainer.setup()
         trainer.fit(phase="train")
         return self.finish_training(fed, trainer)

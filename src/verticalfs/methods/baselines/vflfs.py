@@ -152,7 +152,7 @@ class VFLFS(VFL):
                  "select_step": select_epoch * plan_batches}
         trainer = SplitTrainer(fed, self.name, self._config(), seed=self.seed, callbacks=self.callbacks,
                                entry_hook=self.entry_hook, codec=self.codec or "float32", spec_class=VFLFSSpec,
-                               spec_extra=extra)
+                               spec_extra=extra, checkpoints=self.checkpoints)
         trainer.setup()
         trainer.fit(phase="train")
         self.finish_training(fed, trainer, {"select_epoch": select_epoch})

@@ -125,6 +125,10 @@ class CFeast(FilterMethod):
     Role = None
     needs_pooled_data = True
 
+    def cannot_save(self) -> str | None:
+        return ("a non-federated reference trained on pooled data: no party holds a part of its model, so it "
+                "cannot be saved as a federated model")
+
     def select(self, fed) -> list[tuple[str, int]]:
         p = self.params
         check_binning(self.name, p)

@@ -31,7 +31,7 @@ import torch
 
 from verticalfs.crypto import EncryptedArray, PublicKey, generate_keypair
 from verticalfs.exceptions import ConfigError, ProtocolError
-from verticalfs.methods.base import Method
+from verticalfs.methods.base import Method, probabilities
 from verticalfs.methods.baselines.vfl import VFLParams
 from verticalfs.methods.fate.iv import check_crypto_params
 from verticalfs.methods.fedsdg_fs import gini as G
@@ -331,7 +331,7 @@ class SecureFedSDGTrainer(FedSDGTrainer):
     """Algorithms 2 and 3: the interactive layer ``w_m`` stays hidden (the label holder keeps
     ``W~_m = w_m + eps_acc``), embeddings cross only encrypted (see :mod:`.secure`)."""
 
-    #: why the model cannot be saved as a plain split model (verticalfs.model.holder_part)
+    #: why the model cannot be saved (FedSDGFS.cannot_save)
     unsaveable = ("a model trained with secure=true cannot be saved: nobody holds its interactive layer w (the "
                   "label holder holds w + eps_acc, each party its eps_acc); it predicts in the run, through the "
                   "secure protocol (predict_proba). Train with secure=false to save and reuse the model")
@@ -452,7 +452,7 @@ class OriginalGate(Method):
         trainer = self.trainer_class()(fed, self.name, TrainConfig.from_params(self.params), seed=self.seed,
                                        callbacks=self.callbacks, entry_hook=self.entry_hook,
                                        codec=self.codec or "float32", gates=self.gates(),
-                                       sgd_interactive=self.sgd_interactive)
+                                       sgd_interactive=self.sgd_interactive, checkpoints=self.checkpoints)
         trainer.setup()
         t0 = time.perf_counter()
         self.initialise(trainer)
@@ -532,18 +532,16 @@ class FedSDGFS(OriginalGate):
         return SecureFedSDGTrainer.unsaveable if self.params.secure else None
 
     def fit(self, fed) -> Method:
-        if self.params.secure and getattr(fed, "checkpoints", None) is not None:
+        if self.params.secure and self.checkpoints is not None:
             raise ConfigError(f"{self.name}: secure training cannot resume from checkpoints (the interactive "
                               "layer's noise lives at the parties); leave --checkpoints out or use secure=false")
         return super().fit(fed)
 
     def predict_proba(self, fed, split: str = "test") -> np.ndarray:
         """Class probabilities on ``split``; a securely trained model predicts through Algorithm 2."""
-        trainer = getattr(self, "trainer_", None)
+        trainer = self.trainer_
         if not isinstance(trainer, SecureFedSDGTrainer):
             return super().predict_proba(fed, split)
-        from verticalfs.model import probabilities
-
         return probabilities(trainer.predict(split), fed.labels.task)
 
 

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from verticalfs.exceptions import ConfigError
-from verticalfs.methods.base import Method
+from verticalfs.methods.base import Method, expect_holder_kind
 from verticalfs.methods.icafs.gates import SelectorEnsemble
 from verticalfs.methods.icafs.messages import (
     CodeGradients,
@@ -52,10 +52,10 @@ from verticalfs.methods.icafs.messages import (
 from verticalfs.methods.icafs.role import SYNTHETIC, ICAFSRole
 from verticalfs.methods.icafs.synthesis import HolderSynthesis, _block
 from verticalfs.methods.registry import register
-from verticalfs.nn.models import TopModel
+from verticalfs.nn.models import TopModel, load_shaped
 from verticalfs.training.batches import BatchPlan
 from verticalfs.training.history import derive_seed
-from verticalfs.training.split import SplitTrainer, TrainConfig
+from verticalfs.training.split import SplitTrainer, TrainConfig, saved_embeddings
 from verticalfs.transport.messages import At
 
 VARIANTS = ("icafs", "fixed-temp", "embedding", "no-fs")
@@ -361,15 +361,6 @@ class ICAFSTrainer(SplitTrainer):
             return {"temperature": self.top.temperature(min(self.epoch, self.stage_epochs), max(1, self.stage_epochs))}
         return {}
 
-    def holder_state(self) -> dict:
-        """The label holder's part of a saved model (:func:`verticalfs.model.holder_part`)."""
-        top = self.top
-        return {"kind": "icafs", "parties": list(self.parties),
-                "embedding_dims": {q: int(d) for q, d in self.embedding_dims.items()},
-                "variant": str(self.params.variant), "n_selectors": int(self.params.n_selectors),
-                "hidden": [int(h) for h in self.params.hidden], "n_outputs": int(self.n_outputs),
-                "top_state": {k: v.detach().clone() for k, v in top.state_dict().items()}}
-
     # ------------------------------------------------------------ selection
     def kept_components(self) -> np.ndarray:
         """Components open for some selector in at least half of the real training rows."""
@@ -395,8 +386,6 @@ class ICAFSTrainer(SplitTrainer):
 
 def saved_top_output(holder: dict, H: np.ndarray) -> np.ndarray:
     """A saved ICAFS model's output on concatenated embeddings ``H`` (indicator gates, equation 6)."""
-    from verticalfs.nn.models import load_shaped
-
     variant = holder.get("variant")
     if variant not in VARIANTS:
         raise ConfigError(f"the saved ICAFS model names an unknown variant {variant!r}")
@@ -468,7 +457,7 @@ class ICAFS(Method):
                   "dp_delta": float(p.dp_delta)}
         trainer = ICAFSTrainer(fed, self.name, p, seed=self.seed, callbacks=self.callbacks,
                                entry_hook=self.entry_hook, codec=self.codec or "float32",
-                               dp_noise=dp.get("dp_noise_multiplier", 0.0))
+                               dp_noise=dp.get("dp_noise_multiplier", 0.0), checkpoints=self.checkpoints)
         trainer.setup()
         if trainer.use_synthetic:
             trainer.synthesize()
@@ -479,6 +468,26 @@ class ICAFS(Method):
             trainer.fit(epochs=int(p.refit_epochs), phase="train")
         self.finish_training(fed, trainer, {**trainer.synthesis_info, **sel, **dp})
         return self
+
+    # --------------------------------------------------------- saved models
+    def export_holder(self) -> dict:
+        """The label holder's part of a saved model (kind ``"icafs"``): the parties' embedding
+        widths, the variant and the gated selectors' (or plain top model's) state."""
+        trainer = self.trainer_
+        if trainer is None or trainer.top is None:
+            raise ConfigError(f"{self.name} has no model to save (fit it first)")
+        p = self.params
+        return {"kind": "icafs", "parties": list(trainer.parties),
+                "embedding_dims": {q: int(d) for q, d in trainer.embedding_dims.items()},
+                "variant": str(p.variant), "n_selectors": int(p.n_selectors),
+                "hidden": [int(h) for h in p.hidden], "n_outputs": int(trainer.n_outputs),
+                "top_state": {k: v.detach().clone() for k, v in trainer.top.state_dict().items()}}
+
+    @classmethod
+    def predict_from_holder(cls, holder: dict, fed, split: str) -> np.ndarray:
+        """Every party's embeddings, then the saved selectors under indicator gates (equation 6)."""
+        expect_holder_kind(holder, "icafs", cls.name)
+        return saved_top_output(holder, saved_embeddings(holder, fed, split))
 
 
 __all__ = ["ICAFS", "ICAFSParams", "ICAFSTrainer", "VARIANTS"]

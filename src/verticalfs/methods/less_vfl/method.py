@@ -415,7 +415,8 @@ class _StagedLasso(Method):
         self._validate()
         p = self.params
         trainer = SplitTrainer(fed, self.name, TrainConfig.from_params(p), seed=self.seed,
-                               callbacks=self.callbacks, entry_hook=self.entry_hook, codec=self.codec)
+                               callbacks=self.callbacks, entry_hook=self.entry_hook, codec=self.codec,
+                               checkpoints=self.checkpoints)
         trainer.setup()
         clock = time.perf_counter
         # ---------------------------------------------------------------- stage 1

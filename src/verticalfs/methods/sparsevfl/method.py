@@ -288,7 +288,7 @@ class CodedVFLMethod(_TrainedMethod):
         coding = self.coding()
         trainer = CodedVFLTrainer(fed, self.name, p, **coding, lam=getattr(p, "lam", 0.0),
                                   norm=getattr(p, "norm", "none"), seed=self.seed, callbacks=self.callbacks,
-                                  entry_hook=self.entry_hook)
+                                  entry_hook=self.entry_hook, checkpoints=self.checkpoints)
         trainer.setup()
         trainer.fit(phase="train")
         return self._finish(fed, trainer, {"coding": coding, "lam": trainer.lam, "norm": trainer.norm})
@@ -355,12 +355,16 @@ class _ReducedMethod(_TrainedMethod):
     def codec_description(cls) -> str:
         return "one float32 upload"
 
+    def cannot_save(self) -> str | None:
+        return "its parties' reducers (PCA / autoencoder) are not saved yet, so the model cannot be saved"
+
     def fit(self, fed) -> _ReducedMethod:
         p = self.params
         trainer = ReducedTrainer(fed, self.name, p, kind=self.kind,
                                  reducer_epochs=getattr(p, "ae_epochs", 0),
                                  reducer_patience=getattr(p, "ae_patience", 0),
-                                 seed=self.seed, callbacks=self.callbacks, entry_hook=self.entry_hook)
+                                 seed=self.seed, callbacks=self.callbacks, entry_hook=self.entry_hook,
+                                 checkpoints=self.checkpoints)
         trainer.setup()
         trainer.fit(phase="train")
         return self._finish(fed, trainer, {"reduction": self.kind})

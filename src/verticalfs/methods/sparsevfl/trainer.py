@@ -63,7 +63,7 @@ class CodedVFLTrainer(SplitTrainer):
 
     def __init__(self, fed, method: str, params, *, forward: str = "float32", backward: str = "float32",
                  bits: int = 32, order: str = "vertical", top_w: int = 1024, lam: float = 0.0,
-                 norm: str = "l1", seed: int = 0, callbacks=(), entry_hook=None) -> None:
+                 norm: str = "l1", seed: int = 0, callbacks=(), entry_hook=None, checkpoints=None) -> None:
         if norm not in NORMS:
             raise ConfigError(f"norm must be one of {NORMS}, got {norm!r}")
         if lam < 0:
@@ -78,7 +78,7 @@ class CodedVFLTrainer(SplitTrainer):
         )
         select = "val_r2" if fed.labels.task == "regression" else "val_roc_auc"
         super().__init__(fed, method, config, seed=seed, callbacks=callbacks, entry_hook=entry_hook,
-                         select=select)
+                         select=select, checkpoints=checkpoints)
         self.params = params
         self.coding = dict(forward=forward, backward=backward, bits=int(bits), order=order, top_w=int(top_w))
         check_spec(CodedSpec(**self._spec_fields(LABEL_HOLDER)), method)

@@ -1,0 +1,78 @@
+"""The file format of saved models, shared by the side that writes a file and the side that reads it.
+
+A saved model (:mod:`verticalfs.model`) is one file per feature party, written *by that party*, one
+for the label holder and a manifest. Every ``.pt`` file is a dict of tensors, numbers, strings,
+lists and dicts only, tagged with :data:`FORMAT` and the library version, and is read with
+``torch.load(weights_only=True)``: nothing is unpickled from disk. A file saved by another version,
+or one whose SHA-256 does not match the manifest, is refused with an error naming the file.
+
+This module sits below :mod:`verticalfs.party` (a party writes and reads its own file here) and
+imports nothing from the protocol or the methods.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+
+import torch
+
+from verticalfs import __version__
+from verticalfs.exceptions import ConfigError
+from verticalfs.utils.io import write_bytes_atomic
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+
+
+def sha256(data: bytes) -> str:
+    """The hex SHA-256 of ``data`` (what the manifest records per file)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def dump(content: dict) -> bytes:
+    """The bytes of a model file holding ``content`` (format and version added)."""
+    buf = io.BytesIO()
+    torch.save({"format": FORMAT, "verticalfs_version": __version__, **content}, buf)
+    return buf.getvalue()
+
+
+def load(path: Path, expected_sha256: str | None, what: str) -> dict:
+    """A model file read back: checksum (when given), format and version checked, no unpickling.
+
+    ``what`` names the reader in errors (``"party 'bank'"``, ``"the label holder"``).
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{what}: {str(path)!r} does not exist") from None
+    if expected_sha256 is not None and sha256(raw) != expected_sha256:
+        raise ConfigError(f"{what}: {str(path)!r} does not match its checksum in the manifest; it was changed "
+                          "after saving, refuse to use it (save the model again)")
+    try:
+        obj = torch.load(io.BytesIO(raw), weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a file that is not a safe saved model
+        raise ConfigError(f"{what}: {str(path)!r} is not a verticalfs model file ({type(exc).__name__})") from None
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise ConfigError(f"{what}: {str(path)!r} is not a verticalfs model file of format {FORMAT}")
+    if obj.get("verticalfs_version") != __version__:
+        raise ConfigError(f"{what}: {str(path)!r} was saved by verticalfs {obj.get('verticalfs_version')}, this is "
+                          f"{__version__}; use that version, or train and save the model again")
+    return obj
+
+
+def save_party_file(directory: Path, party: str, content: dict) -> tuple[str, str]:
+    """A party writes its part (on its side); returns ``(file name, sha256)``."""
+    data = dump(content)
+    path = Path(directory) / f"{party}.pt"
+    write_bytes_atomic(path, data)
+    return path.name, sha256(data)
+
+
+def load_party_file(path: Path, *, expected_sha256: str, party: str) -> dict:
+    """A party reads its part back (checksum and version checked, no unpickling)."""
+    saved = load(Path(path), expected_sha256, f"party {party!r}")
+    if saved.get("party") != party:
+        raise ConfigError(f"party {party!r}: {str(path)!r} is the model file of party {saved.get('party')!r}")
+    return saved

@@ -1,0 +1,90 @@
+"""Saved models, one per kind of label-holder part: a split-trained method (``vfl``; ``sparsevfl``,
+whose binary top model has one logit), ICAFS (its gated selectors) and a filter method
+(``fate-iv``, a logistic regression on gathered columns), and a pipeline (its last stage's part,
+the parties restored under the last stage's name). Each method saves and predicts its own
+part (``Method.export_holder`` / ``predict_from_holder``); saved, loaded back from disk by fresh
+parties and run on the raw test rows, the model predicts what the fitted one does, and its test
+metrics are the run's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import verticalfs
+from verticalfs.data.user import load_party_files
+from verticalfs.evaluation.metrics import prediction_metrics
+from verticalfs.exceptions import ConfigError
+from verticalfs.methods import registry
+from verticalfs.model import predict
+
+N = 240
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Two parties' files about the same customers (a categorical column, shuffled rows); the
+    label at ``bank``."""
+    tmp = tmp_path_factory.mktemp("model")
+    rng = np.random.default_rng(3)
+    ids = np.arange(500, 500 + N)
+    income, age, calls = rng.normal(50, 15, N), rng.integers(18, 80, N), rng.poisson(20, N)
+    plan = rng.choice(["basic", "plus", "premium"], N)
+    logit = 0.08 * (income - 50) - 0.03 * (age - 50) + 0.1 * (calls - 20) - 0.8 * (plan == "premium")
+    y = (logit + rng.logistic(size=N) > 0).astype(int)
+    frames = {"bank": pd.DataFrame({"id": ids, "income": income.round(2), "age": age, "y": y}),
+              "telecom": pd.DataFrame({"id": ids, "calls": calls, "plan": plan, "noise": rng.normal(size=N)})}
+    paths = {}
+    for name, df in frames.items():
+        paths[name] = tmp / f"{name}.csv"
+        df.sample(frac=1.0, random_state=2).to_csv(paths[name], index=False)
+    vds, _ = load_party_files(paths, label_party="bank", label_column="y", id_column="id", categorical="auto")
+    data = verticalfs.build_data(vds, seed=1)
+    test = {}
+    for name, df in frames.items():  # the test rows only, as new files (no label)
+        rows = df[df["id"].astype(str).isin(data.ids["test"])].drop(columns=["y"], errors="ignore")
+        test[name] = tmp / f"test_{name}.csv"
+        rows.sample(frac=1.0, random_state=4).to_csv(test[name], index=False)
+    return data, test
+
+
+@pytest.mark.parametrize("method, kind", [("vfl", "split"), ("sparsevfl", "split"), ("icafs", "icafs"),
+                                          ("fate-iv", "filter"), ("mi+vfl", "split")])
+def test_saved_model_predicts_what_the_fitted_one_does(files, tmp_path, method, kind):
+    data, test = files
+    params = dict(registry.get(method).test_params) or {"mi.n_select": 3, "vfl.epochs": 3}
+    res = verticalfs.run(method, data, seed=0, params=params, save_model=tmp_path / "m")
+    m, fed = res.method_obj, res.federation
+    holder = m.export_holder()
+    assert holder["kind"] == kind
+    if method == "sparsevfl":
+        assert holder["two_column"]  # one logit, saved as [0, logit]
+    expected = m.predict_proba(fed, "test")
+
+    out = predict(tmp_path / "m", test)  # fresh parties restore their parts from their own files
+    assert out["method"] == method
+    got = pd.DataFrame(out["probabilities"], index=out["ids"]).loc[data.ids["test"]].to_numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+    # and these are the run's own test predictions: the saved model's metrics are the fitted one's
+    y = data.labels.y["test"]
+    met = prediction_metrics(data.labels.task, y, np.log(np.clip(got, 1e-300, None)), data.labels.n_classes)
+    for k in ("accuracy", "roc_auc"):
+        assert met[k] == pytest.approx(m.metrics_[k], abs=1e-9), k
+
+
+def test_a_model_that_cannot_be_saved_is_refused_before_training(files, tmp_path):
+    data, _ = files
+    m = registry.create("fate-iv", classifier="rf")
+    assert "classifier=lr" in m.cannot_save()
+    with pytest.raises(ConfigError, match="classifier=lr"):
+        verticalfs.run("fate-iv", data, params={"classifier": "rf"}, save_model=tmp_path / "m")
+    assert not (tmp_path / "m").exists()  # refused before anything ran or was written
+
+
+def test_a_method_refuses_another_methods_saved_part(files):
+    data, _ = files
+    fed = verticalfs.Federation.in_process(data)
+    for method, wrong in (("vfl", "icafs"), ("icafs", "split"), ("fate-iv", "split")):
+        with pytest.raises(ConfigError, match=f"of kind {wrong!r}"):
+            registry.get(method).predict_from_holder({"kind": wrong}, fed, "test")
