@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
-from datasets import ASSIGNMENTS, EMBEDDING_DIM, TABLE1_SIZES, build
 
 from verticalfs.exceptions import DataError
+
+# by its path, under a name of its own (a package named ``datasets`` may be installed too)
+_spec = importlib.util.spec_from_file_location("sparsevfl_datasets", Path(__file__).resolve().parent / "datasets.py")
+D = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(D)
+ASSIGNMENTS, EMBEDDING_DIM, TABLE1_SIZES, build = D.ASSIGNMENTS, D.EMBEDDING_DIM, D.TABLE1_SIZES, D.build
 
 
 def test_wine_quality_is_table_1_and_table_a1(data_dir):
