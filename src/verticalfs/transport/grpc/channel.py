@@ -46,6 +46,9 @@ _OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_len
 #: the server accepts the clients' keep-alive pings (every 10 s) also while a handler computes
 _SERVER_OPTIONS = [*_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
                    ("grpc.http2.max_ping_strikes", 0)]
+#: the gRPC channel options of :class:`GrpcChannel` (unlimited message sizes, keep-alive every 10 s),
+#: for a bare gRPC endpoint that is to be compared with this transport on equal terms
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = tuple(_OPTIONS)
 
 
 def _grpc():
