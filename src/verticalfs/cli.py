@@ -313,7 +313,7 @@ def run_cmd(
     parties: int = OPT_PARTIES,
     noise: str = OPT_NOISE,
     overlap: str = OPT_OVERLAP,
-    epochs: int = O(None, "--epochs", "-e", help="Communication epochs (the method's `epochs` parameter).", min=0),
+    epochs: int = O(None, "--epochs", "-e", help="Communication epochs (the method's `epochs` parameter), at least 1."),
     seed: int = O(0, "--seed", "-s", help="Seeds the split, the models and the method (0 .. 2**32-1)."),
     param: list[str] = O(None, "--param", "-p", help="Method parameter name=value (repeatable)."),
     codec: str = O(None, "--codec", help="Payload codec of embeddings and gradients (float32, float16, int8) for methods that take one; default float32. Methods that fix their own codecs (the SparseVFL family) refuse it."),
@@ -341,16 +341,18 @@ def run_cmd(
     config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result. A deployment file (with [parties.<name>] tables) runs across machines: see README 'Deploy across machines'.", callback=_load_config, is_eager=True),
 ) -> None:
     """Run one method on one data set and print its figures; optionally write the result JSON."""
-    from verticalfs.options import check_out, check_seed
+    from verticalfs.options import check_epochs, check_out, check_seed
 
     deployment = ctx.meta.get("deployment")
     opts = _data_options(**_data_kwargs(locals()))
     resolved = {k: (str(v) if isinstance(v, Path) else v) for k, v in locals().items()
-                if k not in ("opts", "check_out", "check_seed", "ctx")}
+                if k not in ("opts", "check_out", "check_seed", "check_epochs", "ctx")}
     try:
         check_seed(seed)
+        check_epochs(epochs)
         check_out(out)
         check_out(save_model, "--save-model", directory=True)
+        check_out(checkpoints, "--checkpoints", directory=True)
         params = _parse_params(param)
         if epochs is not None:
             params.setdefault("epochs", str(epochs))
@@ -367,6 +369,10 @@ def run_cmd(
             from verticalfs.deploy.config import Deployment
 
             dep = Deployment.load(deployment, insecure=insecure)
+            if checkpoints is None and dep.checkpoints is not None:
+                from verticalfs.names import LABEL_HOLDER
+
+                check_out(dep.checkpoint_dir(LABEL_HOLDER), f"checkpoints of {deployment!r}", directory=True)
             if resume and checkpoints is None and dep.checkpoints is None:
                 raise ConfigError(f"--resume needs the checkpoint folder: set checkpoints in {deployment!r} or "
                                   "give --checkpoints")
@@ -497,7 +503,7 @@ def compare_cmd(
     parties: int = OPT_PARTIES,
     noise: str = OPT_NOISE,
     overlap: str = OPT_OVERLAP,
-    epochs: int = O(None, "--epochs", "-e", min=0),
+    epochs: int = O(None, "--epochs", "-e", help="Communication epochs of every method, at least 1."),
     seeds: str = O("0", "--seeds", help="Comma-separated seeds, e.g. 0,1,2,3,4."),
     param: list[str] = O(None, "--param", "-p", help="method.name=value or name=value for all methods."),
     codec: str = O(None, "--codec", help="As for run: applied to every method, an error for those that fix their own codecs."),
@@ -524,12 +530,16 @@ def compare_cmd(
     """Run several methods on the same data and seeds: a table, results.json and a plot of accuracy against MB."""
     from verticalfs.compare import compare, write_compare
     from verticalfs.methods import registry
-    from verticalfs.options import check_out, parse_seeds
+    from verticalfs.options import check_epochs, check_out, parse_seeds
 
     opts = _data_options(**_data_kwargs(locals()))
     names = [m.strip() for m in methods.split(",") if m.strip()]
     try:
         check_out(out, "--out", directory=True)
+        check_out(out / "runs", "--out", directory=True)  # what compare writes in it, checked now
+        for f in ("results.json", "accuracy_vs_mb.png"):
+            check_out(out / f, "--out")
+        check_epochs(epochs)
         seed_list = parse_seeds(seeds)
         parsed = opts.check()
         if not names:
@@ -673,8 +683,13 @@ def party_serve(
     torch.set_num_threads(threads)
 
     try:
+        from verticalfs.options import check_out
+
+        check_out(checkpoints, "--checkpoints", directory=True)
         dep = Deployment.load(config, insecure=insecure)
         entry = dep.party(name)
+        if checkpoints is None and dep.checkpoints is not None:
+            check_out(dep.checkpoint_dir(name), f"checkpoints of {str(config)!r}", directory=True)
         if name == dep.label_party:
             raise ConfigError(f"{name!r} is the label party of {str(config)!r}: it runs `verticalfs run --config "
                               f"{config} -m METHOD`, which also serves its feature columns")

@@ -169,14 +169,75 @@ def _check_file(party: str, path: Path) -> str:
     return suffix
 
 
+#: the first bytes of binary formats a party file is mistaken for (Parquet is read by its suffix)
+_SIGNATURES: tuple[tuple[bytes, str], ...] = (
+    (b"PAR1", "a Parquet file: name it .parquet"),
+    (b"PK\x03\x04", "a zip archive (or an Excel .xlsx workbook): export the sheet as CSV"),
+    (b"\xd0\xcf\x11\xe0", "an old Excel .xls workbook: export the sheet as CSV"),
+    (b"\x1f\x8b", "gzip-compressed: name it .csv.gz"),
+    (b"BZh", "bzip2-compressed: decompress it"),
+    (b"\xfd7zXZ", "xz-compressed: decompress it"),
+    (b"%PDF", "a PDF document"),
+    (b"SQLite format 3", "an SQLite database: export the table as CSV"),
+)
+
+
+def _check_text(party: str, path: Path, max_bytes: int) -> None:
+    """Refuse binary content before reading it as text: a known signature, or NUL bytes in its start."""
+    with _open_text(party, path, max_bytes) as fh:
+        head = fh.read(8192)
+    what = next((w for sig, w in _SIGNATURES if head.startswith(sig)), None)
+    if what is None and b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        what = f"binary (a NUL byte at offset {head.index(bytes(1))})"
+    if what is not None:
+        raise DataError(f"party {party!r}: {str(path)!r} is not a text CSV file: its content is {what}; give "
+                        f"the party's data as {', '.join(SUFFIXES)}")
+
+
+def _bad_byte(party: str, path: Path, encoding: str, max_bytes: int) -> DataError:
+    """The error for a file that does not decode: the line and byte offset of the first bad byte
+    (read in chunks; counting newlines is per chunk, not per row)."""
+    import codecs
+
+    dec = codecs.getincrementaldecoder(encoding)()
+    start, lines, line_start = 0, 1, 0  # the buffer's file offset, its line, the offset that line starts at
+    with _open_text(party, path, max_bytes) as fh:
+        while True:
+            chunk = fh.read(1 << 20)
+            pending = dec.getstate()[0] if hasattr(dec, "getstate") else b""
+            buf = bytes(pending) + chunk
+            try:
+                dec.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as e:
+                head = buf[:e.start]
+                line = lines + head.count(b"\n")
+                if b"\n" in head:
+                    line_start = start + head.rfind(b"\n") + 1
+                pos = start + e.start
+                return DataError(
+                    f"party {party!r}: {str(path)!r} is not valid {encoding}: line {line}, column "
+                    f"{pos - line_start + 1} (byte offset {pos}) holds {buf[e.start:max(e.end, e.start + 1)]!r}; "
+                    "fix that byte, or pass the file's encoding if the whole file uses another "
+                    "(--encoding latin-1, encoding='latin-1', ...)")
+            if not chunk:
+                break
+            done = buf[: len(buf) - len(dec.getstate()[0])] if hasattr(dec, "getstate") else buf
+            lines += done.count(b"\n")
+            if b"\n" in done:
+                line_start = start + done.rfind(b"\n") + 1
+            start += len(done)
+    return DataError(f"party {party!r}: {str(path)!r} is not valid {encoding}; pass its encoding "
+                     "(--encoding latin-1, encoding='latin-1', ...)")
+
+
 def _header(party: str, path: Path, delimiter: str, encoding: str, max_bytes: int) -> list[str]:
     """The CSV's column names, read with the csv module (pandas would rename duplicates silently)."""
+    _check_text(party, path, max_bytes)
     with _open_text(party, path, max_bytes) as fh:
         try:
             line = io.TextIOWrapper(fh, encoding=encoding, newline="").readline()
         except UnicodeDecodeError:
-            raise DataError(f"party {party!r}: {str(path)!r} is not valid {encoding}; pass its encoding "
-                            "(--encoding latin-1, encoding='latin-1', ...)") from None
+            raise _bad_byte(party, path, encoding, max_bytes) from None
     if not line.strip():
         raise DataError(f"party {party!r}: {str(path)!r} is empty (no header row); give a file with a "
                         "header row of column names and one row per sample")
@@ -215,8 +276,7 @@ def _read(party: str, path: Path, *, delimiter: str = ",", encoding: str = "utf-
     except DataError:
         raise
     except UnicodeDecodeError:
-        raise DataError(f"party {party!r}: {str(path)!r} is not valid {encoding}; pass its encoding "
-                        "(--encoding latin-1, encoding='latin-1', ...)") from None
+        raise _bad_byte(party, path, encoding, max_bytes) from None
     except Exception as exc:  # pandas/pyarrow raise many types for malformed files
         raise DataError(f"party {party!r}: could not read {str(path)!r}: {type(exc).__name__}: {exc}") from exc
     if len(df) == 0:
