@@ -333,6 +333,9 @@ def data_cases() -> list[Case]:
              r"another configuration: data\.dataset was \"wine\", now \"breast_cancer\"", _compared()),
         Case("compare --resume with other noise", [*COMPARE, "-d", "wine", "-e", "1", "--noise", "0.5",
              "--no-reference", "--resume"], r"another configuration: data\.noise was 0\.0, now 0\.5", _compared()),
+        Case("less-vfl-grid --out in a read-only place", ["less-vfl-grid", "wine", "--seeds", "1", "--lambdas-m", "1",
+             "--lambdas-s", "0.01", "--pretrain-epochs", "1", "--epochs", "1", "--no-reference", "--out",
+             f"{READ_ONLY}/g.json"], r"--out .*cannot write in the folder '/proc'"),
         Case("compare --resume after a party file changed", [*COMPARE, "-e", "1", *FILES, "--resume"],
              r"another configuration: data\.files\.insurer\.sha256 was", _compared("-e", "1", *FILES,
                                                                                    mutate=_touch_insurer)),
@@ -341,7 +344,8 @@ def data_cases() -> list[Case]:
 
 def cases() -> list[Case]:
     F = FILES
-    C = data_cases()
+    C = []
+    C += data_cases()
     # ---------------------------------------------------------------------------- options
     C += [
         Case("unknown method", ["run", "-m", "nope", "-d", "wine"], r"unknown method 'nope'"),
