@@ -767,18 +767,19 @@ def label_lookalikes(aligned: Mapping[str, pd.DataFrame], feats: Mapping[str, Se
     n_y = int(y_codes.max()) + 1 if len(y_codes) else 0
     out = []
     for party, cols in feats.items():
+        # for classes only columns with as many values as the label can be a copy of it (one hashing pass)
+        n_values = aligned[party][list(cols)].nunique(dropna=False) if classes and cols else None
         for c in cols:
             where = f"party {party!r}: column {c!r} in {str(files[party])!r}"
             if named_like(c, label_column):
                 how = f"is named like the label column {label_column!r} of {label_party!r}"
             else:
                 x = aligned[party][c]
-                if x.isna().any():
+                if (n_values is not None and n_values[c] != n_y) or x.isna().any():
                     continue
                 if classes:
                     xc = np.unique(x.astype(str).to_numpy(), return_inverse=True)[1]
-                    n_x = int(xc.max()) + 1 if len(xc) else 0
-                    same = n_x == n_y and len(np.unique(xc * n_y + y_codes)) == n_y
+                    same = len(np.unique(xc * n_y + y_codes)) == n_y
                 else:
                     same = pd.api.types.is_numeric_dtype(x) and bool(
                         np.array_equal(x.to_numpy(dtype=np.float64), y.to_numpy(dtype=np.float64)))
