@@ -199,9 +199,153 @@ def _thousand_classes(tmp: Path) -> dict:
     return write(tmp, frames)
 
 
+# ------------------------------------------------------------------- round 2 (issue 37): data and outputs
+READ_ONLY = "/proc"  # a folder no one may write in, not even root (permission bits say nothing to root)
+RUN_FILES = [*RUN, *FILES]
+
+
+def _raw_bytes(name: str, data: bytes):
+    def setup(tmp: Path) -> dict:
+        d = base(tmp)
+        (tmp / f"{name}.csv").write_bytes(data)
+        return d
+    return setup
+
+
+def _parquet_named_csv(tmp: Path) -> dict:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = base(tmp)
+    pq.write_table(pa.Table.from_pandas(people()["insurer"]), tmp / "insurer.csv")
+    return d
+
+
+def _zip_named_csv(tmp: Path) -> dict:
+    import zipfile
+
+    d = base(tmp)
+    with zipfile.ZipFile(tmp / "insurer.csv", "w") as z:
+        z.writestr("insurer.csv", people()["insurer"].to_csv(index=False))
+    return d
+
+
+def _stray_bytes(tmp: Path) -> dict:
+    """Two bytes that are not UTF-8 on line 50 of an otherwise clean file."""
+    d = base(tmp)
+    lines = people()["insurer"].to_csv(index=False).encode().split(b"\n")
+    lines[49] = lines[49] + b"\xff\xfe"
+    (tmp / "insurer.csv").write_bytes(b"\n".join(lines))
+    return d
+
+
+def _with_model(tmp: Path) -> dict:
+    """The three files and a model trained on them (one epoch), saved in {model}."""
+    from verticalfs.api import build_data, run
+    from verticalfs.data.user import load_party_files
+
+    d = base(tmp)
+    vds, _ = load_party_files({k: d[k] for k in ("bank", "telecom", "insurer")}, label_party="bank",
+                              label_column="default", categorical={"telecom": ["plan"]})
+    run("vfl", build_data(vds, seed=0), params={"epochs": 1}, save_model=tmp / "model")
+    (tmp / "afile").write_text("x")
+    return {**d, "model": str(tmp / "model"), "tmp": str(tmp)}
+
+
+COMPARE = ["compare", "--no-progress", "--methods", "vfl", "-o", "{tmp}/c"]
+
+
+def _compared(*args: str, mutate=None):
+    """Files and a finished ``compare`` (wine, one epoch, or ``args``) in {tmp}/c; then ``mutate(tmp)``."""
+    def setup(tmp: Path) -> dict:
+        from typer.testing import CliRunner
+
+        from verticalfs.cli import app
+
+        d = {**_extra(tmp)}
+        argv = [a.format(**d) for a in (args or ("-d", "wine", "-e", "1"))]
+        res = CliRunner().invoke(app, [*render(COMPARE, d), *argv])
+        assert res.exit_code == 0, res.output
+        if mutate is not None:
+            mutate(tmp)
+        return d
+    return setup
+
+
+def _runs_is_a_file(tmp: Path) -> dict:
+    d = _extra(tmp)
+    (tmp / "c").mkdir()
+    (tmp / "c" / "runs").write_text("x")
+    return d
+
+
+def _results_is_a_dir(tmp: Path) -> dict:
+    d = _extra(tmp)
+    (tmp / "c" / "results.json").mkdir(parents=True)
+    return d
+
+
+def _spaced_ids(frames):
+    """The insurer writes every id with a leading space: no id matches."""
+    frames["insurer"]["id"] = " " + frames["insurer"]["id"].astype(str)
+
+
+def _touch_insurer(tmp: Path) -> None:
+    with open(tmp / "insurer.csv", "a") as fh:
+        fh.write("9999,1.0\n")
+
+
+def data_cases() -> list[Case]:
+    """Issue 37's data and output cases: outputs checked before any work, ``--epochs 0``,
+    ``compare --resume`` into another configuration, binary and stray-byte files."""
+    R = RUN_FILES
+    return [
+        Case("--epochs 0", ["run", "--no-progress", "-m", "vfl", "-d", "wine", "-e", "0"], r"--epochs must be .*>= 1"),
+        Case("compare --epochs 0", [*COMPARE, "-d", "wine", "-e", "0"], r"--epochs must be .*>= 1", _extra),
+        Case("--out in a read-only place", [*RUN, "-d", "wine", "--out", f"{READ_ONLY}/r.json"],
+             r"--out .*cannot write in the folder '/proc'"),
+        Case("compare --out in a read-only place", ["compare", "--no-progress", "--methods", "vfl", "-d", "wine",
+             "-e", "1", "-o", f"{READ_ONLY}/c"], r"--out .*cannot write in the folder '/proc'"),
+        Case("--save-model in a read-only place", [*RUN, "-d", "wine", "--save-model", f"{READ_ONLY}/m"],
+             r"--save-model .*cannot write in the folder '/proc'"),
+        Case("--checkpoints under a file", [*RUN, "-d", "wine", "--checkpoints", "{tmp}/afile/ck"],
+             r"--checkpoints .*is a file, not a folder", _extra),
+        Case("compare --out whose runs/ is a file", [*COMPARE, "-d", "wine", "-e", "1"], r"runs' is a file",
+             _runs_is_a_file),
+        Case("compare --out whose results.json is a folder", [*COMPARE, "-d", "wine", "-e", "1"],
+             r"results.json' is a directory", _results_is_a_dir),
+        Case("predict --out in a read-only place", ["predict", "--model", "{model}", "--party-file", "bank={bank}",
+             "--party-file", "telecom={telecom}", "--party-file", "insurer={insurer}", "--out",
+             f"{READ_ONLY}/p.csv"], r"--out .*cannot write in the folder '/proc'", _with_model),
+        Case("Parquet content in a .csv file", R, r"insurer.csv' is not a text CSV file: .*Parquet.*\.parquet",
+             _parquet_named_csv),
+        Case("zip content in a .csv file", R, r"is not a text CSV file: .*zip", _zip_named_csv),
+        Case("NUL bytes in a .csv file", R, r"is not a text CSV file: .*NUL byte",
+             _raw_bytes("insurer", b"id,claims\n1,\x00\x00\x00\x01\n")),
+        Case("two stray bytes in a UTF-8 file", R, r"not valid utf-8: line 50, column \d+ \(byte offset \d+\)",
+             _stray_bytes),
+        Case("ids matching only after stripping spaces", R, r"no id .*would align .*--strip-ids", _mut(_spaced_ids)),
+        Case("--strip-ids without party files", [*RUN, "-d", "wine", "--strip-ids"],
+             r"--strip-ids applies to --party-file"),
+        Case("compare --resume with other epochs", [*COMPARE, "-d", "wine", "-e", "2", "--resume"],
+             r"--resume: the runs in .* another configuration: epochs was 1, now 2; give another --out", _compared()),
+        Case("compare --resume on another data set", [*COMPARE, "-d", "breast_cancer", "-e", "1", "--resume"],
+             r"another configuration: data\.dataset was \"wine\", now \"breast_cancer\"", _compared()),
+        Case("compare --resume with other noise", [*COMPARE, "-d", "wine", "-e", "1", "--noise", "0.5",
+             "--no-reference", "--resume"], r"another configuration: data\.noise was 0\.0, now 0\.5", _compared()),
+        Case("less-vfl-grid --out in a read-only place", ["less-vfl-grid", "wine", "--seeds", "1", "--lambdas-m", "1",
+             "--lambdas-s", "0.01", "--pretrain-epochs", "1", "--epochs", "1", "--no-reference", "--out",
+             f"{READ_ONLY}/g.json"], r"--out .*cannot write in the folder '/proc'"),
+        Case("compare --resume after a party file changed", [*COMPARE, "-e", "1", *FILES, "--resume"],
+             r"another configuration: data\.files\.insurer\.sha256 was", _compared("-e", "1", *FILES,
+                                                                                   mutate=_touch_insurer)),
+    ]
+
+
 def cases() -> list[Case]:
     F = FILES
     C = []
+    C += data_cases()
     # ---------------------------------------------------------------------------- options
     C += [
         Case("unknown method", ["run", "-m", "nope", "-d", "wine"], r"unknown method 'nope'"),

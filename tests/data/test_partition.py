@@ -267,7 +267,7 @@ class TestPrepare:
         raw = numeric_table.X[prep.parties[0].feature_names].to_numpy()
         np.testing.assert_allclose(prep.parties[0].X["val"], raw[prep.ids["val"]], rtol=1e-6)
         with pytest.raises(DataError, match="scaling"):
-            vds.prepare(scaling="robust")
+            vds.prepare(scaling="log")
 
     def test_one_hot_categorical(self, table):
         vds = partition(table, 3, strategy="contiguous")  # party3: c8, c9, color
