@@ -139,7 +139,8 @@ class RunFile(_Model):
     impute: Impute = Field("auto", description="Missing values (auto: the data set's default).")
     party_file: dict[str, str] = Field(
         {}, description="Your own data: a `[party_file]` table of `name = path`.",
-        json_schema_extra={"expects": 'a [party_file] table of name = path (e.g. [party_file] then bank = "bank.csv")'})
+        json_schema_extra={"expects": 'a [party_file] table of name = path: a line [party_file] followed by '
+                           'lines such as bank = "bank.csv"'})
     label_party: str | None = Field(None, description="With `party_file`: the party whose file holds the label.")
     label_column: str | None = Field(None, description="With `party_file`: the label column.")
     id_column: str = Field("id", description="With `party_file`: the id column shared by all files.")
@@ -320,6 +321,22 @@ def _walk(model: type[BaseModel], loc: tuple) -> tuple[type[BaseModel] | None, F
     return owner, info
 
 
+def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The model whose table is at ``loc`` (``()``: ``model`` itself)."""
+    cur: Any = model
+    for comp in loc:
+        if _is_model(cur):
+            info = cur.model_fields.get(comp) if isinstance(comp, str) else None
+            if info is None:
+                return None
+            cur = _strip_optional(info.annotation)
+        elif typing.get_origin(cur) in (dict, list):
+            cur = _strip_optional(typing.get_args(cur)[-1])
+        else:
+            return None
+    return cur if _is_model(cur) else None
+
+
 def _raw_prefix(raw: Any, loc: tuple) -> tuple[list, Any, bool]:
     """The longest prefix of ``loc`` present in ``raw``, the value there, and whether all of ``loc`` is."""
     keys, cur = [], raw
@@ -412,7 +429,7 @@ def explain(exc: ValidationError, model: type[BaseModel], raw: dict[str, Any], w
     for e in exc.errors():
         loc = tuple(e["loc"])
         if e["type"] == "extra_forbidden":
-            owner, _ = _walk(model, loc[:-1]) if len(loc) > 1 else (model, None)
+            owner = _model_at(model, loc[:-1])
             key = _dotted(list(loc))
             valid = sorted(owner.model_fields) if owner is not None else []
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.6)
