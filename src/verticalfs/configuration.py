@@ -470,7 +470,8 @@ def _table(model: type[BaseModel], prefix: str = "") -> list[str]:
     rows = ["| key | type | default | description |", "|---|---|---|---|"]
     for name, info in model.model_fields.items():
         desc = (info.description or "").replace("|", "\\|")
-        rows.append(f"| `{prefix}{name}` | {describe(info).replace('|', '/')} | {_default_text(info)} | {desc} |")
+        kind = describe(info).replace("|", "/").replace("<", "&lt;").replace(">", "&gt;")
+        rows.append(f"| `{prefix}{name}` | {kind} | {_default_text(info)} | {desc} |")
     return rows
 
 
