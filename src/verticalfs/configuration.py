@@ -298,27 +298,14 @@ def _is_model(t: Any) -> bool:
     return isinstance(t, type) and issubclass(t, BaseModel)
 
 
-def _walk(model: type[BaseModel], loc: tuple) -> tuple[type[BaseModel] | None, FieldInfo | None]:
-    """The model owning the last key of ``loc`` and that key's field (``None`` if unknown)."""
-    cur: Any = model
-    owner, info = None, None
-    i = 0
-    while i < len(loc):
-        if _is_model(cur):
-            owner = cur
-            info = cur.model_fields.get(loc[i]) if isinstance(loc[i], str) else None
-            if info is None:
-                return owner, None
-            cur = _strip_optional(info.annotation)
-            i += 1
-        elif typing.get_origin(cur) in (dict, list):
-            cur = _strip_optional(typing.get_args(cur)[-1])
-            i += 1
-            if not _is_model(cur):
-                return owner, info
-        else:
-            return owner, info
-    return owner, info
+def _field_at(model: type[BaseModel], loc: tuple) -> FieldInfo | None:
+    """The field of the last key of ``loc`` (``None`` if ``loc`` names no field)."""
+    while loc:
+        owner = _model_at(model, loc[:-1])
+        if owner is not None and isinstance(loc[-1], str):
+            return owner.model_fields.get(loc[-1])
+        loc = loc[:-1]  # an index, or a table's own name (parties.<name>): the field holding it
+    return None
 
 
 def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
@@ -337,8 +324,8 @@ def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     return cur if _is_model(cur) else None
 
 
-def _raw_prefix(raw: Any, loc: tuple) -> tuple[list, Any, bool]:
-    """The longest prefix of ``loc`` present in ``raw``, the value there, and whether all of ``loc`` is."""
+def _raw_prefix(raw: Any, loc: tuple) -> tuple[list, Any]:
+    """The longest prefix of ``loc`` present in ``raw`` and the value there."""
     keys, cur = [], raw
     for comp in loc:
         if isinstance(cur, dict) and comp in cur:
@@ -346,9 +333,9 @@ def _raw_prefix(raw: Any, loc: tuple) -> tuple[list, Any, bool]:
         elif isinstance(cur, list) and isinstance(comp, int) and 0 <= comp < len(cur):
             cur = cur[comp]
         else:
-            return keys, cur, False
+            return keys, cur
         keys.append(comp)
-    return keys, cur, True
+    return keys, cur
 
 
 def _dotted(keys: list) -> str:
@@ -436,17 +423,16 @@ def explain(exc: ValidationError, model: type[BaseModel], raw: dict[str, Any], w
             hint = f"did you mean {close[0]!r}? " if close else ""
             problems.setdefault(key, f"unknown key {key!r}; {hint}valid keys here: {', '.join(valid)}")
             continue
-        keys, value, complete = _raw_prefix(raw, loc)
-        owner, info = _walk(model, loc)
         if e["type"] == "missing":
             key = _dotted(list(loc))
+            info = _field_at(model, loc)
             expects = describe(info) if info is not None else "a value"
             problems.setdefault(key, f"missing key {key!r}: expected {expects}")
             continue
         # the key is the deepest one the file holds; a union's branch names are not keys
-        field_keys = list(keys)
-        _, info = _walk(model, tuple(field_keys))
-        key = _dotted(field_keys)
+        keys, value = _raw_prefix(raw, loc)
+        info = _field_at(model, tuple(keys))
+        key = _dotted(keys)
         expects = describe(info) if info is not None else e["msg"].lower()
         problems.setdefault(key, f"{key} = {shown(value)}: expected {expects}")
     first, *rest = problems.values()
