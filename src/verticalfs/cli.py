@@ -332,7 +332,7 @@ def run_cmd(
     checkpoints: Path = O(None, "--checkpoints", help="Checkpoint every training epoch in this folder (in-process parties in its parties/ subfolder; networked parties in their own `checkpoints` folder); removed when the run completes."),
     insecure: bool = O(False, "--insecure", help="With a deployment file: no TLS (messages in the clear, no party authenticated). Local experiments only."),
     resume: bool = O(False, "--resume", help="Continue the interrupted run whose checkpoints are in --checkpoints (or the deployment's folder), with the same options."),
-    config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result. A deployment file (with [parties.<name>] tables) runs across machines: see README 'Deploy across machines'.", callback=_load_config, is_eager=True),
+    config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result. A deployment file (with [parties.<name>] tables) runs across machines: see README 'Deploy across machines'. Every key: docs/reference/configuration.md.", callback=_load_config, is_eager=True),
 ) -> None:
     """Run one method on one data set and print its figures; optionally write the result JSON."""
     from verticalfs.options import check_out, check_seed
@@ -642,7 +642,7 @@ app.add_typer(party_app, name="party")
 
 @party_app.command("serve")
 def party_serve(
-    config: Path = typer.Option(..., "--config", help="The deployment file (the same on every host)."),
+    config: Path = typer.Option(..., "--config", help="The deployment file (the same on every host; its keys: docs/reference/configuration.md)."),
     name: str = typer.Option(..., "--name", help="This host's party, as named in the deployment file."),
     checkpoints: Path = typer.Option(None, "--checkpoints", help="This party's checkpoint folder (default: "
                                      "<checkpoints>/<name> of the deployment file, if set)."),

@@ -206,13 +206,6 @@ class AssignmentFile(_Model):
         return {p: [f"{c}" for c in cols] for p, cols in self.parties.items()}
 
 
-KINDS: dict[str, tuple[str, type[_Model]]] = {
-    "deployment": ("deployment file", DeploymentFile),
-    "run": ("options file", RunFile),
-    "assignment": ("assignment file", AssignmentFile),
-}
-
-
 # ------------------------------------------------------------------------------ reading
 def read_raw(path: str | Path, what: str) -> dict[str, Any]:
     """The table in ``path`` (TOML, or JSON for a ``.json`` file); errors name the file."""
@@ -249,6 +242,7 @@ def validate(model: type[_Model], raw: dict[str, Any], where: str) -> Any:
 
 
 def read_deployment(path: str | Path, *, overrides: dict[str, Any] | None = None) -> DeploymentFile:
+    """The deployment file at ``path``; ``overrides`` replace its keys (``--insecure``)."""
     where = f"deployment file {str(path)!r}"
     raw = read_raw(path, "deployment file")
     return validate(DeploymentFile, {**raw, **(overrides or {})}, where)
@@ -276,6 +270,7 @@ def read_run_file(path: str | Path, raw: dict[str, Any] | None = None) -> RunFil
 
 
 def read_assignment(path: str | Path) -> dict[str, list[str]]:
+    """The columns per party of an assignment file (``.toml`` or ``.json``)."""
     p = Path(path)
     if p.suffix.lower() not in (".toml", ".json"):
         raise ConfigError(f"assignment file {str(p)!r}: use a .toml or .json file")
