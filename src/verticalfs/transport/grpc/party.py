@@ -24,8 +24,8 @@ class NetworkedParty:
         self.ledger = Ledger()
         self._tls, self._insecure, self._timeout = tls, insecure, connect_timeout
         self.channel: GrpcChannel | None = None
+        self.name = runtime.name  # before the server, which names this party (e.g. in the insecure warning)
         self.server = PartyServer(self, address, tls=tls, peers={LABEL_HOLDER, *peers}, insecure=insecure)
-        self.name = runtime.name
         if addresses is not None:
             self.set_addresses(addresses)
 
