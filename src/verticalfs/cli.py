@@ -398,8 +398,8 @@ def run_cmd(
             params.setdefault("epochs", str(epochs))
         from verticalfs.methods import registry
 
-        cls = registry.get(method)
-        cls(seed=seed, codec=codec, **params)  # parameters checked before any data is loaded
+        if deployment is None:
+            registry.get(method)(seed=seed, codec=codec, **params)  # checked before any data is loaded
         if deployment is not None:
             given = [o for o, v in (("--dataset", dataset), ("--party-file", party_file), ("--parties", parties))
                      if v]
@@ -407,8 +407,12 @@ def run_cmd(
                 raise ConfigError(f"{', '.join(given)} do(es) not apply with a deployment file (each party reads "
                                   f"its own file named in {deployment!r}); leave them out")
             from verticalfs.deploy.config import Deployment
+            from verticalfs.deploy.holder import federated_method
 
             dep = Deployment.load(deployment, insecure=insecure)
+            # what the parties' policies let the method be (feast -> feast+vfl), checked before connecting
+            run_method, run_params, _ = federated_method(dep, method, params)
+            registry.get(run_method)(seed=seed, codec=codec, **(run_params or {}))
             if checkpoints is None and dep.checkpoints is not None:
                 from verticalfs.names import LABEL_HOLDER
 
@@ -439,6 +443,9 @@ def run_cmd(
                       + ", ".join(f"{p} kept {r['rows_kept']} of {r['rows_in_file']}"
                                   for p, r in res.info["deployment"]["rows"].items()),
                       soft_wrap=True, highlight=False, markup=False)
+            if "trained_as_reason" in res.info:
+                err.print(f"trained as {res.info['trained_as']}: {res.info['trained_as_reason']}", soft_wrap=True,
+                          highlight=False, markup=False)
         else:
             data = opts.build(seed, parsed)
             _warn(data.warnings, shown)  # before the training, not only after it
@@ -711,8 +718,15 @@ def party_serve(
                                 "small: one thread is fastest when several parties share a host)."),
     insecure: bool = typer.Option(False, "--insecure", help="No TLS: messages in the clear, any process that "
                                   "reaches the address can claim to be a peer. Local experiments only."),
+    policy: Path = typer.Option(None, "--policy", help="A policy file only this party reads (TOML: the keys of "
+                                "[parties.<name>.policy], docs/reference/configuration.md); its keys replace the "
+                                "deployment file's."),
 ) -> None:
     """Serve one party: read and check only its own file, listen on its address, answer the label holder.
+
+    The party's policy (what it agrees to do: methods, raw columns, key sizes, labels, model folder,
+    PSI and message limits) is its [parties.<name>.policy] table with --policy's keys in place; it
+    is printed at start, and a request outside it is refused with the rule and the key to change.
 
     Runs until interrupted (Ctrl-C or SIGTERM); every run of the label holder aligns the rows
     afresh by private set intersection. The label party does not serve: it runs
@@ -738,9 +752,10 @@ def party_serve(
         if name == dep.label_party:
             raise ConfigError(f"{name!r} is the label party of {str(config)!r}: it runs `verticalfs run --config "
                               f"{config} -m METHOD`, which also serves its feature columns")
-        from verticalfs.deploy.holder import serve_party
+        from verticalfs.deploy.holder import party_policy, serve_party
 
-        party = serve_party(dep, name, checkpoint_dir=checkpoints).start()
+        effective = party_policy(dep, name, policy)
+        party = serve_party(dep, name, checkpoint_dir=checkpoints, policy=effective).start()
     except VerticalFSError as exc:
         _fail(exc)
     rt = party.runtime
@@ -752,6 +767,8 @@ def party_serve(
     console.print(f"party [bold]{name}[/] serves {len(rt.frame)} rows x {len(rt.columns)} columns of "
                   f"{entry.file} on {entry.listen} ({'INSECURE, no TLS' if dep.insecure else 'mutual TLS'}); "
                   f"peers: {', '.join(sorted(party.server.peers))}", soft_wrap=True)
+    console.print(f"policy of {name} ({'its [parties.' + name + '.policy]' if policy is None else f'{policy} over [parties.{name}.policy]'}): "
+                  + "; ".join(effective.lines()), soft_wrap=True, highlight=False, markup=False)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     try:

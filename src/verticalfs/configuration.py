@@ -61,6 +61,57 @@ class _Model(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+# ------------------------------------------------------------------------------ party policy
+class PartyPolicy(_Model):
+    """What a party agrees to do, checked by the party itself before any work: a request outside it
+    is refused with one line (a PolicyError) naming the party, the rule and the key to change.
+    In-process runs (one process holds every party) allow everything, as experiments need."""
+
+    methods: list[str] | Literal["all"] = Field(
+        "all", description='The methods (and pipeline stages) the party joins: a list of names, or `"all"`.',
+        json_schema_extra={"expects": 'a list of method names or "all"'})
+    release_columns: bool = Field(False, description="Send raw columns to the label holder (`GatherColumns`: "
+                                  "filter methods' evaluation classifier, `raw`). When false, a filter method over "
+                                  "a deployment selects and the label holder then trains a split model (`vfl`) on "
+                                  "the selected columns; `raw` is refused.")
+    min_key_bits: int = Field(2048, ge=0, description="The smallest Paillier key the party uses or accepts (its own "
+                              "keys in a method's secure mode, and every public key it receives); 3072 for "
+                              "protection beyond 2030.")
+    require_secure: bool = Field(True, description="Refuse the plaintext mode of a method that has a secure mode "
+                                 "(`fedsdg-fs` with `secure = false`, the plaintext Gini / F-statistic labels of "
+                                 "`ms-gini` and `sffs`).")
+    accept_labels: bool = Field(True, description="Join protocols that send the party the labels in the clear "
+                                "(`feast`, `mi`: their papers' design). False refuses them at `Join`.")
+    model_dir: FilePath | None = Field(None, description="The folder the party saves models into: the label holder "
+                                       "sends only a model name (no separator, no `..`) and the party writes "
+                                       "`<model_dir>/<name>/<party>.pt`. Relative to the file that sets it. "
+                                       "Default in a deployment: `models/<party>` beside the deployment file.")
+    max_psi_requests: int = Field(16, ge=1, description="Private set intersection requests (and `Align` "
+                                  "requests) the party answers while it serves; each run makes one of each. "
+                                  "Restart the party to reset.")
+    max_psi_ids: int = Field(10_000_000, ge=1, description="The most ids in one PSI request or `Align`.")
+    max_message_mb: float = Field(256.0, gt=0, le=2047, description="The largest message the party accepts, in "
+                                  "MiB (its gRPC receive limit): a larger one is refused before it is buffered.")
+
+    @classmethod
+    def permissive(cls) -> PartyPolicy:
+        """Every request allowed (the in-process path: one process holds every party)."""
+        return cls(release_columns=True, min_key_bits=0, require_secure=False, accept_labels=True,
+                   max_psi_requests=2**62, max_psi_ids=2**62, max_message_mb=2047)
+
+    @property
+    def max_message_bytes(self) -> int:
+        return int(self.max_message_mb * 2**20)
+
+    def lines(self) -> list[str]:
+        """The effective policy as ``key = value`` lines (``party serve`` prints them at start)."""
+        out = []
+        for k in type(self).model_fields:
+            v = getattr(self, k)
+            out.append(f"{k} = {json.dumps(str(v) if isinstance(v, Path) else v)}")
+        return out
+
+
 # ------------------------------------------------------------------------------ deployment
 class DeploymentParty(_Model):
     """One ``[parties.<name>]`` table."""
@@ -74,6 +125,9 @@ class DeploymentParty(_Model):
         [], description='Columns to one-hot encode, or `"auto"` (every non-numeric column).',
         json_schema_extra={"expects": 'a list of column names or "auto"'})
     certs: FilePath | None = Field(None, description="This party's TLS folder, if not the top-level `certs`.")
+    policy: PartyPolicy = Field(PartyPolicy(), description="The party's `[parties.<name>.policy]` table "
+                                "(keys below): what it agrees to do.",
+                                json_schema_extra={"expects": "a [parties.<name>.policy] table"})
 
 
 class DeploymentFile(_Model):
@@ -271,6 +325,23 @@ def read_run_file(path: str | Path, raw: dict[str, Any] | None = None) -> RunFil
     return out
 
 
+def read_policy(path: str | Path, base: PartyPolicy | None = None) -> PartyPolicy:
+    """The policy file of ``verticalfs party serve --policy FILE`` (policy keys at the top level or in
+    a ``[policy]`` table): its keys replace those of ``base`` (the deployment file's); a relative
+    ``model_dir`` is relative to the policy file."""
+    p = Path(path)
+    raw = read_raw(p, "policy file")
+    if set(raw) == {"policy"} and isinstance(raw["policy"], dict):
+        raw = raw["policy"]
+    where = f"policy file {str(p)!r}"
+    validate(PartyPolicy, raw, where)  # the file's own keys, named as the file gives them
+    merged = {**(base or PartyPolicy()).model_dump(), **raw}
+    out = validate(PartyPolicy, merged, where)
+    if "model_dir" in raw and out.model_dir is not None and not out.model_dir.expanduser().is_absolute():
+        out = out.model_copy(update={"model_dir": p.parent / out.model_dir.expanduser()})
+    return out
+
+
 def read_assignment(path: str | Path) -> dict[str, list[str]]:
     """The columns per party of an assignment file (``.toml`` or ``.json``)."""
     p = Path(path)
@@ -444,6 +515,8 @@ def _default_text(info: FieldInfo) -> str:
     d = info.get_default(call_default_factory=True)
     if d is None:
         return "-"
+    if isinstance(d, BaseModel):
+        return "the table's defaults"
     if isinstance(d, Path):
         d = str(d)
     return f"`{json.dumps(d)}`" if not isinstance(d, (dict, list)) or d else "empty"
@@ -470,7 +543,11 @@ def reference_markdown() -> str:
     sections = [
         ("Deployment file", "`verticalfs party serve --config deployment.toml` and "
          "`verticalfs run --config deployment.toml` (a file with `[parties.<name>]` tables). " + _doc(DeploymentFile),
-         [(DeploymentFile, ""), (DeploymentParty, "parties.<name>.")]),
+         [(DeploymentFile, ""), (DeploymentParty, "parties.<name>."), (PartyPolicy, "parties.<name>.policy.")]),
+        ("Party policy file", "`verticalfs party serve --config deployment.toml --name NAME --policy policy.toml`: "
+         "the keys of a `[parties.<name>.policy]` table (at the top level or in a `[policy]` table), read only by "
+         "that party; the keys it gives replace the deployment file's (the keys: the `[parties.<name>.policy]` "
+         "table above). `party serve` prints the effective policy when it starts.", []),
         ("Options file", "`verticalfs run --config run.toml`. " + _doc(RunFile), [(RunFile, "")]),
         ("Assignment file", "`--assignment columns.toml`. " + _doc(AssignmentFile), [(AssignmentFile, "")]),
     ]

@@ -9,6 +9,7 @@ __all__ = [
     "ConfigError",
     "CryptoError",
     "DataError",
+    "PolicyError",
     "ProtocolError",
     "TransportError",
     "VerticalFSError",
@@ -30,6 +31,11 @@ class ConfigError(VerticalFSError, ValueError):
 
 class ProtocolError(VerticalFSError):
     """A message arrived that the receiving party cannot handle in its current state."""
+
+
+class PolicyError(ProtocolError):
+    """A party refuses a request its own policy does not allow (``[policy]`` of the deployment file,
+    ``verticalfs party serve --policy``); the message names the party, the rule and the key to change."""
 
 
 class TransportError(VerticalFSError):

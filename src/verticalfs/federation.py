@@ -76,6 +76,9 @@ class Federation:
         self._proxies = {p: PartyProxy(self.node, p) for p in names}
         self._schema: dict[str, Hello] | None = None
         self._local: _Local | None = None
+        #: parties on other hosts save a model under its name in their own model folder (their
+        #: policy's ``model_dir``): ``SaveModel`` then carries the folder's name, never a path
+        self.model_names_only = False
 
     # ----------------------------------------------------------------- building
     @classmethod
@@ -284,6 +287,9 @@ class LocalFederation:
     :attr:`ledger`. Only ``central`` uses it, on pooled data: the same model, the same arithmetic,
     the messages gone.
     """
+
+    #: every party is in this process: a model is saved in the folder given (see Federation)
+    model_names_only = False
 
     def __init__(self, data: PreparedData) -> None:
         self.labels = data.labels

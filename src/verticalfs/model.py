@@ -65,8 +65,10 @@ def save_model(method, fed, directory: str | Path, *, params: Mapping | None = N
     parties = {}
     at = At("report")
     names = fed.feature_names()
+    # parties of a deployment save under the model's name in their own folder (their policy's model_dir)
+    where = directory.resolve().name if fed.model_names_only else str(directory)
     for p in fed.party_names:
-        rep = fed.proxy(p).request(SaveModel(directory=str(directory)), at, expect=ModelSaved)
+        rep = fed.proxy(p).request(SaveModel(directory=where), at, expect=ModelSaved)
         parties[p] = {"file": rep.file, "sha256": rep.sha256, "feature_names": names[p]}
     labels = fed.labels
     data = dump({"method": method.name, "task": labels.task, "n_classes": int(labels.n_classes),

@@ -22,6 +22,14 @@ By default a role accepts messages only from the label holder; a handler declare
 :class:`~verticalfs.exceptions.ProtocolError` naming the party, the sender and the kind: a message the
 protocol does not expect is rejected, never executed.
 
+Every runtime has a :class:`~verticalfs.configuration.PartyPolicy` (in-process: permissive; in a
+deployment: the party's ``[policy]``) that it checks before any work: at ``Join`` the method's name
+and what its spec asks (:meth:`Role.policy_rules`, :meth:`Role.key_bits`), for every message any
+Paillier public key it carries (``min_key_bits``) and the rules its handler was declared with
+(``handles(GatherColumns, policy="release_columns")``), PSI request counts, and the name a model is
+saved under. A refusal is a :class:`~verticalfs.exceptions.PolicyError` naming the party, the rule
+and the key to change.
+
 :class:`LocalProxy` lets a non-federated reference (``central``) drive the same roles in one
 process without messages.
 """
@@ -38,7 +46,8 @@ import numpy as np
 import torch
 
 from verticalfs.codecs import get_codec
-from verticalfs.exceptions import ProtocolError
+from verticalfs.configuration import PartyPolicy
+from verticalfs.exceptions import PolicyError, ProtocolError
 from verticalfs.model_files import load_party_file, save_party_file
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.psi import PsiRequest, PsiServer
@@ -165,17 +174,56 @@ class Context:
         return self._need_node().request(receiver, msg, self.at)
 
 
-def handles(*kinds: type, peers: bool = False):
+#: the policy rules a request may need: what the party must allow, in words (for the refusal)
+POLICY_RULES = {
+    "release_columns": "send raw columns to the label holder",
+    "accept_labels": "receive the labels in the clear",
+    "require_secure": "run the plaintext mode of a method that has a secure mode",
+}
+
+
+def handles(*kinds: type, peers: bool = False, policy: str | tuple[str, ...] = ()):
     """Mark a :class:`Role` method as the handler of message ``kinds``: ``fn(self, msg, ctx)``.
 
     ``peers=True`` also accepts the kinds from other feature parties (default: the label holder only).
+    ``policy``: rules of :data:`POLICY_RULES` the party's policy must allow before the handler runs
+    (``"release_columns"`` for a handler that sends raw columns, ``"accept_labels"`` for one that
+    receives labels in the clear, ``"require_secure"`` for a plaintext mode).
     """
+    rules = (policy,) if isinstance(policy, str) else tuple(policy)
+    unknown = [r for r in rules if r not in POLICY_RULES]
+    if unknown:
+        raise ValueError(f"handles(policy=...): unknown rules {unknown}; use {sorted(POLICY_RULES)}")
 
     def deco(fn):
         fn._vf_handles = (kinds, peers)
+        fn._vf_policy = rules
         return fn
 
     return deco
+
+
+def policy_allows(policy: PartyPolicy, rule: str) -> bool:
+    """Whether ``policy`` allows what ``rule`` (a key of :data:`POLICY_RULES`) guards."""
+    if rule == "require_secure":
+        return not policy.require_secure
+    return bool(getattr(policy, rule))
+
+
+def refusal(party: str, rule: str, value: Any, what: str, fix: str) -> PolicyError:
+    """The one line of a refusal: the party, what it refuses, the rule, the key to change."""
+    return PolicyError(f"party {party!r} refuses to {what}: its policy has {rule} = {_toml(value)} "
+                       f"({fix}: key {rule} of [parties.{party}.policy] or of its --policy file)")
+
+
+def _toml(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return f"{v}"
 
 
 class Role:
@@ -188,19 +236,39 @@ class Role:
     """
 
     _handlers: ClassVar[dict[type, tuple[str, bool]]] = {}
+    #: message kind -> the policy rules its handler needs (``handles(..., policy=...)``)
+    _policy: ClassVar[dict[type, tuple[str, ...]]] = {}
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         table: dict[type, tuple[str, bool]] = {}
+        rules: dict[type, tuple[str, ...]] = {}
         for base in reversed(cls.__mro__[1:]):
             table.update(getattr(base, "_handlers", {}))
+            rules.update(getattr(base, "_policy", {}))
         for name, fn in vars(cls).items():
             marks = getattr(fn, "_vf_handles", None)
             if marks is not None:
                 kinds, peers = marks
                 for k in kinds:
                     table[k] = (name, peers)
+                    rules[k] = getattr(fn, "_vf_policy", ())
         cls._handlers = table
+        cls._policy = rules
+
+    # ------------------------------------------------------------------ policy
+    @classmethod
+    def policy_rules(cls, spec: Any) -> tuple[str, ...]:
+        """The rules of :data:`POLICY_RULES` joining with ``spec`` needs (checked at ``Join``,
+        before the role is built): e.g. ``("accept_labels",)`` for a method whose protocol sends
+        the labels. Default none."""
+        return ()
+
+    @classmethod
+    def key_bits(cls, spec: Any) -> int | None:
+        """The size of the Paillier keys the party would make for ``spec`` (checked against
+        ``min_key_bits`` at ``Join``); ``None`` when it makes none. Default none."""
+        return None
 
     def __init__(self, data: LocalData, spec: Any, ctx: Context) -> None:
         self.data = data
@@ -260,11 +328,14 @@ class PartyRuntime:
         (:mod:`verticalfs.psi`); without them the party refuses PSI requests.
     checkpoint_dir : path, optional
         Where this party keeps its end-of-epoch checkpoints (:mod:`verticalfs.training.checkpoint`).
+    policy : PartyPolicy, optional
+        What the party agrees to do (default :meth:`PartyPolicy.permissive`, the in-process
+        path's); see the module docstring.
     """
 
     def __init__(self, data, *, role_for: Callable[[str], type[Role]] | None = None,
                  allowed_methods: Sequence[str] | None = None, ids: Sequence | None = None,
-                 checkpoint_dir: str | Path | None = None) -> None:
+                 checkpoint_dir: str | Path | None = None, policy: PartyPolicy | None = None) -> None:
         self.data = data if isinstance(data, LocalData) else LocalData.of(data)
         self.name = self.data.name
         self.role: Role | None = None
@@ -275,6 +346,8 @@ class PartyRuntime:
         self._allowed = None if allowed_methods is None else set(allowed_methods)
         self.ids = ids
         self.checkpoint_dir = checkpoint_dir
+        self.policy = PartyPolicy.permissive() if policy is None else policy
+        self.psi_requests = 0  # PSI requests answered (bounded by the policy's max_psi_requests)
         self._reported = 0  # peer-traffic records already reported to the label holder
 
     def connect(self, channel, ledger: Ledger) -> Node:
@@ -284,10 +357,12 @@ class PartyRuntime:
 
     def handle(self, sender: str, msg: Any, at: At, node: Node | None) -> Any:
         t = type(msg)
+        self._check_public_key(msg)
         if t is PsiRequest:
             if sender != LABEL_HOLDER or self.ids is None:
                 raise ProtocolError(f"party {self.name!r} answers PSI requests only from the label holder and "
                                     "only when it was given its ids")
+            self.count_request("PSI requests", int(msg.n))
             return PsiServer(self.ids).reply(msg)
         if t is Persist:
             if sender != LABEL_HOLDER:
@@ -321,13 +396,55 @@ class PartyRuntime:
             return self._join(msg, Context(node, at, sender))
         if self.role is None:
             raise ProtocolError(f"party {self.name!r} received {kind_name(msg)} from {sender!r} before any Join")
+        for rule in self.role._policy.get(t, ()):
+            self._require(rule, f"{POLICY_RULES[rule]} ({kind_name(msg)} of {self.method!r})")
         return self.role.handle(sender, msg, Context(node, at, sender))
 
+    # ------------------------------------------------------------------ policy
+    def _require(self, rule: str, what: str) -> None:
+        if not policy_allows(self.policy, rule):
+            fix = "set it to false" if rule == "require_secure" else "set it to true"
+            raise refusal(self.name, rule, getattr(self.policy, rule), what, f"to allow it, {fix}")
+
+    def _check_public_key(self, msg: Any) -> None:
+        """A Paillier public key sent to this party (any message's ``public_key`` field) must be at
+        least ``min_key_bits`` long."""
+        pk = getattr(msg, "public_key", None)
+        if isinstance(pk, (bytes, bytearray)) and pk:
+            bits = int.from_bytes(bytes(pk), "big").bit_length()
+            self._check_bits(bits, f"use a {bits}-bit Paillier key ({kind_name(msg)})")
+
+    def _check_bits(self, bits: int, what: str) -> None:
+        least = int(self.policy.min_key_bits)
+        if bits < least - 8:  # a modulus of "2048 bits" may be a few bits shorter
+            raise refusal(self.name, "min_key_bits", least, what, f"ask for keys of {least} bits or more, or lower it")
+
+    def count_request(self, what: str, n_ids: int) -> None:
+        """One more PSI (or alignment) request of ``n_ids`` ids: within the policy's limits, or refused."""
+        pol = self.policy
+        if n_ids > pol.max_psi_ids:
+            raise refusal(self.name, "max_psi_ids", pol.max_psi_ids, f"answer a request with {n_ids} ids",
+                          "raise it to allow larger requests")
+        if self.psi_requests >= pol.max_psi_requests:
+            raise refusal(self.name, "max_psi_requests", pol.max_psi_requests,
+                          f"answer more {what} (it has answered {self.psi_requests} since it started)",
+                          "restart the party or raise it")
+        self.psi_requests += 1
+
     def _join(self, msg: Join, ctx: Context) -> Any:
-        if self._allowed is not None and msg.method not in self._allowed:
-            raise ProtocolError(f"party {self.name!r} does not take part in method {msg.method!r}; it allows "
+        method = str(msg.method)
+        if self._allowed is not None and method not in self._allowed:
+            raise ProtocolError(f"party {self.name!r} does not take part in method {method!r}; it allows "
                                 f"{sorted(self._allowed)}")
-        cls = self._role_class(str(msg.method))
+        allowed = self.policy.methods
+        if allowed != "all" and method not in allowed:
+            raise refusal(self.name, "methods", list(allowed), f"join method {method!r}", "add the method to allow it")
+        cls = self._role_class(method)
+        for rule in cls.policy_rules(msg.spec):
+            self._require(rule, f"{POLICY_RULES[rule]} (method {method!r})")
+        bits = cls.key_bits(msg.spec)
+        if bits is not None:
+            self._check_bits(int(bits), f"make {int(bits)}-bit Paillier keys (method {method!r})")
         self.role = cls(self.data, msg.spec, ctx)
         self.method = str(msg.method)
         return self.role.joined()
@@ -351,10 +468,23 @@ class PartyRuntime:
                              overhead=np.asarray([r.overhead for r in rows], dtype=np.int64))
 
     # ------------------------------------------------------------------ saved models
+    def model_folder(self, name: str) -> Path:
+        """Where a model called ``name`` is saved: with the policy's ``model_dir``, ``name`` is a
+        plain name (no separator, no ``..``) and the folder ``<model_dir>/<name>``; without it (the
+        in-process path, one process for every party) ``name`` is the folder itself."""
+        root = self.policy.model_dir
+        if root is None:
+            return Path(name)
+        if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
+            raise PolicyError(f"party {self.name!r} saves models only under a plain name in its model_dir "
+                              f"{str(root)!r}, not {name!r} (no path separator, no '..'; the label holder sends "
+                              "the name of the --save-model folder)")
+        return Path(root).expanduser() / name
+
     def _save(self, msg: SaveModel) -> ModelSaved:
         if self.role is None or self.method is None:
             raise ProtocolError(f"party {self.name!r} has no trained role to save")
-        file, sha = save_party_file(Path(msg.directory), self.name, {
+        file, sha = save_party_file(self.model_folder(str(msg.directory)), self.name, {
             "method": self.method, "party": self.name, "feature_names": list(self.data.feature_names),
             "kept": [int(i) for i in self.data.kept],
             "preprocessor": None if self.preprocessor is None else self.preprocessor.to_dict(),
@@ -363,7 +493,11 @@ class PartyRuntime:
         return ModelSaved(file=file, sha256=sha)
 
     def _load(self, msg: LoadModel, ctx: Context) -> Ack:
-        saved = load_party_file(Path(msg.file), expected_sha256=msg.sha256, party=self.name)
+        path = Path(msg.file)
+        root = self.policy.model_dir
+        if root is not None:  # a name, as for SaveModel: <model_dir>/<name>/<party>.pt
+            path = self.model_folder(path.parent.name) / path.name
+        saved = load_party_file(path, expected_sha256=msg.sha256, party=self.name)
         if saved["method"] != msg.method:
             raise ProtocolError(f"party {self.name!r}: {msg.file!r} holds a {saved['method']!r} model, not {msg.method!r}")
         if list(saved["feature_names"]) != list(self.data.feature_names):

@@ -17,6 +17,10 @@ One TOML file, the same on every host (each host needs only its own data file an
     file = "data/telecom.csv"
     categorical = ["plan"]          # or "auto"
 
+    [parties.telecom.policy]        # optional: what telecom agrees to do (safe defaults)
+    release_columns = false
+    min_key_bits = 3072
+
 Every key, its type and default: ``docs/reference/configuration.md`` (generated from
 :class:`verticalfs.configuration.DeploymentFile`, which reads the file: wrong types, unknown keys and
 out-of-range values are one-line errors naming the file and the key). Party order is the order of
@@ -30,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verticalfs.configuration import DeploymentFile, read_deployment, validate
+from verticalfs.configuration import DeploymentFile, PartyPolicy, read_deployment, validate
 from verticalfs.exceptions import ConfigError
 from verticalfs.names import LABEL_HOLDER
 
@@ -45,6 +49,7 @@ class PartyEntry:
     listen: str
     categorical: list[str] | str = field(default_factory=list)
     certs: Path | None = None
+    policy: PartyPolicy = field(default_factory=PartyPolicy)
 
 
 @dataclass
@@ -99,9 +104,11 @@ class Deployment:
             if name == LABEL_HOLDER:
                 raise ConfigError(f"{where}: party name {LABEL_HOLDER!r} is reserved for the label holder's role; "
                                   "name the party after its organisation")
+            model_dir = rel(p.policy.model_dir) if p.policy.model_dir is not None else base / "models" / name
             parties[name] = PartyEntry(name=name, address=p.address, listen=p.listen or p.address,
                                        file=rel(p.file), categorical=p.categorical if isinstance(p.categorical, str)
-                                       else list(p.categorical), certs=rel(p.certs))
+                                       else list(p.categorical), certs=rel(p.certs),
+                                       policy=p.policy.model_copy(update={"model_dir": model_dir}))
         if conf.label_party not in parties:
             raise ConfigError(f"{where}: label_party {conf.label_party!r} is not among the parties {list(parties)}")
         addrs = [e.address for e in parties.values()]
@@ -156,6 +163,11 @@ class Deployment:
 
         for n in names:
             check_private(self.tls(n).key)
+
+    def releasing(self) -> bool:
+        """Whether every feature party but the label party releases raw columns (its file's policy;
+        a party's own ``--policy`` file may still refuse, and then says so)."""
+        return all(e.policy.release_columns for n, e in self.parties.items() if n != self.label_party)
 
     def checkpoint_dir(self, name: str) -> Path | None:
         return None if self.checkpoints is None else self.checkpoints / name

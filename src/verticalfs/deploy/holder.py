@@ -59,20 +59,38 @@ class Connected:
             self.local.stop()
 
 
-def serve_party(dep: Deployment, name: str, *, max_bytes: int = 1 << 30, checkpoint_dir=None):
+def serve_party(dep: Deployment, name: str, *, max_bytes: int = 1 << 30, checkpoint_dir=None, policy=None):
     """The :class:`~verticalfs.transport.grpc.party.NetworkedParty` of party ``name`` (not started):
-    its file read and checked now; its checkpoints in ``checkpoint_dir`` (default: the deployment's)."""
+    its file read and checked now; its checkpoints in ``checkpoint_dir`` (default: the deployment's);
+    its ``policy`` (default: its ``[parties.<name>.policy]``, see :func:`party_policy`)."""
     from verticalfs.transport.grpc.party import NetworkedParty
 
     e = dep.party(name)
     dep.check_keys(name)
+    policy = party_policy(dep, name) if policy is None else policy
     runtime = DeployedParty(name, e.file, id_column=dep.id_column,
                             label_column=dep.label_column if name == dep.label_party else None,
                             categorical=e.categorical, na_values=dep.na_values, delimiter=dep.delimiter,
                             encoding=dep.encoding, max_bytes=max_bytes,
-                            checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(name))
+                            checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(name),
+                            policy=policy)
     return NetworkedParty(runtime, e.listen, tls=dep.tls(name), addresses=dep.addresses,
                           insecure=dep.insecure, connect_timeout=dep.connect_timeout)
+
+
+def party_policy(dep: Deployment, name: str, override=None):
+    """The effective policy of party ``name``: its ``[parties.<name>.policy]`` with the keys of the
+    policy file ``override`` (``party serve --policy``) in place. The label party's own feature
+    block, served by the label holder's process, releases its columns and sees its labels: both
+    are already at the label holder."""
+    from verticalfs.configuration import read_policy
+
+    pol = dep.party(name).policy
+    if override is not None:
+        pol = read_policy(override, pol)
+    if name == dep.label_party:
+        pol = pol.model_copy(update={"release_columns": True, "accept_labels": True})
+    return pol
 
 
 def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None) -> Connected:
@@ -96,7 +114,8 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         if own_features:
             out.local = serve_party(dep, lp).start()
         channel = GrpcChannel(LABEL_HOLDER, dep.addresses, tls=dep.tls(LABEL_HOLDER), insecure=dep.insecure,
-                              connect_timeout=dep.connect_timeout, call_timeout=call_timeout)
+                              connect_timeout=dep.connect_timeout, call_timeout=call_timeout,
+                              max_message_bytes=entry.policy.max_message_bytes)
         out.channel = channel
         channel.wait_ready(names)
         fed = Federation(LabelData(y={s: np.zeros(0) for s in SPLITS}, task="binary", n_classes=2), channel, names)
@@ -130,6 +149,7 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
                                 ground_truth={p.name: np.zeros(p.n_features, dtype=bool) for p in parties},
                                 ids={s: np.asarray(common)[idx[s]] for s in SPLITS},
                                 warnings=_named_like_label(parties, dep))
+        fed.model_names_only = True
         out.federation = fed
         out.n_aligned = len(common)
         return out
@@ -153,6 +173,39 @@ def _named_like_label(parties, dep: Deployment) -> list[str]:
     return out
 
 
+#: the split model a filter method's selection is trained with when the parties keep their columns
+FEDERATED_TRAINER = "vfl"
+
+
+def federated_method(dep: Deployment, method: str, params: Mapping[str, Any] | None
+                     ) -> tuple[str, dict[str, Any] | None, str | None]:
+    """The method a deployment runs for ``method``: a filter method (``feast``, ``mi``, FATE's ...,
+    or a pipeline ending in one) trains its evaluation classifier on raw columns gathered at the
+    label holder, which a party's policy refuses by default (``release_columns = false``); unless
+    every feature party's policy in ``dep`` releases them, the method becomes ``<method>+vfl``:
+    the parties still select, then the label holder trains a split model on the selected columns
+    (the parameters given go to the selecting stage, ``epochs`` to ``vfl``). ``raw`` selects
+    nothing, so it is not converted (and the parties refuse it). Returns the method, its
+    parameters and why it changed (``None``: unchanged)."""
+    from verticalfs.methods import registry
+    from verticalfs.methods.filter import FilterMethod
+    from verticalfs.methods.pipeline import Pipeline
+
+    cls = registry.get(method)
+    last = cls.stage_classes[-1] if issubclass(cls, Pipeline) else cls
+    if not issubclass(last, FilterMethod) or last.selects_all or dep.releasing():
+        return method, None if params is None else dict(params), None
+    keep = [n for n, e in dep.parties.items() if n != dep.label_party and not e.policy.release_columns]
+    new = f"{method}+{FEDERATED_TRAINER}"
+    out = dict(params or {})
+    if not issubclass(cls, Pipeline):
+        out = {(k if k == "epochs" else f"{method}.{k}"): v for k, v in out.items()}
+    why = (f"{method} trains its classifier on raw columns gathered at the label holder, and {', '.join(keep)} "
+           f"keep(s) their columns (release_columns = false): the parties selected with {method}, then a split "
+           f"model ({FEDERATED_TRAINER}) was trained federatedly on the selected columns")
+    return new, out, why
+
+
 def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
                    params: Mapping[str, Any] | None = None, codec: str | None = None, progress: bool = False,
                    save_model: str | Path | None = None, threads: int | None = 1, checkpoint_dir=None,
@@ -163,6 +216,8 @@ def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
 
     if not isinstance(dep, Deployment):
         dep = Deployment.load(dep)
+    asked = method
+    method, params, why = federated_method(dep, method, params)
     conn = connect(dep, seed=seed)
     try:
         res = run(method, conn.data, seed=seed, params=params, codec=codec, progress=progress,
@@ -170,6 +225,10 @@ def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
                   checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(LABEL_HOLDER),
                   resume=resume)
         res.info["deployment"] = {"file": str(dep.path), "n_aligned": conn.n_aligned, "rows": conn.rows}
+        res.info["trained_as"] = method
+        if why is not None:
+            res.info["trained_as_reason"] = why
+            res.info["method_asked"] = asked
         return res
     finally:
         conn.close()

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from verticalfs.configuration import PartyPolicy
 from verticalfs.data.user import _read_frames, feature_columns, party_block
 from verticalfs.data.vertical import IMPUTATIONS, SCALINGS, SPLITS, prepare_block
 from verticalfs.exceptions import DataError, ProtocolError
@@ -66,12 +67,15 @@ class DeployedParty(PartyRuntime):
         Given for the label party's own feature block: the label is not a feature.
     categorical : list of str or "auto"
     na_values, delimiter, encoding : as for :func:`~verticalfs.data.load_party_files`.
+    policy : PartyPolicy, optional
+        What the party agrees to do (default: :class:`~verticalfs.configuration.PartyPolicy`'s
+        safe defaults).
     """
 
     def __init__(self, name: str, path: str | Path, *, id_column: str = "id", label_column: str | None = None,
                  categorical: Sequence[str] | str = (), na_values=None, delimiter: str = ",",
                  encoding: str = "utf-8", max_bytes: int = 1 << 30, allowed_methods=None,
-                 checkpoint_dir=None) -> None:
+                 checkpoint_dir=None, policy=None) -> None:
         path = Path(path)
         frame = _read_frames({name: path}, id_column=id_column, na_values=na_values, delimiter=delimiter,
                              encoding=encoding, max_bytes=max_bytes)[name]
@@ -89,7 +93,7 @@ class DeployedParty(PartyRuntime):
         self.columns, self.categorical = cols, cats
         super().__init__(LocalData(name, [], {}), ids=self.frame.index.to_numpy(dtype=str),
                          role_for=registry.party_roles(), allowed_methods=allowed_methods,
-                         checkpoint_dir=checkpoint_dir)
+                         checkpoint_dir=checkpoint_dir, policy=PartyPolicy() if policy is None else policy)
         self.aligned = False
 
     def handle(self, sender, msg, at, node):
@@ -100,6 +104,7 @@ class DeployedParty(PartyRuntime):
         return super().handle(sender, msg, at, node)
 
     def _align(self, msg: Align) -> Aligned:
+        self.count_request("alignments", len(msg.ids))
         ids = [str(i) for i in msg.ids]
         codes = np.asarray(msg.split).reshape(-1)
         if codes.shape[0] != len(ids):
@@ -111,9 +116,9 @@ class DeployedParty(PartyRuntime):
         if len(set(ids)) != len(ids):
             raise ProtocolError(f"party {self.name!r}: Align lists an id twice")
         missing = self.frame.index.get_indexer(ids) < 0
-        if missing.any():
-            raise ProtocolError(f"party {self.name!r}: {int(missing.sum())} of the ids to align are not in "
-                                f"{str(self.path)!r}; the label holder's intersection is wrong")
+        if missing.any():  # how many (or which) would make Align a membership oracle
+            raise ProtocolError(f"party {self.name!r}: some of the ids to align are not in its file; the label "
+                                "holder's intersection is wrong")
         rows = self.frame.loc[ids].reset_index(drop=True)
         block = party_block(self.name, rows, self.columns, self.categorical, self.path)
         idx = {s: np.flatnonzero(codes == k) for k, s in enumerate(SPLITS)}

@@ -57,7 +57,7 @@ class Columns:
 class FilterRole(Role):
     """A party's part in a filter method: answers :class:`GatherColumns` after selection."""
 
-    @handles(GatherColumns)
+    @handles(GatherColumns, policy="release_columns")
     def on_gather_columns(self, msg: GatherColumns, ctx: Context) -> Columns:
         idx = np.asarray(msg.indices, dtype=np.int64).reshape(-1)
         X = self.data.X_all(msg.split).numpy()
@@ -77,6 +77,15 @@ class FilterRole(Role):
     def columns(self, split: str = "train") -> np.ndarray:
         """All of the party's prepared columns of ``split`` (float32)."""
         return self.data.X_all(split).numpy()
+
+
+class ColumnsOnlyRole(FilterRole):
+    """The party of a method whose whole protocol is sending its columns (``raw``): refused at
+    ``Join`` unless its policy has ``release_columns = true``."""
+
+    @classmethod
+    def policy_rules(cls, spec) -> tuple[str, ...]:
+        return ("release_columns",)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from verticalfs.methods.feast.method import (
 )
 from verticalfs.methods.feast.party import SCORES, ZERO, FeastPartyState, discretize_party
 from verticalfs.methods.feast.role import MIRole
-from verticalfs.methods.filter import FilterMethod, FilterParams
+from verticalfs.methods.filter import ColumnsOnlyRole, FilterMethod, FilterParams
 from verticalfs.methods.registry import register
 from verticalfs.selection.info import column_mutual_info, normalised_cmi
 from verticalfs.training.history import derive_seed
@@ -344,6 +344,7 @@ class Raw(FilterMethod):
     summary = "Baseline: every original feature of every party, without the overlap copies (n_select ignored)."
     paper = "feast.md section 5.1 (Raw)"
     Params = RawParams
+    Role = ColumnsOnlyRole
     selects_all = True
 
     def select(self, fed) -> list[tuple[str, int]]:

@@ -44,7 +44,11 @@ class FeastRole(FilterRole):
             raise ProtocolError(f"party {self.name!r} received a FEAST message before FeastSetup")
         return self.state
 
-    @handles(FeastSetup)
+    @classmethod
+    def policy_rules(cls, spec) -> tuple[str, ...]:
+        return ("accept_labels",)  # FeastSetup carries the training labels (the paper's design)
+
+    @handles(FeastSetup, policy="accept_labels")
     def on_setup(self, msg: FeastSetup, ctx: Context) -> None:
         codes = discretize_party(self.columns("train"), _rows(msg.rows), np.asarray(msg.labels), msg.discretizer,
                                  msg.bins, msg.supervised_bins, self.name)
@@ -85,7 +89,11 @@ class FeastRole(FilterRole):
 class MIRole(FilterRole):
     """One feature party in the ``mi`` baseline: bins its columns, scores them by ``I(Y; F_i)``."""
 
-    @handles(LabelScoresRequest)
+    @classmethod
+    def policy_rules(cls, spec) -> tuple[str, ...]:
+        return ("accept_labels",)  # LabelScoresRequest carries the training labels
+
+    @handles(LabelScoresRequest, policy="accept_labels")
     def on_label_scores(self, msg: LabelScoresRequest, ctx: Context) -> FeatureScores:
         labels = np.asarray(msg.labels)
         codes = discretize_party(self.columns("train"), _rows(msg.rows), labels, msg.discretizer, msg.bins,

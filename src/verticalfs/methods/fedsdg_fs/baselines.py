@@ -239,7 +239,7 @@ class SFFSRole(FilterRole):
     def _X(self) -> np.ndarray:
         return self.columns("train").astype(np.float64)
 
-    @handles(PlainFLabels)
+    @handles(PlainFLabels, policy=("require_secure", "accept_labels"))
     def on_plain(self, msg: PlainFLabels, ctx: Context) -> FScores:
         X = self._X()
         y = np.asarray(msg.labels).reshape(-1)

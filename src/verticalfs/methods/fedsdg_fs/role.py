@@ -71,7 +71,7 @@ class GiniParty(Role):
         self.gini_received(scores)
         return scores
 
-    @handles(PlainGiniLabels)
+    @handles(PlainGiniLabels, policy=("require_secure", "accept_labels"))
     def on_plain_labels(self, msg: PlainGiniLabels, ctx: Context) -> ClearGini:
         y = np.asarray(msg.labels).reshape(-1)
         n = self.data.n_samples("train")
@@ -141,6 +141,14 @@ class FedSDGRole(GiniParty, SplitRole):
                                        insecure=bool(spec.insecure), backend=str(spec.backend),
                                        randomness=str(spec.randomness), precision=int(spec.precision),
                                        noise_scale=float(spec.noise_scale), rng=np.random.default_rng())
+
+    @classmethod
+    def policy_rules(cls, spec) -> tuple[str, ...]:
+        return () if bool(getattr(spec, "secure", False)) else ("require_secure",)
+
+    @classmethod
+    def key_bits(cls, spec) -> int | None:
+        return int(spec.key_bits) if bool(getattr(spec, "secure", False)) else None
 
     # ------------------------------------------------------------------ model
     def build_model(self, d_in: int) -> torch.nn.Module:

@@ -3,10 +3,15 @@
 Two generic RPCs. A message of at most :data:`CHUNK` (1 MiB) bytes, nearly every message of a
 run, goes as one gRPC message on ``/verticalfs.Transport/Call`` and its reply comes back as one
 (a bidirectional stream costs more than the message at these sizes: ``benchmarks/network``). A
-larger one is streamed on ``/verticalfs.Transport/Exchange`` in chunks of :data:`CHUNK` bytes and
-its reply streamed back the same way, so no gRPC message-size limit is met by a request (up to
-:data:`MAX_MESSAGE_BYTES`); the reply to a small request (e.g. a whole split's embeddings) is one
-gRPC message of up to gRPC's own 2 GiB cap. The bytes are exactly what
+larger one is streamed on ``/verticalfs.Transport/Exchange`` in chunks of :data:`CHUNK` bytes, its
+total size announced first (``vf-size`` metadata), and its reply streamed back the same way; the
+reply to a small request (e.g. a whole split's embeddings) is one gRPC message.
+
+Sizes are bounded by the receiver, before it buffers: a party's server takes gRPC messages of at
+most one chunk (``grpc.max_receive_message_length``; gRPC refuses a larger one from its length
+prefix) and refuses a stream whose announced size is over its ``max_message_bytes`` (the party
+policy's ``max_message_mb``) before reading any chunk, or whose chunks come to more than announced;
+a channel takes replies of at most its ``max_message_bytes``. The bytes are exactly what
 :mod:`verticalfs.transport.serde` produced: the ledger records the same payload and overhead as
 in-process (gRPC's framing and TLS come on top and are not on the ledger).
 
@@ -38,14 +43,28 @@ METHOD = f"/{SERVICE}/Exchange"
 UNARY = f"/{SERVICE}/Call"
 #: bytes per streamed chunk
 CHUNK = 1 << 20
-#: the largest message a party accepts (the run-length decoder bounds what it expands to separately)
-MAX_MESSAGE_BYTES = 1 << 34
+#: the largest message a party accepts by default (the party policy's ``max_message_mb``; the
+#: run-length decoder bounds what a message expands to separately)
+MAX_MESSAGE_BYTES = 256 << 20
+#: gRPC's own cap on one message (bytes): nothing may be set above it
+_GRPC_CAP = (1 << 31) - 1
 _OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
             ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
             ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)]
 #: the server accepts the clients' keep-alive pings (every 10 s) also while a handler computes
 _SERVER_OPTIONS = [*_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
                    ("grpc.http2.max_ping_strikes", 0)]
+
+
+def _limited(options: list, max_receive: int) -> list:
+    """``options`` with ``grpc.max_receive_message_length`` set to ``max_receive`` bytes."""
+    return [(k, v) for k, v in options if k != "grpc.max_receive_message_length"] + [
+        ("grpc.max_receive_message_length", int(min(max_receive, _GRPC_CAP)))]
+
+
+def _too_large(who: str, size: int, limit: int, sender: str) -> str:
+    return (f"TransportError: party {who!r} refuses a message of {size / 2**20:.1f} MiB from {sender!r}: over its "
+            f"limit of {limit / 2**20:g} MiB (max_message_mb of its [policy])")
 #: the gRPC channel options of :class:`GrpcChannel` (unlimited message sizes, keep-alive every 10 s),
 #: for a bare gRPC endpoint that is to be compared with this transport on equal terms
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = tuple(_OPTIONS)
@@ -97,10 +116,13 @@ class PartyServer:
         This party's TLS material; ``None`` only with ``insecure=True``.
     peers : iterable of str
         The parties allowed to send to this one (names as in their certificates).
+    max_message_bytes : int
+        The largest message accepted (default :data:`MAX_MESSAGE_BYTES`): a larger one is refused
+        before it is buffered (see the module docstring).
     """
 
     def __init__(self, endpoint: Endpoint, address: str, *, tls: TLSFiles | None, peers: Iterable[str],
-                 insecure: bool = False, max_workers: int = 4) -> None:
+                 insecure: bool = False, max_workers: int = 4, max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         grpc = _grpc()
         if tls is None and not insecure:
             raise ConfigError(f"party {endpoint.name!r}: no TLS material; give the CA, certificate and key, or "
@@ -111,7 +133,10 @@ class PartyServer:
         self.peers = frozenset(peers)
         self.tls = tls
         self._lock = threading.Lock()
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=_SERVER_OPTIONS)
+        self.max_message_bytes = int(max_message_bytes)
+        # one gRPC message is at most a chunk (a longer message is streamed), and never over the limit
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers),
+                                   options=_limited(_SERVER_OPTIONS, min(self.max_message_bytes, CHUNK + 1024)))
         handlers = {"Exchange": grpc.stream_stream_rpc_method_handler(self._exchange),
                     "Call": grpc.unary_unary_rpc_method_handler(self._call)}
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
@@ -168,7 +193,7 @@ class PartyServer:
     def _call(self, request: bytes, context) -> bytes:
         """The fast path: a request of at most :data:`CHUNK` bytes in one gRPC message."""
         sender, op = self._check_sender(context)
-        if len(request) > CHUNK:
+        if len(request) > min(CHUNK, self.max_message_bytes):
             context.abort(_grpc().StatusCode.RESOURCE_EXHAUSTED,
                           f"TransportError: {len(request)} bytes from {sender!r} on the one-message path")
         reply = self._handle(context, sender, op, request)
@@ -177,12 +202,20 @@ class PartyServer:
     def _exchange(self, request_iterator, context):
         grpc = _grpc()
         sender, op = self._check_sender(context)
+        limit, who = self.max_message_bytes, self.endpoint.name
+        declared = dict(context.invocation_metadata()).get("vf-size", "")
+        if not declared.isdigit():
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"TransportError: a streamed message from {sender!r} without its size (vf-size)")
+        total = int(declared)
+        if total > limit:  # refused before a byte of it is read
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, _too_large(who, total, limit, sender))
         parts, size = [], 0
         for chunk in request_iterator:
             size += len(chunk)
-            if size > MAX_MESSAGE_BYTES:
+            if size > total:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"TransportError: a message over {MAX_MESSAGE_BYTES} bytes from {sender!r}")
+                              f"TransportError: {sender!r} streamed more than the {total} bytes it announced")
             parts.append(chunk)
         reply = self._handle(context, sender, op, b"".join(parts))
         if reply is not None:
@@ -205,10 +238,13 @@ class GrpcChannel(Channel):
     call_timeout : float or None
         Deadline of one exchange (``None``: none; a dead peer is still detected at once by its
         closed connection, or by keep-alive pings within about 15 s).
+    max_message_bytes : int
+        The largest reply accepted (default :data:`MAX_MESSAGE_BYTES`).
     """
 
     def __init__(self, name: str, addresses: Mapping[str, str], *, tls: TLSFiles | None, insecure: bool = False,
-                 connect_timeout: float = 10.0, call_timeout: float | None = None) -> None:
+                 connect_timeout: float = 10.0, call_timeout: float | None = None,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         grpc = _grpc()
         if tls is None and not insecure:
             raise ConfigError(f"{name!r}: no TLS material; give the CA, certificate and key, or --insecure for a "
@@ -219,6 +255,8 @@ class GrpcChannel(Channel):
         self.addresses = dict(addresses)
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
+        self.max_message_bytes = int(max_message_bytes)
+        self._options = _limited(_OPTIONS, self.max_message_bytes)
         self._creds = None
         if tls is not None:
             ca, cert, key = tls.read()
@@ -242,9 +280,9 @@ class GrpcChannel(Channel):
                                      f"{sorted(self.addresses)}") from None
             if self._creds is not None:
                 ch = grpc.secure_channel(addr, self._creds,
-                                         options=[*_OPTIONS, ("grpc.ssl_target_name_override", receiver)])
+                                         options=[*self._options, ("grpc.ssl_target_name_override", receiver)])
             else:
-                ch = grpc.insecure_channel(addr, options=_OPTIONS)
+                ch = grpc.insecure_channel(addr, options=self._options)
             try:
                 grpc.channel_ready_future(ch).result(timeout=self.connect_timeout)
             except grpc.FutureTimeoutError:
@@ -263,12 +301,20 @@ class GrpcChannel(Channel):
     def _exchange(self, op: str, sender: str, receiver: str, data: bytes) -> bytes | None:
         grpc = _grpc()
         stream, unary = self._call(receiver)
-        md = (("vf-sender", sender), ("vf-op", op))
+        md = (("vf-sender", sender), ("vf-op", op), ("vf-size", str(len(data))))
         try:
             if len(data) <= CHUNK:  # one gRPC message each way (a post's reply is empty)
                 reply = unary(data, metadata=md, timeout=self.call_timeout)
                 return reply if reply or op == "call" else None
-            parts = list(stream(_chunks(data), metadata=md, timeout=self.call_timeout))
+            parts, size = [], 0
+            replies = stream(_chunks(data), metadata=md, timeout=self.call_timeout)
+            for part in replies:
+                size += len(part)
+                if size > self.max_message_bytes:
+                    replies.cancel()
+                    raise TransportError(f"{receiver!r} sent a reply over {self.name!r}'s limit of "
+                                         f"{self.max_message_bytes / 2**20:g} MiB (max_message_mb of its [policy])")
+                parts.append(part)
         except grpc.RpcError as err:
             raise _remote_error(err, receiver, self.addresses[receiver]) from None
         return b"".join(parts) if parts else None
@@ -311,6 +357,9 @@ def _remote_error(err, receiver: str, address: str) -> Exception:
         if code == grpc.StatusCode.PERMISSION_DENIED:
             return TransportError(f"party {receiver!r} at {address} refused the message: {text}")
         return ProtocolError(f"party {receiver!r} failed: {details}")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:  # gRPC's own size limit (no verticalfs error to raise)
+        return TransportError(f"party {receiver!r} at {address}: a message over a receiver's size limit "
+                              f"(max_message_mb of the receiver's [policy]): {details}")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return TransportError(f"party {receiver!r} at {address} did not answer within the deadline")
     return TransportError(f"party {receiver!r} at {address} is gone or unreachable ({code.name}: {details})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from verticalfs.names import LABEL_HOLDER
-from verticalfs.transport.grpc.channel import GrpcChannel, PartyServer
+from verticalfs.transport.grpc.channel import MAX_MESSAGE_BYTES, GrpcChannel, PartyServer
 from verticalfs.transport.grpc.tls import TLSFiles
 from verticalfs.transport.ledger import Ledger
 
@@ -15,17 +15,21 @@ class NetworkedParty:
 
     It accepts messages from the label holder and from the other parties named in ``addresses``
     (party-to-party messages, e.g. FEAST's statistical variables, go straight to the peer) and
-    records what it sends to peers on its own ledger (the node's metering rule).
+    records what it sends to peers on its own ledger (the node's metering rule). Its largest
+    message, received or as a peer's reply, is the runtime's policy's ``max_message_mb``.
     """
 
     def __init__(self, runtime, address: str, *, tls: TLSFiles | None, addresses: Mapping[str, str] | None = None,
                  peers: Sequence[str] = (), insecure: bool = False, connect_timeout: float = 10.0) -> None:
         self.runtime = runtime
+        policy = getattr(runtime, "policy", None)
+        self.max_message_bytes = MAX_MESSAGE_BYTES if policy is None else policy.max_message_bytes
         self.ledger = Ledger()
         self._tls, self._insecure, self._timeout = tls, insecure, connect_timeout
         self.channel: GrpcChannel | None = None
         self.name = runtime.name  # before the server, which names this party (e.g. in the insecure warning)
-        self.server = PartyServer(self, address, tls=tls, peers={LABEL_HOLDER, *peers}, insecure=insecure)
+        self.server = PartyServer(self, address, tls=tls, peers={LABEL_HOLDER, *peers}, insecure=insecure,
+                                  max_message_bytes=self.max_message_bytes)
         if addresses is not None:
             self.set_addresses(addresses)
 
@@ -34,7 +38,7 @@ class NetworkedParty:
         others = {p: a for p, a in addresses.items() if p != self.name}
         self.server.peers = frozenset({LABEL_HOLDER, *others})
         self.channel = GrpcChannel(self.name, others, tls=self._tls, insecure=self._insecure,
-                                   connect_timeout=self._timeout)
+                                   connect_timeout=self._timeout, max_message_bytes=self.max_message_bytes)
         self.runtime.connect(self.channel, self.ledger)
 
     def receive(self, sender: str, data: bytes) -> bytes | None:
