@@ -79,6 +79,8 @@ def site(tmp_path_factory):
              'checkpoints = "ck"', "connect_timeout = 5"]
     for p in PARTIES:
         lines += [f"[parties.{p}]", f'address = "127.0.0.1:{_free_port()}"', f'file = "{files[p].name}"']
+    for p in PARTIES:  # feast as in-process: its evaluation classifier on gathered columns
+        lines += [f"[parties.{p}.policy]", "release_columns = true"]
     (root / "deployment.toml").write_text("\n".join(lines) + "\n")
     return root
 

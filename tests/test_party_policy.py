@@ -1,0 +1,143 @@
+"""A party's policy, checked by its runtime before any work (in-process; over gRPC: tests/deploy/test_policy.py).
+
+Each refusal is one :class:`PolicyError` line naming the party, the rule (with its value) and the
+key to change; a permitted request goes through (so each test shows the rule, not a broken
+handler, is what refuses).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from verticalfs.configuration import DeploymentFile, PartyPolicy, read_policy, validate
+from verticalfs.exceptions import ConfigError, PolicyError
+from verticalfs.methods import registry
+from verticalfs.methods.fedsdg_fs.messages import FedSDGSpec, GiniLabels, PlainGiniLabels
+from verticalfs.methods.filter import Columns, GatherColumns
+from verticalfs.party import LocalData, LocalProxy, PartyRuntime
+from verticalfs.transport.messages import Ack, At, Join, ModelSaved, SaveModel
+
+AT = At("setup")
+
+
+def _runtime(**policy) -> PartyRuntime:
+    rng = np.random.default_rng(0)
+    data = LocalData("telecom", ["a", "b", "c"], {"train": rng.random((40, 3)), "val": rng.random((5, 3)),
+                                                  "test": rng.random((5, 3))})
+    return PartyRuntime(data, role_for=registry.party_roles(), ids=[f"c{i}" for i in range(40)],
+                        policy=PartyPolicy(**policy))
+
+
+def _spec(**kw) -> FedSDGSpec:
+    return FedSDGSpec(hidden=(4,), embedding_dim=2, activation="relu", optimizer="sgd", lr=0.1, weight_decay=0.0,
+                      seed=0, batch_size=8, shuffle_seed=0, **kw)
+
+
+def _refused(rt: PartyRuntime, msg, *parts: str) -> str:
+    with pytest.raises(PolicyError) as e:
+        LocalProxy(rt).request(msg, AT)
+    text = str(e.value)
+    assert "\n" not in text and text.startswith("party 'telecom' refuses"), text
+    assert "[parties.telecom.policy]" in text, text
+    for p in parts:
+        assert p in text, text
+    return text
+
+
+def test_in_process_runtimes_allow_everything():
+    rt = PartyRuntime(LocalData("p", ["a"], {"train": np.zeros((3, 1))}))
+    assert rt.policy == PartyPolicy.permissive()
+    assert rt.policy.release_columns and rt.policy.min_key_bits == 0 and not rt.policy.require_secure
+
+
+def test_methods_outside_the_list_are_refused():
+    rt = _runtime(methods=["vfl"])
+    _refused(rt, Join(method="feast", spec=None), "join method 'feast'", 'methods = ["vfl"]')
+    assert rt.role is None
+
+
+def test_raw_columns_only_with_release_columns():
+    rt = _runtime()
+    _refused(rt, Join(method="raw", spec=None), "release_columns = false")
+    assert rt.role is None  # refused at Join: no role built
+    assert isinstance(LocalProxy(rt).request(Join(method="feast", spec=None), AT), Ack)  # feast selects
+    gather = GatherColumns(split="train", indices=np.array([0, 2]))
+    _refused(rt, gather, "send raw columns", "(GatherColumns of 'feast')", "release_columns = false")
+    rt = _runtime(release_columns=True)
+    LocalProxy(rt).request(Join(method="feast", spec=None), AT)
+    assert LocalProxy(rt).request(gather, AT, expect=Columns).values.shape == (40, 2)
+
+
+def test_labels_only_with_accept_labels():
+    rt = _runtime(accept_labels=False)
+    for method in ("feast", "mi"):
+        _refused(rt, Join(method=method, spec=None), "receive the labels in the clear", "accept_labels = false")
+    # ms-gini joins (it may run encrypted), but its plaintext labels are refused
+    rt = _runtime(accept_labels=False, require_secure=False)
+    LocalProxy(rt).request(Join(method="ms-gini", spec=None), AT)
+    _refused(rt, PlainGiniLabels(labels=np.zeros(40, dtype=np.int64), n_classes=2, n_bins=4), "accept_labels")
+
+
+def test_the_label_holder_cannot_lower_key_size_or_switch_secure_off():
+    rt = _runtime()
+    _refused(rt, Join(method="fedsdg-fs", spec=_spec(secure=False)), "require_secure = true", "set it to false")
+    _refused(rt, Join(method="fedsdg-fs", spec=_spec(secure=True, interactive=4, key_bits=1024, insecure=True)),
+             "make 1024-bit Paillier keys", "min_key_bits = 2048")
+    assert rt.role is None
+    # any public key sent to the party is measured, whatever the message says of itself
+    from verticalfs.crypto import generate_keypair
+
+    pub, _ = generate_keypair(512, insecure=True)
+    rt = _runtime(require_secure=False)
+    LocalProxy(rt).request(Join(method="ms-gini", spec=None), AT)
+    _refused(rt, GiniLabels(public_key=pub.to_bytes(), labels=b"", shape=(40, 2), n_bins=4, mask_bits=40,
+                            insecure=True), "use a 512-bit Paillier key (GiniLabels)", "min_key_bits = 2048")
+    # allowed when the policy says so
+    rt = _runtime(require_secure=False)
+    LocalProxy(rt).request(Join(method="fedsdg-fs", spec=_spec(secure=False)), AT)
+    assert rt.method == "fedsdg-fs" and rt.role is not None
+
+
+def test_psi_requests_and_ids_are_bounded():
+    pytest.importorskip("private_set_intersection")
+    from verticalfs.psi import intersect_with
+
+    rt = _runtime(max_psi_requests=2, max_psi_ids=30)
+    proxy = LocalProxy(rt)
+    with pytest.raises(PolicyError, match=r"answer a request with 31 ids.*max_psi_ids = 30"):
+        intersect_with(proxy, [f"c{i}" for i in range(31)])
+    for _ in range(2):
+        assert len(intersect_with(proxy, ["c1", "c2", "zz"])) == 2
+    with pytest.raises(PolicyError, match=r"has answered 2 since it started.*max_psi_requests = 2"):
+        intersect_with(proxy, ["c1"])
+
+
+def test_models_are_saved_by_name_in_the_partys_folder(tmp_path):
+    rt = _runtime(model_dir=tmp_path / "mine", release_columns=True)
+    LocalProxy(rt).request(Join(method="feast", spec=None), AT)
+    for bad in ("../outside", "a/b", "..", "", "/etc"):
+        with pytest.raises(PolicyError, match="saves models only under a plain name"):
+            LocalProxy(rt).request(SaveModel(directory=bad), AT)
+    rep = LocalProxy(rt).request(SaveModel(directory="run1"), AT, expect=ModelSaved)
+    assert (tmp_path / "mine" / "run1" / rep.file).is_file()
+    assert sorted(p.name for p in tmp_path.rglob("*.pt")) == ["telecom.pt"]
+
+
+def test_policy_tables_and_files(tmp_path):
+    conf = {"label_party": "bank", "label_column": "y", "insecure": True,
+            "parties": {"bank": {"address": "h:1", "file": "b.csv"},
+                        "telecom": {"address": "h:2", "file": "t.csv", "policy": {"min_key_bits": 3072}}}}
+    dep = validate(DeploymentFile, conf, "d")
+    assert dep.parties["bank"].policy == PartyPolicy() and not PartyPolicy().release_columns
+    assert dep.parties["telecom"].policy.min_key_bits == 3072
+    conf["parties"]["telecom"]["policy"] = {"release_column": True}
+    with pytest.raises(ConfigError, match=r"parties\.telecom\.policy\.release_column.*did you mean 'release_columns'"):
+        validate(DeploymentFile, conf, "d")
+    f = tmp_path / "p.toml"
+    f.write_text("[policy]\nrelease_columns = true\nmodel_dir = \"m\"\n")
+    pol = read_policy(f, dep.parties["telecom"].policy)
+    assert pol.release_columns and pol.min_key_bits == 3072 and pol.model_dir == tmp_path / "m"
+    f.write_text('max_message_mb = "big"\n')
+    with pytest.raises(ConfigError, match=r"policy file .*max_message_mb = \"big\": expected a number"):
+        read_policy(f)
