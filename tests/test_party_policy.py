@@ -141,3 +141,13 @@ def test_policy_tables_and_files(tmp_path):
     f.write_text('max_message_mb = "big"\n')
     with pytest.raises(ConfigError, match=r"policy file .*max_message_mb = \"big\": expected a number"):
         read_policy(f)
+
+
+def test_a_method_without_a_secure_mode_is_not_refused_by_require_secure():
+    from verticalfs.methods.fedsdg_fs.method import OriginalGate
+
+    rt = _runtime()  # require_secure = true
+    spec = _spec(embed_gate=False)  # what original-gate sends: it has no secure mode
+    assert OriginalGate.Role.policy_rules(spec) == ()
+    LocalProxy(rt).request(Join(method="original-gate", spec=spec), AT)
+    assert rt.method == "original-gate"

@@ -56,7 +56,7 @@ from verticalfs.methods.fedsdg_fs.messages import (
     SecureEmbeddings,
     SquaredCounts,
 )
-from verticalfs.methods.fedsdg_fs.role import MAX_BINS, FedSDGRole
+from verticalfs.methods.fedsdg_fs.role import MAX_BINS, FedSDGRole, GateRole
 from verticalfs.methods.fedsdg_fs.secure import ServerCrypto, UnpackedServerCrypto
 from verticalfs.methods.registry import register
 from verticalfs.nn.models import make_optimizer
@@ -419,7 +419,7 @@ class OriginalGate(Method):
     summary = "STG's stochastic input gates on every party during VFL training (FedSDG-FS's original-Gate baseline)."
     paper = "fedsdg-fs.md section V-C (original-Gate); Yamada et al. 2020 (STG)"
     Params = OriginalGateParams
-    Role = FedSDGRole
+    Role = GateRole
     test_params = {"epochs": 3, "batch_size": 64, "hidden": (16, 8)}
 
     def gates(self) -> dict:
@@ -477,6 +477,7 @@ class OriginalGate(Method):
 @register
 class FedSDGFS(OriginalGate):
     name = "fedsdg-fs"
+    Role = FedSDGRole  # its secure mode is the policy's concern (original-gate's GateRole has none)
     summary = ("FedSDG-FS: Gini-initialised stochastic dual gates (inputs and embedding components), "
                "initialisation and training under Paillier (Algorithms 1-3, packed).")
     paper = "fedsdg-fs.md (Li et al., INFOCOM 2023), Algorithms 1-3"

@@ -300,3 +300,12 @@ class FedSDGRole(GiniParty, SplitRole):
         role.closed = np.asarray(saved.get("closed", role.closed), dtype=bool)
         role.model.eval()
         return role
+
+
+class GateRole(FedSDGRole):
+    """A party of ``original-gate``: FedSDG-FS's input gates without its secure mode (it has none,
+    so a policy's ``require_secure`` does not concern it)."""
+
+    @classmethod
+    def policy_rules(cls, spec) -> tuple[str, ...]:
+        return ()
