@@ -151,3 +151,16 @@ def test_a_method_without_a_secure_mode_is_not_refused_by_require_secure():
     assert OriginalGate.Role.policy_rules(spec) == ()
     LocalProxy(rt).request(Join(method="original-gate", spec=spec), AT)
     assert rt.method == "original-gate"
+
+
+def test_a_psi_request_holds_the_ids_it_declares():
+    pytest.importorskip("private_set_intersection")
+    import private_set_intersection.python as psi
+
+    from verticalfs.exceptions import TransportError
+    from verticalfs.psi import PsiRequest
+
+    rt = _runtime(max_psi_ids=2)
+    req = psi.client.CreateWithNewKey(True).CreateRequest(["c1", "c2", "c3"])
+    with pytest.raises(TransportError, match="declares 2 ids and holds 3"):  # under the limit, by its own word
+        LocalProxy(rt).request(PsiRequest(request=req.SerializeToString(), n=2), AT)

@@ -71,6 +71,8 @@ class PsiServer:
         try:
             req = psi.Request()
             req.ParseFromString(msg.request)
+            if len(req.encrypted_elements) != int(msg.n):  # the count a party's policy bounds is the real one
+                raise ValueError(f"it declares {msg.n} ids and holds {len(req.encrypted_elements)}")
             setup = self._server.CreateSetupMessage(FPR, int(msg.n), self.ids, psi.DataStructure.RAW)
             response = self._server.ProcessRequest(req)
         except Exception as exc:  # noqa: BLE001 - another party's bytes: any failure is a TransportError
