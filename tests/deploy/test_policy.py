@@ -49,7 +49,8 @@ def site(tmp_path_factory):
         if name == "bank":  # the label party's own block allows what telecom refuses: the refusals are telecom's
             lines += ["[parties.bank.policy]", "require_secure = false", "min_key_bits = 1024"]
     (root / "deployment.toml").write_text("\n".join(lines) + "\n")
-    (root / "insurer_policy.toml").write_text("[policy]\nmin_key_bits = 3072\nmax_message_mb = 128\n")
+    (root / "insurer_policy.toml").write_text("[policy]\nmin_key_bits = 3072\nmax_message_mb = 128\n"
+                                              "release_columns = true\n")
     return root
 
 
@@ -88,6 +89,7 @@ def test_serve_prints_the_effective_policy(servers):
     # the insurer's own file replaces the deployment file's keys, and only those
     assert "insurer_policy.toml" in lines["insurer"] and "min_key_bits = 3072" in lines["insurer"]
     assert "max_message_mb = 128.0" in lines["insurer"] and "require_secure = true" in lines["insurer"]
+    assert "release_columns = true" in lines["insurer"]
 
 
 def test_feast_sends_no_raw_column_and_says_how_it_trained(site, servers):
@@ -106,6 +108,10 @@ def test_feast_sends_no_raw_column_and_says_how_it_trained(site, servers):
     assert "GatherColumns" not in kinds and "Columns" not in kinds, kinds
     assert kinds.get("FeastSetup", 0) > 0 and kinds.get("EmbedRequest", 0) > 0  # selected, then split learning
     assert r["info"]["trained_as"] == "feast+vfl" and r["info"]["method_asked"] == "feast"
+    # the label holder asked the parties: insurer's own file releases its columns, telecom keeps them
+    pols = r["info"]["deployment"]["policies"]
+    assert pols["insurer"]["release_columns"] and not pols["telecom"]["release_columns"]
+    assert "telecom keep(s) their columns" in r["info"]["trained_as_reason"]
     assert r["selection"]["n_kept"] <= 4 + len([c for c in r["selection"]["parties"]["bank"]["kept_columns"]])
     # each party saved its part under the model's name in its own folder; the label holder sent no path
     assert (site / "models" / "telecom" / "run1" / "telecom.pt").is_file()

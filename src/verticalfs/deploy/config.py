@@ -164,11 +164,6 @@ class Deployment:
         for n in names:
             check_private(self.tls(n).key)
 
-    def releasing(self) -> bool:
-        """Whether every feature party but the label party releases raw columns (its file's policy;
-        a party's own ``--policy`` file may still refuse, and then says so)."""
-        return all(e.policy.release_columns for n, e in self.parties.items() if n != self.label_party)
-
     def checkpoint_dir(self, name: str) -> Path | None:
         return None if self.checkpoints is None else self.checkpoints / name
 

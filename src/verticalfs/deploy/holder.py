@@ -9,7 +9,9 @@
 3. intersects the ids with each feature party by ECDH-PSI (:mod:`verticalfs.psi`, phase ``setup``);
 4. orders the intersection as the in-process path does, codes the labels, draws the split
    (:func:`~verticalfs.data.vertical.split_indices`, stratified, with the run's seed) and sends
-   each party :class:`~verticalfs.deploy.party.Align` (the aligned ids and each row's split);
+   each party :class:`~verticalfs.deploy.party.Align` (the aligned ids and each row's split),
+   then asks each party its policy (:class:`~verticalfs.deploy.party.PolicyQuery`: whether it
+   releases columns decides how a filter method is trained, :func:`federated_method`);
 5. learns the parties' schemas (prepared feature names) by the metered ``Hello``.
 
 The result is a :class:`~verticalfs.federation.Federation` over gRPC and a label-holder *view* of
@@ -29,7 +31,7 @@ import numpy as np
 from verticalfs.data.user import _labels, _read_frames, _sort_ids
 from verticalfs.data.vertical import SPLITS, LabelData, PartyData, PreparedData, split_indices
 from verticalfs.deploy.config import Deployment
-from verticalfs.deploy.party import Align, Aligned, DeployedParty
+from verticalfs.deploy.party import Align, Aligned, DeployedParty, PolicyQuery, PolicyReport
 from verticalfs.exceptions import DataError
 from verticalfs.federation import SETUP, Federation
 from verticalfs.names import LABEL_HOLDER
@@ -45,6 +47,7 @@ class Connected:
     n_aligned: int = 0
     local: Any = None  # the label party's own feature block, served here
     channel: Any = None
+    policies: dict[str, dict] = field(default_factory=dict)  # party -> the policy it reported
 
     def summary(self) -> str:
         lines = [f"{self.n_aligned} rows in every party's file (private set intersection):"]
@@ -136,6 +139,12 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         for p in names:
             rep = fed.proxy(p).request(align, SETUP, expect=Aligned)
             out.rows[p] = {"rows_in_file": int(rep.rows_in_file), "rows_kept": int(rep.rows_kept)}
+        for p in names:  # each party's own policy (its --policy file may override the deployment file's)
+            if p != lp:
+                pol = fed.proxy(p).request(PolicyQuery(), SETUP, expect=PolicyReport)
+                out.policies[p] = {"release_columns": bool(pol.release_columns), "accept_labels": bool(pol.accept_labels),
+                                   "require_secure": bool(pol.require_secure), "min_key_bits": int(pol.min_key_bits),
+                                   "methods": [str(m) for m in pol.methods]}
         out.rows.setdefault(lp, {"rows_in_file": len(frame), "rows_kept": len(common)})
         ys = {s: y[idx[s]] for s in SPLITS}
         if task == "regression":
@@ -177,25 +186,27 @@ def _named_like_label(parties, dep: Deployment) -> list[str]:
 FEDERATED_TRAINER = "vfl"
 
 
-def federated_method(dep: Deployment, method: str, params: Mapping[str, Any] | None
-                     ) -> tuple[str, dict[str, Any] | None, str | None]:
+def federated_method(dep: Deployment, method: str, params: Mapping[str, Any] | None, *,
+                     keeping: list[str] | None = None) -> tuple[str, dict[str, Any] | None, str | None]:
     """The method a deployment runs for ``method``: a filter method (``feast``, ``mi``, FATE's ...,
     or a pipeline ending in one) trains its evaluation classifier on raw columns gathered at the
     label holder, which a party's policy refuses by default (``release_columns = false``); unless
     every feature party's policy in ``dep`` releases them, the method becomes ``<method>+vfl``:
     the parties still select, then the label holder trains a split model on the selected columns
     (the parameters given go to the selecting stage, ``epochs`` to ``vfl``). ``raw`` selects
-    nothing, so it is not converted (and the parties refuse it). Returns the method, its
-    parameters and why it changed (``None``: unchanged)."""
+    nothing, so it is not converted (and the parties refuse it). ``keeping``: the parties that
+    keep their columns, as they reported it (default: from ``dep``'s policies). Returns the
+    method, its parameters and why it changed (``None``: unchanged)."""
     from verticalfs.methods import registry
     from verticalfs.methods.filter import FilterMethod
     from verticalfs.methods.pipeline import Pipeline
 
     cls = registry.get(method)
     last = cls.stage_classes[-1] if issubclass(cls, Pipeline) else cls
-    if not issubclass(last, FilterMethod) or last.selects_all or dep.releasing():
+    keep = ([n for n, e in dep.parties.items() if n != dep.label_party and not e.policy.release_columns]
+            if keeping is None else list(keeping))
+    if not issubclass(last, FilterMethod) or last.selects_all or not keep:
         return method, None if params is None else dict(params), None
-    keep = [n for n, e in dep.parties.items() if n != dep.label_party and not e.policy.release_columns]
     new = f"{method}+{FEDERATED_TRAINER}"
     out = dict(params or {})
     if not issubclass(cls, Pipeline):
@@ -217,14 +228,16 @@ def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
     if not isinstance(dep, Deployment):
         dep = Deployment.load(dep)
     asked = method
-    method, params, why = federated_method(dep, method, params)
     conn = connect(dep, seed=seed)
     try:
+        keeping = [p for p, pol in conn.policies.items() if not pol["release_columns"]]
+        method, params, why = federated_method(dep, asked, params, keeping=keeping)
         res = run(method, conn.data, seed=seed, params=params, codec=codec, progress=progress,
                   federation=conn.federation, threads=threads, save_model=save_model,
                   checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(LABEL_HOLDER),
                   resume=resume)
-        res.info["deployment"] = {"file": str(dep.path), "n_aligned": conn.n_aligned, "rows": conn.rows}
+        res.info["deployment"] = {"file": str(dep.path), "n_aligned": conn.n_aligned, "rows": conn.rows,
+                                  "policies": conn.policies}
         res.info["trained_as"] = method
         if why is not None:
             res.info["trained_as_reason"] = why

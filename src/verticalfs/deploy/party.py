@@ -54,6 +54,24 @@ class Aligned:
     n_features: int
 
 
+@message
+class PolicyQuery:
+    """Label holder -> party, phase ``setup``: which policy do you apply (so that the label holder
+    proposes only what the party accepts, e.g. no column gathering)?"""
+
+
+@message
+class PolicyReport:
+    """Party -> label holder: the rules of its effective policy that shape a run (the party still
+    checks every request itself)."""
+
+    release_columns: bool
+    accept_labels: bool
+    require_secure: bool
+    min_key_bits: int
+    methods: list
+
+
 class DeployedParty(PartyRuntime):
     """A feature party serving its own file (see the module docstring).
 
@@ -97,9 +115,15 @@ class DeployedParty(PartyRuntime):
         self.aligned = False
 
     def handle(self, sender, msg, at, node):
-        if type(msg) is Align:
+        if type(msg) is Align or type(msg) is PolicyQuery:
             if sender != LABEL_HOLDER:
-                raise ProtocolError(f"party {self.name!r} accepts Align only from the label holder, not {sender!r}")
+                raise ProtocolError(f"party {self.name!r} accepts {type(msg).__name__} only from the label holder, "
+                                    f"not {sender!r}")
+            if type(msg) is PolicyQuery:
+                pol = self.policy
+                return PolicyReport(release_columns=pol.release_columns, accept_labels=pol.accept_labels,
+                                    require_secure=pol.require_secure, min_key_bits=int(pol.min_key_bits),
+                                    methods=["all"] if pol.methods == "all" else list(pol.methods))
             return self._align(msg)
         return super().handle(sender, msg, at, node)
 
