@@ -37,6 +37,7 @@ from verticalfs.transport.messages import (
     Join,
     SupportReport,
     SupportRequest,
+    check_protocol,
 )
 from verticalfs.transport.node import Node, PartyProxy
 
@@ -138,6 +139,7 @@ class Federation:
             out = {}
             for p in self.party_names:
                 hello = self._proxies[p].request(HelloRequest(), SETUP, expect=Hello)
+                check_protocol(hello.protocol, peer=f"party {p!r}", me="this label holder")
                 for s, n in self.labels.y.items():
                     if int(hello.n_samples.get(s, -1)) != len(n):
                         raise ConfigError(
