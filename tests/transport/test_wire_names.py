@@ -157,6 +157,10 @@ def test_golden_list_of_wire_names_and_ids():
     assert len(golden) == len(GOLDEN), "a name appears twice in GOLDEN"
     assert len(set(golden.values())) == len(golden), "two names in GOLDEN share a kind id"
     now = _library_kinds()
+    from verticalfs.transport.messages import _BY_NAME
+
+    sent = {n: _BY_NAME[n]._vf_kind for n in now}
+    assert sent == now, "a class is sent with another id than it is decoded by"
     gone = sorted(set(golden) - set(now))
     assert not gone, (f"message kinds {gone} are no longer registered (renamed or removed); {WHY}. Keep the "
                       "name (move the class freely, the name stays), or make it a protocol change: bump the "
@@ -188,7 +192,8 @@ def test_the_id_comes_from_the_name_only():
 
 
 def test_missing_malformed_and_duplicate_names_are_refused():
-    with pytest.raises(TransportError, match=r'needs the kind\'s stable wire name: write @message\("<namespace>\.NoName"\)'):
+    with pytest.raises(TransportError,
+                       match=r'needs the kind\'s stable wire name: write @message\("<namespace>\.NoName"\)'):
         @message
         class NoName:
             x: int

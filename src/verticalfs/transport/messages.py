@@ -100,9 +100,10 @@ def message(name: str) -> Any:
                                  f"{_where(same)}; give one of them another name")
         kid = kind_id_of(name)
         other = _REGISTRY.get(kid)
-        if other is not None and other._vf_name != name:
+        taken = getattr(other, "_vf_name", name)
+        if other is not None and taken != name:
             raise TransportError(f"message wire name {name!r} of {_where(cls)} has kind id {kid}, like "
-                                 f"{other._vf_name!r} of {_where(other)}; choose another name for one of them")
+                                 f"{taken!r} of {_where(other)}; choose another name for one of them")
         fields = dataclasses.fields(cls)
         cls._vf_kind = kid  # type: ignore[attr-defined]
         cls._vf_name = name  # type: ignore[attr-defined]
@@ -118,7 +119,7 @@ def message(name: str) -> Any:
 
 def registered_kinds() -> dict[str, int]:
     """Every registered message kind: ``{wire name: kind id}`` (of the modules imported so far)."""
-    return {name: cls._vf_kind for name, cls in sorted(_BY_NAME.items())}
+    return dict(sorted((wire_name(cls), kid) for kid, cls in _REGISTRY.items()))
 
 
 _TYPE_NAMES: dict[str, tuple[type, ...]] = {
@@ -155,10 +156,10 @@ def message_class(kind_id: int) -> type:
 def wire_name(msg_or_cls: Any) -> str:
     """The stable wire name of a message or message class (e.g. ``"core.Hello"``)."""
     cls = msg_or_cls if isinstance(msg_or_cls, type) else type(msg_or_cls)
-    try:
-        return cls._vf_name
-    except AttributeError:
-        raise TransportError(f"{cls.__name__} is not a registered message; decorate it with @message") from None
+    name = getattr(cls, "_vf_name", None)
+    if name is None:
+        raise TransportError(f"{cls.__name__} is not a registered message; decorate it with @message")
+    return str(name)
 
 
 def message_to_dict(msg: Any) -> dict:
