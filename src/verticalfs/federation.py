@@ -134,7 +134,10 @@ class Federation:
 
     # ---------------------------------------------------------------- protocol
     def schema(self) -> dict[str, Hello]:
-        """Each party's public schema (feature names, rows per split), asked once (phase ``setup``)."""
+        """Each party's public schema (feature names, rows per split), asked once (phase ``setup``).
+
+        A party whose Hello announces another protocol major version than
+        :data:`~verticalfs.transport.messages.PROTOCOL_VERSION` is refused (:class:`ProtocolError`)."""
         if self._schema is None:
             out = {}
             for p in self.party_names:
