@@ -60,6 +60,7 @@ from verticalfs.transport.messages import (
     SupportRequest,
     TrafficReport,
     TrafficRequest,
+    check_protocol,
     kind_name,
 )
 from verticalfs.transport.node import Node
@@ -324,6 +325,8 @@ class PartyRuntime:
         return self.role.handle(sender, msg, Context(node, at, sender))
 
     def _join(self, msg: Join, ctx: Context) -> Any:
+        check_protocol(msg.protocol, peer=f"party {self.name!r} refuses the Join: the label holder",
+                       me=f"party {self.name!r}")
         if self._allowed is not None and msg.method not in self._allowed:
             raise ProtocolError(f"party {self.name!r} does not take part in method {msg.method!r}; it allows "
                                 f"{sorted(self._allowed)}")

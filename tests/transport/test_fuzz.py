@@ -39,7 +39,7 @@ N_FUZZ = 10_000
 MB = 1 << 20
 
 
-@message
+@message("tests.fuzz.Anything")
 class Anything:
     """Test message: one field of any type."""
 

@@ -28,14 +28,14 @@ from verticalfs.transport import (
 )
 
 
-@message
+@message("tests.serde.AnyValue")
 class AnyValue:
     """Test message: one field of any type."""
 
     value: object
 
 
-@message
+@message("tests.serde.TwoTensors")
 class TwoTensors:
     """Test message: a tensor field and a plain array field."""
 

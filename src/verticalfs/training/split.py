@@ -148,7 +148,7 @@ def loss_fn(task: str):
 
 
 # ----------------------------------------------------------------------------------- the spec
-@message
+@message("core.SplitSpec")
 class SplitSpec:
     """Label holder -> party, inside ``Join``: the bottom model, its optimizer, the agreed
     mini-batches and the codecs of both directions.
