@@ -20,7 +20,11 @@ class NetworkedParty:
 
     def __init__(self, runtime, address: str, *, tls: TLSFiles | None, addresses: Mapping[str, str] | None = None,
                  peers: Sequence[str] = (), insecure: bool = False, connect_timeout: float = 10.0) -> None:
+        from verticalfs.utils.memory import IdleTrimmer
+
         self.runtime = runtime
+        #: gives the memory of a burst of requests back once it is over (utils/memory.py)
+        self.trimmer = IdleTrimmer()
         self.ledger = Ledger()
         self._tls, self._insecure, self._timeout = tls, insecure, connect_timeout
         self.channel: GrpcChannel | None = None
@@ -38,15 +42,20 @@ class NetworkedParty:
         self.runtime.connect(self.channel, self.ledger)
 
     def receive(self, sender: str, data: bytes) -> bytes | None:
-        return self.runtime.node.receive(sender, data)
+        try:
+            return self.runtime.node.receive(sender, data)
+        finally:
+            self.trimmer.touch()
 
     def start(self) -> NetworkedParty:
         if self.runtime.node is None:
             raise RuntimeError("set_addresses() first")
         self.server.start()
+        self.trimmer.start()
         return self
 
     def stop(self) -> None:
+        self.trimmer.stop()
         self.server.stop()
         if self.channel is not None:
             self.channel.close()
