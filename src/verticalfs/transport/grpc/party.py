@@ -20,8 +20,9 @@ class NetworkedParty:
 
     def __init__(self, runtime, address: str, *, tls: TLSFiles | None, addresses: Mapping[str, str] | None = None,
                  peers: Sequence[str] = (), insecure: bool = False, connect_timeout: float = 10.0) -> None:
-        from verticalfs.utils.memory import IdleTrimmer
+        from verticalfs.utils.memory import IdleTrimmer, limit_arenas
 
+        limit_arenas()  # before the server's threads: one heap to reuse and to trim (utils/memory.py)
         self.runtime = runtime
         #: gives the memory of a burst of requests back once it is over (utils/memory.py)
         self.trimmer = IdleTrimmer()
