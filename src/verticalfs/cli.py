@@ -296,7 +296,7 @@ OPT_NA_VALUES = O(None, "--na-values", help="With --party-file: extra strings re
 OPT_DELIMITER = O(",", "--delimiter", help="With --party-file: the CSV delimiter.")
 OPT_ENCODING = O("utf-8", "--encoding", help="With --party-file: the files' text encoding.")
 OPT_TASK = O(None, "--task", help="classification or regression (inferred when unambiguous).")
-OPT_MAX_FILE = O(1024.0, "--max-file-mb", help="The most megabytes a compressed party file may expand to.")
+OPT_MAX_FILE = O(1024.0, "--max-file-mb", help="With --party-file: the most MiB a party file may hold (CSV, .csv.gz and Parquet: its size on disk, and decompressed for .csv.gz and Parquet); a larger file is refused before it is read. Reading a CSV takes several times its size in memory.")
 
 
 def _data_kwargs(locals_: dict) -> dict:
