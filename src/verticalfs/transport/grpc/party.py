@@ -26,7 +26,7 @@ class NetworkedParty:
         self.runtime = runtime
         #: gives the memory of a burst of requests back once it is over (utils/memory.py)
         self.trimmer = IdleTrimmer()
-        self.ledger = Ledger()
+        self.ledger = Ledger(compute_rounds=False)  # bounded whatever rounds the headers claim
         self._tls, self._insecure, self._timeout = tls, insecure, connect_timeout
         self.channel: GrpcChannel | None = None
         self.server = PartyServer(self, address, tls=tls, peers={LABEL_HOLDER, *peers}, insecure=insecure)
