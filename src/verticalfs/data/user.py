@@ -17,7 +17,7 @@ training rows, if asked).
 Files are checked before anything else runs, each problem reported with the file, the column and
 the fix: a directory instead of a file, an unknown type, no data rows, a delimiter that leaves one
 column, a file that is not in the given encoding, nested Parquet columns, duplicate or empty column
-names, a party file with only ids, a compressed file that expands past ``max_bytes``, a numeric
+names, a party file with only ids, a file larger than ``max_bytes`` (on disk, or decompressed), a numeric
 column holding a marker such as ``?`` (pass ``na_values``), an ambiguous label (pass ``task``).
 
 The label holder may also hold features: in the federation its labels go to the active party and
@@ -539,7 +539,8 @@ def load_party_files(
     delimiter, encoding : str
         Of the CSV files.
     max_bytes : int
-        The most bytes a compressed file may expand to (a guard against decompression bombs).
+        The most bytes a party file may hold: its size on disk, and decompressed (``.csv.gz``) or
+        decoded (Parquet); a larger file is refused before it is read (``--max-file-mb``).
     impute : str, optional
         The data set's default imputation (``median``, ``mean``, ``most-frequent``, ``none``),
         applied later per party on its own training rows (:meth:`VerticalDataset.prepare`).
