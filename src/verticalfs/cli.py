@@ -335,7 +335,7 @@ OPT_ENCODING = O("utf-8", "--encoding", help="With --party-file: the files' text
 OPT_TASK = O(None, "--task", help="classification or regression (inferred when unambiguous).")
 OPT_STRIP_IDS = O(False, "--strip-ids", help="With --party-file: strip surrounding whitespace and leading zeros "
                   "from the ids before aligning (' 007' matches '7'); without it, ids that would match are counted in a warning.")
-OPT_MAX_FILE = O(1024.0, "--max-file-mb", help="The most megabytes a compressed party file may expand to.")
+OPT_MAX_FILE = O(1024.0, "--max-file-mb", help="With --party-file: the most MiB a party file may hold (CSV, .csv.gz and Parquet: its size on disk, and decompressed for .csv.gz and Parquet); a larger file is refused before it is read. Reading a CSV takes several times its size in memory.")
 
 
 def _data_kwargs(locals_: dict) -> dict:

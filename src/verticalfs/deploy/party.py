@@ -33,7 +33,7 @@ from verticalfs.party import LocalData, PartyRuntime
 from verticalfs.transport.messages import message
 
 
-@message
+@message("core.Align")
 class Align:
     """Label holder -> party, phase ``setup``: keep the rows with these ``ids`` in this order;
     ``split[i]`` is row i's split (0 train, 1 validation, 2 test). Preprocessing: ``scaling`` and
@@ -45,7 +45,7 @@ class Align:
     impute: str
 
 
-@message
+@message("core.Aligned")
 class Aligned:
     """Party -> label holder: rows in its file, rows kept, prepared features."""
 
@@ -54,13 +54,13 @@ class Aligned:
     n_features: int
 
 
-@message
+@message("core.PolicyQuery")
 class PolicyQuery:
     """Label holder -> party, phase ``setup``: which policy do you apply (so that the label holder
     proposes only what the party accepts, e.g. no column gathering)?"""
 
 
-@message
+@message("core.PolicyReport")
 class PolicyReport:
     """Party -> label holder: the rules of its effective policy that shape a run (the party still
     checks every request itself)."""
