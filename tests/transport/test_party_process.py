@@ -50,11 +50,12 @@ def rss(pid: int) -> int:
 def _party_main(party_data, certs, conn) -> None:  # runs in a child process
     import torch
 
+    from verticalfs.methods.registry import party_roles
     from verticalfs.party import PartyRuntime
     from verticalfs.transport.grpc.party import NetworkedParty
 
     torch.set_num_threads(1)
-    party = NetworkedParty(PartyRuntime(party_data), "127.0.0.1:0", tls=TLSFiles.in_folder(certs, party_data.name))
+    party = NetworkedParty(PartyRuntime(party_data, role_for=party_roles()), "127.0.0.1:0", tls=TLSFiles.in_folder(certs, party_data.name))
     conn.send(party.server.address)
     party.set_addresses(conn.recv())
     party.start()
