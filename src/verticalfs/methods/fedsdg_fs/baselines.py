@@ -26,6 +26,11 @@ with the correlation ratio ``eta = (B - T^2 / N) / (Q - T^2 / N)``, ``T = sum x`
    * (a / M) - b`` with its own ``a = 1 / (Q - T^2 / N)``, ``b = a T^2 / N``; sends ``[[eta]]``;
 5. label holder: decrypts ``eta`` and computes ``F``.
 
+The masks ``r`` are centred, ``bits(N) + mask_bits + 40`` bits wide; before any work the party
+checks that they hide its class sums (at most ``sum_i |x_ij|`` in mantissas) by at least 40 bits
+(the library's floor, docs/security.md), refuses otherwise naming ``mask_bits``, and reports the
+hiding bits with its masked sums (``info_["mask_hiding_bits"]``).
+
 So the label holder learns each feature's F (and the masked class sums), the party nothing. With
 ``secure=False`` the labels go to the parties in the clear and each computes ``F`` with
 scikit-learn's ``f_classif`` (same selection, declared as a disclosure; for fast benchmarks).
