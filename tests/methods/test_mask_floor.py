@@ -9,7 +9,7 @@ import pytest
 
 import verticalfs
 from verticalfs.crypto import HIDING_FLOOR, EncryptedArray
-from verticalfs.exceptions import ConfigError, CryptoError
+from verticalfs.exceptions import ConfigError, CryptoError, ProtocolError
 from verticalfs.federation import Federation
 from verticalfs.methods import create
 from verticalfs.methods.fedsdg_fs.secure import ClientCrypto, ServerCrypto, slot_bits_for
@@ -139,3 +139,38 @@ def test_filters_report_their_masks_hiding(method, params):
     assert h == min(m.info_["mask_hiding_bits_by_step"].values())
     if method == "ms-gini":
         assert h == 64 - len(data.labels.y["train"]).bit_length()
+
+
+# ----------------------------------------------------------------- each party checks its own floor
+def test_a_gini_party_refuses_masks_below_the_floor(wine):
+    """The label holder's check bypassed: the party itself refuses narrow masks, naming mask_bits."""
+    from verticalfs.crypto import generate_keypair
+    from verticalfs.methods.fedsdg_fs.messages import GiniLabels, MaskedCounts
+    from verticalfs.transport.messages import At
+
+    fed = Federation.in_process(wine, trace=True)
+    m = create("ms-gini", seed=0, key_bits=512, insecure=True)
+    m.join_parties(fed)
+    pub, priv = generate_keypair(512, insecure=True)
+    y = np.asarray(wine.labels.y["train"], dtype=np.int64)
+    A = EncryptedArray.encrypt(priv, np.eye(3, dtype=np.int64)[y], precision=0)
+    n = len(y)
+    for mask_bits, ok in ((39 + n.bit_length(), False), (40 + n.bit_length(), True)):
+        msg = GiniLabels(public_key=pub.to_bytes(), labels=A.to_bytes(), shape=tuple(A.shape), n_bins=10,
+                         mask_bits=mask_bits, insecure=True)
+        if ok:
+            fed.proxy("party1").request(msg, At("selection"), expect=MaskedCounts)
+        else:
+            with pytest.raises(ProtocolError, match=f"raise mask_bits to {40 + n.bit_length()}"):
+                fed.proxy("party1").request(msg, At("selection"), expect=MaskedCounts)
+
+
+def test_an_sffs_party_refuses_masks_that_cannot_hide_its_class_sums(wine):
+    fed = Federation.in_process(wine)
+    # mask_bits 16 passes the label holder's range check; 64-bit masks (16 + bits(142) + 40) cannot
+    # hide class sums of 142 standardised values at 2**-24 (about 2**34) by 40 bits
+    m = create("sffs", seed=0, key_bits=512, insecure=True, mask_bits=16)
+    with pytest.raises(ProtocolError, match="below the floor of 40; raise mask_bits") as err:
+        m.fit(fed)
+    assert "party" in str(err.value)
+    assert "MaskedClassSums" not in {r.kind for r in fed.ledger.records()}
