@@ -458,7 +458,12 @@ def run_cmd(
     res.config["cli"] = {k: v for k, v in resolved.items() if v is not None}
     _print_result(res, shown)
     if save_model is not None:
-        console.print(f"model saved in [bold]{save_model}[/] (one file per party, the label holder's, a manifest)")
+        from verticalfs.model import manifest_sha256
+
+        console.print(f"model saved to {save_model}, manifest sha256 {manifest_sha256(save_model)}", soft_wrap=True,
+                      highlight=False, markup=False)
+        err.print("(one file per party, the label holder's, a manifest; keep the sha256 apart from the folder and "
+                  "give it to `verticalfs predict --expect-sha256`)", soft_wrap=True, highlight=False, markup=False)
     if out is not None:
         res.save(out)
         console.print(f"result written to [bold]{out}[/]")
@@ -476,6 +481,7 @@ def predict_cmd(
     encoding: str = OPT_ENCODING,
     max_file_mb: float = OPT_MAX_FILE,
     strip_ids: bool = OPT_STRIP_IDS,
+    expect_sha256: str = O(None, "--expect-sha256", help="The manifest sha256 printed by `run --save-model`: a model whose manifest differs (changed files and checksums) is refused."),
 ) -> None:
     """Federated inference with a saved model: each party prepares its own new rows, the label
     holder combines them through the same messages as training; the bytes are reported."""
@@ -488,7 +494,8 @@ def predict_cmd(
         if not max_file_mb > 0:
             raise ConfigError(f"--max-file-mb must be > 0, got {max_file_mb}")
         res = predict(model, files, id_column=id_column, na_values=na_values, delimiter=delimiter,
-                      encoding=encoding, max_bytes=int(max_file_mb * 2**20), strip_ids=strip_ids)
+                      encoding=encoding, max_bytes=int(max_file_mb * 2**20), strip_ids=strip_ids,
+                      expected_sha256=expect_sha256)
     except VerticalFSError as exc:
         _fail(exc)
     except KeyboardInterrupt:
