@@ -41,8 +41,14 @@ def _interrupted(data, method, params, folder, after: int) -> None:
     ("sparsevfl-16", {"epochs": 3, "batch_size": 64}, 2),
     # interrupted in its training stage: the pre-training is recomputed, the selection repeated
     ("less-vfl", {"pretrain_epochs": 2, "epochs": 3, "batch_size": 64, "hidden": (16, 8)}, 4),
+    # state outside modules: a party's gate logits are a Parameter of the role itself (its optimiser's)
+    ("sefs", None, 2),
 ])
 def test_resume_ends_as_uninterrupted(data, tmp_path, method, params, after):
+    if params is None:
+        from verticalfs.methods import registry
+
+        params = {**registry.get(method).test_params, "epochs": 3}
     full = verticalfs.run(method, data, seed=0, params=params)
     _interrupted(data, method, params, tmp_path, after)
     latest = json.loads((tmp_path / "latest.json").read_text())
@@ -154,3 +160,56 @@ def test_a_checkpoint_with_code_is_refused_without_running_it(data, tmp_path):
     with pytest.raises(ConfigError, match="not a verticalfs checkpoint"):
         verticalfs.run("vfl", data, seed=0, params=params, checkpoint_dir=tmp_path, resume=True)
     assert not marker.exists()
+
+
+def test_state_round_trip_as_plain_data():
+    """What roles hold, through the plain-data form and back into a fresh run's objects: a
+    parametrised module whose input was sliced, a parameter outside any module that an optimiser
+    steps, NumPy scalars in lists (ICAFS's mixtures hold them), generators, a Paillier key pair."""
+    import io
+
+    import numpy as np
+    import torch
+    from torch.nn.utils import parametrizations
+
+    from verticalfs.crypto.keys import generate_keypair
+    from verticalfs.training import state
+
+    class Holder:
+        def __init__(self, d):
+            torch.manual_seed(0)
+            self.net = parametrizations.weight_norm(torch.nn.Linear(d, 2))
+            self.logits = torch.nn.Parameter(torch.zeros(d))
+            self.opt = torch.optim.Adam([self.logits, *self.net.parameters()], lr=0.1)
+            self.gen, self.rng = torch.Generator().manual_seed(1), np.random.default_rng(2)
+            self.scores = [np.float64(0.5), np.int64(3), np.str_("a")]
+            self.arr = np.arange(d, dtype=np.float32)
+            self.pub, self.priv = generate_keypair(512, insecure=True)
+
+    a = Holder(4)
+    a.net.parametrizations.weight.original0.data = torch.ones(2, 1) * 3
+    (a.logits.sum() + a.net(torch.ones(1, 4)).sum()).backward()
+    a.opt.step()
+    a.logits = torch.nn.Parameter(a.logits.detach()[:3].clone())  # an input dropped
+    a.opt = torch.optim.Adam([a.logits, *a.net.parameters()], lr=0.1)
+    a.gen.manual_seed(5)
+    a.rng.normal(size=3)
+    tree, keys = state.encode(vars(a))
+    buf = io.BytesIO()
+    torch.save(tree, buf)
+    assert b"crypto" not in buf.getvalue() and list(keys) == ["k0"]
+    back = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+    keys = state.keys_from_json(state.keys_to_json(keys), "keys")
+    b = Holder(4)
+    logits_obj = b.logits
+    for k, v in back.items():
+        setattr(b, k, state.restore_into(getattr(b, k, None), v, keys, k))
+    assert b.logits is logits_obj and b.logits.shape == (3,) and torch.equal(b.logits, a.logits)
+    for x, y in zip(b.net.state_dict().values(), a.net.state_dict().values(), strict=True):
+        assert torch.equal(x, y)
+    assert [type(x) for x in b.scores] == [np.float64, np.int64, np.str_] and b.scores == a.scores
+    assert b.arr.dtype == np.float32 and np.array_equal(b.arr, a.arr)
+    assert torch.equal(b.gen.get_state(), a.gen.get_state())
+    assert b.rng.normal() == a.rng.normal()
+    assert (b.priv.p, b.priv.q) == (a.priv.p, a.priv.q) and b.pub is b.priv.public_key and b.pub.n == a.pub.n
+    assert b.opt.state_dict()["param_groups"] == a.opt.state_dict()["param_groups"]

@@ -12,6 +12,8 @@ rebuilt with the same structure (the same method, parameters and seed):
   dropped, gets the saved tensor in place, so optimisers keep pointing at it) and the plain
   attributes of each of its submodules;
 - an optimiser: its ``state_dict``;
+- a tensor: its values, copied into the resumed run's tensor where there is one (an optimiser may
+  hold it), with its ``requires_grad``;
 - NumPy arrays, scalars, dtypes and generators, torch generators: their values or states;
 - a Paillier public key: its modulus and local choices (back end, randomness);
 - a Paillier **private** key: never in the tree. It is replaced by a reference (``"k0"``) and
@@ -60,18 +62,20 @@ class Encoder:
         self._key_refs: dict[int, str] = {}
 
     def encode(self, v: Any, path: str = "state") -> Any:
-        if v is None or isinstance(v, (bool, int, float, str, bytes)):
+        if isinstance(v, np.generic):  # before float and str: np.float64 and np.str_ subclass them
+            return {TAG: "npscalar", "dtype": v.dtype.str, "value": v.item()}
+        if v is None or type(v) in (bool, int, float, str, bytes):
             return v
+        if isinstance(v, torch.nn.Parameter):
+            return {TAG: "parameter", "data": v.detach()}
         if isinstance(v, torch.Tensor):
-            return v.detach()
+            return v.detach().requires_grad_(v.requires_grad) if v.requires_grad else v.detach()
         if isinstance(v, np.ndarray):
             if v.dtype.kind in "biufc":
                 return {TAG: "ndarray", "data": torch.from_numpy(np.array(v, copy=True)), "dtype": v.dtype.str}
             if v.dtype.kind in "US":
                 return {TAG: "ndarray-str", "data": v.tolist(), "dtype": v.dtype.str, "shape": list(v.shape)}
             raise ConfigError(f"checkpoint: {path} is a NumPy array of {v.dtype}, which cannot be saved as plain data")
-        if isinstance(v, np.generic):
-            return {TAG: "npscalar", "dtype": v.dtype.str, "value": v.item()}
         if isinstance(v, np.dtype):
             return {TAG: "dtype", "name": v.str}
         if isinstance(v, np.random.Generator):
@@ -103,7 +107,7 @@ class Encoder:
                     "attrs": {name: self.encode(_module_attrs(m), f"{path}.{name or '<root>'}")
                               for name, m in v.named_modules()}}
         if isinstance(v, torch.optim.Optimizer):
-            return {TAG: "optimizer", "type": _qualname(v), "state": v.state_dict()}
+            return {TAG: "optimizer", "type": _qualname(v), "state": self.encode(v.state_dict(), f"{path} state")}
         if hasattr(v, "__dict__") and not isinstance(v, _CODE):
             return {TAG: "object", "type": _qualname(v), "attrs": self.encode(dict(vars(v)), path)}
         raise ConfigError(f"checkpoint: {path} is a {type(v).__name__}, which cannot be saved as plain data")
@@ -156,6 +160,8 @@ def restore_into(current: Any, saved: Any, keys: dict[str, PrivateKey], path: st
     if isinstance(saved, tuple):
         cur = current if isinstance(current, tuple) and len(current) == len(saved) else (None,) * len(saved)
         return tuple(restore_into(c, s, keys, f"{path}[{i}]") for i, (c, s) in enumerate(zip(cur, saved, strict=True)))
+    if isinstance(saved, torch.Tensor):
+        return _restore_tensor(current, saved)
     if not isinstance(saved, dict):
         return saved
     kind = saved.get(TAG)
@@ -168,6 +174,10 @@ def restore_into(current: Any, saved: Any, keys: dict[str, PrivateKey], path: st
         return {k: restore_into(cur.get(k), s, keys, f"{path}[{k!r}]") for k, s in items}
     if kind == "set":
         return {restore_into(None, s, keys, path) for s in saved["items"]}
+    if kind == "parameter":
+        if isinstance(current, torch.Tensor):
+            return _restore_tensor(current, saved["data"])
+        return torch.nn.Parameter(saved["data"])
     if kind == "ndarray":
         return saved["data"].numpy().astype(np.dtype(saved["dtype"]), copy=False)
     if kind == "ndarray-str":
@@ -203,13 +213,26 @@ def restore_into(current: Any, saved: Any, keys: dict[str, PrivateKey], path: st
         _load_module(current, saved, path)
         return current
     if kind == "optimizer":
-        current.load_state_dict(saved["state"])
+        current.load_state_dict(restore_into(None, saved["state"], keys, f"{path} state"))
         return current
     if kind == "object":
         for k, s in saved["attrs"].items():
             object.__setattr__(current, k, restore_into(getattr(current, k, None), s, keys, f"{path}.{k}"))
         return current
     raise ConfigError(f"checkpoint: {path} has unknown kind {kind!r}")
+
+
+def _restore_tensor(current: Any, saved: torch.Tensor) -> torch.Tensor:
+    """The saved values in the run's own tensor object where there is one (an optimiser may hold
+    it: a parameter kept outside a module, say), else the saved tensor."""
+    if not isinstance(current, torch.Tensor):
+        return saved
+    with torch.no_grad():
+        if current.shape == saved.shape and current.dtype == saved.dtype and current.device == saved.device:
+            current.copy_(saved)
+        else:  # e.g. a parameter sliced when inputs were dropped
+            current.data = saved.detach().clone()
+    return current
 
 
 def _check_type(current: Any, saved: dict, path: str) -> None:
