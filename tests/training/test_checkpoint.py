@@ -42,13 +42,9 @@ def _interrupted(data, method, params, folder, after: int) -> None:
     # interrupted in its training stage: the pre-training is recomputed, the selection repeated
     ("less-vfl", {"pretrain_epochs": 2, "epochs": 3, "batch_size": 64, "hidden": (16, 8)}, 4),
     # state outside modules: a party's gate logits are a Parameter of the role itself (its optimiser's)
-    ("sefs", None, 2),
+    ("sefs", {"epochs": 3, "ss_epochs": 2, "batch_size": 64, "hidden": (16, 8), "lam": 0.01}, 2),
 ])
 def test_resume_ends_as_uninterrupted(data, tmp_path, method, params, after):
-    if params is None:
-        from verticalfs.methods import registry
-
-        params = {**registry.get(method).test_params, "epochs": 3}
     full = verticalfs.run(method, data, seed=0, params=params)
     _interrupted(data, method, params, tmp_path, after)
     latest = json.loads((tmp_path / "latest.json").read_text())
