@@ -7,7 +7,7 @@ import json
 import pytest
 
 import verticalfs
-from verticalfs.exceptions import ConfigError
+from verticalfs.exceptions import ConfigError, VerticalFSError
 from verticalfs.training import split
 
 
@@ -126,6 +126,11 @@ def test_secure_checkpoint_holds_no_pickled_key_and_resumes(tmp_path):
     n_saved = {json.loads(kf.read_text())["paillier_private_keys"]["k0"]["n"] for kf in key_files}
     holder = torch.load(next(p for p in pts if "parties" not in p.parts), weights_only=True)
     assert {s["attrs"]["pub"]["n"] for s in holder["trainer"]["server"].values()} == n_saved
+    # a key file others can read is refused, with the fix
+    key_files[1].chmod(0o644)
+    with pytest.raises(VerticalFSError, match=r"key file .*readable by others \(mode 0644\).*chmod 600"):
+        verticalfs.run("fedsdg-fs", data, seed=0, params=SECURE, checkpoint_dir=tmp_path, resume=True)
+    key_files[1].chmod(0o600)
     res = verticalfs.run("fedsdg-fs", data, seed=0, params=SECURE, checkpoint_dir=tmp_path, resume=True)
     # secure training computes the plaintext model (the parties' noise cancels): the resumed run, with the
     # restored keys and noise, ends where the uninterrupted one did

@@ -48,7 +48,7 @@ import torch
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.training import state as _state
 from verticalfs.transport.messages import Ack, At, Persist
-from verticalfs.utils.io import write_bytes_atomic, write_json_atomic
+from verticalfs.utils.io import check_private_file, write_bytes_atomic, write_json_atomic
 
 PHASE = "checkpoint"
 #: a role's attributes that are not state (rebuilt by the run's Join)
@@ -110,7 +110,11 @@ def _read(path: Path) -> tuple[dict, dict]:
     if not isinstance(tree, dict):
         raise ConfigError(f"{str(path)!r} is not a verticalfs checkpoint")
     kp = _keys_path(path)
-    keys = _state.keys_from_json(kp.read_bytes(), repr(str(kp))) if kp.is_file() else {}
+    if kp.is_file():
+        keys = _state.keys_from_json(check_private_file(kp, "checkpoint's Paillier key file").read_bytes(),
+                                     repr(str(kp)))
+    else:
+        keys = {}
     return tree, keys
 
 

@@ -14,7 +14,7 @@ one host, which is fine for local experiments only. Across organisations:
    the party and the hosts it asked for) goes back to the party with ``ca.pem``.
 
 Keys are ECDSA P-256 (as ``make_certs``). Every private key this module reads must be readable by
-its owner only (:func:`check_private`).
+its owner only (:func:`~verticalfs.utils.io.check_private_file`).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from __future__ import annotations
 import datetime as _dt
 import ipaddress
 import os
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 
 from verticalfs.exceptions import ConfigError
+from verticalfs.utils.io import check_private_file
 
 DEFAULT_CA_NAME = "verticalfs CA"
 
@@ -40,19 +40,6 @@ def _write(path: Path, data: bytes, private: bool) -> Path:
     os.chmod(tmp, 0o600 if private else 0o644)  # whatever the umask
     os.replace(tmp, path)
     return path
-
-
-def check_private(path: str | Path, what: str = "private key") -> Path:
-    """``path`` when only its owner can read it; a ConfigError with the ``chmod 600`` fix otherwise."""
-    p = Path(path)
-    try:
-        mode = stat.S_IMODE(p.stat().st_mode)
-    except FileNotFoundError:
-        raise ConfigError(f"the {what} {str(p)!r} does not exist") from None
-    if os.name == "posix" and mode & 0o077:
-        raise ConfigError(f"the {what} {str(p)!r} is readable by others (mode {mode:04o}); restrict it with "
-                          f"`chmod 600 {p}` and keep it on this host only")
-    return p
 
 
 def _check_name(name: str, what: str) -> str:
@@ -164,7 +151,7 @@ def sign(ca_dir: str | Path, csr_path: str | Path, out: str | Path, *, party: st
                           f"--out {ca_dir}`") from None
     except ValueError as exc:
         raise ConfigError(f"{str(ca_dir / 'ca.pem')!r} is not a PEM certificate: {exc}") from None
-    key_path = check_private(ca_dir / "ca.key", "CA private key")
+    key_path = check_private_file(ca_dir / "ca.key", "CA private key")
     try:
         ca_key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
     except (ValueError, TypeError) as exc:
