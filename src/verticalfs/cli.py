@@ -81,39 +81,29 @@ def _parse_params(items: list[str] | None) -> dict[str, str]:
 
 
 def _load_config(ctx: typer.Context, param, value: str | None):
-    """``--config run.toml``: every option of the command from a file (the command line wins)."""
+    """``--config run.toml``: every option of the command from a file (the command line wins).
+
+    The file is read through :mod:`verticalfs.configuration` (typed: a wrong type or unknown key is
+    one line ``error: ...`` naming the file and the key); a file with ``[parties.<name>]`` tables
+    is a deployment file, read when the command runs."""
     if not value:
         return value
-    import tomllib
+    from verticalfs.configuration import is_deployment, read_raw, read_run_file
 
-    path = Path(value)
     try:
-        conf = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise typer.BadParameter(f"config file {value!r} does not exist") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise typer.BadParameter(f"config file {value!r} is not valid TOML: {exc}") from None
-    if isinstance(conf.get("parties"), dict):  # a deployment file (verticalfs.deploy.config)
-        ctx.meta["deployment"] = str(path)
-        return value
+        raw = read_raw(value, "config file")
+        if is_deployment(raw):  # a deployment file (verticalfs.deploy.config)
+            ctx.meta["deployment"] = value
+            return value
+        defaults = read_run_file(value, raw).cli_defaults()
+    except ConfigError as exc:
+        _fail(exc)
     names = {p.name for p in ctx.command.params}
-    defaults: dict[str, Any] = {}
-    for key, v in conf.items():
-        k = key.replace("-", "_")
-        if k == "pipeline":
-            defaults["method"] = "+".join(v) if isinstance(v, list) else str(v)
-        elif k in ("params", "param") and isinstance(v, dict):
-            defaults["param"] = [f"{pk}={pv}" for pk, pv in v.items()]
-        elif k in ("party_files", "party_file") and isinstance(v, dict):
-            defaults["party_file"] = [f"{pk}={pv}" for pk, pv in v.items()]
-        elif k in names:
-            defaults[k] = [str(x) for x in v] if isinstance(v, list) and k in ("categorical", "param", "party_file") else (
-                ",".join(str(x) for x in v) if isinstance(v, list) else v)
-        else:
-            raise typer.BadParameter(f"config file {value!r}: unknown option {key!r}; options are "
-                                     f"{sorted(n for n in names if n != 'config')}")
+    unused = sorted(set(defaults) - names)
+    if unused:  # the schema and the command's options disagree: a bug, not the user's
+        raise RuntimeError(f"options file keys {unused} are not options of {ctx.command.name!r}")
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
-    ctx.meta["config_file"] = str(path)
+    ctx.meta["config_file"] = value
     return value
 
 
@@ -243,8 +233,12 @@ class DataOptions:
                                       f"{lay.parties} parties ({lay.source}); leave out --parties or set it to "
                                       f"{lay.parties}")
                 out["layout"] = lay
-            if self.assignment is not None and not Path(self.assignment).is_file():
-                raise ConfigError(f"--assignment file {str(self.assignment)!r} does not exist")
+            if self.assignment is not None:
+                if not Path(self.assignment).is_file():
+                    raise ConfigError(f"--assignment file {str(self.assignment)!r} does not exist")
+                from verticalfs.configuration import read_assignment
+
+                read_assignment(self.assignment)  # its keys and types, before any data is loaded
             n_parties = out["layout"].parties if "layout" in out else (self.parties or 3)
         out["files"] = files
         out["noise"] = parse_fractions(self.noise, "--noise", n_parties=n_parties)
@@ -341,7 +335,7 @@ OPT_ENCODING = O("utf-8", "--encoding", help="With --party-file: the files' text
 OPT_TASK = O(None, "--task", help="classification or regression (inferred when unambiguous).")
 OPT_STRIP_IDS = O(False, "--strip-ids", help="With --party-file: strip surrounding whitespace and leading zeros "
                   "from the ids before aligning (' 007' matches '7'); without it, ids that would match are counted in a warning.")
-OPT_MAX_FILE = O(1024.0, "--max-file-mb", help="The most megabytes a compressed party file may expand to.")
+OPT_MAX_FILE = O(1024.0, "--max-file-mb", help="With --party-file: the most MiB a party file may hold (CSV, .csv.gz and Parquet: its size on disk, and decompressed for .csv.gz and Parquet); a larger file is refused before it is read. Reading a CSV takes several times its size in memory.")
 
 
 def _data_kwargs(locals_: dict) -> dict:
@@ -384,7 +378,7 @@ def run_cmd(
     checkpoints: Path = O(None, "--checkpoints", help="Checkpoint every training epoch in this folder (in-process parties in its parties/ subfolder; networked parties in their own `checkpoints` folder); removed when the run completes."),
     insecure: bool = O(False, "--insecure", help="With a deployment file: no TLS (messages in the clear, no party authenticated). Local experiments only."),
     resume: bool = O(False, "--resume", help="Continue the interrupted run whose checkpoints are in --checkpoints (or the deployment's folder), with the same options."),
-    config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result. A deployment file (with [parties.<name>] tables) runs across machines: see README 'Deploy across machines'.", callback=_load_config, is_eager=True),
+    config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result. A deployment file (with [parties.<name>] tables) runs across machines: see README 'Deploy across machines'. Every key: docs/reference/configuration.md.", callback=_load_config, is_eager=True),
 ) -> None:
     """Run one method on one data set and print its figures; optionally write the result JSON."""
     from verticalfs.options import check_epochs, check_out, check_seed
@@ -777,7 +771,7 @@ app.add_typer(party_app, name="party")
 
 @party_app.command("serve")
 def party_serve(
-    config: Path = typer.Option(..., "--config", help="The deployment file (the same on every host)."),
+    config: Path = typer.Option(..., "--config", help="The deployment file (the same on every host; its keys: docs/reference/configuration.md)."),
     name: str = typer.Option(..., "--name", help="This host's party, as named in the deployment file."),
     checkpoints: Path = typer.Option(None, "--checkpoints", help="This party's checkpoint folder (default: "
                                      "<checkpoints>/<name> of the deployment file, if set)."),

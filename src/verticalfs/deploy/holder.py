@@ -65,6 +65,7 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int = 1 << 30, checkpo
     from verticalfs.transport.grpc.party import NetworkedParty
 
     e = dep.party(name)
+    dep.check_keys(name)
     runtime = DeployedParty(name, e.file, id_column=dep.id_column,
                             label_column=dep.label_column if name == dep.label_party else None,
                             categorical=e.categorical, na_values=dep.na_values, delimiter=dep.delimiter,
@@ -81,6 +82,7 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
 
     lp = dep.label_party
     entry = dep.party(lp)
+    dep.check_keys(LABEL_HOLDER, lp)
     frame = _read_frames({lp: entry.file}, id_column=dep.id_column, na_values=dep.na_values,
                          delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=1 << 30)[lp]
     if dep.label_column not in frame.columns:

@@ -55,7 +55,7 @@ from verticalfs.transport.messages import (
 )
 
 
-@message
+@message("baselines.CompFSSpec")
 class CompFSSpec(SplitSpec):
     """Label holder -> party, inside ``Join``: the learners' gates and first layers."""
 
@@ -66,7 +66,7 @@ class CompFSSpec(SplitSpec):
     lr_decay: float = 0.99
 
 
-@message
+@message("baselines.CompFSEmbeddings")
 class CompFSEmbeddings(Embeddings):
     """Party -> holder: the learners' first-layer pre-activations ``(rows, N * h)``; in training
     also ``sums`` (``N``: sum of each learner's gate probabilities) and ``overlaps`` (``N x N``)."""
@@ -75,7 +75,7 @@ class CompFSEmbeddings(Embeddings):
     overlaps: np.ndarray | None = None
 
 
-@message
+@message("baselines.CompFSGradients")
 class CompFSGradients(Gradients):
     """Holder -> party: the gradients of the pre-activations, of ``sums`` and of ``overlaps``."""
 
@@ -83,12 +83,12 @@ class CompFSGradients(Gradients):
     overlaps: np.ndarray = tensor_field(default=None)
 
 
-@message
+@message("baselines.CompFSSelect")
 class CompFSSelect:
     """Holder -> party, phase ``selection``: remove the features no learner selects."""
 
 
-@message
+@message("baselines.CompFSSelected")
 class CompFSSelected:
     n_features: int
 
