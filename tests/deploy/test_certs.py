@@ -109,7 +109,7 @@ def test_sign_refuses_wrong_names_changed_requests_and_an_open_ca_key(hosts, tmp
     shutil.copytree(ca, open_ca)
     (open_ca / "ca.key").chmod(0o644)
     msg = _refused("sign", "--ca", str(open_ca), "--csr", str(csr), "--party", "party1", "--out", out)
-    assert "readable by others (mode 0644)" in msg and f"chmod 600 {open_ca / 'ca.key'}" in msg
+    assert "accessible to other users (mode 0644)" in msg and f"chmod 600 {open_ca / 'ca.key'}" in msg
     assert not Path(out).exists()
     # a private key is never overwritten
     assert "never overwritten" in _refused("request", "--party", "party1", "--out", str(hosts / "party1"))

@@ -128,7 +128,7 @@ def test_secure_checkpoint_holds_no_pickled_key_and_resumes(tmp_path):
     assert {s["attrs"]["pub"]["n"] for s in holder["trainer"]["server"].values()} == n_saved
     # a key file others can read is refused, with the fix
     key_files[1].chmod(0o644)
-    with pytest.raises(VerticalFSError, match=r"key file .*readable by others \(mode 0644\).*chmod 600"):
+    with pytest.raises(VerticalFSError, match=r"key file .*accessible to other users \(mode 0644\).*chmod 600"):
         verticalfs.run("fedsdg-fs", data, seed=0, params=SECURE, checkpoint_dir=tmp_path, resume=True)
     key_files[1].chmod(0o600)
     res = verticalfs.run("fedsdg-fs", data, seed=0, params=SECURE, checkpoint_dir=tmp_path, resume=True)

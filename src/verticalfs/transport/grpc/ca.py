@@ -35,9 +35,9 @@ def _write(path: Path, data: bytes, private: bool) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+    os.fchmod(fd, 0o600 if private else 0o644)  # before any byte, whatever the umask or a stale file's mode
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
-    os.chmod(tmp, 0o600 if private else 0o644)  # whatever the umask
     os.replace(tmp, path)
     return path
 
