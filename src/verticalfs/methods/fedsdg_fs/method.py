@@ -576,12 +576,6 @@ class FedSDGFS(OriginalGate):
         """Why a run with these parameters could not save its model (None: it can)."""
         return SecureFedSDGTrainer.unsaveable if self.params.secure else None
 
-    def fit(self, fed) -> Method:
-        if self.params.secure and self.checkpoints is not None:
-            raise ConfigError(f"{self.name}: secure training cannot resume from checkpoints (the interactive "
-                              "layer's noise lives at the parties); leave --checkpoints out or use secure=false")
-        return super().fit(fed)
-
     def predict_proba(self, fed, split: str = "test") -> np.ndarray:
         """Class probabilities on ``split``; a securely trained model predicts through Algorithm 2."""
         trainer = self.trainer_
