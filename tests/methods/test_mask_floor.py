@@ -174,3 +174,21 @@ def test_an_sffs_party_refuses_masks_that_cannot_hide_its_class_sums(wine):
         m.fit(fed)
     assert "party" in str(err.value)
     assert "MaskedClassSums" not in {r.kind for r in fed.ledger.records()}
+
+
+def test_a_party_whose_components_all_closed_gets_an_empty_gradient():
+    """Algorithm 3 with no open component: the server sends no ciphertext back, and the party
+    must not try to decrypt one (it raised 'from_bytes: 0 ciphertexts cannot have shape')."""
+    P, V = 12, 16
+    client = ClientCrypto(k=3, e=2, key_bits=512, insecure=True, backend="python", randomness="full",
+                          precision=P, noise_scale=0.1, rng=np.random.default_rng(0), value_bits=V)
+    server = ServerCrypto(client.pub, np.ones((3, 2)), P, V)
+    none = np.zeros(0, dtype=np.int64)
+    cols, rows, bound = client.encrypt_embeddings(np.zeros((5, 0)), none, train=True)
+    client.remove_forward_noise(server.masked_products(cols, none, 5, bound))
+    data = server.masked_weight_gradient(rows, np.full((5, 3), 0.1))
+    v, eps, R, eps_bound = client.noisy_weight_gradient(data, 0.1)
+    grad = server.update_and_embedding_gradient(v, eps, R, eps_bound, 0.1)
+    assert grad == b""
+    out = client.embedding_gradient(grad, R)
+    assert out.shape == (5, 0)

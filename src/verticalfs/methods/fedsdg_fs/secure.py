@@ -293,9 +293,11 @@ class ClientCrypto:
         """Algorithm 3 line 17: ``dL/dg`` of the open components, float ``(n, e_open)``."""
         st = self._state()
         n, eo = st["n"], len(st["open"])
+        self.pending = None
+        if not eo:  # every component closed: the server sent no ciphertext (Algorithm 3 has nothing to send back)
+            return np.zeros((n, 0), dtype=np.float64)
         Cg = -(-n // R)
         T = self._decrypt(data, Cg)[:, :R * eo].reshape(Cg * R, eo)[:n]
-        self.pending = None
         return np.ldexp(T.astype(np.float64), -2 * self.P) / n
 
     def _state(self) -> dict:
