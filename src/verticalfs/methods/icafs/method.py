@@ -19,6 +19,12 @@ are of that model (section V-B evaluates the selected features by training on th
 Ablations (Table VI, ``variant``): ``fixed-temp`` (``tau = 1``), ``embedding`` (an MLP on the
 embeddings instead of the gates, trained like the gates on synthetic then real rows), ``no-fs``
 (no selection module and no synthetic stage: a linear predictor on the embeddings, real rows only).
+
+DP-SGD (Table V, ``dp_epsilon``; :mod:`.dp` states it exactly, the result's ``info["dp"]`` too):
+each party's encoder on its real-row steps, Poisson-sampled batches, noise from OS entropy. It is
+per party and per real training row, and only as if each row's gradient depended on that row
+alone: stage 1, the critic features and embeddings of real rows, the synthetic-row steps, the top
+model and the selection are not covered, so the run is not ``(epsilon, delta)``-DP.
 """
 
 from __future__ import annotations
@@ -125,8 +131,8 @@ class ICAFSParams(TrainConfig):
         gradient the label holder returns for a row depended on that row alone, and stage 1 (the
         GAN on the real rows), the critic features and the embeddings of real rows, the
         encoder's steps on synthetic rows, the top model and the selection are computed from the
-        real rows without noise. The exact statement is in :mod:`.dp` and in the result's
-        ``info["dp"]``.
+        real rows without noise. The exact statement is in ``methods/icafs/dp.py`` and in the
+        result's ``info["dp"]``.
     dp_delta : float
         delta of the DP-SGD accounting (Table V: 1e-5).
     dp_clip : float
@@ -400,6 +406,9 @@ def saved_top_output(holder: dict, H: np.ndarray) -> np.ndarray:
 
 @register
 class ICAFS(Method):
+    """ICAFS (icafs.md Algorithms 1 and 2); with ``dp_epsilon``, DP-SGD on each party's encoder's
+    real-row steps, stated with what it does not cover in ``info_["dp"]`` (:mod:`.dp`)."""
+
     name = "icafs"
     summary = ("ICAFS: federated conditional WGAN-GP synthesis, an ensemble of gated selectors on the concatenated "
                "embeddings learnt on synthetic rows, training on real rows.")
