@@ -131,3 +131,13 @@ def test_poisson_plan_includes_each_row_independently():
 def test_batches_too_small_for_poisson_sampling_refused(data):
     with pytest.raises(ConfigError, match="batch_size"):
         create("icafs", seed=0, dp_epsilon=5.0, **{**KW, "batch_size": 2}).fit(Federation.in_process(data))
+
+
+def test_an_empty_poisson_batch_is_skipped(data, monkeypatch):
+    """A batch that samples no row takes no step (its probability is charged to delta) instead of
+    a loss over no rows."""
+    rows = dp.PoissonPlan.rows
+    monkeypatch.setattr(dp.PoissonPlan, "rows",
+                        lambda self, e, b: np.zeros(0, dtype=np.int64) if b == 0 else rows(self, e, b))
+    _, m, _ = encoders(data, dp_epsilon=5.0)
+    assert np.isfinite(m.history_[-1]["train_loss"])
