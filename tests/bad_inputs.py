@@ -199,9 +199,271 @@ def _thousand_classes(tmp: Path) -> dict:
     return write(tmp, frames)
 
 
+# ------------------------------------------------------------------- round 2 (issue 37): data and outputs
+READ_ONLY = "/proc"  # a folder no one may write in, not even root (permission bits say nothing to root)
+RUN_FILES = [*RUN, *FILES]
+
+
+def _raw_bytes(name: str, data: bytes):
+    def setup(tmp: Path) -> dict:
+        d = base(tmp)
+        (tmp / f"{name}.csv").write_bytes(data)
+        return d
+    return setup
+
+
+def _parquet_named_csv(tmp: Path) -> dict:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = base(tmp)
+    pq.write_table(pa.Table.from_pandas(people()["insurer"]), tmp / "insurer.csv")
+    return d
+
+
+def _zip_named_csv(tmp: Path) -> dict:
+    import zipfile
+
+    d = base(tmp)
+    with zipfile.ZipFile(tmp / "insurer.csv", "w") as z:
+        z.writestr("insurer.csv", people()["insurer"].to_csv(index=False))
+    return d
+
+
+def _stray_bytes(tmp: Path) -> dict:
+    """Two bytes that are not UTF-8 on line 50 of an otherwise clean file."""
+    d = base(tmp)
+    lines = people()["insurer"].to_csv(index=False).encode().split(b"\n")
+    lines[49] = lines[49] + b"\xff\xfe"
+    (tmp / "insurer.csv").write_bytes(b"\n".join(lines))
+    return d
+
+
+def _with_model(tmp: Path) -> dict:
+    """The three files and a model trained on them (one epoch), saved in {model}."""
+    from verticalfs.api import build_data, run
+    from verticalfs.data.user import load_party_files
+
+    d = base(tmp)
+    vds, _ = load_party_files({k: d[k] for k in ("bank", "telecom", "insurer")}, label_party="bank",
+                              label_column="default", categorical={"telecom": ["plan"]})
+    run("vfl", build_data(vds, seed=0), params={"epochs": 1}, save_model=tmp / "model")
+    (tmp / "afile").write_text("x")
+    return {**d, "model": str(tmp / "model"), "tmp": str(tmp)}
+
+
+COMPARE = ["compare", "--no-progress", "--methods", "vfl", "-o", "{tmp}/c"]
+
+
+def _compared(*args: str, mutate=None):
+    """Files and a finished ``compare`` (wine, one epoch, or ``args``) in {tmp}/c; then ``mutate(tmp)``."""
+    def setup(tmp: Path) -> dict:
+        from typer.testing import CliRunner
+
+        from verticalfs.cli import app
+
+        d = {**_extra(tmp)}
+        argv = [a.format(**d) for a in (args or ("-d", "wine", "-e", "1"))]
+        res = CliRunner().invoke(app, [*render(COMPARE, d), *argv])
+        assert res.exit_code == 0, res.output
+        if mutate is not None:
+            mutate(tmp)
+        return d
+    return setup
+
+
+def _runs_is_a_file(tmp: Path) -> dict:
+    d = _extra(tmp)
+    (tmp / "c").mkdir()
+    (tmp / "c" / "runs").write_text("x")
+    return d
+
+
+def _results_is_a_dir(tmp: Path) -> dict:
+    d = _extra(tmp)
+    (tmp / "c" / "results.json").mkdir(parents=True)
+    return d
+
+
+def _spaced_ids(frames):
+    """The insurer writes every id with a leading space: no id matches."""
+    frames["insurer"]["id"] = " " + frames["insurer"]["id"].astype(str)
+
+
+def _touch_insurer(tmp: Path) -> None:
+    with open(tmp / "insurer.csv", "a") as fh:
+        fh.write("9999,1.0\n")
+
+
+def data_cases() -> list[Case]:
+    """Issue 37's data and output cases: outputs checked before any work, ``--epochs 0``,
+    ``compare --resume`` into another configuration, binary and stray-byte files."""
+    R = RUN_FILES
+    return [
+        Case("--epochs 0", ["run", "--no-progress", "-m", "vfl", "-d", "wine", "-e", "0"], r"--epochs must be .*>= 1"),
+        Case("compare --epochs 0", [*COMPARE, "-d", "wine", "-e", "0"], r"--epochs must be .*>= 1", _extra),
+        Case("--out in a read-only place", [*RUN, "-d", "wine", "--out", f"{READ_ONLY}/r.json"],
+             r"--out .*cannot write in the folder '/proc'"),
+        Case("compare --out in a read-only place", ["compare", "--no-progress", "--methods", "vfl", "-d", "wine",
+             "-e", "1", "-o", f"{READ_ONLY}/c"], r"--out .*cannot write in the folder '/proc'"),
+        Case("--save-model in a read-only place", [*RUN, "-d", "wine", "--save-model", f"{READ_ONLY}/m"],
+             r"--save-model .*cannot write in the folder '/proc'"),
+        Case("--checkpoints under a file", [*RUN, "-d", "wine", "--checkpoints", "{tmp}/afile/ck"],
+             r"--checkpoints .*is a file, not a folder", _extra),
+        Case("compare --out whose runs/ is a file", [*COMPARE, "-d", "wine", "-e", "1"], r"runs' is a file",
+             _runs_is_a_file),
+        Case("compare --out whose results.json is a folder", [*COMPARE, "-d", "wine", "-e", "1"],
+             r"results.json' is a directory", _results_is_a_dir),
+        Case("predict --out in a read-only place", ["predict", "--model", "{model}", "--party-file", "bank={bank}",
+             "--party-file", "telecom={telecom}", "--party-file", "insurer={insurer}", "--out",
+             f"{READ_ONLY}/p.csv"], r"--out .*cannot write in the folder '/proc'", _with_model),
+        Case("Parquet content in a .csv file", R, r"insurer.csv' is not a text CSV file: .*Parquet.*\.parquet",
+             _parquet_named_csv),
+        Case("zip content in a .csv file", R, r"is not a text CSV file: .*zip", _zip_named_csv),
+        Case("NUL bytes in a .csv file", R, r"is not a text CSV file: .*NUL byte",
+             _raw_bytes("insurer", b"id,claims\n1,\x00\x00\x00\x01\n")),
+        Case("two stray bytes in a UTF-8 file", R, r"not valid utf-8: line 50, column \d+ \(byte offset \d+\)",
+             _stray_bytes),
+        Case("ids matching only after stripping spaces", R, r"no id .*would align .*--strip-ids", _mut(_spaced_ids)),
+        Case("--strip-ids without party files", [*RUN, "-d", "wine", "--strip-ids"],
+             r"--strip-ids applies to --party-file"),
+        Case("compare --resume with other epochs", [*COMPARE, "-d", "wine", "-e", "2", "--resume"],
+             r"--resume: the runs in .* another configuration: epochs was 1, now 2; give another --out", _compared()),
+        Case("compare --resume on another data set", [*COMPARE, "-d", "breast_cancer", "-e", "1", "--resume"],
+             r"another configuration: data\.dataset was \"wine\", now \"breast_cancer\"", _compared()),
+        Case("compare --resume with other noise", [*COMPARE, "-d", "wine", "-e", "1", "--noise", "0.5",
+             "--no-reference", "--resume"], r"another configuration: data\.noise was 0\.0, now 0\.5", _compared()),
+        Case("less-vfl-grid --out in a read-only place", ["less-vfl-grid", "wine", "--seeds", "1", "--lambdas-m", "1",
+             "--lambdas-s", "0.01", "--pretrain-epochs", "1", "--epochs", "1", "--no-reference", "--out",
+             f"{READ_ONLY}/g.json"], r"--out .*cannot write in the folder '/proc'"),
+        Case("compare --resume after a party file changed", [*COMPARE, "-e", "1", *FILES, "--resume"],
+             r"another configuration: data\.files\.insurer\.sha256 was", _compared("-e", "1", *FILES,
+                                                                                   mutate=_touch_insurer)),
+    ]
+
+
+# ------------------------------------------------------------------------ configuration files
+def deployment_text(files: dict[str, str], *, top: str = "", party: dict[str, str] | None = None,
+                    certs: bool = False) -> str:
+    """A deployment file over ``files`` (ports are never opened: every case stops before connecting)."""
+    lines = ['label_party = "bank"', 'label_column = "default"', 'certs = "certs"' if certs else "insecure = true"]
+    lines += [ln for ln in top.splitlines() if ln.strip()]
+    for k, name in enumerate(files):
+        extra = [ln for ln in (party or {}).get(name, "").splitlines() if ln.strip()]
+        lines += [f"[parties.{name}]", f'file = "{files[name]}"', *extra]
+        if not any(ln.startswith("address") for ln in extra):
+            lines.append(f'address = "127.0.0.1:{47000 + k}"')
+        if name == "telecom" and not any(ln.startswith("categorical") for ln in extra):
+            lines.append('categorical = ["plan"]')
+    return "\n".join(lines) + "\n"
+
+
+def _deployment(top: str = "", party: dict[str, str] | None = None, certs: bool = False, key_mode: int | None = None,
+                key_of: str = "active"):
+    def setup(tmp: Path) -> dict:
+        d = base(tmp)
+        (tmp / "dep.toml").write_text(deployment_text(d, top=top, party=party, certs=certs))
+        if certs:
+            import os
+
+            from verticalfs.transport.grpc.tls import make_certs
+
+            make_certs(["active", *d], tmp / "certs")
+            if key_mode is not None:
+                os.chmod(tmp / "certs" / f"{key_of}.key", key_mode)
+        return {**d, "dep": str(tmp / "dep.toml"), "tmp": str(tmp)}
+    return setup
+
+
+def _options_file(text: str):
+    def setup(tmp: Path) -> dict:
+        d = base(tmp)
+        (tmp / "run.toml").write_text(text.format(**d))
+        return {**d, "run": str(tmp / "run.toml"), "tmp": str(tmp)}
+    return setup
+
+
+def _assignment_file(text: str):
+    def setup(tmp: Path) -> dict:
+        (tmp / "cols.toml").write_text(text)
+        return {"cols": str(tmp / "cols.toml"), "tmp": str(tmp)}
+    return setup
+
+
+def config_cases() -> list[Case]:
+    """Configuration files (deployment, ``run --config``, assignment): read through the typed schema."""
+    DEP = ["run", "--no-progress", "-m", "vfl", "-e", "1", "--config", "{dep}"]
+    SERVE = ["party", "serve", "--name", "telecom", "--config", "{dep}"]
+    RUNF = ["run", "--config", "{run}"]
+    return [
+        Case("deployment: insecure as a string", DEP, r"dep\.toml': insecure = \"false\": expected true or false",
+             _deployment('insecure = "false"', certs=True), notes="read with bool(...): the string turned TLS off"),
+        Case("deployment: test_size not a number", DEP, r"test_size = \"0\.2x\": expected a number",
+             _deployment('test_size = "0.2x"')),
+        Case("deployment: test_size as a list", DEP, r"test_size = \[0\.2\]: expected a number",
+             _deployment("test_size = [0.2]")),
+        Case("deployment: test_size out of range", DEP, r"test_size = 1\.5: expected a number \(>= 0, < 1\)",
+             _deployment("test_size = 1.5")),
+        Case("deployment: categorical as a number", DEP, r"parties\.telecom\.categorical = 5: expected a list",
+             _deployment(party={"telecom": "categorical = 5"})),
+        Case("deployment: port out of range", SERVE, r"parties\.insurer\.address = \"127\.0\.0\.1:99999\": expected .*host:port",
+             _deployment(party={"insurer": 'address = "127.0.0.1:99999"'})),
+        Case("deployment: misspelt key", DEP, r"unknown key 'tst_size'; did you mean 'test_size'",
+             _deployment("tst_size = 0.3")),
+        Case("deployment: misspelt party key", SERVE, r"unknown key 'parties\.telecom\.lisen'; did you mean 'listen'",
+             _deployment(party={"telecom": 'lisen = "0.0.0.0:1"'})),
+        Case("deployment: connect_timeout as a string", DEP, r"connect_timeout = \"10\": expected a number",
+             _deployment('connect_timeout = "10"')),
+        Case("deployment: private key readable by others (run)", DEP, r"private key '.*active\.key'.*chmod 600 .*active\.key",
+             _deployment(certs=True, key_mode=0o644)),
+        Case("deployment: the label party's key readable by the group", DEP,
+             r"private key '.*bank\.key'.*chmod 600 .*bank\.key", _deployment(certs=True, key_mode=0o640, key_of="bank")),
+        Case("options file: party_file as a string", RUNF,
+             r"party_file = \"bank\.csv\": expected a \[party_file\] table of name = path",
+             _options_file('method = "vfl"\nparty_file = "bank.csv"\n'), notes='was "Value must be an iterable"'),
+        Case("options file: seed as a string", RUNF, r"seed = \"1\": expected an integer",
+             _options_file('method = "vfl"\ndataset = "wine"\nseed = "1"\n')),
+        Case("options file: progress as a string", RUNF, r"progress = \"false\": expected true or false",
+             _options_file('method = "vfl"\ndataset = "wine"\nprogress = "false"\n')),
+        Case("options file: noise as a boolean", RUNF, r"noise = true: expected a number",
+             _options_file('method = "vfl"\ndataset = "wine"\nnoise = true\n')),
+        Case("options file: misspelt key", RUNF, r"unknown key 'epoch'; did you mean 'epochs'",
+             _options_file('method = "vfl"\ndataset = "wine"\nepoch = 2\n')),
+        Case("options file: not TOML", RUNF, r"config file '.*run\.toml' is not valid TOML",
+             _options_file('method = vfl\n')),
+        Case("assignment file: a string for a party's columns", [*RUN, "-d", "wine", "--assignment", "{cols}"],
+             r"assignment file '.*cols\.toml': parties\.party1 = \"alcohol\": expected",
+             _assignment_file('[parties]\nparty1 = "alcohol"\n')),
+    ]
+
+
+def _parquet_of_zeros(tmp: Path) -> dict:
+    """insurer.parquet: 120 rows x 202 columns, 110 KB on disk (columns of zeros), 194 KB decoded."""
+    d = base(tmp)
+    frame = people()["insurer"]
+    frame = frame.assign(**{f"z{i}": np.zeros(len(frame)) for i in range(200)})
+    frame.to_parquet(tmp / "insurer.parquet")
+    d["insurer"] = str(tmp / "insurer.parquet")
+    return d
+
+
+def wire_cases() -> list[Case]:
+    """Issue 37's decoder and memory items a command line can reach: --max-file-mb bounds every
+    kind of party file (it bounded only compressed CSVs)."""
+    R = [*RUN, *FILES]
+    return [
+        Case("plain CSV over --max-file-mb", [*R, "--max-file-mb", "0.001"],
+             r"'.*\.csv' is [\d,]+ bytes \(.* MiB\), more than the limit of 1,048 bytes \(0\.000999 MiB, --max-file-mb", base),
+        Case("Parquet decoding past --max-file-mb", [*R, "--max-file-mb", "0.15"],
+             r"'.*insurer\.parquet' holds 120 rows x 202 columns, .* decoded, more than the limit of 157,286 bytes",
+             _parquet_of_zeros),
+    ]
+
+
 def cases() -> list[Case]:
     F = FILES
-    C = []
+    C = config_cases()
+    C += data_cases()
     # ---------------------------------------------------------------------------- options
     C += [
         Case("unknown method", ["run", "-m", "nope", "-d", "wine"], r"unknown method 'nope'"),
@@ -275,7 +537,7 @@ def cases() -> list[Case]:
         Case("empty column name", R, r"empty column names", _raw_text("insurer", "id,,claims\n1,2,3\n")),
         Case("ids differing only by leading zeros", R, r"no id .*'007' and '7' differ", _mut(_leading_zeros)),
         Case("party file with only ids", R, r"holds only the id column", _mut(_only_ids)),
-        Case("gzip expanding past the limit", [*R, "--max-file-mb", "1"], r"expands to more than 1 MiB", _gzip_bomb),
+        Case("gzip expanding past the limit", [*R, "--max-file-mb", "1"], r"expands when decompressed to more than the limit of 1,048,576 bytes \(1 MiB, --max-file-mb", _gzip_bomb),
         Case("nested parquet column", R, r"nested", _parquet_nested),
         Case("numeric column holding '?'", R, r"--na-values '\?'", _mut(_question_marks)),
         Case("undeclared text column", R, r"--categorical insurer:region", _mut(_text_col)),
@@ -297,6 +559,7 @@ def cases() -> list[Case]:
         Case("label column is the id column", [*R[:-4], "--label-column", "id", "--categorical", "telecom:plan"], r"must differ", base),
         Case("categorical column not in the file", [*R[:-2], "--categorical", "telecom:colour"], r"'colour' is declared categorical", base),
     ]
+    C += wire_cases()
     return C
 
 

@@ -8,7 +8,7 @@ as such) with each randomness it can draw (``full``: ``r**n`` with ``r`` uniform
 ``short``: ``h_s**a`` with a ``ceil(bits/2)``-bit exponent, Damgård-Jurik-Nielsen 2010; see
 ``verticalfs.crypto.backends``), and ``phe (own API)``: python-paillier's ``encrypt`` and
 ``decrypt`` of floats, the plain reference. For each, on ``--n`` float64 values in [-1, 1)
-(32 fractional bits), :func:`verticalfs.crypto.benchmark.rates`:
+(32 fractional bits), :func:`paillier_rates.rates` (beside this script):
 
 - ``enc/s``: encryptions per second with the public key only (a party that does not hold the key);
 - ``enc/s (holder)``: with the private key (the ``python`` back end then works mod ``p**2`` and
@@ -38,13 +38,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # paillier_rates beside this script
 try:
     from verticalfs.crypto import AUTO_ORDER, available_backends, backend_info
-    from verticalfs.crypto.benchmark import phe_rates, rates
 except ImportError:  # running from a checkout without an installed package
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
     from verticalfs.crypto import AUTO_ORDER, available_backends, backend_info
-    from verticalfs.crypto.benchmark import phe_rates, rates
+from paillier_rates import phe_rates, rates  # noqa: E402
 
 COLUMNS = [("encrypt_per_s", "enc/s"), ("encrypt_holder_per_s", "enc/s (holder)"), ("decrypt_per_s", "dec/s"),
            ("precompute_per_s", "pool r^n/s"), ("encrypt_pooled_per_s", "enc/s (pooled)"),

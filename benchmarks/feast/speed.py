@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -82,7 +83,8 @@ def paillier_rates(args) -> None:
     (2048-bit keys, this process's threads, measured in this run; ``paillier_speed.py`` has the
     full table with one thread and all threads)."""
     from verticalfs.crypto import available_backends, backend_info
-    from verticalfs.crypto.benchmark import rates
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # paillier_rates beside this script
+    from paillier_rates import rates
 
     print("\nPaillier, 2048-bit keys (per second, this run); 'pool' = precomputing r^n, 'pooled' = the online\n"
           "encryptions from the pool alone, 'pool+online' = both (what a pool costs end to end)")

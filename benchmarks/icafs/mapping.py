@@ -40,7 +40,7 @@ import numpy as np
 MAPPINGS = ("issue", "x_std", "open_share", "F_filter")
 
 
-def _real_as_synthetic(tr, fed, data) -> None:
+def real_as_synthetic(tr, fed, data) -> None:
     """The oracle of ``--stage1 real``: each party's real training rows as its synthetic block and
     the real training labels as the synthetic labels (what ``ICAFSTrainer.synthesize`` leaves
     behind, with perfect data in it)."""
@@ -69,10 +69,10 @@ def run_seed(job: dict) -> dict:
     seed = job["seed"]
     data = verticalfs.build_data(job["dataset"], parties=job["parties"], seed=seed, data_dir=job["data_dir"])
     fed = Federation.in_process(data)
-    tr = ICAFSTrainer(fed, "icafs", ICAFSParams(), seed=seed)
+    tr = ICAFSTrainer(fed, "icafs", ICAFSParams(**job.get("params", {})), seed=seed)  # the defaults
     tr.setup()
     if job.get("stage1", "icafs") == "real":
-        _real_as_synthetic(tr, fed, data)
+        real_as_synthetic(tr, fed, data)
     else:
         tr.synthesize()
     tr.fit(phase="train")

@@ -9,8 +9,9 @@
 - Table V: ICAFS with DP-SGD on the encoders at epsilon 20, 10 and 5 (delta 1e-5), K = 2.
 - Table VI: the ablations (fixed temperature, an MLP instead of the gates, no selection), K = 2.
   Tables V and VI's runs (but ``no-fs``, which has no stage 1) take the stage 1 of Table IV's K = 2
-  run of their seed instead of computing it again (:func:`stage1_key`, :func:`run_group`): it is
-  the same computation, and a restored run is the run that recomputes it (tested).
+  run of their seed instead of computing it again (:func:`stage1_key`, :func:`run_group`, the
+  library's ``stage1_cache``): it is the same computation, and a restored run is the run that
+  recomputes it (tested).
 - Table VII: seconds and megabytes of ICAFS's synthesis, training and inference (the test split),
   from the ledger and the clock, beside SEFS's, K = 2.
 - Table VIII: ICAFS with Gaussian noise columns making 50 %, 33 % and 20 % of each party's columns
@@ -62,8 +63,18 @@ NOISE = (1.0, 0.5, 0.25)
 EPSILONS = (20.0, 10.0, 5.0)
 
 
-#: Stage 1 of one worker's last runs, by :func:`stage1_key` (see :func:`run_group`).
-_STAGE1: dict[str, dict] = {}
+#: Stage 1 of one worker's last run (the library's in-process reuse; see :func:`run_group`), made on first use
+_CACHE = None
+
+
+def stage1_cache():
+    """This worker's :class:`~verticalfs.methods.icafs.Stage1Cache` (one stage 1 at a time)."""
+    global _CACHE
+    if _CACHE is None:
+        from verticalfs.methods.icafs import Stage1Cache
+
+        _CACHE = Stage1Cache()
+    return _CACHE
 
 
 def stage1_key(job: dict) -> str | None:
@@ -73,60 +84,28 @@ def stage1_key(job: dict) -> str | None:
     seed), K and the synthesis settings. Table V's DP-SGD acts on the encoders' steps on real rows
     and Table VI's ``fixed-temp`` and ``embedding`` on the top model, both in stages 2-3, so those
     runs and Table IV's K = 2 run of the same seed make the same synthetic rows. ``no-fs`` makes
-    none, and Table VIII's noise columns change the data.
+    none, and Table VIII's noise columns change the data. A job that sets a synthesis setting of its
+    own runs alone; the library restores a kept stage 1 only for a run whose stage 1 is the same.
     """
+    from verticalfs.methods.icafs.stage1 import SYNTHESIS_PARAMS
+
     params = job.get("params") or {}
     if (job["method"] != "icafs" or job.get("noise") or job["kind"] not in ("table4", "table5", "table6")
-            or params.get("variant") == "no-fs" or set(params) - {"dp_epsilon", "variant"}):
+            or params.get("variant") == "no-fs" or set(params) & set(SYNTHESIS_PARAMS)):
         return None
     return json.dumps({k: job.get(k) for k in ("dataset", "parties", "seed", "synth_steps")}, sort_keys=True)
 
 
-def _stage1_shared(key: str | None, fed, produce: bool):
-    """A context in which :meth:`ICAFSTrainer.synthesize` keeps its result under ``key`` (the
-    first run of a group) or, when ``key`` is kept and ``produce`` is false, restores it instead
-    of running Algorithm 1 again: each party's synthetic block into that party (the benchmark runs
-    every party in this process; in a deployment nothing would move, each party would keep its
-    own), the synthetic labels at the label holder. A restored run's ledger has no stage-1 bytes
-    and its ``info`` says ``synthesis_reused`` (Tables V and VI report accuracy only)."""
-    import contextlib
-
-    from verticalfs.methods.icafs.method import ICAFSTrainer
-
-    if key is None:
-        return contextlib.nullcontext()
-    original = ICAFSTrainer.synthesize
-
-    def synthesize(trainer) -> None:
-        kept = _STAGE1.get(key)
-        if kept is None or produce:
-            original(trainer)
-            _STAGE1.clear()  # one group's stage 1 at a time
-            _STAGE1[key] = {"blocks": {q: fed.local_runtime(q).role.synthetic.clone() for q in trainer.parties},
-                            "y_syn": trainer.y_syn.clone(), "info": dict(trainer.synthesis_info)}
-            return
-        for q, block in kept["blocks"].items():
-            fed.local_runtime(q).role.adopt_synthetic(block.clone())
-        trainer.adopt_synthesis(kept["y_syn"].numpy(), {**kept["info"], "synthesis_reused": 1})
-
-    @contextlib.contextmanager
-    def patched():
-        ICAFSTrainer.synthesize = synthesize
-        try:
-            yield
-        finally:
-            ICAFSTrainer.synthesize = original
-
-    return patched()
-
-
 def run_group(jobs: list[dict]) -> list[dict]:
     """Runs one after the other in one worker, sharing stage 1 among those of one :func:`stage1_key`
-    (a Table IV run computes its own, for its cost and quality figures, and leaves it to the rest)."""
+    through the library's ``stage1_cache`` (which restores it only for a run that would compute the
+    same one; a Table IV run, first in its group, computes its own, for its cost and quality
+    figures, and leaves it to the rest). A restored run's ledger has no stage-1 bytes and its
+    ``info`` says ``synthesis_reused`` (Tables V and VI report accuracy only)."""
     try:
         return [run_one(j, reuse=True) for j in jobs]
     finally:
-        _STAGE1.clear()
+        stage1_cache().clear()  # a worker keeps nothing between groups
 
 
 def run_one(job: dict, reuse: bool = False) -> dict:
@@ -145,10 +124,15 @@ def run_one(job: dict, reuse: bool = False) -> dict:
     params = dict(job.get("params", {}))
     if job["method"] == "icafs" and job.get("synth_steps") is not None:
         params["synth_steps"] = job["synth_steps"]
+    cache = None
+    if job["method"] == "icafs":  # a run alone keeps its stage 1 for the quality figures only
+        from verticalfs.methods.icafs import Stage1Cache
+
+        cache = stage1_cache() if reuse and stage1_key(job) is not None else Stage1Cache()
+        params["stage1_cache"] = cache
     m = create(job["method"], seed=job["seed"], **params)
     fed = Federation.in_process(data)
-    with _stage1_shared(stage1_key(job) if reuse else None, fed, produce=job["kind"] == "table4"):
-        m.fit(fed)
+    m.fit(fed)
     fit_seconds = time.perf_counter() - t0
     sup = m.get_support()
     led = fed.ledger
@@ -172,8 +156,9 @@ def run_one(job: dict, reuse: bool = False) -> dict:
     if job.get("quality"):
         from sklearn.linear_model import LogisticRegression
 
-        S = np.concatenate([fed.local_runtime(q).role.synth.synthetic for q in data.party_names], 1)
-        ys = m.trainer_.y_syn.numpy()
+        kept = cache.last  # all parties' blocks and the synthetic labels, pooled by the benchmark only
+        S = np.concatenate([kept.blocks[q].numpy() for q in data.party_names], 1)
+        ys = kept.labels
         Xtr = np.concatenate([p.X["train"] for p in data.parties], 1)
         Xte = np.concatenate([p.X["test"] for p in data.parties], 1)
         yte = data.labels.y["test"]

@@ -48,11 +48,11 @@ def _echo_main(certs: str, conn) -> None:
     import grpc
 
     from verticalfs.transport.grpc import PartyServer, TLSFiles
-    from verticalfs.transport.grpc.channel import _OPTIONS
+    from verticalfs.transport.grpc.channel import CHANNEL_OPTIONS
 
     tls = TLSFiles.in_folder(certs, "party1")
     server = PartyServer(_Echo(), "127.0.0.1:0", tls=tls, peers={"active"}).start()
-    bare = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(4), options=_OPTIONS)
+    bare = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(4), options=list(CHANNEL_OPTIONS))
     handler = grpc.unary_unary_rpc_method_handler(lambda req, ctx: req)
     bare.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Echo", {"Echo": handler}),))
     ca, cert, key = tls.read()
@@ -110,7 +110,7 @@ def round_trips(certs: Path, repeats: int) -> list[dict]:
 
     from verticalfs.names import LABEL_HOLDER
     from verticalfs.transport.grpc import GrpcChannel, TLSFiles
-    from verticalfs.transport.grpc.channel import _OPTIONS
+    from verticalfs.transport.grpc.channel import CHANNEL_OPTIONS
     from verticalfs.transport.ledger import Ledger
     from verticalfs.transport.messages import At, Embeddings
     from verticalfs.transport.node import Node
@@ -130,7 +130,7 @@ def round_trips(certs: Path, repeats: int) -> list[dict]:
     node = Node(LABEL_HOLDER, node_channel, Ledger())
     ca, cert, key = tls.read()
     creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
-    bare_ch = grpc.secure_channel(bare_addr, creds, options=[*_OPTIONS, ("grpc.ssl_target_name_override", "party1")])
+    bare_ch = grpc.secure_channel(bare_addr, creds, options=[*CHANNEL_OPTIONS, ("grpc.ssl_target_name_override", "party1")])
     echo = bare_ch.unary_unary("/bench.Echo/Echo")
     rows = []
     at = At("train", 0, 0)

@@ -6,6 +6,12 @@ baselines over one transport whose ledger counts every byte that crosses.
 
 The public names below are imported on first use, so ``import verticalfs`` (and the command
 line's ``--help``) stays fast: torch, pandas and scikit-learn load only when needed.
+
+What is public: the names in ``__all__`` here, and in any module of the package whose dotted path
+has no part with a leading underscore, the names without one (a module's ``__all__`` lists its main
+ones). A name or attribute with a leading underscore is the library's own and may change without
+notice; so does anything reached by assigning to a library module's or class's attributes (use a
+documented option or hook instead). ``benchmarks/`` keeps to this (``tests/test_benchmarks_public_api.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {
     "RunResult": "verticalfs.api",

@@ -23,7 +23,7 @@ from verticalfs.data.partition import add_noise_features, add_overlap, load_assi
 from verticalfs.data.table import Table
 from verticalfs.data.vertical import PreparedData, VerticalDataset
 from verticalfs.evaluation.metrics import primary_metric, selection_scores
-from verticalfs.exceptions import ConfigError
+from verticalfs.exceptions import ConfigError, VerticalFSWarning
 from verticalfs.federation import Federation
 from verticalfs.methods import registry
 from verticalfs.model import save_model as _save_model
@@ -288,9 +288,10 @@ def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_c
     if data_config:
         cfg["data"] = dict(data_config)
     estimates = [estimate_wall_time(fed.ledger, b).to_dict() for b in bandwidths_mbps] if len(fed.ledger) else []
-    notes = selection_warnings(method, selection) + [str(w) for w in m.info_.get("warnings", [])]
+    notes = list(data.warnings or []) + selection_warnings(method, selection) + [
+        str(w) for w in m.info_.get("warnings", [])]
     for w in notes:
-        warnings.warn(w, stacklevel=2)
+        warnings.warn(w, VerticalFSWarning, stacklevel=2)
     return RunResult(
         method=method,
         dataset=data.name,

@@ -36,6 +36,11 @@ def _main(
         "small per-party models of VFL; raise it for wide models.", min=0),
 ) -> None:
     """Vertical federated learning with feature selection, on one metered transport."""
+    import warnings
+
+    from verticalfs.exceptions import VerticalFSWarning
+
+    warnings.filterwarnings("ignore", category=VerticalFSWarning)  # printed once each from the result
     if threads > 0:
         import torch
 
@@ -48,6 +53,16 @@ def _fail(exc: Exception) -> None:
     msg = " ".join(str(exc).split())  # one line
     err.print(Text("error: ", style="bold red") + Text(msg), soft_wrap=True, highlight=False)
     raise typer.Exit(2)
+
+
+def _warn(notes, shown: set[str]) -> None:
+    """Print each warning once (``shown``: those already printed)."""
+    from rich.markup import escape
+
+    for w in notes:
+        if w not in shown:
+            shown.add(w)
+            err.print(f"[bold yellow]warning:[/] {escape(w)}", soft_wrap=True, highlight=False)
 
 
 def _interrupted(what: str, where: str | None = None) -> None:
@@ -66,39 +81,29 @@ def _parse_params(items: list[str] | None) -> dict[str, str]:
 
 
 def _load_config(ctx: typer.Context, param, value: str | None):
-    """``--config run.toml``: every option of the command from a file (the command line wins)."""
+    """``--config run.toml``: every option of the command from a file (the command line wins).
+
+    The file is read through :mod:`verticalfs.configuration` (typed: a wrong type or unknown key is
+    one line ``error: ...`` naming the file and the key); a file with ``[parties.<name>]`` tables
+    is a deployment file, read when the command runs."""
     if not value:
         return value
-    import tomllib
+    from verticalfs.configuration import is_deployment, read_raw, read_run_file
 
-    path = Path(value)
     try:
-        conf = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise typer.BadParameter(f"config file {value!r} does not exist") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise typer.BadParameter(f"config file {value!r} is not valid TOML: {exc}") from None
-    if isinstance(conf.get("parties"), dict):  # a deployment file (verticalfs.deploy.config)
-        ctx.meta["deployment"] = str(path)
-        return value
+        raw = read_raw(value, "config file")
+        if is_deployment(raw):  # a deployment file (verticalfs.deploy.config)
+            ctx.meta["deployment"] = value
+            return value
+        defaults = read_run_file(value, raw).cli_defaults()
+    except ConfigError as exc:
+        _fail(exc)
     names = {p.name for p in ctx.command.params}
-    defaults: dict[str, Any] = {}
-    for key, v in conf.items():
-        k = key.replace("-", "_")
-        if k == "pipeline":
-            defaults["method"] = "+".join(v) if isinstance(v, list) else str(v)
-        elif k in ("params", "param") and isinstance(v, dict):
-            defaults["param"] = [f"{pk}={pv}" for pk, pv in v.items()]
-        elif k in ("party_files", "party_file") and isinstance(v, dict):
-            defaults["party_file"] = [f"{pk}={pv}" for pk, pv in v.items()]
-        elif k in names:
-            defaults[k] = [str(x) for x in v] if isinstance(v, list) and k in ("categorical", "param", "party_file") else (
-                ",".join(str(x) for x in v) if isinstance(v, list) else v)
-        else:
-            raise typer.BadParameter(f"config file {value!r}: unknown option {key!r}; options are "
-                                     f"{sorted(n for n in names if n != 'config')}")
+    unused = sorted(set(defaults) - names)
+    if unused:  # the schema and the command's options disagree: a bug, not the user's
+        raise RuntimeError(f"options file keys {unused} are not options of {ctx.command.name!r}")
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
-    ctx.meta["config_file"] = str(path)
+    ctx.meta["config_file"] = value
     return value
 
 
@@ -168,6 +173,7 @@ class DataOptions:
     task: str | None
     max_file_mb: float
     data_dir: Path | None
+    strip_ids: bool = False
 
     def check(self) -> dict:
         """Everything that can be checked without reading data; returns the parsed values."""
@@ -206,6 +212,7 @@ class DataOptions:
             n_parties = None
         else:
             for o, v in (("--categorical", self.categorical), ("--na-values", self.na_values),
+                         ("--strip-ids", self.strip_ids),
                          ("--label-party", self.label_party), ("--label-column", self.label_column)):
                 if v:
                     raise ConfigError(f"{o} applies to --party-file data only")
@@ -226,8 +233,12 @@ class DataOptions:
                                       f"{lay.parties} parties ({lay.source}); leave out --parties or set it to "
                                       f"{lay.parties}")
                 out["layout"] = lay
-            if self.assignment is not None and not Path(self.assignment).is_file():
-                raise ConfigError(f"--assignment file {str(self.assignment)!r} does not exist")
+            if self.assignment is not None:
+                if not Path(self.assignment).is_file():
+                    raise ConfigError(f"--assignment file {str(self.assignment)!r} does not exist")
+                from verticalfs.configuration import read_assignment
+
+                read_assignment(self.assignment)  # its keys and types, before any data is loaded
             n_parties = out["layout"].parties if "layout" in out else (self.parties or 3)
         out["files"] = files
         out["noise"] = parse_fractions(self.noise, "--noise", n_parties=n_parties)
@@ -245,7 +256,8 @@ class DataOptions:
                 parsed["files"], label_party=self.label_party, label_column=self.label_column,
                 id_column=self.id_column, categorical=parsed["categorical"], task=self.task,
                 na_values=self.na_values, delimiter=self.delimiter, encoding=self.encoding,
-                max_bytes=int(self.max_file_mb * 2**20), impute=None if self.impute == "auto" else self.impute)
+                max_bytes=int(self.max_file_mb * 2**20), impute=None if self.impute == "auto" else self.impute,
+                strip_ids=self.strip_ids)
             err.print(report.summary(), soft_wrap=True, highlight=False, markup=False)
             dataset = vds
             parties = len(vds.blocks)
@@ -260,6 +272,31 @@ class DataOptions:
         return build_data(dataset, parties=parties, noise=noise, overlap=parsed["overlap"],
                           partition_strategy=self.partition or "random", assignment=self.assignment, seed=seed,
                           data_dir=self.data_dir, scaling=self.scaling, impute=self.impute)
+
+    def fingerprint(self, parsed: dict) -> dict:
+        """The data's identity for ``compare --resume``: the options, and each file's SHA-256."""
+        from verticalfs.resume import file_sha256
+
+        def sha(path) -> str | None:
+            try:
+                return file_sha256(path)
+            except OSError:
+                return None  # reading the data says what is wrong with it
+
+        out: dict[str, Any] = {
+            "dataset": self.dataset, "noise": parsed["noise"], "overlap": parsed["overlap"],
+            "partition": self.partition or "random", "scaling": self.scaling, "impute": self.impute,
+            "task": self.task}
+        if parsed["files"]:
+            out["files"] = {p: {"sha256": sha(f)} for p, f in parsed["files"].items()}
+            out.update(label_party=self.label_party, label_column=self.label_column, id_column=self.id_column,
+                       categorical=parsed["categorical"], na_values=self.na_values, delimiter=self.delimiter,
+                       encoding=self.encoding, strip_ids=self.strip_ids)
+        else:
+            out["parties"] = parsed["layout"].parties if "layout" in parsed else (self.parties or 3)
+            if self.assignment is not None:
+                out["assignment_sha256"] = sha(self.assignment)
+        return out
 
     def config(self) -> dict:
         from verticalfs.data.layouts import is_layout, resolve_layout
@@ -285,7 +322,7 @@ OPT_PARTITION = O(None, "--partition", help="Column split: random (default) or c
                   "columns and rows by name: paper (the data set's registered layout) or sparsevfl (adult, "
                   "wine_quality, physionet2012: sparsevfl.md Tables A1 and 1).")
 OPT_ASSIGNMENT = O(None, "--assignment", help="TOML/JSON file with explicit columns per party.")
-OPT_SCALING = O("minmax", "--scaling", help="minmax, standard or none (fitted on each party's training rows).")
+OPT_SCALING = O("minmax", "--scaling", help="minmax, standard, robust (median and interquartile range: a few extreme values do not squash the rest) or none (fitted on each party's training rows).")
 OPT_IMPUTE = O("auto", "--impute", help="Missing values, per party from its own training rows: median, mean, most-frequent, none (an error), auto (the data set's default).")
 OPT_PARTY_FILE = O(None, "--party-file", help="Your own data: party=path.csv|.csv.gz|.parquet (repeatable).")
 OPT_LABEL_PARTY = O(None, "--label-party", help="With --party-file: the party whose file holds the label.")
@@ -296,7 +333,9 @@ OPT_NA_VALUES = O(None, "--na-values", help="With --party-file: extra strings re
 OPT_DELIMITER = O(",", "--delimiter", help="With --party-file: the CSV delimiter.")
 OPT_ENCODING = O("utf-8", "--encoding", help="With --party-file: the files' text encoding.")
 OPT_TASK = O(None, "--task", help="classification or regression (inferred when unambiguous).")
-OPT_MAX_FILE = O(1024.0, "--max-file-mb", help="The most megabytes a compressed party file may expand to.")
+OPT_STRIP_IDS = O(False, "--strip-ids", help="With --party-file: strip surrounding whitespace and leading zeros "
+                  "from the ids before aligning (' 007' matches '7'); without it, ids that would match are counted in a warning.")
+OPT_MAX_FILE = O(1024.0, "--max-file-mb", help="With --party-file: the most MiB a party file may hold (CSV, .csv.gz and Parquet: its size on disk, and decompressed for .csv.gz and Parquet); a larger file is refused before it is read. Reading a CSV takes several times its size in memory.")
 
 
 def _data_kwargs(locals_: dict) -> dict:
@@ -313,7 +352,7 @@ def run_cmd(
     parties: int = OPT_PARTIES,
     noise: str = OPT_NOISE,
     overlap: str = OPT_OVERLAP,
-    epochs: int = O(None, "--epochs", "-e", help="Communication epochs (the method's `epochs` parameter).", min=0),
+    epochs: int = O(None, "--epochs", "-e", help="Communication epochs (the method's `epochs` parameter), at least 1."),
     seed: int = O(0, "--seed", "-s", help="Seeds the split, the models and the method (0 .. 2**32-1)."),
     param: list[str] = O(None, "--param", "-p", help="Method parameter name=value (repeatable)."),
     codec: str = O(None, "--codec", help="Payload codec of embeddings and gradients (float32, float16, int8) for methods that take one; default float32. Methods that fix their own codecs (the SparseVFL family) refuse it."),
@@ -331,6 +370,7 @@ def run_cmd(
     encoding: str = OPT_ENCODING,
     task: str = OPT_TASK,
     max_file_mb: float = OPT_MAX_FILE,
+    strip_ids: bool = OPT_STRIP_IDS,
     data_dir: Path = DataDir,
     out: Path = O(None, "--out", "-o", help="Write the result JSON here (atomically)."),
     save_model: Path = O(None, "--save-model", help="Save the trained model in this folder: each party's part (preprocessing, model, selection) in its own file, the label holder's, a manifest; `verticalfs predict` uses it."),
@@ -338,19 +378,21 @@ def run_cmd(
     checkpoints: Path = O(None, "--checkpoints", help="Checkpoint every training epoch in this folder (in-process parties in its parties/ subfolder; networked parties in their own `checkpoints` folder); removed when the run completes."),
     insecure: bool = O(False, "--insecure", help="With a deployment file: no TLS (messages in the clear, no party authenticated). Local experiments only."),
     resume: bool = O(False, "--resume", help="Continue the interrupted run whose checkpoints are in --checkpoints (or the deployment's folder), with the same options."),
-    config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result. A deployment file (with [parties.<name>] tables) runs across machines: see README 'Deploy across machines'.", callback=_load_config, is_eager=True),
+    config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result. A deployment file (with [parties.<name>] tables) runs across machines: see README 'Deploy across machines'. Every key: docs/reference/configuration.md.", callback=_load_config, is_eager=True),
 ) -> None:
     """Run one method on one data set and print its figures; optionally write the result JSON."""
-    from verticalfs.options import check_out, check_seed
+    from verticalfs.options import check_epochs, check_out, check_seed
 
     deployment = ctx.meta.get("deployment")
     opts = _data_options(**_data_kwargs(locals()))
     resolved = {k: (str(v) if isinstance(v, Path) else v) for k, v in locals().items()
-                if k not in ("opts", "check_out", "check_seed", "ctx")}
+                if k not in ("opts", "check_out", "check_seed", "check_epochs", "ctx")}
     try:
         check_seed(seed)
+        check_epochs(epochs)
         check_out(out)
         check_out(save_model, "--save-model", directory=True)
+        check_out(checkpoints, "--checkpoints", directory=True)
         params = _parse_params(param)
         if epochs is not None:
             params.setdefault("epochs", str(epochs))
@@ -367,6 +409,10 @@ def run_cmd(
             from verticalfs.deploy.config import Deployment
 
             dep = Deployment.load(deployment, insecure=insecure)
+            if checkpoints is None and dep.checkpoints is not None:
+                from verticalfs.names import LABEL_HOLDER
+
+                check_out(dep.checkpoint_dir(LABEL_HOLDER), f"checkpoints of {deployment!r}", directory=True)
             if resume and checkpoints is None and dep.checkpoints is None:
                 raise ConfigError(f"--resume needs the checkpoint folder: set checkpoints in {deployment!r} or "
                                   "give --checkpoints")
@@ -381,6 +427,7 @@ def run_cmd(
     from verticalfs.api import run
 
     stage = "loading the data"
+    shown: set[str] = set()
     try:
         if deployment is not None:
             from verticalfs.deploy.holder import run_deployment
@@ -394,6 +441,7 @@ def run_cmd(
                       soft_wrap=True, highlight=False, markup=False)
         else:
             data = opts.build(seed, parsed)
+            _warn(data.warnings, shown)  # before the training, not only after it
             stage = f"running {method}"
             res = run(method, data, seed=seed, params=params, codec=codec, progress=progress,
                       data_config=opts.config(), save_model=save_model, checkpoint_dir=checkpoints, resume=resume)
@@ -402,7 +450,7 @@ def run_cmd(
     except KeyboardInterrupt:
         _interrupted(f"{stage} (seed {seed})")
     res.config["cli"] = {k: v for k, v in resolved.items() if v is not None}
-    _print_result(res)
+    _print_result(res, shown)
     if save_model is not None:
         console.print(f"model saved in [bold]{save_model}[/] (one file per party, the label holder's, a manifest)")
     if out is not None:
@@ -421,6 +469,7 @@ def predict_cmd(
     delimiter: str = OPT_DELIMITER,
     encoding: str = OPT_ENCODING,
     max_file_mb: float = OPT_MAX_FILE,
+    strip_ids: bool = OPT_STRIP_IDS,
 ) -> None:
     """Federated inference with a saved model: each party prepares its own new rows, the label
     holder combines them through the same messages as training; the bytes are reported."""
@@ -433,19 +482,20 @@ def predict_cmd(
         if not max_file_mb > 0:
             raise ConfigError(f"--max-file-mb must be > 0, got {max_file_mb}")
         res = predict(model, files, id_column=id_column, na_values=na_values, delimiter=delimiter,
-                      encoding=encoding, max_bytes=int(max_file_mb * 2**20))
+                      encoding=encoding, max_bytes=int(max_file_mb * 2**20), strip_ids=strip_ids)
     except VerticalFSError as exc:
         _fail(exc)
     except KeyboardInterrupt:
         _interrupted("predicting")
     err.print(res["report"].summary(), soft_wrap=True, highlight=False, markup=False)
+    _warn(res["warnings"], set())
     write_predictions(res, out, id_column)
     c = res["communication"]
     console.print(f"{len(res['ids'])} predictions ({res['method']}) written to [bold]{out}[/]; "
                   f"{c['total_bytes'] / 1e3:.1f} kB in {c['messages']} messages")
 
 
-def _print_result(res) -> None:
+def _print_result(res, shown: set[str] | None = None) -> None:
     t = RichTable(title=f"{res.method} on {res.dataset} ({len(res.parties)} parties, seed {res.seed})")
     t.add_column("figure")
     t.add_column("value", justify="right")
@@ -467,8 +517,7 @@ def _print_result(res) -> None:
     t.add_row("time", f"{res.timings['total_seconds']:.1f} s")
     console.print(t)
     _print_selection(res)
-    for w in res.warnings:
-        err.print(f"[bold yellow]warning:[/] {w}", soft_wrap=True)
+    _warn(res.warnings, set() if shown is None else shown)
 
 
 def _print_selection(res) -> None:
@@ -497,7 +546,7 @@ def compare_cmd(
     parties: int = OPT_PARTIES,
     noise: str = OPT_NOISE,
     overlap: str = OPT_OVERLAP,
-    epochs: int = O(None, "--epochs", "-e", min=0),
+    epochs: int = O(None, "--epochs", "-e", help="Communication epochs of every method, at least 1."),
     seeds: str = O("0", "--seeds", help="Comma-separated seeds, e.g. 0,1,2,3,4."),
     param: list[str] = O(None, "--param", "-p", help="method.name=value or name=value for all methods."),
     codec: str = O(None, "--codec", help="As for run: applied to every method, an error for those that fix their own codecs."),
@@ -518,18 +567,23 @@ def compare_cmd(
     encoding: str = OPT_ENCODING,
     task: str = OPT_TASK,
     max_file_mb: float = OPT_MAX_FILE,
+    strip_ids: bool = OPT_STRIP_IDS,
     data_dir: Path = DataDir,
     progress: bool = O(True, "--progress/--no-progress"),
 ) -> None:
     """Run several methods on the same data and seeds: a table, results.json and a plot of accuracy against MB."""
     from verticalfs.compare import compare, write_compare
     from verticalfs.methods import registry
-    from verticalfs.options import check_out, parse_seeds
+    from verticalfs.options import check_epochs, check_out, parse_seeds
 
     opts = _data_options(**_data_kwargs(locals()))
     names = [m.strip() for m in methods.split(",") if m.strip()]
     try:
         check_out(out, "--out", directory=True)
+        check_out(out / "runs", "--out", directory=True)  # what compare writes in it, checked now
+        for f in ("results.json", "accuracy_vs_mb.png"):
+            check_out(out / f, "--out")
+        check_epochs(epochs)
         seed_list = parse_seeds(seeds)
         parsed = opts.check()
         if not names:
@@ -563,6 +617,7 @@ def compare_cmd(
         _interrupted(f"{m} (seed {s})", f"the finished runs are in {out / 'runs'}; rerun with --resume to "
                      "complete the rest")
     _print_compare(summary, opts, seeds)
+    _warn(summary["warnings"], set())
     paths = write_compare(summary, out)
     if isinstance(paths["plot"], str):
         console.print(f"wrote {paths['results']}")
@@ -648,7 +703,7 @@ app.add_typer(party_app, name="party")
 
 @party_app.command("serve")
 def party_serve(
-    config: Path = typer.Option(..., "--config", help="The deployment file (the same on every host)."),
+    config: Path = typer.Option(..., "--config", help="The deployment file (the same on every host; its keys: docs/reference/configuration.md)."),
     name: str = typer.Option(..., "--name", help="This host's party, as named in the deployment file."),
     checkpoints: Path = typer.Option(None, "--checkpoints", help="This party's checkpoint folder (default: "
                                      "<checkpoints>/<name> of the deployment file, if set)."),
@@ -673,8 +728,13 @@ def party_serve(
     torch.set_num_threads(threads)
 
     try:
+        from verticalfs.options import check_out
+
+        check_out(checkpoints, "--checkpoints", directory=True)
         dep = Deployment.load(config, insecure=insecure)
         entry = dep.party(name)
+        if checkpoints is None and dep.checkpoints is not None:
+            check_out(dep.checkpoint_dir(name), f"checkpoints of {str(config)!r}", directory=True)
         if name == dep.label_party:
             raise ConfigError(f"{name!r} is the label party of {str(config)!r}: it runs `verticalfs run --config "
                               f"{config} -m METHOD`, which also serves its feature columns")
@@ -684,6 +744,11 @@ def party_serve(
     except VerticalFSError as exc:
         _fail(exc)
     rt = party.runtime
+    from verticalfs.data.user import named_like
+
+    _warn([f"party {name!r} serves a column {c!r} of {str(entry.file)!r} named like the label column "
+           f"{dep.label_column!r} of {dep.label_party!r}; if it is a copy of the label, the model learns the answer "
+           "from it: drop the column or fix the file" for c in rt.columns if named_like(c, dep.label_column)], set())
     console.print(f"party [bold]{name}[/] serves {len(rt.frame)} rows x {len(rt.columns)} columns of "
                   f"{entry.file} on {entry.listen} ({'INSECURE, no TLS' if dep.insecure else 'mutual TLS'}); "
                   f"peers: {', '.join(sorted(party.server.peers))}", soft_wrap=True)

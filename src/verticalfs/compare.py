@@ -62,7 +62,13 @@ def compare(
     skipped: dict[str, str] = {}
     run_dir = Path(out_dir) / "runs" if out_dir is not None else None
     if run_dir is not None:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        from verticalfs.resume import check_and_store
+
+        check_and_store(run_dir, _run_config(dataset, methods, parties=parties, noise=noise, overlap=overlap,
+                                             epochs=epochs, params=params, common_params=common_params,
+                                             codec=codec, reference=reference, target_fraction=target_fraction,
+                                             min_spurious_removed=min_spurious_removed, parsed=parsed),
+                        resume=resume)
     metric = None
     n_parties = parties
 
@@ -142,8 +148,26 @@ def compare(
         name = dataset
     else:  # the CLI's data options name a registered data set (or none for party files); tables are the user's
         name = (dataset.dataset if parsed is not None else None) or "user files"
+    notes = list(dict.fromkeys(w for rs in runs.values() for r in rs for w in r.get("warnings", [])))
     return {"dataset": str(name), "parties": n_parties, "noise": parsed["noise"] if parsed else noise,
-            "seeds": list(seeds), "metric": metric, "target_fraction": target_fraction, "table": table, "runs": runs, "skipped": skipped}
+            "seeds": list(seeds), "metric": metric, "target_fraction": target_fraction, "table": table, "runs": runs,
+            "skipped": skipped, "warnings": notes}
+
+
+def _run_config(dataset, methods, *, parties, noise, overlap, epochs, params, common_params, codec, reference,
+                target_fraction, min_spurious_removed, parsed) -> dict[str, Any]:
+    """What every run in ``out_dir/runs`` shares (stored there; ``resume`` refuses another one)."""
+    if parsed is not None:  # the CLI's data options: the data set's name or each party file's hash
+        data = dataset.fingerprint(parsed)
+    else:  # a registered name, or the caller's own Table / VerticalDataset (named by its type)
+        name = dataset if isinstance(dataset, str) else type(dataset).__name__
+        data = {"dataset": str(name), "parties": parties, "noise": noise, "overlap": overlap}
+    runs = {m: _method_params(m, epochs, common_params, (params or {}).get(m)) for m in methods}
+    if reference:
+        runs[REFERENCE] = _method_params("vfl", epochs, common_params, (params or {}).get("vfl"))
+    return {"data": data, "epochs": epochs, "codec": codec, "reference": bool(reference),
+            "target_fraction": target_fraction, "min_spurious_removed": min_spurious_removed,
+            "methods": runs}
 
 
 def _safe(name: str) -> str:
@@ -179,6 +203,7 @@ def _summ(res: RunResult, metric: str, target: float | None, min_sr: float | Non
         "target": target,
         "mb_to_target": mb,
         "history": [{k: h.get(k) for k in ("epoch", "phase", "bytes", metric, "spurious_removed")} for h in hist],
+        "warnings": list(res.warnings),
     }
 
 

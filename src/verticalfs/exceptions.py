@@ -12,6 +12,7 @@ __all__ = [
     "ProtocolError",
     "TransportError",
     "VerticalFSError",
+    "VerticalFSWarning",
 ]
 
 
@@ -37,3 +38,9 @@ class TransportError(VerticalFSError):
 
 class CryptoError(VerticalFSError):
     """Key, encoding or ciphertext problems in the cryptographic layer."""
+
+
+class VerticalFSWarning(UserWarning):
+    """Something a run went on with but a user should hear about (extreme values, constant parties,
+    ids that would match after stripping, a feature that looks like the label, ...). Each is also in
+    the result's ``warnings``; the command line prints those once and silences this category."""

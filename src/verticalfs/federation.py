@@ -40,6 +40,7 @@ from verticalfs.transport.messages import (
     SupportRequest,
     TrafficReport,
     TrafficRequest,
+    check_protocol,
 )
 from verticalfs.transport.node import Node, PartyProxy
 
@@ -132,11 +133,15 @@ class Federation:
 
     # ---------------------------------------------------------------- protocol
     def schema(self) -> dict[str, Hello]:
-        """Each party's public schema (feature names, rows per split), asked once (phase ``setup``)."""
+        """Each party's public schema (feature names, rows per split), asked once (phase ``setup``).
+
+        A party whose Hello announces another protocol major version than
+        :data:`~verticalfs.transport.messages.PROTOCOL_VERSION` is refused (:class:`ProtocolError`)."""
         if self._schema is None:
             out = {}
             for p in self.party_names:
                 hello = self._proxies[p].request(HelloRequest(), SETUP, expect=Hello)
+                check_protocol(hello.protocol, peer=f"party {p!r}", me="this label holder")
                 for s, n in self.labels.y.items():
                     if int(hello.n_samples.get(s, -1)) != len(n):
                         raise ConfigError(

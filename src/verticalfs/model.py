@@ -28,6 +28,7 @@ is :mod:`verticalfs.model_files`.
 from __future__ import annotations
 
 import json
+import warnings as _warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from verticalfs import __version__
 from verticalfs.data.preprocess import PartyPreprocessor
 from verticalfs.data.user import DEFAULT_MAX_BYTES, read_party_rows
 from verticalfs.data.vertical import LabelData, PartyData
-from verticalfs.exceptions import ConfigError
+from verticalfs.exceptions import ConfigError, VerticalFSWarning
 from verticalfs.federation import Federation
 from verticalfs.methods import registry
 from verticalfs.methods.base import probabilities
@@ -98,10 +99,13 @@ def read_manifest(directory: str | Path) -> dict:
 
 # ----------------------------------------------------------------------------------- prediction
 def predict(model_dir: str | Path, files: Mapping[str, str | Path], *, id_column: str = "id", na_values=None,
-            delimiter: str = ",", encoding: str = "utf-8", max_bytes: int | None = None) -> dict:
+            delimiter: str = ",", encoding: str = "utf-8", max_bytes: int | None = None,
+            strip_ids: bool = False) -> dict:
     """Federated inference with a saved model on new rows (one file per party, aligned by id).
 
-    Returns ``{"ids", "prediction", "probabilities" (or None), "classes", "communication", "report"}``.
+    Returns ``{"ids", "prediction", "probabilities" (or None), "classes", "communication", "report",
+    "warnings"}``; ``warnings`` counts, per party and column, category levels the model never saw
+    (encoded as all zeros), and ids that would align after stripping (``strip_ids``).
     """
     model_dir = Path(model_dir)
     man = read_manifest(model_dir)
@@ -119,14 +123,20 @@ def predict(model_dir: str | Path, files: Mapping[str, str | Path], *, id_column
                           f"{man['method']!r}; the folder was changed after saving (save the model again)")
     frames, ids, report = read_party_rows({p: files[p] for p in parties}, id_column=id_column, na_values=na_values,
                                           delimiter=delimiter, encoding=encoding,
-                                          max_bytes=max_bytes or DEFAULT_MAX_BYTES)
+                                          max_bytes=max_bytes or DEFAULT_MAX_BYTES, strip_ids=strip_ids)
+    notes = list(report.warnings)
     # every party prepares its own rows with its own saved preprocessing (done at the party)
     runtimes = []
     role_for = registry.party_roles()
     for p, entry in parties.items():
         saved = load_party_file(model_dir / entry["file"], expected_sha256=entry["sha256"], party=p)
         pp = PartyPreprocessor.from_dict(saved["preprocessor"])
-        X = pp.transform(frames[p], where=str(files[p]))
+        unseen: dict[str, int] = {}
+        X = pp.transform(frames[p], where=str(files[p]), unseen=unseen)
+        if unseen:
+            notes.append(f"party {p!r}: category levels the model never saw in training, encoded as all zeros (as "
+                         "if unknown): " + ", ".join(f"{c!r} in {k} of {len(X)} rows" for c, k in unseen.items())
+                         + f" of {str(files[p])!r}; check their spelling, or retrain with rows that have them")
         runtimes.append(PartyRuntime(LocalData.of(PartyData(p, list(saved["feature_names"]), {"predict": X})),
                                      role_for=role_for))
     task, n_classes = holder["task"], int(holder["n_classes"])
@@ -147,8 +157,10 @@ def predict(model_dir: str | Path, files: Mapping[str, str | Path], *, id_column
         prediction, probs_out = probs, None
     else:
         prediction, probs_out = np.asarray(names, dtype=object)[probs.argmax(1)], probs
+    for w in notes:
+        _warnings.warn(w, VerticalFSWarning, stacklevel=2)
     return {"ids": ids, "prediction": prediction, "probabilities": probs_out, "classes": names,
-            "communication": fed.ledger.summary(), "report": report, "method": man["method"]}
+            "communication": fed.ledger.summary(), "report": report, "method": man["method"], "warnings": notes}
 
 
 def write_predictions(result: dict, path: str | Path, id_column: str = "id") -> Path:

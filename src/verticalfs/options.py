@@ -51,7 +51,32 @@ def check_out(path: str | Path | None, option: str = "--out", *, directory: bool
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ConfigError(f"{option} {str(p)!r}: cannot create the folder {str(parent)!r} ({e.strerror})") from None
+    _probe(p if directory and p.is_dir() else parent, p, option)
     return p
+
+
+def _probe(folder: Path, p: Path, option: str) -> None:
+    """Create and remove a file in ``folder``: permission bits say nothing on a read-only file system
+    or to root, and the result is written there (atomically, by a temporary file and a rename)."""
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".verticalfs-probe-", dir=folder)
+    except OSError as e:
+        raise ConfigError(f"{option} {str(p)!r}: cannot write in the folder {str(folder)!r} "
+                          f"({e.strerror or type(e).__name__}); choose a writable place") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def check_epochs(epochs: int | None, option: str = "--epochs") -> int | None:
+    """``--epochs``: at least one (0 would report an untrained model as a result); None = the method's default."""
+    if epochs is None:
+        return None
+    if isinstance(epochs, bool) or int(epochs) != epochs or epochs < 1:
+        raise ConfigError(f"{option} must be a whole number >= 1, got {epochs!r} (0 trains nothing); leave it "
+                          "out for the method's default")
+    return int(epochs)
 
 
 def check_seed(seed: int, option: str = "--seed") -> int:

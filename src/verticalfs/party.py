@@ -60,6 +60,7 @@ from verticalfs.transport.messages import (
     SupportRequest,
     TrafficReport,
     TrafficRequest,
+    check_protocol,
     kind_name,
 )
 from verticalfs.transport.node import Node
@@ -163,6 +164,12 @@ class Context:
     def request(self, receiver: str, msg: Any) -> Any:
         """Request to another party, at the position of the message being handled."""
         return self._need_node().request(receiver, msg, self.at)
+
+    def expect_elements(self, n: int) -> None:
+        """The most values a run-length coded array this party receives next may decode to (the
+        shape it expects, e.g. its pending embeddings' gradient); else its message's size bounds it."""
+        if self._node is not None:
+            self._node.max_elements = int(n)
 
 
 def handles(*kinds: type, peers: bool = False):
@@ -324,6 +331,8 @@ class PartyRuntime:
         return self.role.handle(sender, msg, Context(node, at, sender))
 
     def _join(self, msg: Join, ctx: Context) -> Any:
+        check_protocol(msg.protocol, peer=f"party {self.name!r} refuses the Join: the label holder",
+                       me=f"party {self.name!r}")
         if self._allowed is not None and msg.method not in self._allowed:
             raise ProtocolError(f"party {self.name!r} does not take part in method {msg.method!r}; it allows "
                                 f"{sorted(self._allowed)}")

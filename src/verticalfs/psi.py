@@ -28,7 +28,7 @@ FPR = 1e-9
 SETUP = At("setup")
 
 
-@message
+@message("core.PsiRequest")
 class PsiRequest:
     """Label holder -> party: its blinded ids (an openmined-psi ``Request``) and their count."""
 
@@ -36,7 +36,7 @@ class PsiRequest:
     n: int
 
 
-@message
+@message("core.PsiReply")
 class PsiReply:
     """Party -> label holder: its blinded ids (``ServerSetup``) and the re-blinded request (``Response``)."""
 

@@ -49,7 +49,7 @@ class VerticalSelector(SelectorMixin, BaseEstimator):
     val_size : float
         Fraction of the rows held out as the method's validation split (0 = none; lowered to 0
         when a class has too few rows for a stratified split).
-    scaling : {"minmax", "standard", "none"}
+    scaling : {"minmax", "standard", "robust", "none"}
         Per-party scaling fitted on the party's training rows.
     random_state : int
         Seeds the split and the method.

@@ -166,7 +166,7 @@ class TestInterruptions:
         assert res.exit_code == 130
         assert "interrupted: group-lasso (seed 0)" in res.output and "--resume" in res.output
         done = sorted(p.name for p in (out / "runs").iterdir())
-        assert done == ["vfl__seed0.json"]
+        assert done == ["config.json", "vfl__seed0.json"]  # the runs and the configuration they share
         first = (out / "runs" / "vfl__seed0.json").read_text()
 
         calls.clear()

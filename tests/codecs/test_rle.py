@@ -422,7 +422,7 @@ class TestErrors:
             rle_encode(big)
 
 
-@message
+@message("tests.rle.RLETestTensors")
 class RLETestTensors:
     """Test message: tensor fields of several ranks."""
 

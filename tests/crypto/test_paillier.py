@@ -26,7 +26,6 @@ from verticalfs.crypto import (
 from verticalfs.crypto._bigint import invert
 from verticalfs.crypto.array import multi_exp
 from verticalfs.crypto.backends import BACKENDS as BACKEND_TABLE
-from verticalfs.crypto.benchmark import rates
 from verticalfs.exceptions import CryptoError
 
 BACKENDS = ("python", "phe", "pypaillier", "heu")
@@ -365,14 +364,6 @@ class TestKeys:
         with pytest.raises(CryptoError):
             key.precompute(-1)
 
-    def test_benchmark_rates(self):
-        r = rates("python", bits=512, n=20, pool=True, insecure=True)
-        assert r["backend"] == "python" and r["bits"] == 512
-        for k in ("encrypt_per_s", "encrypt_holder_per_s", "decrypt_per_s", "precompute_per_s",
-                  "encrypt_pooled_per_s"):
-            assert r[k] > 0
-        assert r["encrypt_pooled_per_s"] > r["encrypt_per_s"]  # the pool moves r^n offline
-
 
 # ---------------------------------------------------------------------------- randomness
 class TestRandomness:
@@ -465,10 +456,6 @@ class TestRandomness:
         assert short.randomness == "short" and short.pool_size == 0  # a full pool is not reused
         x = np.array([1.0, -2.0, 3.5])
         np.testing.assert_allclose((enc(short, x) + enc(pool_pub, x)).decrypt(priv), 2 * x)
-
-    def test_rates_short(self):
-        r = rates("python", bits=512, n=10, pool=True, randomness="short", insecure=True)
-        assert r["randomness"] == "short" and r["encrypt_per_s"] > 0
 
 
 # ------------------------------------------------------------------------ several cores

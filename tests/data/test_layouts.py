@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,15 +11,6 @@ from typer.testing import CliRunner
 from verticalfs.cli import app
 from verticalfs.data.layouts import LAYOUTS, build_layout, resolve_layout
 from verticalfs.exceptions import ConfigError
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def benchmark_datasets():
-    spec = importlib.util.spec_from_file_location("sv_datasets", REPO / "benchmarks" / "sparsevfl" / "datasets.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_adult_is_table_a1_and_table_1(data_dir):
@@ -34,7 +23,8 @@ def test_adult_is_table_a1_and_table_1(data_dir):
 
 
 def test_cli_equals_the_benchmark_split(data_dir):
-    """The CLI's `--partition paper` data and the benchmark's `datasets.build` are the same arrays."""
+    """The CLI's `--partition paper` data and the library's layout that the SparseVFL benchmark
+    builds (``build_layout("sparsevfl", ...)``) are the same arrays."""
     from verticalfs.cli import DataOptions
 
     opts = DataOptions(dataset="adult", parties=None, noise="0", overlap="0", partition="paper", assignment=None,
@@ -42,7 +32,7 @@ def test_cli_equals_the_benchmark_split(data_dir):
                        id_column="id", categorical=None, na_values=None, delimiter=",", encoding="utf-8", task=None,
                        max_file_mb=1024.0, data_dir=data_dir)
     cli = opts.build(2, opts.check())
-    ref = benchmark_datasets().build("adult", 2, data_dir)
+    ref = build_layout("sparsevfl", "adult", seed=2, data_dir=data_dir)
     for a, b in zip(cli.parties, ref.parties, strict=True):
         assert a.feature_names == b.feature_names
         for s in ("train", "val", "test"):

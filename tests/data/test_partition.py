@@ -16,7 +16,7 @@ from verticalfs.data.partition import (
 )
 from verticalfs.data.table import Table
 from verticalfs.data.vertical import VerticalDataset
-from verticalfs.exceptions import DataError
+from verticalfs.exceptions import ConfigError, DataError
 
 N = 400
 
@@ -133,21 +133,29 @@ class TestAssignment:
             partition(table, assignment=groups)
 
     def test_file_errors(self, tmp_path):
-        with pytest.raises(DataError, match="does not exist"):
+        """The file is read through the configuration schema: ConfigError naming the file and key."""
+        with pytest.raises(ConfigError, match="does not exist"):
             load_assignment(tmp_path / "missing.toml")
         bad = tmp_path / "parties.yaml"
         bad.write_text("bank: [c0]")
-        with pytest.raises(DataError, match=r"use a \.toml or \.json") as err:
+        with pytest.raises(ConfigError, match=r"use a \.toml or \.json") as err:
             load_assignment(bad)
-        assert "could not be parsed" not in str(err.value)
+        assert "not valid" not in str(err.value)
         broken = tmp_path / "broken.json"
         broken.write_text("{not json")
-        with pytest.raises(DataError, match="could not be parsed"):
+        with pytest.raises(ConfigError, match="is not valid JSON"):
             load_assignment(broken)
         listed = tmp_path / "list.json"
         listed.write_text('["c0", "c1"]')
-        with pytest.raises(DataError, match="must map each party name"):
+        with pytest.raises(ConfigError, match="must hold a table"):
             load_assignment(listed)
+        one = tmp_path / "one.toml"
+        one.write_text('[parties]\nbank = "c0"\n')
+        with pytest.raises(ConfigError, match=r"'.*one.toml': parties.bank = \"c0\": expected"):
+            load_assignment(one)
+        flat = tmp_path / "flat.toml"  # the [parties] level is optional; numbers are column names
+        flat.write_text('bank = ["c0", 1]\n')
+        assert load_assignment(flat) == {"bank": ["c0", "1"]}
 
 
 class TestNoise:
@@ -267,7 +275,7 @@ class TestPrepare:
         raw = numeric_table.X[prep.parties[0].feature_names].to_numpy()
         np.testing.assert_allclose(prep.parties[0].X["val"], raw[prep.ids["val"]], rtol=1e-6)
         with pytest.raises(DataError, match="scaling"):
-            vds.prepare(scaling="robust")
+            vds.prepare(scaling="log")
 
     def test_one_hot_categorical(self, table):
         vds = partition(table, 3, strategy="contiguous")  # party3: c8, c9, color

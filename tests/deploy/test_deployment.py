@@ -205,14 +205,14 @@ def test_unreachable_party_named(site, tmp_path):
 
 
 @pytest.mark.parametrize("text,match", [
-    ('label_party = "bank"\nlabel_column = "y"\ncerts = "c"\n[parties.bank]\nfile = "b.csv"\n', "needs 'address'"),
+    ('label_party = "bank"\nlabel_column = "y"\ncerts = "c"\n[parties.bank]\nfile = "b.csv"\n', "missing key 'parties.bank.address'"),
     ('label_party = "x"\nlabel_column = "y"\ncerts = "c"\n[parties.bank]\naddress = "h:1"\nfile = "b.csv"\n',
      "label_party 'x'"),
     ('label_party = "bank"\nlabel_column = "y"\n[parties.bank]\naddress = "h:1"\nfile = "b.csv"\n', "no TLS"),
     ('label_party = "bank"\nlabel_column = "y"\ncerts = "c"\n[parties.bank]\naddress = "nohost"\nfile = "b.csv"\n',
-     "not host:port"),
+     r'parties.bank.address = "nohost": expected a string "host:port"'),
     ('label_party = "bank"\nlabel_column = "y"\ncerts = "c"\ncolour = 1\n[parties.bank]\naddress = "h:1"\n'
-     'file = "b.csv"\n', "unknown key"),
+     'file = "b.csv"\n', "unknown key 'colour'"),
 ])
 def test_bad_deployment_file(tmp_path, text, match):
     f = tmp_path / "deployment.toml"

@@ -22,9 +22,8 @@ Back ends (``backend=`` names):
     :func:`~verticalfs.crypto._bigint.random_prime`. The key holder computes its obfuscators with
     the CRT as ``s_p**p mod p**2`` and ``s_q**q mod q**2`` (``s_p``, ``s_q`` uniform below ``p``,
     ``q``): exactly the distribution of ``r**n``, with half-length exponents on half-length moduli
-    (at 2048 bits 3.0 ms each against 5.8 ms for ``r**n`` by the CRT with full-length exponents
-    and 10.3 ms for ``r**n mod n**2``, measured 2026-11-24; see :class:`~verticalfs.crypto.keys.PrivateKey`).
-    Dependency-free fallback.
+    (see :class:`~verticalfs.crypto.keys.PrivateKey`; the timings are in
+    ``benchmarks/fedsdg_fs/README.md``). Dependency-free fallback.
 ``phe``
     python-paillier (GPL-3.0; imported only when this back end is asked for): its key generation,
     ``raw_encrypt(0)`` for obfuscators and ``raw_decrypt``. The reference implementation.

@@ -10,9 +10,7 @@
 
 from __future__ import annotations
 
-import json
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -23,11 +21,6 @@ from verticalfs.data.table import Table
 from verticalfs.data.vertical import PartyBlock, VerticalDataset
 from verticalfs.exceptions import DataError
 from verticalfs.names import LABEL_HOLDER
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 STRATEGIES: tuple[str, ...] = ("random", "contiguous")
 
@@ -143,26 +136,12 @@ def load_assignment(path: str | Path) -> dict[str, list[str]]:
         telecom = ["calls", "data_gb"]
 
     JSON form: ``{"parties": {"bank": [...], "telecom": [...]}}`` (the ``parties`` level is optional).
+    Read through :class:`verticalfs.configuration.AssignmentFile`: a problem is a
+    :class:`~verticalfs.exceptions.ConfigError` naming the file and the key.
     """
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"assignment file {str(p)!r} does not exist")
-    if p.suffix.lower() not in (".toml", ".json"):
-        raise DataError(f"assignment file {str(p)!r}: use a .toml or .json file")
-    try:
-        if p.suffix.lower() == ".toml":
-            raw = tomllib.loads(p.read_text())
-        else:
-            raw = json.loads(p.read_text())
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        raise DataError(f"assignment file {str(p)!r} could not be parsed: {exc}") from exc
-    if isinstance(raw, dict):
-        raw = raw.get("parties", raw)
-    if not isinstance(raw, dict) or not all(isinstance(v, list) for v in raw.values()):
-        raise DataError(
-            f"assignment file {str(p)!r} must map each party name to a list of column names"
-        )
-    return {str(k): [str(x) for x in v] for k, v in raw.items()}
+    from verticalfs.configuration import read_assignment
+
+    return read_assignment(path)
 
 
 def add_noise_features(

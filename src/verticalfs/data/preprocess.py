@@ -14,8 +14,14 @@ Imputation (``impute``):
 - ``none``: a missing value is an error naming the party and the columns.
 
 A missing categorical value is never a category of its own. Categories not seen in training
-encode as all zeros. Scaling: ``minmax`` (to [0, 1] on the training rows, scikit-learn's
-``MinMaxScaler`` arithmetic), ``standard`` (zero mean, unit variance) or ``none``.
+encode as all zeros (:meth:`PartyPreprocessor.transform` counts them per column when asked). Scaling:
+``minmax`` (to [0, 1] on the training rows, scikit-learn's ``MinMaxScaler`` arithmetic), ``standard``
+(zero mean, unit variance), ``robust`` (minus the median, over the interquartile range:
+scikit-learn's ``RobustScaler``; a few extreme values do not squash the rest) or ``none``.
+
+Fitting notes what a user should hear about in :attr:`PartyPreprocessor.warnings` (not saved): a
+column whose extreme values squash the rest under min-max scaling, and a party whose columns are
+all constant on its training rows (no informative column).
 """
 
 from __future__ import annotations
@@ -28,7 +34,10 @@ import pandas as pd
 
 from verticalfs.exceptions import DataError
 
-SCALINGS: tuple[str, ...] = ("minmax", "standard", "none")
+SCALINGS: tuple[str, ...] = ("minmax", "standard", "robust", "none")
+#: a min-max-scaled column whose middle half of training values spans less than this share of its
+#: range is dominated by extreme values (one 1e300 among values near 1 gives 1e-300)
+DOMINATED_SHARE = 1e-4
 IMPUTATIONS: tuple[str, ...] = ("median", "mean", "most-frequent", "none")
 
 
@@ -69,6 +78,7 @@ class PartyPreprocessor:
     scale: list = field(default_factory=list)
     offset: list = field(default_factory=list)
     categories: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list, repr=False, compare=False)  # from fit; not saved
 
     # ---------------------------------------------------------------------------------- checking
     @staticmethod
@@ -142,12 +152,21 @@ class PartyPreprocessor:
                                 "(--impute median, mean or most-frequent; impute='median' from Python) or "
                                 "drop those rows or columns")
             A = pp._impute_numeric(A, src)
+            if scaling == "minmax" and len(A):
+                pp.warnings += _dominated(party, num, A, src)
             if scaling != "none" and len(A):
-                from sklearn.preprocessing import MinMaxScaler, StandardScaler
+                from sklearn.preprocessing import MinMaxScaler, RobustScaler, StandardScaler
 
                 with np.errstate(over="ignore", invalid="ignore"):
-                    sc = (MinMaxScaler() if scaling == "minmax" else StandardScaler()).fit(A)
-                    a, b = (sc.scale_, sc.min_) if scaling == "minmax" else (sc.scale_, sc.mean_)
+                    if scaling == "minmax":
+                        sc = MinMaxScaler().fit(A)
+                        a, b = sc.scale_, sc.min_
+                    elif scaling == "robust":
+                        sc = RobustScaler().fit(A)
+                        a, b = sc.scale_, sc.center_
+                    else:
+                        sc = StandardScaler().fit(A)
+                        a, b = sc.scale_, sc.mean_
                 if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))) or (
                         scaling == "minmax" and not np.all(np.isfinite(A.max(0) - A.min(0)))):
                     bad = [c for c, x, y in zip(num, a, b, strict=True) if not (np.isfinite(x) and np.isfinite(y))]
@@ -172,7 +191,23 @@ class PartyPreprocessor:
             if c in pp.fill and missing.any():
                 values = np.concatenate([values, np.full(int(missing.sum()), pp.fill[c], dtype=object)])
             pp.categories[c] = sorted(np.unique(values.astype(str)).tolist())
+        if len(X) > 1 and len(X.columns) and pp._all_constant(X):
+            cols = [str(c) for c in X.columns]
+            pp.warnings.append(f"party {party!r}{src}: all its columns {cols[:8]}{' ...' if len(cols) > 8 else ''} "
+                               "are constant on the training rows, so it has no informative column and adds only "
+                               "traffic; check its file, or leave the party out")
         return pp
+
+    def _all_constant(self, X: pd.DataFrame) -> bool:
+        """Every numeric column one value (or missing) and every categorical one at most one category."""
+        if any(len(self.categories[c]) > 1 for c in self.categorical):
+            return False
+        if not self.numeric:
+            return True
+        with warnings.catch_warnings(), np.errstate(invalid="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            A = X[self.numeric].to_numpy(dtype=np.float64)
+            return bool(np.all(~(np.nanmax(A, 0) > np.nanmin(A, 0))))
 
     def _impute_numeric(self, A: np.ndarray, src: str = "") -> np.ndarray:
         nan = np.isnan(A)
@@ -200,8 +235,12 @@ class PartyPreprocessor:
         """The user's column behind each prepared feature (a one-hot level maps to its column)."""
         return list(self.numeric) + [c for c in self.categorical for _ in self.categories[c]]
 
-    def transform(self, X: pd.DataFrame, where: str = "") -> np.ndarray:
-        """The prepared float32 features of the rows ``X`` (any rows: training, test or new)."""
+    def transform(self, X: pd.DataFrame, where: str = "", unseen: dict | None = None) -> np.ndarray:
+        """The prepared float32 features of the rows ``X`` (any rows: training, test or new).
+
+        A category not seen in training encodes as all zeros; with ``unseen`` (a dict) the number
+        of such values per column is put in it (``{column: count}``, only columns that had some).
+        """
         missing_cols = [c for c in self.numeric + self.categorical if c not in X.columns]
         if missing_cols:
             src = f" in {where}" if where else ""
@@ -227,7 +266,7 @@ class PartyPreprocessor:
             if self.scaling == "minmax":
                 A *= np.asarray(self.scale)
                 A += np.asarray(self.offset)
-            elif self.scaling == "standard":
+            elif self.scaling in ("standard", "robust"):
                 A -= np.asarray(self.offset)
                 A /= np.asarray(self.scale)
             big = ~np.isfinite(A).all(0) | (np.abs(A) > np.finfo(np.float32).max).any(0)
@@ -245,7 +284,12 @@ class PartyPreprocessor:
                 col = col.fillna(self.fill[c])
             v = col.astype(str).to_numpy()
             cats = np.asarray(self.categories[c], dtype=object)
-            parts.append((v[:, None] == cats[None, :]).astype(np.float64))
+            onehot = v[:, None] == cats[None, :]
+            if unseen is not None:
+                k = int(len(v) - onehot.any(1).sum())
+                if k:
+                    unseen[c] = k
+            parts.append(onehot.astype(np.float64))
         if not parts:
             return np.zeros((len(X), 0), dtype=np.float32)
         return np.ascontiguousarray(np.hstack(parts).astype(np.float32))
@@ -262,3 +306,24 @@ class PartyPreprocessor:
     def from_dict(cls, d: dict) -> PartyPreprocessor:
         return cls(**{k: d[k] for k in ("party", "numeric", "categorical", "scaling", "impute", "fill", "scale",
                                         "offset", "categories")})
+
+
+def _dominated(party: str, names: list[str], A: np.ndarray, src: str) -> list[str]:
+    """Columns whose extreme values squash the others under min-max scaling: the middle half of the
+    training values spans less than :data:`DOMINATED_SHARE` of the range (vectorised over columns)."""
+    if len(A) < 4:
+        return []
+    with np.errstate(over="ignore", invalid="ignore"):
+        q25, q50, q75 = np.percentile(A, [25, 50, 75], axis=0)
+        lo, hi = A.min(0), A.max(0)
+        rng = hi - lo
+        share = (q75 - q25) / rng
+    bad = np.flatnonzero((q75 > q25) & np.isfinite(rng) & (rng > 0) & (share < DOMINATED_SHARE))
+    out = []
+    for j in bad:
+        far = hi[j] if hi[j] - q50[j] >= q50[j] - lo[j] else lo[j]
+        out.append(f"party {party!r}: column {names[j]!r}{src} has extreme values (up to {far:.3g}, median "
+                   f"{q50[j]:.3g}) that squash its other values to ~0 under min-max scaling (its middle half spans "
+                   f"{share[j]:.1e} of its range); use --scaling robust (median and interquartile range) or "
+                   "--scaling standard, or clip or drop those values")
+    return out

@@ -17,7 +17,7 @@ training rows, if asked).
 Files are checked before anything else runs, each problem reported with the file, the column and
 the fix: a directory instead of a file, an unknown type, no data rows, a delimiter that leaves one
 column, a file that is not in the given encoding, nested Parquet columns, duplicate or empty column
-names, a party file with only ids, a compressed file that expands past ``max_bytes``, a numeric
+names, a party file with only ids, a file larger than ``max_bytes`` (on disk, or decompressed), a numeric
 column holding a marker such as ``?`` (pass ``na_values``), an ambiguous label (pass ``task``).
 
 The label holder may also hold features: in the federation its labels go to the active party and
@@ -56,7 +56,8 @@ MAX_INFERRED_CLASSES = 20
 #: classes exceed half the rows). 26 letters over 1,560 rows (60 a class) or 100 classes over
 #: 50,000 rows are classes; 1,000 integers over 2,000 rows (2 a class) ask for ``task``.
 MIN_ROWS_PER_INFERRED_CLASS = 20
-#: The most bytes a compressed file may expand to (``max_bytes``; larger files are refused early)
+#: The most bytes a party file may hold (``max_bytes``, ``--max-file-mb``): its size on disk, and
+#: decompressed for ``.csv.gz`` and Parquet; a larger file is refused before it is read
 DEFAULT_MAX_BYTES = 1 << 30
 #: tasks a user may name: the precise ones and ``classification`` (binary or multiclass by count)
 USER_TASKS: tuple[str, ...] = (*TASKS, "classification")
@@ -91,6 +92,7 @@ class AlignmentReport:
     categorical: dict[str, list[str]] = field(default_factory=dict)
     auto_categorical: bool = False
     missing: dict[str, dict[str, int]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         """A human-readable table of the alignment, one line per party."""
@@ -141,12 +143,23 @@ class _Limited(io.RawIOBase):
         data = self.raw.read(len(b))
         self.n += len(data)
         if self.n > self.limit:
-            raise DataError(
-                f"party {self.party!r}: {str(self.path)!r} expands to more than {self.limit / 2**20:.0f} MiB "
-                "when decompressed; decompress it and check it, or raise the limit (max_bytes=..., "
-                "--max-file-mb)")
+            raise _too_big(self.party, self.path, "expands when decompressed to more than", self.limit)
         b[: len(data)] = data
         return len(data)
+
+
+def _too_big(party: str, path: Path, what: str, max_bytes: int) -> DataError:
+    return DataError(f"party {party!r}: {str(path)!r} {what} the limit of {max_bytes:,} bytes "
+                     f"({max_bytes / 2**20:.3g} MiB, --max-file-mb / max_bytes=); raise the limit if this machine "
+                     "has the memory (reading a CSV takes several times its size), or give a smaller file")
+
+
+def _check_size(party: str, path: Path, max_bytes: int) -> None:
+    """Refuse a file larger than ``max_bytes`` on disk before reading it (compressed files are
+    bounded again as they expand)."""
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise _too_big(party, path, f"is {size:,} bytes ({size / 2**20:.3g} MiB), more than", max_bytes)
 
 
 def _open_text(party: str, path: Path, max_bytes: int):
@@ -174,14 +187,75 @@ def _check_file(party: str, path: Path) -> str:
     return suffix
 
 
+#: the first bytes of binary formats a party file is mistaken for (Parquet is read by its suffix)
+_SIGNATURES: tuple[tuple[bytes, str], ...] = (
+    (b"PAR1", "a Parquet file: name it .parquet"),
+    (b"PK\x03\x04", "a zip archive (or an Excel .xlsx workbook): export the sheet as CSV"),
+    (b"\xd0\xcf\x11\xe0", "an old Excel .xls workbook: export the sheet as CSV"),
+    (b"\x1f\x8b", "gzip-compressed: name it .csv.gz"),
+    (b"BZh", "bzip2-compressed: decompress it"),
+    (b"\xfd7zXZ", "xz-compressed: decompress it"),
+    (b"%PDF", "a PDF document"),
+    (b"SQLite format 3", "an SQLite database: export the table as CSV"),
+)
+
+
+def _check_text(party: str, path: Path, max_bytes: int) -> None:
+    """Refuse binary content before reading it as text: a known signature, or NUL bytes in its start."""
+    with _open_text(party, path, max_bytes) as fh:
+        head = fh.read(8192)
+    what = next((w for sig, w in _SIGNATURES if head.startswith(sig)), None)
+    if what is None and b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        what = f"binary (a NUL byte at offset {head.index(bytes(1))})"
+    if what is not None:
+        raise DataError(f"party {party!r}: {str(path)!r} is not a text CSV file: its content is {what}; give "
+                        f"the party's data as {', '.join(SUFFIXES)}")
+
+
+def _bad_byte(party: str, path: Path, encoding: str, max_bytes: int) -> DataError:
+    """The error for a file that does not decode: the line and byte offset of the first bad byte
+    (read in chunks; counting newlines is per chunk, not per row)."""
+    import codecs
+
+    dec = codecs.getincrementaldecoder(encoding)()
+    start, lines, line_start = 0, 1, 0  # the buffer's file offset, its line, the offset that line starts at
+    with _open_text(party, path, max_bytes) as fh:
+        while True:
+            chunk = fh.read(1 << 20)
+            pending = dec.getstate()[0] if hasattr(dec, "getstate") else b""
+            buf = bytes(pending) + chunk
+            try:
+                dec.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as e:
+                head = buf[:e.start]
+                line = lines + head.count(b"\n")
+                if b"\n" in head:
+                    line_start = start + head.rfind(b"\n") + 1
+                pos = start + e.start
+                return DataError(
+                    f"party {party!r}: {str(path)!r} is not valid {encoding}: line {line}, column "
+                    f"{pos - line_start + 1} (byte offset {pos}) holds {buf[e.start:max(e.end, e.start + 1)]!r}; "
+                    "fix that byte, or pass the file's encoding if the whole file uses another "
+                    "(--encoding latin-1, encoding='latin-1', ...)")
+            if not chunk:
+                break
+            done = buf[: len(buf) - len(dec.getstate()[0])] if hasattr(dec, "getstate") else buf
+            lines += done.count(b"\n")
+            if b"\n" in done:
+                line_start = start + done.rfind(b"\n") + 1
+            start += len(done)
+    return DataError(f"party {party!r}: {str(path)!r} is not valid {encoding}; pass its encoding "
+                     "(--encoding latin-1, encoding='latin-1', ...)")
+
+
 def _header(party: str, path: Path, delimiter: str, encoding: str, max_bytes: int) -> list[str]:
     """The CSV's column names, read with the csv module (pandas would rename duplicates silently)."""
+    _check_text(party, path, max_bytes)
     with _open_text(party, path, max_bytes) as fh:
         try:
             line = io.TextIOWrapper(fh, encoding=encoding, newline="").readline()
         except UnicodeDecodeError:
-            raise DataError(f"party {party!r}: {str(path)!r} is not valid {encoding}; pass its encoding "
-                            "(--encoding latin-1, encoding='latin-1', ...)") from None
+            raise _bad_byte(party, path, encoding, max_bytes) from None
     if not line.strip():
         raise DataError(f"party {party!r}: {str(path)!r} is empty (no header row); give a file with a "
                         "header row of column names and one row per sample")
@@ -191,6 +265,7 @@ def _header(party: str, path: Path, delimiter: str, encoding: str, max_bytes: in
 def _read(party: str, path: Path, *, delimiter: str = ",", encoding: str = "utf-8", na_values=None,
           id_column: str = "id", max_bytes: int = DEFAULT_MAX_BYTES) -> pd.DataFrame:
     suffix = _check_file(party, path)
+    _check_size(party, path, max_bytes)
     try:
         if suffix in (".parquet", ".pq"):
             if not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
@@ -198,7 +273,7 @@ def _read(party: str, path: Path, *, delimiter: str = ",", encoding: str = "utf-
                     f"party {party!r}: reading the Parquet file {str(path)!r} needs pyarrow; "
                     "run `pip install pyarrow` (or convert the file to CSV)"
                 )
-            df = _read_parquet(party, path)
+            df = _read_parquet(party, path, max_bytes)
         else:
             names = _header(party, path, delimiter, encoding, max_bytes)
             empty = [i + 1 for i, c in enumerate(names) if not c.strip()]
@@ -220,8 +295,7 @@ def _read(party: str, path: Path, *, delimiter: str = ",", encoding: str = "utf-
     except DataError:
         raise
     except UnicodeDecodeError:
-        raise DataError(f"party {party!r}: {str(path)!r} is not valid {encoding}; pass its encoding "
-                        "(--encoding latin-1, encoding='latin-1', ...)") from None
+        raise _bad_byte(party, path, encoding, max_bytes) from None
     except Exception as exc:  # pandas/pyarrow raise many types for malformed files
         raise DataError(f"party {party!r}: could not read {str(path)!r}: {type(exc).__name__}: {exc}") from exc
     if len(df) == 0:
@@ -229,10 +303,18 @@ def _read(party: str, path: Path, *, delimiter: str = ",", encoding: str = "utf-
     return df
 
 
-def _read_parquet(party: str, path: Path) -> pd.DataFrame:
+def _read_parquet(party: str, path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> pd.DataFrame:
     import pyarrow.parquet as pq
     import pyarrow.types as pt
 
+    meta = pq.read_metadata(path)  # the footer only
+    # decoded: its pages uncompressed, and at least 8 bytes per value in memory (dictionary and
+    # run-length encodings make a column of repeated values tiny in the file)
+    full = max(sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)),
+               8 * meta.num_rows * meta.num_columns)
+    if full > max_bytes:
+        raise _too_big(party, path, f"holds {meta.num_rows:,} rows x {meta.num_columns} columns, {full:,} bytes "
+                       f"({full / 2**20:.3g} MiB) decoded, more than", max_bytes)
     schema = pq.read_schema(path)
     nested = [f.name for f in schema if pt.is_nested(f.type)]
     if nested:
@@ -385,14 +467,46 @@ def _numeric_with_markers(s: pd.Series) -> list[str] | None:
     return markers
 
 
+def strip_ids(ids) -> np.ndarray:
+    """Ids without surrounding whitespace, and all-digit ids without leading zeros (``" 007 "`` ->
+    ``"7"``, ``"000"`` -> ``"0"``); vectorised."""
+    s = np.char.strip(np.asarray(ids, dtype=str))
+    z = np.char.lstrip(s, "0")
+    z = np.where(z == "", "0", z)
+    return np.where(np.char.isdigit(s), z, s)
+
+
+def _strip_hint(id_arrays: Mapping[str, np.ndarray], files: Mapping[str, Path], n_common: int) -> str | None:
+    """If stripping the ids (:func:`strip_ids`) would align more rows: how many, with an example."""
+    norm = {p: strip_ids(a) for p, a in id_arrays.items()}
+    arrays = list(norm.values())
+    common = reduce(np.intersect1d, arrays[1:], np.unique(arrays[0]))
+    if len(common) <= n_common:
+        return None
+    exact = reduce(np.intersect1d, list(id_arrays.values())[1:], np.unique(list(id_arrays.values())[0]))
+    extra = np.setdiff1d(common, strip_ids(exact)) if len(exact) else common
+    key = extra[0]
+    raw = {p: id_arrays[p][np.flatnonzero(norm[p] == key)[0]] for p in id_arrays}
+    (p1, r1), (p2, r2) = next(((a, b) for a in raw.items() for b in raw.items() if a[1] != b[1]),
+                              list(raw.items())[:2])
+    return (f"{len(common) - n_common} more rows would align by id if surrounding whitespace and leading zeros "
+            f"were stripped (e.g. {str(r1)!r} in {str(files[p1])!r} and {str(r2)!r} in {str(files[p2])!r}); if "
+            "they are the same ids, pass --strip-ids (strip_ids=True)")
+
+
 def _read_frames(files: Mapping[str, Path], *, id_column: str, na_values, delimiter: str, encoding: str,
-                 max_bytes: int) -> dict[str, pd.DataFrame]:
-    """Each party's file read and its ids checked (column names and ids as text)."""
+                 max_bytes: int, strip: bool = False) -> dict[str, pd.DataFrame]:
+    """Each party's file read and its ids checked (column names and ids as text; ``strip``: the
+    ids stripped of surrounding whitespace and leading zeros first)."""
     frames: dict[str, pd.DataFrame] = {}
     for party, path in files.items():
         df = _read(party, path, delimiter=delimiter, encoding=encoding, na_values=na_values,
                    id_column=id_column, max_bytes=max_bytes)
         df.columns = [str(c) for c in df.columns]
+        if strip and id_column in df.columns:
+            ok = df[id_column].notna().to_numpy()
+            df[id_column] = df[id_column].astype(object)
+            df.loc[ok, id_column] = strip_ids(df.loc[ok, id_column].astype(str).to_numpy())
         _check_ids(party, path, df, id_column)
         df[id_column] = df[id_column].astype(str)
         frames[party] = df
@@ -449,11 +563,12 @@ def party_block(party: str, aligned: pd.DataFrame, cols: Sequence[str], cats: Se
 
 
 def read_party_rows(files: Mapping[str, str | Path], *, id_column: str = "id", na_values=None,
-                    delimiter: str = ",", encoding: str = "utf-8", max_bytes: int = DEFAULT_MAX_BYTES
-                    ) -> tuple[dict[str, pd.DataFrame], np.ndarray, AlignmentReport]:
+                    delimiter: str = ",", encoding: str = "utf-8", max_bytes: int = DEFAULT_MAX_BYTES,
+                    strip_ids: bool = False) -> tuple[dict[str, pd.DataFrame], np.ndarray, AlignmentReport]:
     """New rows for prediction: one file per party (no label), aligned by id as in training.
 
-    Returns the aligned frames (the id column removed), the aligned ids and the report.
+    Returns the aligned frames (the id column removed), the aligned ids and the report (its
+    ``warnings``: ids that would align after stripping, see :func:`load_party_files`).
     """
     if not files:
         raise DataError("no party files given; pass one file per party of the model")
@@ -461,12 +576,17 @@ def read_party_rows(files: Mapping[str, str | Path], *, id_column: str = "id", n
     if isinstance(na_values, str):
         na_values = [v.strip() for v in na_values.split(",")]
     frames = _read_frames(files, id_column=id_column, na_values=na_values, delimiter=delimiter,
-                          encoding=encoding, max_bytes=max_bytes)
-    arrays = [df[id_column].to_numpy(dtype=str) for df in frames.values()]
+                          encoding=encoding, max_bytes=max_bytes, strip=strip_ids)
+    id_arrays = {p: df[id_column].to_numpy(dtype=str) for p, df in frames.items()}
+    arrays = list(id_arrays.values())
     common = _sort_ids(reduce(np.intersect1d, arrays[1:], np.unique(arrays[0])))
+    hint = None if strip_ids else _strip_hint(id_arrays, files, len(common))
     if len(common) == 0:
-        raise DataError(f"no id in column {id_column!r} is present in every file; nothing to predict")
+        raise DataError(f"no id in column {id_column!r} is present in every file; nothing to predict"
+                        + (f"; {hint}" if hint else ""))
     report = AlignmentReport(n_aligned=len(common))
+    if hint:
+        report.warnings.append(hint)
     return _align(frames, files, id_column, common, report), np.asarray(common), report
 
 
@@ -500,6 +620,7 @@ def load_party_files(
     max_bytes: int = DEFAULT_MAX_BYTES,
     impute: str | None = None,
     name: str = "user",
+    strip_ids: bool = False,
 ) -> tuple[VerticalDataset, AlignmentReport]:
     """Read one file per party and align the rows by id.
 
@@ -527,12 +648,17 @@ def load_party_files(
     delimiter, encoding : str
         Of the CSV files.
     max_bytes : int
-        The most bytes a compressed file may expand to (a guard against decompression bombs).
+        The most bytes a party file may hold: its size on disk, and decompressed (``.csv.gz``) or
+        decoded (Parquet); a larger file is refused before it is read (``--max-file-mb``).
     impute : str, optional
         The data set's default imputation (``median``, ``mean``, ``most-frequent``, ``none``),
         applied later per party on its own training rows (:meth:`VerticalDataset.prepare`).
     name : str
         Name of the data set.
+    strip_ids : bool
+        Strip surrounding whitespace from every id and leading zeros from all-digit ids before
+        aligning (``" 007"`` matches ``"7"``). Without it, ids that would match after stripping are
+        counted in a warning.
 
     Returns
     -------
@@ -582,7 +708,7 @@ def load_party_files(
         )
 
     frames = _read_frames(files, id_column=id_column, na_values=na_values, delimiter=delimiter,
-                          encoding=encoding, max_bytes=max_bytes)
+                          encoding=encoding, max_bytes=max_bytes, strip=strip_ids)
 
     lpath = files[label_party]
     if label_column not in frames[label_party].columns:
@@ -619,14 +745,17 @@ def load_party_files(
     id_arrays = {p: df[id_column].to_numpy(dtype=str) for p, df in frames.items()}
     arrays = list(id_arrays.values())
     common = _sort_ids(reduce(np.intersect1d, arrays[1:], np.unique(arrays[0])))
+    hint = None if strip_ids else _strip_hint(id_arrays, files, len(common))
     if len(common) == 0:
         examples = "; ".join(f"{str(files[p])!r}: {_show(a, 3)}" for p, a in id_arrays.items())
         raise DataError(
             f"no id in column {id_column!r} is present in every file; ids per file look like "
             f"{examples}. Check that the files use the same ids (ids are compared as text: '007' and "
-            "'7' differ)"
+            "'7' differ)" + (f"; {hint}" if hint else "")
         )
     report = AlignmentReport(label_party=label_party, n_aligned=len(common), auto_categorical=auto)
+    if hint:
+        report.warnings.append(hint)
     aligned = _align(frames, files, id_column, common, report)
     for party, a in aligned.items():
         report.categorical[party] = list(cats[party])
@@ -635,6 +764,8 @@ def load_party_files(
 
     y, task_, class_names = _labels(aligned[label_party][label_column], task, lpath, label_column)
 
+    report.warnings += label_lookalikes(aligned, feats, label_party, label_column, files,
+                                        classes=class_names is not None)
     blocks = [party_block(party, aligned[party], cols, cats[party], files[party])
               for party, cols in feats.items() if cols]
     vds = VerticalDataset(
@@ -645,5 +776,49 @@ def load_party_files(
         ids=np.asarray(common),
         class_names=class_names,
         impute=impute,
+        warnings=list(report.warnings),
     )
     return vds, report
+
+
+def named_like(column: str, label_column: str) -> bool:
+    """A column name that reads as the label's (case, spaces, ``-`` and ``_`` ignored)."""
+    def key(s: str) -> str:
+        return "".join(ch for ch in str(s).lower() if ch.isalnum())
+    return bool(key(label_column)) and key(column) == key(label_column)
+
+
+def label_lookalikes(aligned: Mapping[str, pd.DataFrame], feats: Mapping[str, Sequence[str]], label_party: str,
+                     label_column: str, files: Mapping[str, Path], *, classes: bool = True) -> list[str]:
+    """Feature columns that may be a copy of the label: named like it, or holding the same values
+    (for classes: the same partition of the rows, under any renaming of the values). A loop over
+    columns; each comparison is vectorised over the rows."""
+    y = aligned[label_party][label_column]
+    y_codes = np.unique(y.astype(str).to_numpy(), return_inverse=True)[1]
+    n_y = int(y_codes.max()) + 1 if len(y_codes) else 0
+    out = []
+    for party, cols in feats.items():
+        # for classes only columns with as many values as the label can be a copy of it (one hashing pass)
+        n_values = aligned[party][list(cols)].nunique(dropna=False) if classes and cols else None
+        for c in cols:
+            where = f"party {party!r}: column {c!r} in {str(files[party])!r}"
+            if named_like(c, label_column):
+                how = f"is named like the label column {label_column!r} of {label_party!r}"
+            else:
+                x = aligned[party][c]
+                if (n_values is not None and n_values[c] != n_y) or x.isna().any():
+                    continue
+                if classes:
+                    xc = np.unique(x.astype(str).to_numpy(), return_inverse=True)[1]
+                    same = len(np.unique(xc * n_y + y_codes)) == n_y
+                else:
+                    same = pd.api.types.is_numeric_dtype(x) and bool(
+                        np.array_equal(x.to_numpy(dtype=np.float64), y.to_numpy(dtype=np.float64)))
+                if not same:
+                    continue
+                how = (f"holds the label {label_column!r} of {label_party!r}"
+                       + (" (up to renaming its values)" if classes else ""))
+            out.append(f"{where} {how}; if it is a copy of the label, the model learns the answer from it (an "
+                       "accuracy that will not hold on new rows): drop the column or rename it if it is another "
+                       "quantity")
+    return out

@@ -25,7 +25,7 @@ from verticalfs.exceptions import DataError
 from verticalfs.names import LABEL_HOLDER
 
 SPLITS: tuple[str, ...] = ("train", "val", "test")
-SCALINGS: tuple[str, ...] = ("minmax", "standard", "none")
+SCALINGS: tuple[str, ...] = ("minmax", "standard", "robust", "none")
 IMPUTATIONS: tuple[str, ...] = ("auto", "median", "mean", "most-frequent", "none")
 
 
@@ -74,6 +74,7 @@ class VerticalDataset:
     class_names: list[str] | None = None
     predefined_test: np.ndarray | None = None
     impute: str | None = None  # default imputation of missing numeric values (see prepare)
+    warnings: list[str] = field(default_factory=list)  # found when loading: carried into PreparedData
 
     def __post_init__(self) -> None:
         n = len(self.y)
@@ -137,8 +138,9 @@ class VerticalDataset:
         test_size, val_size : float
             Fractions of all samples for the test and validation splits. If the data set has a
             predefined test split (Adult, USPS) it is used and ``test_size`` is ignored.
-        scaling : {"minmax", "standard", "none"}
-            Per-column scaling fitted on the training rows only. Categorical columns are one-hot
+        scaling : {"minmax", "standard", "robust", "none"}
+            Per-column scaling fitted on the training rows only (``robust``: minus the median, over
+            the interquartile range, as scikit-learn's ``RobustScaler``). Categorical columns are one-hot
             encoded (categories seen in training; unseen ones encode as all zeros).
         impute : {"auto", "median", "mean", "most-frequent", "none"}
             Missing values, filled from each party's own training rows
@@ -166,8 +168,10 @@ class VerticalDataset:
                             predefined_test=self.predefined_test, fold=fold)
         parties = []
         ground_truth = {}
+        notes = list(self.warnings)
         for b in self.blocks:
             parties.append(prepare_block(b, idx, scaling=scaling, impute=impute))
+            notes += [w for w in parties[-1].preprocessor.warnings if w not in notes]
             spur_of = dict(zip(b.X.columns, b.spurious, strict=True))
             ground_truth[b.name] = np.asarray([bool(spur_of[c]) for c in parties[-1].sources], dtype=bool)
         y = {s: self.y[idx[s]] for s in SPLITS}
@@ -180,6 +184,7 @@ class VerticalDataset:
             labels=labels,
             ground_truth=ground_truth,
             ids={s: self.ids[idx[s]] for s in SPLITS},
+            warnings=notes,
         )
 
 
@@ -229,6 +234,9 @@ class PreparedData:
     labels: LabelData
     ground_truth: dict[str, np.ndarray]  # party -> bool per prepared feature; evaluation only
     ids: dict[str, np.ndarray]
+    #: what loading and preparing found that a user should hear about (each once); a run copies
+    #: them into its result's ``warnings``
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def party_names(self) -> list[str]:

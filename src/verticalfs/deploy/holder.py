@@ -65,6 +65,7 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int = 1 << 30, checkpo
     from verticalfs.transport.grpc.party import NetworkedParty
 
     e = dep.party(name)
+    dep.check_keys(name)
     runtime = DeployedParty(name, e.file, id_column=dep.id_column,
                             label_column=dep.label_column if name == dep.label_party else None,
                             categorical=e.categorical, na_values=dep.na_values, delimiter=dep.delimiter,
@@ -81,6 +82,7 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
 
     lp = dep.label_party
     entry = dep.party(lp)
+    dep.check_keys(LABEL_HOLDER, lp)
     frame = _read_frames({lp: entry.file}, id_column=dep.id_column, na_values=dep.na_values,
                          delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=1 << 30)[lp]
     if dep.label_column not in frame.columns:
@@ -126,13 +128,29 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
                              sources=None if h.sources is None else list(h.sources)) for p, h in schema.items()]
         out.data = PreparedData(name=name, parties=parties, labels=fed.labels,
                                 ground_truth={p.name: np.zeros(p.n_features, dtype=bool) for p in parties},
-                                ids={s: np.asarray(common)[idx[s]] for s in SPLITS})
+                                ids={s: np.asarray(common)[idx[s]] for s in SPLITS},
+                                warnings=_named_like_label(parties, dep))
         out.federation = fed
         out.n_aligned = len(common)
         return out
     except BaseException:
         out.close()
         raise
+
+
+def _named_like_label(parties, dep: Deployment) -> list[str]:
+    """A party's column named like the label (the label holder sees only names: a party whose file is
+    the label party's would serve the label as a feature)."""
+    from verticalfs.data.user import named_like
+
+    out = []
+    for p in parties:
+        cols = [c for c in dict.fromkeys(p.sources) if named_like(c, dep.label_column)]
+        for c in cols:
+            out.append(f"party {p.name!r} serves a column {c!r} named like the label column {dep.label_column!r} "
+                       f"of {dep.label_party!r}; if it is a copy of the label (e.g. its file in {str(dep.path)!r} is "
+                       "the label party's), the model learns the answer from it: drop the column or fix its file")
+    return out
 
 
 def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,

@@ -32,7 +32,7 @@ from verticalfs.party import LocalData, PartyRuntime
 from verticalfs.transport.messages import message
 
 
-@message
+@message("core.Align")
 class Align:
     """Label holder -> party, phase ``setup``: keep the rows with these ``ids`` in this order;
     ``split[i]`` is row i's split (0 train, 1 validation, 2 test). Preprocessing: ``scaling`` and
@@ -44,7 +44,7 @@ class Align:
     impute: str
 
 
-@message
+@message("core.Aligned")
 class Aligned:
     """Party -> label holder: rows in its file, rows kept, prepared features."""
 

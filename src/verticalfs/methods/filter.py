@@ -38,7 +38,7 @@ SELECTION = At("selection")
 GATHER = At("train")
 
 
-@message
+@message("core.GatherColumns")
 class GatherColumns:
     """Label holder -> party, phase ``train``: send columns ``indices`` (into the party's prepared
     features) of ``split``. The party also records ``indices`` as the features it keeps."""
@@ -47,7 +47,7 @@ class GatherColumns:
     indices: np.ndarray
 
 
-@message
+@message("core.Columns")
 class Columns:
     """Party -> label holder: the requested columns, ``(rows, len(indices))`` float32, exact (no codec)."""
 

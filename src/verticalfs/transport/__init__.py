@@ -12,6 +12,7 @@ from verticalfs.transport.inprocess import InProcessChannel
 from verticalfs.transport.ledger import Ledger, Record
 from verticalfs.transport.messages import (
     PHASES,
+    PROTOCOL_VERSION,
     Ack,
     At,
     Checkpoint,
@@ -30,6 +31,7 @@ from verticalfs.transport.messages import (
     kind_name,
     message,
     tensor_field,
+    wire_name,
 )
 from verticalfs.transport.node import Node, PartyProxy
 from verticalfs.transport.serde import HEADER_SIZE, TENSOR_MESSAGE_OVERHEAD, decode, encode
@@ -37,6 +39,7 @@ from verticalfs.transport.serde import HEADER_SIZE, TENSOR_MESSAGE_OVERHEAD, dec
 __all__ = [
     "HEADER_SIZE",
     "PHASES",
+    "PROTOCOL_VERSION",
     "TENSOR_MESSAGE_OVERHEAD",
     "Ack",
     "At",
@@ -67,4 +70,5 @@ __all__ = [
     "kind_name",
     "message",
     "tensor_field",
+    "wire_name",
 ]

@@ -1,9 +1,21 @@
 """Messages: frozen dataclasses, one per kind of payload.
 
-Every exchange between parties is an instance of a class decorated with :func:`message`. The
-decorator registers the class under a 16-bit kind id derived from its qualified name (CRC-32 of
-``module.ClassName``, folded to 16 bits) so that a method defines its messages in its own folder
-without touching the core; a collision is reported at import time.
+Every exchange between parties is an instance of a class decorated with :func:`message`, which
+gives the kind its **stable wire name**: ``@message("sparsevfl.TopWGradients")``. The name, not the
+module the class lives in, identifies the kind: its 16-bit kind id on the wire is derived from the
+name alone (:func:`kind_id_of`), and saved models refer to message kinds by it
+(:func:`message_to_dict`), so moving or renaming a Python file changes neither the wire format nor
+what a saved model means. A method defines its messages in its own folder without touching the
+core. Names are ``namespace.Name``: ``core`` for the core's kinds (transport, training, deploy,
+PSI, the filter base), otherwise the method's package (``feast``, ``less_vfl``, ...). A missing or
+malformed name, a name given twice, or two names whose ids collide are refused at import time.
+Renaming a kind or giving it another name changes the protocol (``tests/transport/test_wire_names.py``
+pins every name and id).
+
+Both ends of a run speak :data:`PROTOCOL_VERSION` (major, minor), announced in :class:`Hello`
+(party -> label holder) and :class:`Join` (label holder -> party); a peer with another major
+version is refused with a :class:`~verticalfs.exceptions.ProtocolError` naming both versions
+(:func:`check_protocol`), a different minor version is accepted.
 
 Field types that :mod:`verticalfs.transport.serde` can carry: ``None``, ``bool``, ``int`` (any
 size), ``float``, ``str``, ``bytes``, :class:`numpy.ndarray` (any numeric dtype, exact), lists and
@@ -23,17 +35,26 @@ Where a message sits in the protocol travels with it too: every message is sent 
 from __future__ import annotations
 
 import dataclasses
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
-from verticalfs.exceptions import TransportError
+from verticalfs.exceptions import ProtocolError, TransportError
 
 T = TypeVar("T")
 
-_REGISTRY: dict[int, type] = {}
+#: the version of the message protocol, ``(major, minor)``, announced in :class:`Hello` and
+#: :class:`Join`; separate from the package version. Bump the minor for a compatible addition (a new
+#: message kind, say), the major for anything an older peer would misread (a kind's fields, ids,
+#: encodings): a peer with another major is refused.
+PROTOCOL_VERSION: tuple[int, int] = (1, 0)
+
+_REGISTRY: dict[int, type] = {}  # kind id -> class
+_BY_NAME: dict[str, type] = {}  # wire name -> class
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
 def tensor_field(**kwargs: Any) -> Any:
@@ -43,28 +64,62 @@ def tensor_field(**kwargs: Any) -> Any:
     return dataclasses.field(metadata=md, **kwargs)
 
 
-def kind_id_of(cls: type) -> int:
-    h = zlib.crc32(f"{cls.__module__}.{cls.__qualname__}".encode())
+def kind_id_of(name: str) -> int:
+    """The 16-bit kind id of the wire name ``name`` (CRC-32 of the name, folded to 16 bits)."""
+    h = zlib.crc32(name.encode())
     return ((h >> 16) ^ h) & 0xFFFF
 
 
-def message(cls: type[T]) -> type[T]:
-    """Class decorator: make ``cls`` a frozen dataclass and register it as a message kind."""
-    if "__dataclass_fields__" not in cls.__dict__:  # not yet a dataclass itself (a base may be)
-        cls = dataclasses.dataclass(frozen=True, eq=False)(cls)
-    kid = kind_id_of(cls)
-    other = _REGISTRY.get(kid)
-    if other is not None and f"{other.__module__}.{other.__qualname__}" != f"{cls.__module__}.{cls.__qualname__}":
+def _where(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def message(name: str) -> Any:
+    """Class decorator: make the class a frozen dataclass and register it as the message kind
+    ``name``, its stable wire name (``"namespace.Name"``, e.g. ``@message("sparsevfl.TopWGradients")``).
+
+    The kind id on the wire is derived from ``name`` only. A missing or malformed name, a name
+    already taken by another class, and a name whose id collides with another kind's are
+    :class:`~verticalfs.exceptions.TransportError` at import time.
+    """
+    if isinstance(name, type):  # bare @message above a class
         raise TransportError(
-            f"message kind id {kid} of {cls.__qualname__} collides with {other.__qualname__}; rename one"
-        )
-    fields = dataclasses.fields(cls)
-    cls._vf_kind = kid  # type: ignore[attr-defined]
-    cls._vf_fields = tuple(f.name for f in fields)  # type: ignore[attr-defined]
-    cls._vf_tensor = tuple(bool(f.metadata.get("tensor")) for f in fields)  # type: ignore[attr-defined]
-    cls._vf_types = tuple(_allowed_types(f.type, f.default is None) for f in fields)  # type: ignore[attr-defined]
-    _REGISTRY[kid] = cls
-    return cls
+            f"@message needs the kind's stable wire name: write @message(\"<namespace>.{name.__name__}\") above "
+            f"class {name.__qualname__} in {name.__module__} (the name, not the module path, identifies the kind "
+            "on the wire and in saved models)")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise TransportError(f"message wire name {name!r} is not of the form 'namespace.Name' (letters, digits, "
+                             "underscores, separated by dots), e.g. @message(\"mymethod.Scores\")")
+
+    def register(cls: type[T]) -> type[T]:
+        if "__dataclass_fields__" not in cls.__dict__:  # not yet a dataclass itself (a base may be)
+            cls = dataclasses.dataclass(frozen=True, eq=False)(cls)
+        same = _BY_NAME.get(name)
+        if same is not None and _where(same) != _where(cls):
+            raise TransportError(f"message wire name {name!r} of {_where(cls)} is already the name of "
+                                 f"{_where(same)}; give one of them another name")
+        kid = kind_id_of(name)
+        other = _REGISTRY.get(kid)
+        taken = getattr(other, "_vf_name", name)
+        if other is not None and taken != name:
+            raise TransportError(f"message wire name {name!r} of {_where(cls)} has kind id {kid}, like "
+                                 f"{taken!r} of {_where(other)}; choose another name for one of them")
+        fields = dataclasses.fields(cls)
+        cls._vf_kind = kid  # type: ignore[attr-defined]
+        cls._vf_name = name  # type: ignore[attr-defined]
+        cls._vf_fields = tuple(f.name for f in fields)  # type: ignore[attr-defined]
+        cls._vf_tensor = tuple(bool(f.metadata.get("tensor")) for f in fields)  # type: ignore[attr-defined]
+        cls._vf_types = tuple(_allowed_types(f.type, f.default is None) for f in fields)  # type: ignore[attr-defined]
+        _REGISTRY[kid] = cls
+        _BY_NAME[name] = cls
+        return cls
+
+    return register
+
+
+def registered_kinds() -> dict[str, int]:
+    """Every registered message kind: ``{wire name: kind id}`` (of the modules imported so far)."""
+    return dict(sorted((wire_name(cls), kid) for kid, cls in _REGISTRY.items()))
 
 
 _TYPE_NAMES: dict[str, tuple[type, ...]] = {
@@ -93,29 +148,35 @@ def message_class(kind_id: int) -> type:
         return _REGISTRY[kind_id]
     except KeyError:
         raise TransportError(
-            f"unknown message kind id {kind_id}; is the method that defines it imported on both sides?"
+            f"unknown message kind id {kind_id}; is the method that defines it imported on both sides, and do "
+            f"both sides speak protocol {_fmt(PROTOCOL_VERSION)} (the same verticalfs version)?"
         ) from None
 
 
-def qualified_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
+def wire_name(msg_or_cls: Any) -> str:
+    """The stable wire name of a message or message class (e.g. ``"core.Hello"``)."""
+    cls = msg_or_cls if isinstance(msg_or_cls, type) else type(msg_or_cls)
+    name = getattr(cls, "_vf_name", None)
+    if name is None:
+        raise TransportError(f"{cls.__name__} is not a registered message; decorate it with @message")
+    return str(name)
 
 
 def message_to_dict(msg: Any) -> dict:
-    """A message as plain data (its kind by qualified name, its fields; nested messages too), e.g.
-    a role's spec in a saved model."""
+    """A message as plain data (its kind by wire name, its fields; nested messages too), e.g. a
+    role's spec in a saved model."""
     fields = {}
     for name in type(msg)._vf_fields:
         v = getattr(msg, name)
         fields[name] = message_to_dict(v) if hasattr(type(v), "_vf_kind") else (list(v) if isinstance(v, tuple) else v)
-    return {"kind": qualified_name(type(msg)), "fields": fields}
+    return {"kind": wire_name(msg), "fields": fields}
 
 
 def message_from_dict(d: dict) -> Any:
     """Inverse of :func:`message_to_dict`; only registered message kinds are built."""
     if not isinstance(d, dict) or "kind" not in d or "fields" not in d:
         raise TransportError("not a saved message: expected {'kind': ..., 'fields': {...}}")
-    cls = next((c for c in _REGISTRY.values() if qualified_name(c) == d["kind"]), None)
+    cls = _BY_NAME.get(d["kind"]) if isinstance(d["kind"], str) else None
     if cls is None:
         raise TransportError(f"unknown message kind {d['kind']!r}; is the method that defines it installed?")
     vals = {}
@@ -131,7 +192,28 @@ def message_from_dict(d: dict) -> Any:
     return cls(**vals)
 
 
+def _fmt(version: Any) -> str:
+    return ".".join(str(v) for v in version) if isinstance(version, tuple) else repr(version)
+
+
+def check_protocol(version: Any, *, peer: str, me: str) -> tuple[int, int]:
+    """Accept a peer's announced protocol ``version`` (from its :class:`Hello` or :class:`Join`) if
+    its major version is ours, else raise a :class:`~verticalfs.exceptions.ProtocolError` naming
+    both: ``"party 'telecom' speaks protocol 2.0, this label holder 1.0; ..."``. ``peer`` and
+    ``me`` name the two sides in that sentence. A different minor version is accepted."""
+    if not (isinstance(version, tuple) and len(version) == 2
+            and all(type(v) is int and 0 <= v < 1 << 16 for v in version)):
+        raise ProtocolError(f"{peer} announces protocol version {version!r}, not a (major, minor) pair; {me} speaks "
+                            f"verticalfs protocol {_fmt(PROTOCOL_VERSION)}")
+    if version[0] != PROTOCOL_VERSION[0]:
+        raise ProtocolError(f"{peer} speaks protocol {_fmt(version)}, {me} {_fmt(PROTOCOL_VERSION)}; install "
+                            "matching verticalfs versions")
+    return version
+
+
 def kind_name(msg_or_cls: Any) -> str:
+    """The class name of a message (what the ledger and error messages show; not unique across
+    methods: :func:`wire_name` is)."""
     cls = msg_or_cls if isinstance(msg_or_cls, type) else type(msg_or_cls)
     return cls.__name__
 
@@ -180,36 +262,40 @@ def coded(array, codec) -> Coded:
 
 
 # --------------------------------------------------------------------------- core kinds
-@message
+@message("core.HelloRequest")
 class HelloRequest:
     """Label holder -> party, phase ``setup``: announce your schema."""
 
 
-@message
+@message("core.Hello")
 class Hello:
     """Party -> label holder: the party's public schema, no data: its prepared feature names and the
     number of rows it holds per split (after id alignment), and the user's column behind each
-    prepared feature where they differ (one-hot levels; ``None`` when every feature is its own column)."""
+    prepared feature where they differ (one-hot levels; ``None`` when every feature is its own column),
+    and the :data:`PROTOCOL_VERSION` the party speaks (the label holder refuses another major)."""
 
     feature_names: list
     n_samples: dict
     sources: list | None = None
+    protocol: tuple = PROTOCOL_VERSION
 
 
-@message
+@message("core.Join")
 class Join:
     """Label holder -> party, phase ``setup``: take part in a run of ``method`` with ``spec``.
 
     The party creates the method's role (its state, models and handlers for this run) from the
     method registry and answers with the role's reply to ``spec`` (:class:`Ready` for split
-    learning, :class:`Ack` otherwise). ``spec`` is a message of the method's own kind.
+    learning, :class:`Ack` otherwise). ``spec`` is a message of the method's own kind. ``protocol``
+    is the :data:`PROTOCOL_VERSION` the label holder speaks (the party refuses another major).
     """
 
     method: str
     spec: Any
+    protocol: tuple = PROTOCOL_VERSION
 
 
-@message
+@message("core.Ready")
 class Ready:
     """Party -> label holder, reply to a split-learning :class:`Join`: the party's sizes (no data)."""
 
@@ -218,7 +304,7 @@ class Ready:
     n_samples: dict
 
 
-@message
+@message("core.EmbedRequest")
 class EmbedRequest:
     """Label holder -> party: send the embeddings of mini-batch ``batch`` of ``epoch`` on ``split``.
 
@@ -232,14 +318,14 @@ class EmbedRequest:
     train: bool = True
 
 
-@message
+@message("core.Embeddings")
 class Embeddings:
     """Party -> label holder: embeddings ``(rows, width)`` in the codec the role chose."""
 
     values: np.ndarray = tensor_field()
 
 
-@message
+@message("core.Gradients")
 class Gradients:
     """Label holder -> party: the loss gradient for the embeddings last sent (its shape and codec
     are the method's: dense ``(rows, width)``, or the values at the non-zero embedding entries)."""
@@ -247,7 +333,7 @@ class Gradients:
     values: np.ndarray = tensor_field()
 
 
-@message
+@message("core.Checkpoint")
 class Checkpoint:
     """Label holder -> party, one-way: ``save`` the current model state, or ``restore`` the saved
     one (e.g. the best-validation checkpoint)."""
@@ -255,17 +341,17 @@ class Checkpoint:
     action: str
 
 
-@message
+@message("core.Ack")
 class Ack:
     """An empty reply."""
 
 
-@message
+@message("core.SupportRequest")
 class SupportRequest:
     """Label holder -> party: report the features the party still uses."""
 
 
-@message
+@message("core.KeepFeatures")
 class KeepFeatures:
     """Label holder -> party: use only the prepared features ``indices`` from now on (e.g. the
     selection of an earlier method in a pipeline); the reply is the party's support report."""
@@ -273,7 +359,7 @@ class KeepFeatures:
     indices: np.ndarray
 
 
-@message
+@message("core.SaveModel")
 class SaveModel:
     """Label holder -> party, phase ``report``: save your part of the trained model (your
     preprocessing, kept features and role state) as ``<directory>/<party>.pt`` on your side."""
@@ -281,7 +367,7 @@ class SaveModel:
     directory: str
 
 
-@message
+@message("core.ModelSaved")
 class ModelSaved:
     """Party -> label holder: the file a party wrote and its SHA-256 (for the model's manifest)."""
 
@@ -289,7 +375,7 @@ class ModelSaved:
     sha256: str
 
 
-@message
+@message("core.LoadModel")
 class LoadModel:
     """Label holder -> party, phase ``setup``: restore your role of a saved model from ``file``
     (on your side), refusing it unless its SHA-256 is ``sha256``."""
@@ -299,7 +385,7 @@ class LoadModel:
     sha256: str
 
 
-@message
+@message("core.SupportReport")
 class SupportReport:
     """Party -> label holder: indices (into the party's prepared features) still in use and, where
     the party's role has one, a score per kept feature (e.g. the weight norm of its input group)."""
@@ -308,13 +394,13 @@ class SupportReport:
     scores: np.ndarray | None = None
 
 
-@message
+@message("core.TrafficRequest")
 class TrafficRequest:
     """Label holder -> party, phase ``audit`` (networked runs): report the messages you sent to other
     feature parties since your last report (the label holder never sees them on its own links)."""
 
 
-@message
+@message("core.TrafficReport")
 class TrafficReport:
     """Party -> label holder: its ledger records of party-to-party messages, one entry per message."""
 
@@ -327,7 +413,7 @@ class TrafficReport:
     overhead: np.ndarray
 
 
-@message
+@message("core.Persist")
 class Persist:
     """Label holder -> party, phase ``checkpoint``: ``save`` your state as checkpoint ``tag`` of run
     ``run``, or ``load`` it (:mod:`verticalfs.training.checkpoint`). The party writes in its own

@@ -19,14 +19,14 @@ from verticalfs.transport.messages import At, Embeddings, message, tensor_field
 TOWERS = (0, 1)
 
 
-@message
+@message("two_tower.TowerSpec")
 class TowerSpec(SplitSpec):
     """The split spec plus the party-side L1 weight."""
 
     l1: float = 0.0
 
 
-@message
+@message("two_tower.TowerRequest")
 class TowerRequest:
     """Label holder -> party: the embeddings of ``tower`` for a batch (or a whole split)."""
 
@@ -37,7 +37,7 @@ class TowerRequest:
     train: bool = True
 
 
-@message
+@message("two_tower.TowerGradients")
 class TowerGradients:
     """Label holder -> party, one-way: the gradient for ``tower``'s last training batch."""
 

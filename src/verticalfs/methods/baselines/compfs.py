@@ -23,11 +23,8 @@ computes exactly what the gated one did.
 
 Defaults: the synthetic-data configuration of the authors' code (35 epochs, batch 50, lr 0.003,
 decays 0.99, hidden width 20, 5 learners, temperature 0.1, threshold 0.7, ``beta_s`` 4.5,
-``beta_d`` 1.2). Their configurations differ per data set and none suits all (measured, seed 0,
-2 parties): with these, USPS keeps 2 of 256 pixels (12.3 % test accuracy) and TOX_171 52 % of its
-genes (74.3 %); with their MNIST penalties (0.18) and the same threshold, USPS 82.5 % and TOX_171
-60.0 %; their whole MNIST configuration (batch 500, top 15 features per learner, 4 learners of
-width 256) 21.8 % and 25.7 % here (650 steps on USPS where MNIST has 6,000). ``top_k`` > 0 selects
+``beta_d`` 1.2). Their configurations differ per data set and none suits all (the comparison is
+in ``benchmarks/icafs/README.md``, "CompFS's defaults"). ``top_k`` > 0 selects
 each learner's largest probabilities instead of the threshold, each party its share
 ``ceil(top_k d_k / d)`` (ours).
 """
@@ -58,7 +55,7 @@ from verticalfs.transport.messages import (
 )
 
 
-@message
+@message("baselines.CompFSSpec")
 class CompFSSpec(SplitSpec):
     """Label holder -> party, inside ``Join``: the learners' gates and first layers."""
 
@@ -69,7 +66,7 @@ class CompFSSpec(SplitSpec):
     lr_decay: float = 0.99
 
 
-@message
+@message("baselines.CompFSEmbeddings")
 class CompFSEmbeddings(Embeddings):
     """Party -> holder: the learners' first-layer pre-activations ``(rows, N * h)``; in training
     also ``sums`` (``N``: sum of each learner's gate probabilities) and ``overlaps`` (``N x N``)."""
@@ -78,7 +75,7 @@ class CompFSEmbeddings(Embeddings):
     overlaps: np.ndarray | None = None
 
 
-@message
+@message("baselines.CompFSGradients")
 class CompFSGradients(Gradients):
     """Holder -> party: the gradients of the pre-activations, of ``sums`` and of ``overlaps``."""
 
@@ -86,12 +83,12 @@ class CompFSGradients(Gradients):
     overlaps: np.ndarray = tensor_field(default=None)
 
 
-@message
+@message("baselines.CompFSSelect")
 class CompFSSelect:
     """Holder -> party, phase ``selection``: remove the features no learner selects."""
 
 
-@message
+@message("baselines.CompFSSelected")
 class CompFSSelected:
     n_features: int
 

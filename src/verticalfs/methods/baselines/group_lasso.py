@@ -39,7 +39,7 @@ from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer
 from verticalfs.transport.messages import message
 
 
-@message
+@message("baselines.GroupLassoSpec")
 class GroupLassoSpec(SplitSpec):
     """Label holder -> party, inside ``Join``: split learning plus ``prox_{lam, eta}`` after every step."""
 

@@ -50,7 +50,7 @@ from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer, TrainC
 from verticalfs.transport.messages import At, message
 
 
-@message
+@message("baselines.SEFSSpec")
 class SEFSSpec(SplitSpec):
     """Label holder -> party, inside ``Join``: both phases' settings and ``d``, all parties' features."""
 
@@ -61,22 +61,22 @@ class SEFSSpec(SplitSpec):
     d_total: int = 1
 
 
-@message
+@message("baselines.SEFSPretrain")
 class SEFSPretrain:
     """Holder -> party, phase ``pretrain``: run the self-supervision phase on your own columns."""
 
 
-@message
+@message("baselines.SEFSPretrained")
 class SEFSPretrained:
     loss: float
 
 
-@message
+@message("baselines.SEFSSelect")
 class SEFSSelect:
     """Holder -> party, phase ``selection``: keep the features with ``pi > 0.5``."""
 
 
-@message
+@message("baselines.SEFSSelected")
 class SEFSSelected:
     n_features: int
 

@@ -33,7 +33,7 @@ from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer
 from verticalfs.transport.messages import message
 
 
-@message
+@message("baselines.VFLFSSpec")
 class VFLFSSpec(SplitSpec):
     """Label holder -> party, inside ``Join``: split learning plus the local autoencoder, the L2,1
     penalty ``lam``, reconstruction weight ``alpha``, and the selection (``ratio`` of the party's

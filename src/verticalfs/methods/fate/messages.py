@@ -31,7 +31,7 @@ from verticalfs.transport.messages import message
 
 
 # --------------------------------------------------------------------------- fate-iv
-@message
+@message("fate.IVLabels")
 class IVLabels:
     """Active -> passive: the public key and the encrypted label codes of the training rows.
 
@@ -53,7 +53,7 @@ class IVLabels:
     insecure: bool = False
 
 
-@message
+@message("fate.IVBinSums")
 class IVBinSums:
     """Passive -> active: the encrypted per-bin sums of the label codes, features in order and
     bins in order within a feature (packed: ``ceil(bins / capacity)`` ciphertexts per feature;
@@ -73,7 +73,7 @@ def package_sizes(bin_nums: np.ndarray, capacity: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------ fate-lasso
-@message
+@message("fate.LassoStart")
 class LassoStart:
     """Active -> passive: start a training run of the L1-penalised hetero LR from ``w = 0``.
 
@@ -92,7 +92,7 @@ class LassoStart:
     feature_precision: int
 
 
-@message
+@message("fate.PartialPredictor")
 class PartialPredictor:
     """Passive -> active: ``X_m w_m`` on the rows of the requested batch (float64; empty at the
     end of a run)."""
@@ -100,7 +100,7 @@ class PartialPredictor:
     values: np.ndarray
 
 
-@message
+@message("fate.EncryptedResidual")
 class EncryptedResidual:
     """Active -> passive: ``[[d]]`` of the current batch, ``d = 0.25 w x - 0.5 y`` (y in {-1, 1})."""
 
@@ -110,7 +110,7 @@ class EncryptedResidual:
     exponent: int
 
 
-@message
+@message("fate.MaskedGradient")
 class MaskedGradient:
     """Passive -> active: ``[[X_B^T d + R]]`` (one ciphertext per feature, random integer mask R)."""
 
@@ -118,7 +118,7 @@ class MaskedGradient:
     exponent: int
 
 
-@message
+@message("fate.GradientResult")
 class GradientResult:
     """Active -> passive: the decrypted masked gradient (residues mod n, ``ceil(bits(n)/8)`` bytes
     each) and which batch to predict next (``next_batch = -1``: the run is over)."""
@@ -128,12 +128,12 @@ class GradientResult:
     next_batch: int
 
 
-@message
+@message("fate.CoefficientsRequest")
 class CoefficientsRequest:
     """Active -> passive: report the non-zero coefficients of the last run."""
 
 
-@message
+@message("fate.Coefficients")
 class Coefficients:
     """Passive -> active: indices (into the party's prepared features) of the non-zero weights and
     their magnitudes ``|w_j|`` (to rank across parties)."""

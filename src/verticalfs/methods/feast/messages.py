@@ -28,7 +28,7 @@ import numpy as np
 from verticalfs.transport.messages import message
 
 
-@message
+@message("feast.FeastSetup")
 class FeastSetup:
     """Active -> party, one-way: the sample (``rows`` into the training split, ``None`` = all
     training rows in order) with its ``labels``; the party bins its own columns."""
@@ -41,7 +41,7 @@ class FeastSetup:
     seed: int
 
 
-@message
+@message("feast.ScoreRequest")
 class ScoreRequest:
     """Active -> candidate party: score the remaining candidates; report the best ``top`` (-1 = all)."""
 
@@ -52,7 +52,7 @@ class ScoreRequest:
     overlap_ratio: float = 0.1
 
 
-@message
+@message("feast.FeatureScores")
 class FeatureScores:
     """Candidate -> active: candidate indices and their scores, best first; ``n_deleted`` overlapping
     features were deleted locally this round."""
@@ -62,7 +62,7 @@ class FeatureScores:
     n_deleted: int = 0
 
 
-@message
+@message("feast.ShareSelected")
 class ShareSelected:
     """Active -> the party selected last round, one-way: its selected feature ``indices``; it merges
     them into ``V^t`` (groups of at most ``m``) and sends :class:`StatVariables` to ``receivers``."""
@@ -73,21 +73,21 @@ class ShareSelected:
     receivers: tuple
 
 
-@message
+@message("feast.StatVariables")
 class StatVariables:
     """Selected party -> candidate party, one-way: ``V^t`` as GIDs ``(rows, groups)``."""
 
     values: np.ndarray
 
 
-@message
+@message("feast.DropCandidates")
 class DropCandidates:
     """Active -> party, one-way: delete these tail features from the candidates (section 4.4)."""
 
     indices: np.ndarray
 
 
-@message
+@message("feast.LabelScoresRequest")
 class LabelScoresRequest:
     """Active -> party (the ``mi`` baseline): labels of ``rows`` (``None`` = all training rows),
     binning settings; reply the party's ``top`` features by ``I(Y; F_i)``."""

@@ -177,7 +177,7 @@ class MSGini(_HalfFilter):
 
 
 # ----------------------------------------------------------------------------------- SFFS
-@message
+@message("fedsdg_fs.FLabels")
 class FLabels:
     """Active -> party (SFFS): the key, ``[[A]]`` ``(N, c)``, the class sizes and the mask width."""
 
@@ -189,7 +189,7 @@ class FLabels:
     insecure: bool = False
 
 
-@message
+@message("fedsdg_fs.MaskedClassSums")
 class MaskedClassSums:
     """Party -> active: ``[[S_kj + r_kj]]`` ``(d, c)`` at exponent ``-SFFS_PRECISION``."""
 
@@ -197,14 +197,14 @@ class MaskedClassSums:
     shape: tuple
 
 
-@message
+@message("fedsdg_fs.WeightedSquares")
 class WeightedSquares:
     """Active -> party: ``[[sum_k (M / n_k) u_kj^2]]`` ``(d,)``."""
 
     data: bytes
 
 
-@message
+@message("fedsdg_fs.EncryptedEta")
 class EncryptedEta:
     """Party -> active: ``[[eta_j]]``, the correlation ratio of each feature, at ``exponent``."""
 
@@ -212,14 +212,14 @@ class EncryptedEta:
     exponent: int
 
 
-@message
+@message("fedsdg_fs.PlainFLabels")
 class PlainFLabels:
     """Active -> party (``secure=False`` only): the training labels in the clear."""
 
     labels: np.ndarray
 
 
-@message
+@message("fedsdg_fs.FScores")
 class FScores:
     """Party -> active (``secure=False``): the F statistic of each feature."""
 

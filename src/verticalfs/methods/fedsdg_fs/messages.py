@@ -30,7 +30,7 @@ from verticalfs.training.split import SplitSpec
 from verticalfs.transport.messages import Embeddings, message
 
 
-@message
+@message("fedsdg_fs.FedSDGSpec")
 class FedSDGSpec(SplitSpec):
     """Label holder -> party, inside ``Join``: split learning plus the dual gates.
 
@@ -61,7 +61,7 @@ class FedSDGSpec(SplitSpec):
     packed: bool = True
 
 
-@message
+@message("fedsdg_fs.GiniLabels")
 class GiniLabels:
     """Active -> party: the public key and ``[[A]]``, the one-hot label matrix of the training rows
     (one ciphertext per entry, shape ``(N, c)``); the party bins into ``n_bins`` and masks its
@@ -75,7 +75,7 @@ class GiniLabels:
     insecure: bool = False
 
 
-@message
+@message("fedsdg_fs.MaskedCounts")
 class MaskedCounts:
     """Party -> active: ``[[n_{jik} + r_{jik}]]`` per (feature, bin, class), shape ``(d, n_bins, c)``."""
 
@@ -83,14 +83,14 @@ class MaskedCounts:
     shape: tuple
 
 
-@message
+@message("fedsdg_fs.SquaredCounts")
 class SquaredCounts:
     """Active -> party: ``[[sum_k u_{jik}^2]]`` per (feature, bin), shape ``(d, n_bins)``."""
 
     data: bytes
 
 
-@message
+@message("fedsdg_fs.EncryptedGini")
 class EncryptedGini:
     """Party -> active: ``[[G(f_j)]]`` per feature, at fixed-point ``exponent``."""
 
@@ -98,7 +98,7 @@ class EncryptedGini:
     exponent: int
 
 
-@message
+@message("fedsdg_fs.GiniScores")
 class GiniScores:
     """Active -> party, one-way: the decrypted Gini scores of its features (Algorithm 1 line 13);
     the party initialises ``mu`` from them."""
@@ -106,7 +106,7 @@ class GiniScores:
     scores: np.ndarray
 
 
-@message
+@message("fedsdg_fs.PlainGiniLabels")
 class PlainGiniLabels:
     """Active -> party (``secure=False`` only): the training labels in the clear."""
 
@@ -115,14 +115,14 @@ class PlainGiniLabels:
     n_bins: int
 
 
-@message
+@message("fedsdg_fs.ClearGini")
 class ClearGini:
     """Party -> active (``secure=False``): the Gini scores it computed with the plaintext labels."""
 
     scores: np.ndarray
 
 
-@message
+@message("fedsdg_fs.GatedEmbeddings")
 class GatedEmbeddings(Embeddings):
     """Party -> active: the embedding components whose gate is open, ``(rows, open.sum())``, and
     ``open``, a bool mask over the party's embedding components (required; checked on receipt)."""
@@ -130,13 +130,13 @@ class GatedEmbeddings(Embeddings):
     open: np.ndarray | None = None
 
 
-@message
+@message("fedsdg_fs.CloseGates")
 class CloseGates:
     """Active -> party, phase ``selection``: remove the features whose deterministic input gate
     ``clip(mu, 0, 1)`` is 0 and close the components whose ``clip(omega, 0, 1)`` is 0 for good."""
 
 
-@message
+@message("fedsdg_fs.GatesClosed")
 class GatesClosed:
     """Party -> active: features kept and embedding components still open after :class:`CloseGates`."""
 
@@ -145,19 +145,19 @@ class GatesClosed:
 
 
 # ----------------------------------------------------- secure training (Algorithms 2 and 3)
-@message
+@message("fedsdg_fs.KeyRequest")
 class KeyRequest:
     """Active -> party, phase ``setup`` (secure training): send your public key."""
 
 
-@message
+@message("fedsdg_fs.PartyKey")
 class PartyKey:
     """Party -> active: the party's Paillier public key (its modulus)."""
 
     public_key: bytes
 
 
-@message
+@message("fedsdg_fs.SecureEmbeddings")
 class SecureEmbeddings:
     """Party -> active: ``[[g]]`` of the open components ``open``: column-packed over the rows
     (``columns``) and, in training, row-packed over the components (``rows``); ``bound`` is the
@@ -169,28 +169,28 @@ class SecureEmbeddings:
     bound: int
 
 
-@message
+@message("fedsdg_fs.MaskedProducts")
 class MaskedProducts:
     """Active -> party: ``[[g W~^T + eps_s]]``, ``(chunks, k)`` packed ciphertexts."""
 
     data: bytes
 
 
-@message
+@message("fedsdg_fs.ForwardShares")
 class ForwardShares:
     """Party -> active: ``z + eps_s`` (int64 mantissas, ``(rows, k)``)."""
 
     values: np.ndarray
 
 
-@message
+@message("fedsdg_fs.MaskedWeightGradient")
 class MaskedWeightGradient:
     """Active -> party: ``[[dL/dw + eps_s']]``, ``k`` packed ciphertexts."""
 
     data: bytes
 
 
-@message
+@message("fedsdg_fs.NoisyWeightGradient")
 class NoisyWeightGradient:
     """Party -> active: ``dL/dw + eps_s' - eps_m / eta_0`` (int64 mantissas, ``(k, open)``) and
     ``[[eps_acc]]`` in ``blocks`` row blocks, with the bound of its mantissas."""
@@ -201,7 +201,7 @@ class NoisyWeightGradient:
     bound: int
 
 
-@message
+@message("fedsdg_fs.EncryptedEmbeddingGradient")
 class EncryptedEmbeddingGradient:
     """Active -> party, one-way: ``[[dL/dg]]`` of the open components in row blocks."""
 

@@ -28,7 +28,7 @@ from verticalfs.training.split import SplitSpec
 from verticalfs.transport.messages import message, tensor_field
 
 
-@message
+@message("icafs.ICAFSSpec")
 class ICAFSSpec(SplitSpec):
     """Label holder -> party, inside ``Join``: the encoder (the split spec: a 3-layer MLP), the
     synthesis networks and their training (section V-E), and the synthetic rows' batches.
@@ -58,7 +58,7 @@ class ICAFSSpec(SplitSpec):
     dp_clip: float = 1.0
 
 
-@message
+@message("icafs.CriticRequest")
 class CriticRequest:
     """Holder -> party: critic features of real training rows ``rows`` (int64) and of the
     synthetic rows the party's generator makes from ``codes`` ``(rows, code_dim)``."""
@@ -67,7 +67,7 @@ class CriticRequest:
     codes: np.ndarray = tensor_field()
 
 
-@message
+@message("icafs.CriticFeatures")
 class CriticFeatures:
     """Party -> holder: its critic's features of the real rows (``real``; empty in a generator
     step) and of the synthetic rows (``fake``), ``(rows, feature_dim)`` each."""
@@ -76,7 +76,7 @@ class CriticFeatures:
     fake: np.ndarray = tensor_field()
 
 
-@message
+@message("icafs.CriticGradients")
 class CriticGradients:
     """Holder -> party, one-way: the critic loss's gradient for the features last sent; the party
     steps its critic."""
@@ -85,14 +85,14 @@ class CriticGradients:
     fake: np.ndarray = tensor_field()
 
 
-@message
+@message("icafs.GeneratorRequest")
 class GeneratorRequest:
     """Holder -> party: critic features of the synthetic rows made from ``codes`` (graph kept)."""
 
     codes: np.ndarray = tensor_field()
 
 
-@message
+@message("icafs.GeneratorGradients")
 class GeneratorGradients:
     """Holder -> party: the generator loss's gradient for those features; the party steps its
     generator and answers with the gradient for the codes."""
@@ -100,28 +100,28 @@ class GeneratorGradients:
     fake: np.ndarray = tensor_field()
 
 
-@message
+@message("icafs.CodeGradients")
 class CodeGradients:
     """Party -> holder: the generator loss's gradient for ``codes`` (the holder's part steps)."""
 
     codes: np.ndarray = tensor_field()
 
 
-@message
+@message("icafs.Synthesize")
 class Synthesize:
     """Holder -> party: make and keep the synthetic block of the rows coded by ``codes``."""
 
     codes: np.ndarray = tensor_field()
 
 
-@message
+@message("icafs.Synthesized")
 class Synthesized:
     """Party -> holder: the synthetic rows it holds now."""
 
     n_rows: int
 
 
-@message
+@message("icafs.SelectFeatures")
 class SelectFeatures:
     """Holder -> party, phase ``selection``: ``components`` (bool, one per embedding component of
     the party) are the ones the gates kept; keep the top ``ratio`` of your input features by their
@@ -131,7 +131,7 @@ class SelectFeatures:
     ratio: float
 
 
-@message
+@message("icafs.FeaturesSelected")
 class FeaturesSelected:
     """Party -> holder: features kept."""
 

@@ -57,6 +57,7 @@ from verticalfs.methods.icafs.messages import (
     Synthesized,
 )
 from verticalfs.methods.icafs.role import SYNTHETIC, ICAFSRole
+from verticalfs.methods.icafs.stage1 import Stage1Cache
 from verticalfs.methods.icafs.synthesis import HolderSynthesis, _block
 from verticalfs.methods.registry import register
 from verticalfs.nn.models import TopModel, load_shaped
@@ -118,7 +119,7 @@ class ICAFSParams(TrainConfig):
         Modes of each continuous column's variational Gaussian mixture (CTGAN's 10).
     critic_norm : str
         How each party's critic is kept tame: ``spectral`` (every weight spectrally normalised, the
-        default) or ``layernorm`` (its output features LayerNorm-ed, the default until 2026-11-25).
+        default) or ``layernorm`` (its output features LayerNorm-ed, the earlier default).
     aux_weight : float
         Weight of an auxiliary classifier on the label holder's critic (AC-GAN; 1); 0: none.
     dp_epsilon : float
@@ -418,6 +419,14 @@ class ICAFS(Method):
     test_params = {"epochs": 3, "hidden": (16, 8), "synth_steps": 3, "synth_batch": 64, "channels": 4,
                    "code_dim": 8, "feature_dim": 8, "refit_epochs": 1, "max_modes": 3}
 
+    def __init__(self, *, stage1_cache: Stage1Cache | None = None, **kwargs) -> None:
+        """``stage1_cache``: a :class:`~.stage1.Stage1Cache` through which in-process runs that would
+        compute the same stage 1 compute it once (:mod:`.stage1`); the rest as :class:`Method`."""
+        super().__init__(**kwargs)
+        if stage1_cache is not None and not isinstance(stage1_cache, Stage1Cache):
+            raise ConfigError(f"{self.name}: stage1_cache must be a Stage1Cache, got {type(stage1_cache).__name__}")
+        self.stage1_cache = stage1_cache
+
     def check(self, fed) -> None:
         p = self.params
         if fed.labels.task == "regression":
@@ -457,6 +466,8 @@ class ICAFS(Method):
                 raise ConfigError(f"{self.name}: with batch_size={p.batch_size} of {fed.n_samples('train')} training rows, "
                                   f"empty Poisson batches would take {spent:.3g} of dp_delta={p.dp_delta}; raise "
                                   "batch_size or dp_delta")
+        if self.stage1_cache is not None:
+            self.stage1_cache.check(fed)
 
     def fit(self, fed) -> ICAFS:
         self.check(fed)
@@ -471,7 +482,10 @@ class ICAFS(Method):
                                dp_noise=noise, checkpoints=self.checkpoints)
         trainer.setup()
         if trainer.use_synthetic:
-            trainer.synthesize()
+            if self.stage1_cache is None:
+                trainer.synthesize()
+            else:
+                self.stage1_cache.synthesize(trainer)
         trainer.fit(phase="train")
         sel = trainer.select_features()
         trainer.begin_refit()

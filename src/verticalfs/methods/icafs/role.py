@@ -31,7 +31,7 @@ from verticalfs.methods.icafs.messages import (
 from verticalfs.methods.icafs.synthesis import PartySynthesis
 from verticalfs.party import Context, handles
 from verticalfs.training.batches import BatchPlan
-from verticalfs.training.split import SplitRole
+from verticalfs.training.split import SplitRole, check_batch
 
 SYNTHETIC = "synthetic"
 
@@ -161,6 +161,7 @@ class ICAFSRole(SplitRole):
             raise ProtocolError(f"party {self.name!r}: synthetic rows asked for before the synthesis (Synthesize)")
         X = self.synthetic
         if batch >= 0:
+            check_batch(self.name, split, batch, self.synth_plan)
             X = X.index_select(0, torch.from_numpy(self.synth_plan.rows(epoch, batch)))
         return X
 

@@ -21,32 +21,16 @@ which section IV-A names as its inspiration):
   minimise ``-E[D(fake)]`` (lines 9 and 15); the gradient penalty is taken on ``D_s``'s input (the
   concatenated features and the label). WGAN-GP's own penalty is on the critic's input (the
   records) and needs a second-order exchange across the parties (``||grad_x D||^2 = sum_k
-  ||J_k^T g_k||^2`` with ``g_k`` from ``D_s``, and its derivative back through both), ~4x a party's
-  critic step with the convolutional critic (0.31 -> 1.19 s for 1,000 + 500 rows of USPS, 2
-  threads). Instead (``critic_norm="spectral"``, the default since 2026-11-25) every weight of
-  ``D_k`` is spectrally normalised (Miyato et al. 2018), which bounds each layer's gain locally with
-  one power iteration per step, and ``D_s`` carries an auxiliary classifier (AC-GAN, Odena et al.
+  ||J_k^T g_k||^2`` with ``g_k`` from ``D_s``, and its derivative back through both), several times
+  a party's critic step. Instead (``critic_norm="spectral"``, the default) every weight of ``D_k``
+  is spectrally normalised (Miyato et al. 2018), which bounds each layer's gain locally with one
+  power iteration per step, and ``D_s`` carries an auxiliary classifier (AC-GAN, Odena et al.
   2017; ``aux_weight`` 1): cross-entropy of the real labels on real rows for the critic, of the
-  synthetic labels on synthetic rows for the generators, both at the label holder.
-- Why (measured 2026-11-25; USPS, K = 2, seed 0, 250 iterations; logistic regression trained on
-  the synthetic rows, tested on real ones, chance ~10 %; in brackets the share of synthetic rows
-  that a logistic regression trained on real rows reads as their synthetic label). The earlier
-  default (``D_k``'s output features LayerNorm-ed, no auxiliary classifier, CTGAN's ``lr = 2e-4``)
-  made 11.0 % with the convolutional networks: the generators collapsed onto one or two
-  digits although the critics saw the class (a linear probe on the parties' critic features 77.2
-  %). The LayerNorm bounds ``D_k``'s features, not its gradients, so the whole critic was not held
-  Lipschitz. With the convolutional networks: spectral + auxiliary classifier at 2e-4, 11.1 %;
-  the same at ``gan_lr = 1e-3``, **69.5 % [92.0 %]** (the whole diagnostic run 505 s, one thread). With the
-  MLP networks: old default 6.5 %, auxiliary classifier alone 8.0 %, spectral alone 20.4 %, both
-  26.1 %, both at 1e-3 45.5 % [55.4 %]; 1e-3 alone 9.7 % (every row read as a "5"). In one
-  process with all 256 columns and one MLP critic (no federation, standardised pixels): 9.0 / 26.8
-  / 45.8 % after 250 / 1,000 / 3,000 iterations at 2e-4, 47.4 % at 250 with an auxiliary
-  classifier, 79.3 % with it at 1e-3; and the federation's split critic emulated in that process:
-  LayerNorm-ed features with the classifier 18.6 %, spectral normalisation with it 55.3 %. So
-  most of the failure was the untamed parties' critics, the rest too few iterations for CTGAN's
-  learning rate. Also tried and not used: CTGAN's PacGAN critic (pac 5 / 10: 12.1 / 8.1 % under
-  the old default), the exact penalty above (10.0 / 19.5 / 25.7 % at 250 / 500 / 1,000 iterations,
-  MLP, old default otherwise).
+  synthetic labels on synthetic rows for the generators, both at the label holder. The
+  alternative ``critic_norm="layernorm"`` (``D_k``'s output features LayerNorm-ed) bounds the
+  features, not the gradients, so it does not hold the whole critic Lipschitz. Adam runs at
+  ``gan_lr`` (1e-3, above CTGAN's 2e-4). The measurements behind these choices are in
+  ``benchmarks/icafs/README.md`` ("Stage 1's critic: the measurements behind the defaults").
 - Each iteration updates the clients' parts (Step 1) and the label holder's parts (Step 2) from
   the same losses. At the end the label holder draws the synthetic labels (the training class
   frequencies) and codes; every client makes its block, decodes it to its own columns
@@ -217,10 +201,8 @@ class PartySynthesis:
         their largest entry, as the normaliser's inverse does).
 
         CTGAN's ``sample`` draws each mode through its Gumbel softmax first (a draw from the
-        generator's mode distribution, not its most likely mode). Measured 2026-11-25 (logistic
-        regression trained on the synthetic rows, tested on real ones): USPS, K = 2, seed 0, 250
-        iterations, 11.0 -> 13.6 % (conv), 6.5 -> 16.8 % (mlp), but the two-blob test's 99 -> 84 %;
-        the most likely mode is kept (ours)."""
+        generator's mode distribution, not its most likely mode); the most likely mode is kept
+        here (ours; compared in ``benchmarks/icafs/README.md``)."""
         c = self._codes(codes)
         self.G.eval()
         with torch.no_grad():

@@ -39,7 +39,7 @@ from verticalfs.training.split import SplitRole
 from verticalfs.transport.messages import message
 
 
-@message
+@message("less_vfl.SelectFeatures")
 class SelectFeatures:
     """Active -> passive, one-way, phase ``selection``: run stage 3 of LESS-VFL.
 
@@ -66,7 +66,7 @@ class SelectFeatures:
     report_val: bool = False
 
 
-@message
+@message("less_vfl.CandidateEmbeddings")
 class CandidateEmbeddings:
     """Passive -> active, phase ``selection``, the reply to a :class:`SelectFeatures` with
     ``report_val``: the validation embeddings ``(L, n_val, |K_m|)`` of the party's ``L`` stage-3
@@ -75,19 +75,19 @@ class CandidateEmbeddings:
     values: np.ndarray
 
 
-@message
+@message("less_vfl.KeepCandidate")
 class KeepCandidate:
     """Active -> passive, one-way, phase ``selection``: keep stage-3 candidate ``index``."""
 
     index: int
 
 
-@message
+@message("less_vfl.SelectionInfoRequest")
 class SelectionInfoRequest:
     """Active -> passive, phase ``report``: what did stage 3 choose locally?"""
 
 
-@message
+@message("less_vfl.SelectionInfo")
 class SelectionInfo:
     """Passive -> active, phase ``report``: the party's local stage-3 figures (JSON-like dict)."""
 

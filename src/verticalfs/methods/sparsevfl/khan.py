@@ -31,7 +31,7 @@ REDUCERS = ("pca", "autoencoder")
 _F4 = np.dtype("<f4")
 
 
-@message
+@message("sparsevfl.ReduceRequest")
 class ReduceRequest:
     """Active -> passive, phase ``train``: reduce your features to ``n_components`` and upload them."""
 
@@ -44,7 +44,7 @@ class ReduceRequest:
     patience: int = 3
 
 
-@message
+@message("sparsevfl.ReducedFeatures")
 class ReducedFeatures:
     """Passive -> active: the reduced rows of each split, float32 row-major, ``dim`` columns."""
 

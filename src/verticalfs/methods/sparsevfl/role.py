@@ -40,7 +40,7 @@ _F4 = np.dtype("<f4")
 _F2 = np.dtype("<f2")
 
 
-@message
+@message("sparsevfl.CodedSpec")
 class CodedSpec(SplitSpec):
     """Label holder -> party, inside ``Join``: split learning with the codings of sparsevfl.md.
 
@@ -54,7 +54,7 @@ class CodedSpec(SplitSpec):
     top_w: int = 1024
 
 
-@message
+@message("sparsevfl.TopWGradients")
 class TopWGradients:
     """Label holder -> party, one-way (TOP-W): the ``W`` largest gradient entries of the batch as
     bit-packed flat positions (:func:`verticalfs.codecs.topw.topw_encode`) and their values."""

@@ -21,8 +21,8 @@ seconds, never a hang.
 
 from __future__ import annotations
 
+import sys
 import threading
-import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent import futures
 
@@ -46,6 +46,9 @@ _OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_len
 #: the server accepts the clients' keep-alive pings (every 10 s) also while a handler computes
 _SERVER_OPTIONS = [*_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
                    ("grpc.http2.max_ping_strikes", 0)]
+#: the gRPC channel options of :class:`GrpcChannel` (unlimited message sizes, keep-alive every 10 s),
+#: for a bare gRPC endpoint that is to be compared with this transport on equal terms
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = tuple(_OPTIONS)
 
 
 def _grpc():
@@ -64,10 +67,21 @@ def _chunks(data: bytes) -> Iterator[bytes]:
         yield bytes(view[i:i + CHUNK])
 
 
+#: the insecure-mode warning has been printed in this process (it is printed once per process)
+_insecure_warned = False
+INSECURE_WARNING = ("WARNING: insecure mode: no TLS, traffic and identities are not protected (messages travel "
+                    "in the clear and any process that reaches an address can claim to be any party); for local "
+                    "experiments only")
+
+
 def _insecure_warning(who: str) -> None:
-    warnings.warn(f"{who}: INSECURE transport (no TLS): messages travel in the clear and any process that "
-                  "reaches the address can claim to be any party; use it only for local experiments",
-                  stacklevel=3)
+    """Print :data:`INSECURE_WARNING` on stderr, once per process (a server and a channel both ask)."""
+    global _insecure_warned
+    if _insecure_warned:
+        return
+    _insecure_warned = True
+    sys.stderr.write(f"{INSECURE_WARNING} [{who}]\n")
+    sys.stderr.flush()
 
 
 class PartyServer:

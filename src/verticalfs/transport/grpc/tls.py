@@ -30,6 +30,8 @@ class TLSFiles:
     key: Path
 
     def read(self) -> tuple[bytes, bytes, bytes]:
+        """The three files' bytes; a private key that group or others may read is refused."""
+        check_private(self.key)
         out = []
         for what, p in (("CA certificate", self.ca), ("certificate", self.cert), ("private key", self.key)):
             try:
@@ -44,6 +46,19 @@ class TLSFiles:
         """``folder/ca.pem``, ``folder/<party>.pem`` and ``folder/<party>.key`` (as ``make_certs`` writes)."""
         f = Path(folder)
         return cls(f / "ca.pem", f / f"{party}.pem", f / f"{party}.key")
+
+
+def check_private(key: str | Path) -> None:
+    """A :class:`ConfigError` if the private key file ``key`` is readable or writable by group or others."""
+    if os.name != "posix":  # pragma: no cover - Windows has no mode bits to check
+        return
+    try:
+        mode = os.stat(key).st_mode
+    except OSError:
+        return  # reading it reports the missing file
+    if mode & 0o077:
+        raise ConfigError(f"the private key {str(key)!r} is accessible to other users (mode "
+                          f"{mode & 0o777:04o}); restrict it to its owner: chmod 600 {key}")
 
 
 def make_certs(parties: Sequence[str], out: str | Path, *, hosts: Iterable[str] = ("localhost", "127.0.0.1"),
@@ -70,6 +85,8 @@ def make_certs(parties: Sequence[str], out: str | Path, *, hosts: Iterable[str] 
     def write(path: Path, data: bytes, private: bool) -> Path:
         tmp = path.with_name(f".{path.name}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+        if private:  # also when a stale temporary file had another mode
+            os.fchmod(fd, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)

@@ -1,6 +1,8 @@
-"""Throughput of the Paillier back ends: encryptions and decryptions per second.
+"""Throughput of the Paillier back ends: encryptions and decryptions per second, through the public
+``verticalfs.crypto`` API (moved here from the library: measuring is the benchmarks' business).
 
-Used by ``benchmarks/feast/paillier_speed.py`` and ``benchmarks/feast/speed.py``.
+Used by ``paillier_speed.py`` and ``speed.py`` beside it (``from paillier_rates import rates``, with
+this folder on ``sys.path``).
 """
 
 from __future__ import annotations
@@ -9,8 +11,7 @@ import time
 
 import numpy as np
 
-from verticalfs.crypto.array import EncryptedArray
-from verticalfs.crypto.keys import generate_keypair
+from verticalfs.crypto import EncryptedArray, generate_keypair
 
 
 def rates(backend: str = "auto", bits: int = 2048, n: int = 200, *, pool: bool = False,

@@ -1,0 +1,89 @@
+"""The data checks of issue 37 below the command line: the robust scaler, id stripping, the label
+look-alikes, the extreme-value and constant-party notes, and where a bad byte is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.preprocessing import RobustScaler
+
+from verticalfs.data.preprocess import PartyPreprocessor
+from verticalfs.data.user import _bad_byte, label_lookalikes, load_party_files, strip_ids
+from verticalfs.data.vertical import PartyData
+from verticalfs.exceptions import DataError
+
+
+def test_robust_scaling_is_scikit_learns_robust_scaler():
+    rng = np.random.default_rng(0)
+    train = pd.DataFrame({"a": rng.normal(3, 2, 200), "b": rng.lognormal(0, 2, 200), "c": np.r_[np.zeros(180), np.ones(20)]})
+    train.loc[:4, "a"] = 1e9
+    new = pd.DataFrame({"a": rng.normal(3, 2, 30), "b": rng.lognormal(0, 2, 30), "c": np.ones(30)})
+    pp = PartyPreprocessor.fit("p", train, [], scaling="robust")
+    sk = RobustScaler().fit(train.to_numpy())
+    np.testing.assert_allclose(pp.transform(new), sk.transform(new.to_numpy()).astype(np.float32), rtol=1e-6)
+    assert pp.scale[2] == 1.0  # an interquartile range of 0 scales by 1, as scikit-learn does
+    again = PartyPreprocessor.from_dict(pp.to_dict())  # saved with a model
+    np.testing.assert_array_equal(again.transform(new), pp.transform(new))
+    assert np.median(pp.transform(train)[5:, 0]) == pytest.approx(0, abs=0.1)  # the bulk is not squashed
+
+
+def test_extreme_values_are_noted_only_under_minmax_and_not_for_heavy_tails():
+    rng = np.random.default_rng(1)
+    X = pd.DataFrame({"spiky": np.r_[rng.normal(2, 1, 95), np.full(5, 1e300)],
+                      "lognormal": rng.lognormal(0, 1.5, 100), "sparse": np.r_[np.zeros(90), rng.normal(1e6, 1, 10)]})
+    notes = PartyPreprocessor.fit("p", X, [], scaling="minmax").warnings
+    assert len(notes) == 1 and "'spiky'" in notes[0]
+    assert PartyPreprocessor.fit("p", X[["lognormal", "sparse"]], [], scaling="standard").warnings == []
+
+
+def test_a_constant_party_is_noted_but_one_informative_column_is_enough():
+    X = pd.DataFrame({"a": np.full(20, 3.0), "b": ["x"] * 20})
+    assert "no informative column" in PartyPreprocessor.fit("p", X, ["b"]).warnings[0]
+    X["b"] = ["x", "y"] * 10
+    assert PartyPreprocessor.fit("p", X, ["b"]).warnings == []
+
+
+def test_strip_ids():
+    got = strip_ids(np.array([" 7", "007 ", "0", "000", "A007", " a b ", "-07", "12"]))
+    assert got.tolist() == ["7", "7", "0", "0", "A007", "a b", "-07", "12"]
+
+
+def test_strip_ids_refuses_ids_that_become_duplicates(tmp_path):
+    pd.DataFrame({"id": ["7", "007"], "y": [0, 1], "x": [1.0, 2.0]}).to_csv(tmp_path / "a.csv", index=False)
+    with pytest.raises(DataError, match="duplicated ids"):
+        load_party_files({"a": tmp_path / "a.csv"}, label_party="a", label_column="y", strip_ids=True)
+
+
+def test_label_lookalikes_for_a_regression_target():
+    y = pd.Series(np.linspace(0, 1, 50))
+    aligned = {"bank": pd.DataFrame({"y": y, "x": np.arange(50.0)}),
+               "shop": pd.DataFrame({"copy": y.to_numpy(), "noise": y.to_numpy() + 1e-9})}
+    files = {"bank": Path("bank.csv"), "shop": Path("shop.csv")}
+    notes = label_lookalikes(aligned, {"bank": ["x"], "shop": ["copy", "noise"]}, "bank", "y", files, classes=False)
+    assert len(notes) == 1 and "'copy'" in notes[0] and "holds the label 'y'" in notes[0]
+
+
+def test_a_deployed_party_serving_a_column_named_like_the_label_is_noted():
+    from verticalfs.deploy.holder import _named_like_label
+
+    dep = SimpleNamespace(label_column="default", label_party="bank", path=Path("deployment.toml"))
+    parties = [PartyData("bank", ["income"], {}), PartyData("shop", ["DEFAULT", "plan=a", "plan=b"], {},
+                                                            sources=["DEFAULT", "plan", "plan"])]
+    notes = _named_like_label(parties, dep)
+    assert len(notes) == 1 and "party 'shop' serves a column 'DEFAULT'" in notes[0]
+
+
+def test_the_first_bad_byte_is_found_across_read_chunks(tmp_path):
+    n = 1 << 20
+    head = (b"a" * 99 + b"\n") * (n // 100)
+    head += b"b" * (n - 1 - len(head))  # a two-byte character split by the first chunk's end
+    data = head + b"\xc3\xa9xyz\n" + b"ok\n" + b"q\xffr\n"
+    (tmp_path / "f.csv").write_bytes(data)
+    msg = str(_bad_byte("p", tmp_path / "f.csv", "utf-8", 1 << 30))
+    pos = data.index(b"\xff")
+    line = data[:pos].count(b"\n") + 1
+    assert f"line {line}, column 2 (byte offset {pos})" in msg
