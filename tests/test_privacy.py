@@ -41,7 +41,7 @@ from verticalfs.methods import available, get
 from verticalfs.methods.feast.statvar import statistical_variable
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.training.batches import epoch_permutation
-from verticalfs.transport.messages import Gradients, coded
+from verticalfs.transport.messages import At, Gradients, coded
 from verticalfs.transport.serde import decode, encode
 
 
@@ -192,11 +192,9 @@ class Reference:
                         Xs.append(X[:, j])
             X = np.stack(Xs, 1)
             ids = np.asarray(ids)
-            order = np.argsort(X, axis=0, kind="stable")
-            srt = np.take_along_axis(X, order, 0)
-            distinct = 1 + (np.diff(srt, axis=0) != 0).sum(0)
-            self.split_cols[X.shape[0]] = {"ids": ids, "order": order, "z": _standardise(srt),
-                                          "zrev": _standardise(-srt[::-1]), "distinct": distinct}
+            self.split_cols[X.shape[0]] = _prepared(X, ids)
+            if s == "train":
+                self.train = (X, ids)
             for k, j in enumerate(ids):
                 u = np.unique(X[:, k].astype(np.float32))
                 tables.append(np.stack([u.astype(np.float64), np.full(len(u), j, np.float64)], 1))
@@ -213,6 +211,8 @@ class Reference:
             y = self.y[s]
             if surprise_bits(y) >= MIN_BITS:
                 self.label_sets.setdefault(len(y), []).append((s, y[None, :]))
+        self.plans = sorted(plans)
+        self._batches: dict[tuple, dict] = {}
         ytr = self.y["train"]
         batches: dict[int, list] = {}
         for n, bs, seed, epochs in plans:
@@ -228,8 +228,10 @@ class Reference:
             self.label_sets.setdefault(L, []).append(("mini-batch", np.unique(np.stack(ys), axis=0)))
 
     # ------------------------------------------------------------------------ columns
-    def column_findings(self, a) -> set[tuple[str, str, str]]:
-        """``{(party, split, detector)}`` of every column ``a`` carries."""
+    def column_findings(self, a, at=None) -> set[tuple[str, str, str]]:
+        """``{(party, split, detector)}`` of every column ``a`` carries; with the message's
+        position ``at`` (``round`` = epoch, ``step`` = mini-batch), vectors of a mini-batch's
+        length are also compared with that mini-batch of every plan (split ``"mini-batch"``)."""
         a = np.asarray(a)
         if a.size == 0 or a.dtype.kind not in "fiub":
             return set()
@@ -253,6 +255,18 @@ class Reference:
                 continue
             for k0 in range(0, V.shape[1], 32):
                 out |= self._aligned(V[:, k0:k0 + 32], S)
+        for n, bs, seed, _epochs in self.plans if at is not None else ():
+            rows = epoch_permutation(n, seed, at.round)[at.step * bs:(at.step + 1) * bs]
+            V = vectors(a, len(rows)) if len(rows) >= 16 else None
+            if V is None:
+                continue
+            key = (n, bs, seed, at.round, at.step)
+            if key not in self._batches:
+                X, ids = self.train
+                keep = np.ptp(X[rows], axis=0) > 0
+                self._batches[key] = _prepared(X[rows][:, keep], ids[keep])
+            for k0 in range(0, V.shape[1], 32):
+                out |= {(p, "mini-batch", det) for p, _s, det in self._aligned(V[:, k0:k0 + 32], self._batches[key])}
         return out
 
     def _aligned(self, V, S) -> set:
@@ -312,6 +326,14 @@ class Reference:
                     if sep.any():
                         out.add((where, "labels-separable"))
         return out
+
+
+def _prepared(X: np.ndarray, ids: np.ndarray) -> dict:
+    """Reference columns ``X`` (rows x refs, ids into ``ref_names``) sorted for the aligned detectors."""
+    order = np.argsort(X, axis=0, kind="stable")
+    srt = np.take_along_axis(X, order, 0)
+    return {"ids": ids, "order": order, "z": _standardise(srt), "zrev": _standardise(-srt[::-1]),
+            "distinct": 1 + (np.diff(srt, axis=0) != 0).sum(0)}
 
 
 def _standardise(M: np.ndarray) -> np.ndarray:
@@ -465,7 +487,7 @@ def audited(request, data):
         arrays = list(arrays_in(d.msg))
         comparable += any(a.size >= MIN_VALUES or any(L in np.shape(a) for L in lengths) for a in arrays)
         for a in arrays:
-            for party, split, det in ref.column_findings(a):
+            for party, split, det in ref.column_findings(a, d.at):
                 if party != receiver:
                     findings.add((kind, det, sender, receiver, f"a {split} column of {party}"))
             if receiver != LABEL_HOLDER:
@@ -568,6 +590,14 @@ class TestDetectors:
         assert ("party2", "train", "values") in self.columns_found(ref, leak)
         assert ("party2", "train", "values") in self.columns_found(ref, wire(X[rows[:16], 4], "float32"))
 
+    def test_scaled_or_binned_mini_batch_at_its_position(self, data, ref):
+        X = data.parties[1].X["train"].astype(np.float64)
+        rows = epoch_permutation(PLAN[0], PLAN[2], 1)[64:128]  # epoch 1, batch 1 of the plan
+        x = X[rows, 4]
+        for leak in (3 * x - 1, (x > np.median(x)).astype(np.float32), np.eye(2)[(x > np.median(x)).astype(int)]):
+            assert ("party2", "mini-batch", "monotone") in ref.column_findings(leak, At("train", 1, 1))
+        assert not ref.column_findings(3 * x - 1, At("train", 1, 2))  # another batch's rows
+
     def test_row_permuted_column(self, data, ref):
         X = data.parties[0].X["val"].astype(np.float64)
         perm = np.random.default_rng(2).permutation(len(X))
@@ -640,7 +670,7 @@ class TestDetectors:
         kinds = {}
         for _s, r, d in decoded:
             for a in arrays_in(d.msg):
-                assert not ref.column_findings(a), type(d.msg).__name__
+                assert not ref.column_findings(a, d.at), type(d.msg).__name__
                 if r != LABEL_HOLDER:
                     for _where, det in ref.label_findings(a):
                         kinds.setdefault(type(d.msg).__name__, set()).add(det)
