@@ -9,15 +9,17 @@ int32/int64 arrays, big-endian integers of ciphertext width). Each numeric array
 with every party's columns and with the labels by the detectors of :class:`Reference`:
 
 - a column: >= 8 distinct exact values of one column anywhere in the array (a mini-batch, rows in
-  any order); a vector aligned with a split that is a monotone function of a column (an affine map,
-  min-max or standard scaling, quantile or equal-width bins, float16/int8 rounding); a vector whose
-  sorted values are an affine image of a column's sorted values (a row-permuted, scaled copy);
+  any order); a vector aligned with a split, or with the mini-batch at the message's position, that
+  is a monotone function of a column (an affine map, min-max or standard scaling, quantile or
+  equal-width bins, float16/int8 rounding) or the column's bins numbered in any order; a vector
+  whose sorted values are an affine image of a column's sorted values (a row-permuted, scaled copy);
 - the labels: a vector aligned with a split or with a mini-batch of the run's batch plans that is a
   non-constant function of the labels (0/1, +-1, one-hot, any dtype), or, for binary labels, one
   from which a threshold recovers every label.
 
-Every finding fails the audit unless :data:`ACCEPTED` lists it with the reason its paper accepts it
-(the same table is in docs/privacy-audit.md, and a test keeps the two equal). The parties' and the
+Every finding fails the audit unless :data:`ACCEPTED` lists it with the reason its paper accepts it,
+or :data:`OPEN` lists it as a reported, unfixed leak (docs/privacy-audit.md shows both tables, and a
+test keeps them equal to these lists). The parties' and the
 label holder's state after the run is checked the same way. The detectors are tested on planted
 leaks, so a passing audit means something.
 """
@@ -169,8 +171,10 @@ class Reference:
     count); ``monotone`` = a column or row of an array of the split's length is a monotone function
     of the column (an affine map, min-max or standard scaling, bins, float16/int8 rounding), with
     level sets carrying >= :data:`MIN_BITS` bits; ``binned`` = such a vector's levels are intervals
-    of the column, numbered in any order (bins numbered by first appearance); ``permuted`` = the sorted values of such a vector
-    are an affine image of the column's sorted values (1 - corr < :data:`SORTED_TOL`).
+    of the column, numbered in any order (bins numbered by first appearance); ``permuted`` = the
+    sorted values of such a vector are an affine image of the column's sorted values (1 - corr <
+    :data:`SORTED_TOL`). The last three also run on the training rows of a mini-batch (split
+    ``"mini-batch"``) when :meth:`column_findings` is given the message's position.
 
     Labels: ``labels`` = a vector aligned with a split or one of the plans' mini-batches is a
     non-constant function of the labels (0/1, +-1, one-hot columns, any payload dtype);
