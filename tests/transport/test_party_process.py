@@ -55,7 +55,8 @@ def _party_main(party_data, certs, conn) -> None:  # runs in a child process
     from verticalfs.transport.grpc.party import NetworkedParty
 
     torch.set_num_threads(1)
-    party = NetworkedParty(PartyRuntime(party_data, role_for=party_roles()), "127.0.0.1:0", tls=TLSFiles.in_folder(certs, party_data.name))
+    party = NetworkedParty(PartyRuntime(party_data, role_for=party_roles()), "127.0.0.1:0",
+                           tls=TLSFiles.in_folder(certs, party_data.name))
     conn.send(party.server.address)
     party.set_addresses(conn.recv())
     party.start()

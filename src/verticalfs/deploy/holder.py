@@ -142,7 +142,8 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         for p in names:  # each party's own policy (its --policy file may override the deployment file's)
             if p != lp:
                 pol = fed.proxy(p).request(PolicyQuery(), SETUP, expect=PolicyReport)
-                out.policies[p] = {"release_columns": bool(pol.release_columns), "accept_labels": bool(pol.accept_labels),
+                out.policies[p] = {"release_columns": bool(pol.release_columns),
+                                   "accept_labels": bool(pol.accept_labels),
                                    "require_secure": bool(pol.require_secure), "min_key_bits": int(pol.min_key_bits),
                                    "methods": [str(m) for m in pol.methods]}
         out.rows.setdefault(lp, {"rows_in_file": len(frame), "rows_kept": len(common)})
