@@ -74,6 +74,9 @@ class DeploymentParty(_Model):
         [], description='Columns to one-hot encode, or `"auto"` (every non-numeric column).',
         json_schema_extra={"expects": 'a list of column names or "auto"'})
     certs: FilePath | None = Field(None, description="This party's TLS folder, if not the top-level `certs`.")
+    predict_file: FilePath | None = Field(None, description="The rows this party scores with a saved model "
+                                          "(`verticalfs predict --config`, `verticalfs serve-model`), with the id "
+                                          "column; relative to the deployment file. Default: its `file`.")
 
 
 class DeploymentFile(_Model):

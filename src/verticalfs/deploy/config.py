@@ -45,6 +45,7 @@ class PartyEntry:
     listen: str
     categorical: list[str] | str = field(default_factory=list)
     certs: Path | None = None
+    predict_file: Path | None = None  # the rows it scores with a saved model (default: file)
 
 
 @dataclass
@@ -101,7 +102,8 @@ class Deployment:
                                   "name the party after its organisation")
             parties[name] = PartyEntry(name=name, address=p.address, listen=p.listen or p.address,
                                        file=rel(p.file), categorical=p.categorical if isinstance(p.categorical, str)
-                                       else list(p.categorical), certs=rel(p.certs))
+                                       else list(p.categorical), certs=rel(p.certs),
+                                       predict_file=rel(p.predict_file))
         if conf.label_party not in parties:
             raise ConfigError(f"{where}: label_party {conf.label_party!r} is not among the parties {list(parties)}")
         addrs = [e.address for e in parties.values()]

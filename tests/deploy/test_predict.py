@@ -1,0 +1,221 @@
+"""A saved model used where the data lives: federated batch prediction and online scoring.
+
+Three real party processes with mutual TLS on 127.0.0.1 (``verticalfs party serve``); the label
+party trains with ``--save-model`` (each party writes its own part in its own model folder), then
+``predict --config`` scores every party's ``predict_file`` (new rows, ids overlapping only partly)
+and must give exactly the in-process ``verticalfs predict`` of the same model with every file in
+one place. ``serve-model`` answers real HTTP requests against the live deployment.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("grpc")
+pytest.importorskip("cryptography")
+pytest.importorskip("private_set_intersection")
+
+from tests.deploy.test_deployment import PARTIES, _files, _free_port, _listening, _start, _stop  # noqa: E402
+from verticalfs.deploy.config import Deployment  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+METHODS = {
+    "vfl": {"epochs": 2, "batch_size": 64, "hidden": (16, 8)},
+    "sparsevfl-16": {"epochs": 2, "batch_size": 64},
+    "less-vfl": {"epochs": 2, "batch_size": 64, "hidden": (16, 8), "pretrain_epochs": 1, "select_epochs_m": 1,
+                 "select_epochs_s": 1},
+    "feast": {"n_select": 6},
+}
+
+
+def _predict_files(root: Path, train: dict[str, Path]) -> dict[str, Path]:
+    """New rows per party: the training rows' columns perturbed, ids partly shared, in another order;
+    the bank's without the label."""
+    rng = np.random.default_rng(3)
+    out = {}
+    for k, p in enumerate(PARTIES):
+        df = pd.read_csv(train[p], dtype={"customer_id": str}).drop(columns=["default"], errors="ignore")
+        num = [c for c in df.columns if c != "customer_id"]
+        df[num] = df[num] * rng.uniform(0.9, 1.1, size=(len(df), len(num)))
+        df = df.iloc[rng.permutation(len(df))[: len(df) - 20 * k]]  # each party lacks other ids
+        out[p] = root / f"{p}_new.csv"
+        df.to_csv(out[p], index=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("predict")
+    files = _files(root)
+    new = _predict_files(root, files)
+    subprocess.run([sys.executable, "-m", "verticalfs", "certs", "make", "--parties", ",".join(PARTIES),
+                    "--out", str(root / "certs")], check=True, capture_output=True)
+    lines = ['label_party = "bank"', 'label_column = "default"', 'id_column = "customer_id"', 'certs = "certs"',
+             "connect_timeout = 5"]
+    for p in PARTIES:
+        lines += [f"[parties.{p}]", f'address = "127.0.0.1:{_free_port()}"', f'file = "{files[p].name}"',
+                  f'predict_file = "{new[p].name}"']
+    (root / "deployment.toml").write_text("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def servers(site):
+    started = {p: _start(site, p) for p in PARTIES if p != "bank"}
+    procs = {p: _listening(proc, p) for p, proc in started.items()}
+    yield procs
+    for p in procs.values():
+        _stop(p)
+
+
+@pytest.fixture(scope="module")
+def models(site, servers):
+    """Every method trained over the deployment with --save-model (the label holder in this process)."""
+    from verticalfs.deploy.holder import run_deployment
+
+    out = {}
+    for m, params in METHODS.items():
+        folder = site / "holder" / m
+        run_deployment(site / "deployment.toml", m, seed=0, params=params, save_model=folder)
+        out[m] = folder
+    return out
+
+
+def _in_process(site: Path, model: Path) -> dict:
+    """verticalfs predict with every file in one place: the parties' parts copied beside the label
+    holder's, every party's predict_file given."""
+    from verticalfs.model import predict
+
+    pooled = site / "pooled" / model.name
+    shutil.copytree(model, pooled, dirs_exist_ok=True)
+    for p in PARTIES:
+        shutil.copy(site / "models" / p / model.name / f"{p}.pt", pooled)
+    return predict(pooled, {p: site / f"{p}_new.csv" for p in PARTIES}, id_column="customer_id")
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_federated_predict_equals_in_process(site, models, method):
+    from verticalfs.deploy.predict import predict_deployment
+
+    model = models[method]
+    # each part stays in its owner's folder: the label holder's folder has only its own part
+    assert sorted(f.name for f in model.iterdir()) == ["active.pt", "manifest.json"]
+    for p in PARTIES:
+        assert [f.name for f in (site / "models" / p / method).iterdir()] == [f"{p}.pt"]
+    net = predict_deployment(Deployment.load(site / "deployment.toml"), model)
+    ref = _in_process(site, model)
+    assert list(net["ids"]) == list(ref["ids"])
+    held = [set(pd.read_csv(site / f"{p}_new.csv", dtype={"customer_id": str})["customer_id"]) for p in PARTIES]
+    assert len(net["ids"]) == len(set.intersection(*held)) < min(map(len, held))
+    np.testing.assert_array_equal(net["probabilities"], ref["probabilities"])
+    assert list(net["prediction"]) == list(ref["prediction"])
+    c = net["communication"]
+    assert c["by_phase"]["predict"] > 0 and "eval" not in c["by_phase"]  # inference is metered as such
+    kinds = set(c["by_kind"])
+    assert {"OpenModel", "ScoringPsi", "StageIds"} <= kinds
+    # only what the method sends at inference crosses: embeddings of a split model, columns of a filter
+    sent = kinds - {"OpenModel", "ModelOpened", "ScoringPsi", "PsiReply", "StageIds", "IdsStaged"}
+    assert sent == ({"GatherColumns", "Columns"} if method == "feast" else {"EmbedRequest", "Embeddings"}), sent
+    # the parties' method traffic equals the in-process prediction's (same messages, other phase)
+    assert {k: v for k, v in c["by_kind"].items() if k in sent} == {k: ref["communication"]["by_kind"][k]
+                                                                     for k in sent}
+
+
+def test_predict_cli(site, models, tmp_path):
+    out = tmp_path / "p.csv"
+    done = subprocess.run([sys.executable, "-m", "verticalfs", "predict", "--config", str(site / "deployment.toml"),
+                           "--model", str(models["vfl"]), "--out", str(out)], cwd=site, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = pd.read_csv(out, dtype={"customer_id": str})
+    ref = _in_process(site, models["vfl"])
+    assert got["customer_id"].tolist() == list(ref["ids"])
+    np.testing.assert_allclose(got[[c for c in got.columns if c.startswith("prob_")]].to_numpy(),
+                               ref["probabilities"], rtol=1e-6)
+    assert "kB at inference" in done.stdout
+
+
+def test_party_opens_models_by_name_only(site, models, servers):
+    """The label holder sends a model's name; a party refuses a name that is a path."""
+    from verticalfs.deploy.predict import SETUP, DeployedModel, ModelOpened, OpenModel
+    from verticalfs.exceptions import VerticalFSError
+
+    with DeployedModel(Deployment.load(site / "deployment.toml"), models["vfl"]) as m:
+        sha = m.manifest["parties"]["telecom"]["sha256"]
+        for name in ("../bank/vfl", "/tmp/vfl", ".."):
+            with pytest.raises(VerticalFSError, match="plain name"):
+                m.fed.proxy("telecom").request(OpenModel(model=name, method="vfl", sha256=sha), SETUP,
+                                               expect=ModelOpened)
+
+
+# ------------------------------------------------------------------------------ online scoring
+@pytest.fixture(scope="module")
+def endpoint(site, models):
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("fastapi")
+    port = _free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "verticalfs", "serve-model", "--config",
+                             str(site / "deployment.toml"), "--model", str(models["vfl"]), "--port", str(port),
+                             "--batch-ms", "5"], cwd=site, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    while True:
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() - t0 < 90
+        time.sleep(0.2)
+    yield url
+    _stop(proc)
+
+
+def test_serve_model_over_http(site, models, endpoint):
+    import httpx
+
+    ref = _in_process(site, models["vfl"])
+    ids = [str(i) for i in ref["ids"][:25]]
+    unknown = ["nobody", "x-telecom-only"]
+    r = httpx.post(f"{endpoint}/predict", json={"ids": [ids[3], *unknown, *ids]}, timeout=30)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["unknown"] == unknown
+    got = {p["id"]: p for p in body["predictions"]}
+    assert list(got) == [ids[3], *[i for i in ids if i != ids[3]]]
+    want = dict(zip(map(str, ref["ids"]), ref["probabilities"], strict=True))
+    for i in ids:  # the same probabilities as batch prediction, id by id
+        np.testing.assert_allclose([got[i]["probabilities"][c] for c in ref["classes"]], want[i], rtol=1e-5)
+    h = httpx.get(f"{endpoint}/health").json()
+    assert h["status"] == "ok" and h["ids_known"] == len(ref["ids"]) and h["ids_scored"] >= len(ids)
+    assert "/predict" in httpx.get(f"{endpoint}/openapi.json").json()["paths"]
+    assert httpx.get(f"{endpoint}/docs").status_code == 200
+    assert httpx.post(f"{endpoint}/predict", json={"id": ids[0]}).status_code == 422
+
+
+def test_concurrent_requests_are_batched(site, models, endpoint):
+    import concurrent.futures as cf
+
+    import httpx
+
+    ref = _in_process(site, models["vfl"])
+    ids = [str(i) for i in ref["ids"][:40]]
+    before = httpx.get(f"{endpoint}/health").json()["batches"]
+    with httpx.Client(timeout=30) as client, cf.ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(lambda i: client.post(f"{endpoint}/predict", json={"ids": [i]}).json(), ids))
+    assert [r["predictions"][0]["id"] for r in replies] == ids
+    batches = httpx.get(f"{endpoint}/health").json()["batches"] - before
+    assert batches < len(ids)  # several clients' requests went out together
