@@ -131,6 +131,11 @@ GOLDEN: list[tuple[str, int]] = [
     ("sparsevfl.ReduceRequest", 62678),
     ("sparsevfl.ReducedFeatures", 20263),
     ("sparsevfl.TopWGradients", 32376),
+    ("core.OpenModel", 5725),
+    ("core.ModelOpened", 49891),
+    ("core.ScoringPsi", 16821),
+    ("core.StageIds", 39834),
+    ("core.IdsStaged", 348),
 ]
 
 WHY = ("the list of wire names in tests/transport/test_wire_names.py is golden: a peer running the previous "

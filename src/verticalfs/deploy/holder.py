@@ -71,7 +71,7 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int = 1 << 30, checkpo
                             categorical=e.categorical, na_values=dep.na_values, delimiter=dep.delimiter,
                             encoding=dep.encoding, max_bytes=max_bytes,
                             checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(name))
-    from verticalfs.deploy.predict import enable_scoring, model_root, scoring_path
+    from verticalfs.deploy.scoring import enable_scoring, model_root, scoring_path
 
     enable_scoring(runtime, model_dir=model_root(dep, name), scoring_path=scoring_path(dep, name),
                    read_options=runtime.read_options)

@@ -25,7 +25,7 @@ import numpy as np
 
 from verticalfs.data.user import _read_frames, feature_columns, party_block
 from verticalfs.data.vertical import IMPUTATIONS, SCALINGS, SPLITS, prepare_block
-from verticalfs.deploy.predict import is_scoring, plain_name, scoring_handle
+from verticalfs.deploy.scoring import is_scoring, plain_name, scoring_handle
 from verticalfs.exceptions import DataError, ProtocolError
 from verticalfs.methods import registry
 from verticalfs.names import LABEL_HOLDER

@@ -33,226 +33,28 @@ re-runs PSI when a party's file version changes, before its next batch.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from verticalfs.exceptions import ConfigError, DataError, ProtocolError
+from verticalfs.deploy.scoring import (
+    PREDICT,
+    SETUP,
+    IdsStaged,
+    ModelOpened,
+    OpenModel,
+    ScoringPsi,
+    StageIds,
+    scoring_path,
+)
+from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.names import LABEL_HOLDER
-from verticalfs.transport.messages import At, message
-
-#: the phase of inference messages on the ledger
-PREDICT = At("predict")
-SETUP = At("setup")
-
-
-# ------------------------------------------------------------------------------------ messages
-@message("core.OpenModel")
-class OpenModel:
-    """Label holder -> party, phase ``setup``: restore your part of the model called ``model`` (a
-    plain name: the party finds ``<its model_dir>/<model>/<party>.pt`` itself), trained as
-    ``method``, whose file has ``sha256`` (from the label holder's manifest)."""
-
-    model: str
-    method: str
-    sha256: str
-
-
-@message("core.ModelOpened")
-class ModelOpened:
-    """Party -> label holder: rows in its scoring file, and the file's version (reload count)."""
-
-    rows_in_file: int
-    version: int
-
-
-@message("core.ScoringPsi")
-class ScoringPsi:
-    """Label holder -> party: a PSI request (:class:`~verticalfs.psi.PsiRequest`'s fields) over the
-    ids of the party's *scoring* file (not its training file)."""
-
-    request: bytes
-    n: int
-
-
-@message("core.StageIds")
-class StageIds:
-    """Label holder -> party, phase ``predict``: prepare the rows of ``ids`` (all from the PSI
-    intersection) as split ``split`` of the open model, for the method's inference messages."""
-
-    ids: list
-    split: str
-
-
-@message("core.IdsStaged")
-class IdsStaged:
-    """Party -> label holder: positions in the request of ids its scoring file no longer holds (their
-    rows are zeros, their scores dropped), and its file's version."""
-
-    missing: np.ndarray
-    version: int
-
-
-SCORING_KINDS = (OpenModel, ScoringPsi, StageIds)
-
-
-# ------------------------------------------------------------------------------- party side
-def model_root(dep, name: str) -> Path:
-    """The folder under which party ``name`` of ``dep`` keeps its saved models, one sub-folder per
-    model name: ``models/<party>`` beside the deployment file."""
-    return Path(dep.path).parent / "models" / name
-
-
-def scoring_path(dep, name: str) -> Path:
-    """Party ``name``'s scoring file: its ``predict_file``, else its training ``file``."""
-    e = dep.party(name)
-    return e.predict_file if e.predict_file is not None else e.file
-
-
-def party_model_dir(runtime) -> Path:
-    """The folder under which party ``runtime`` keeps its saved models (set by :func:`enable_scoring`)."""
-    d = getattr(runtime, "model_dir", None)
-    if d is None:
-        raise ConfigError(f"party {runtime.name!r} has no model folder")
-    return Path(d)
-
-
-def plain_name(name: str, party: str) -> str:
-    """A model name from the label holder: a plain folder name, never a path."""
-    if not name or name in (".", "..") or any(c in name for c in "/\\\x00"):
-        raise ProtocolError(f"party {party!r} opens models only by a plain name (no path separator, no '..'), "
-                            f"not {name!r}")
-    return name
-
-
-class ScoringFile:
-    """A party's scoring file, indexed by id, read again when its size or modification time changes."""
-
-    def __init__(self, party: str, path: Path, *, id_column: str, read_options: dict) -> None:
-        self.party, self.path, self.id_column, self.read_options = party, Path(path), id_column, read_options
-        self.version = 0
-        self._stamp: tuple[int, int] | None = None
-        self.frame = None
-        self.refresh()
-
-    def _stat(self) -> tuple[int, int]:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            raise DataError(f"party {self.party!r}: its scoring file {str(self.path)!r} does not exist") from None
-        return st.st_mtime_ns, st.st_size
-
-    def refresh(self) -> bool:
-        """Read the file again if it changed; True if it did."""
-        from verticalfs.data.user import _read_frames
-
-        stamp = self._stat()
-        if stamp == self._stamp:
-            return False
-        frame = _read_frames({self.party: self.path}, id_column=self.id_column, **self.read_options)[self.party]
-        self.frame = frame.set_index(self.id_column)
-        self._stamp = stamp
-        self.version += 1
-        return True
-
-    @property
-    def ids(self) -> np.ndarray:
-        return self.frame.index.to_numpy(dtype=str)
-
-
-class Scoring:
-    """The open model at a party: its restored role on its own LocalData, its saved preprocessing
-    and its scoring file. Kept apart from the party's training state (``runtime.role``), so that a
-    running training and scoring do not disturb each other's role."""
-
-    def __init__(self, runtime, msg: OpenModel, ctx) -> None:
-        from verticalfs.data.preprocess import PartyPreprocessor
-        from verticalfs.model_files import load_party_file
-        from verticalfs.party import LocalData
-
-        name = plain_name(str(msg.model), runtime.name)
-        path = party_model_dir(runtime) / name / f"{runtime.name}.pt"
-        saved = load_party_file(path, expected_sha256=str(msg.sha256), party=runtime.name)
-        if saved["method"] != msg.method:
-            raise ProtocolError(f"party {runtime.name!r}: model {name!r} holds a {saved['method']!r} part, not "
-                                f"{msg.method!r}")
-        if saved.get("preprocessor") is None:
-            raise ProtocolError(f"party {runtime.name!r}: model {name!r} has no saved preprocessing")
-        self.name = name
-        self.preprocessor = PartyPreprocessor.from_dict(saved["preprocessor"])
-        self.file = runtime.scoring_file()
-        self.data = LocalData(runtime.name, list(saved["feature_names"]), {})
-        self.data.keep(saved["kept"])
-        cls = runtime._role_class(str(msg.method))
-        self.role = cls.restore(self.data, saved["role"], ctx)
-
-    def stage(self, msg: StageIds) -> IdsStaged:
-        ids = [str(i) for i in msg.ids]
-        split = str(msg.split)
-        if split in ("train", "val", "test"):
-            raise ProtocolError(f"party {self.data.name!r}: scoring split may not be named {split!r}")
-        self.file.refresh()
-        frame = self.file.frame
-        pos = frame.index.get_indexer(ids)
-        missing = np.flatnonzero(pos < 0)
-        rows = frame.iloc[np.where(pos < 0, 0, pos)] if len(frame) else frame.reindex(ids)
-        X = self.preprocessor.transform(rows, where=str(self.file.path))
-        if missing.size:
-            X[missing] = 0.0
-        self.data.put(split, X)
-        return IdsStaged(missing=missing.astype(np.int64), version=self.file.version)
-
-
-def scoring_handle(runtime, sender: str, msg: Any, at: At, node) -> Any:
-    """The party's answer to a scoring message, or to a method message of phase ``predict`` (sent
-    to the open model's role, not the training role)."""
-    from verticalfs.party import Context
-    from verticalfs.psi import PsiRequest, PsiServer
-
-    if sender != LABEL_HOLDER:
-        raise ProtocolError(f"party {runtime.name!r} accepts scoring messages only from the label holder, "
-                            f"not {sender!r}")
-    t = type(msg)
-    if t is OpenModel:
-        runtime.scoring = Scoring(runtime, msg, Context(node, at, sender))
-        return ModelOpened(rows_in_file=len(runtime.scoring.file.frame), version=runtime.scoring.file.version)
-    sc = runtime.scoring
-    if sc is None:
-        raise ProtocolError(f"party {runtime.name!r} received a scoring message before OpenModel")
-    if t is ScoringPsi:
-        sc.file.refresh()
-        return PsiServer(sc.file.ids).reply(PsiRequest(request=msg.request, n=msg.n))
-    if t is StageIds:
-        return sc.stage(msg)
-    return sc.role.handle(sender, msg, Context(node, at, sender))
-
-
-def is_scoring(msg: Any, at: At) -> bool:
-    return type(msg) in SCORING_KINDS or at.phase == PREDICT.phase
-
-
-def enable_scoring(runtime, *, model_dir: Path, scoring_path: Path, read_options: dict) -> None:
-    """Give a deployed party what it needs to score: its model folder and its scoring file
-    (``predict_file`` or its training file; read when a model is first opened)."""
-    runtime.scoring_enabled = True
-    runtime.model_dir = Path(model_dir)
-    runtime.scoring = None
-    runtime._scoring_path = Path(scoring_path)
-    runtime._scoring_file = None
-    runtime._read_options = dict(read_options)
-
-    def scoring_file() -> ScoringFile:
-        if runtime._scoring_file is None:
-            runtime._scoring_file = ScoringFile(runtime.name, runtime._scoring_path, id_column=runtime.id_column,
-                                                read_options=runtime._read_options)
-        return runtime._scoring_file
-
-    runtime.scoring_file = scoring_file
+from verticalfs.transport.messages import At
 
 
 # ------------------------------------------------------------------------- label-holder side
@@ -362,6 +164,7 @@ class DeployedModel:
         self.local = None
         self.channel = None
         self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max(len(self.parties), 1), thread_name_prefix="verticalfs-fan-out")
         try:
             if lp in self.parties:
                 self.local = serve_party(dep, lp).start()
@@ -422,8 +225,9 @@ class DeployedModel:
                 return self._scores(np.zeros(0, dtype=str), self._empty(), unknown)
             lost = np.zeros(len(ask), dtype=bool)
             changed = False
-            for p in self.parties:
-                rep = self.fed.proxy(p).request(StageIds(ids=ask, split=split), PREDICT, expect=IdsStaged)
+            for p, rep in self._fan_out(StageIds(ids=ask, split=split), PREDICT).items():
+                if not isinstance(rep, IdsStaged):
+                    raise ProtocolError(f"party {p!r} answered StageIds with {type(rep).__name__}; expected IdsStaged")
                 miss = np.asarray(rep.missing, dtype=np.int64).reshape(-1)
                 if miss.size and (miss.min() < 0 or miss.max() >= len(ask)):
                     raise ProtocolError(f"party {p!r} reported missing positions outside the request")
@@ -439,6 +243,27 @@ class DeployedModel:
             keep = ~lost
             asked = np.asarray(ask, dtype=str)
             return self._scores(asked[keep], probs[keep], unknown + asked[lost].tolist())
+
+    def _fan_out(self, msg: Any, at: At) -> dict[str, Any]:
+        """``msg`` to every party of the model at once (their exchanges overlap, so a round costs the
+        slowest party); encoded, metered and decoded here, in order, as the node does for one."""
+        from verticalfs.transport.serde import decode_at, encode_at
+
+        node, led = self.fed.node, self.fed.ledger
+        node.mark(at)
+        data, payload = encode_at(msg, at)
+        kind = type(msg).__name__
+        for p in self.parties:
+            led.record(LABEL_HOLDER, p, at.phase, kind, at.round, at.step, payload, len(data) - payload)
+        futures = {p: self._pool.submit(self.channel.call, LABEL_HOLDER, p, data) for p in self.parties}
+        out = {}
+        for p, fut in futures.items():
+            raw = fut.result()
+            reply, rat, rpay = decode_at(raw, node.max_elements)
+            led.record(p, LABEL_HOLDER, rat.phase, type(reply).__name__, rat.round, rat.step, rpay, len(raw) - rpay)
+            out[p] = reply
+        node.reset_clock()
+        return out
 
     def _empty(self) -> np.ndarray:
         return np.zeros(0) if self.task == "regression" else np.zeros((0, len(self.classes)))
@@ -466,6 +291,7 @@ class DeployedModel:
         if self.local is not None:
             self.local.stop()
             self.local = None
+        self._pool.shutdown(wait=False)
 
     def __enter__(self) -> DeployedModel:
         return self

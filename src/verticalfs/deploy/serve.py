@@ -21,7 +21,31 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 from verticalfs.exceptions import ConfigError
+
+
+class PredictRequest(BaseModel):
+    """The body of ``POST /predict``."""
+
+    ids: list[str | int] = Field(description="The ids to score (as in the id column; numbers are read as text).")
+
+
+class Prediction(BaseModel):
+    """The score of one id."""
+
+    id: str
+    prediction: str | float
+    probabilities: dict[str, float] | None = Field(None, description="Per class (classification).")
+
+
+class PredictResponse(BaseModel):
+    """The answer of ``POST /predict``: the known ids' scores in the order asked, the unknown ids."""
+
+    predictions: list[Prediction]
+    unknown: list[str] = Field(description="Ids not held by every party of the model (not scored).")
+
 
 #: the most ids in one request (a larger request is refused with 413)
 MAX_IDS_PER_REQUEST = 100_000
@@ -106,7 +130,6 @@ def create_app(model, *, batch_ms: float = 2.0, max_batch: int = 4096, on_ready=
     ``on_ready()`` is called once the server listens."""
     try:
         from fastapi import FastAPI, HTTPException
-        from pydantic import BaseModel, Field
     except ImportError:  # pragma: no cover - the serve extra
         raise ConfigError("serve-model needs FastAPI and uvicorn: pip install 'verticalfs[serve]'") from None
     from contextlib import asynccontextmanager
@@ -121,18 +144,6 @@ def create_app(model, *, batch_ms: float = 2.0, max_batch: int = 4096, on_ready=
             on_ready()
         yield
         batcher.close()
-
-    class PredictRequest(BaseModel):
-        ids: list[str | int] = Field(description="The ids to score (as in the id column; numbers are read as text).")
-
-    class Prediction(BaseModel):
-        id: str
-        prediction: str | float
-        probabilities: dict[str, float] | None = Field(None, description="Per class (classification).")
-
-    class PredictResponse(BaseModel):
-        predictions: list[Prediction]
-        unknown: list[str] = Field(description="Ids not held by every party of the model (not scored).")
 
     app = FastAPI(title="verticalfs model", version=__version__, lifespan=lifespan,
                   description=f"Scores with the saved model {model.name!r} ({model.manifest['method']}) over "
