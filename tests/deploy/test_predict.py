@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -76,6 +77,8 @@ def servers(site):
     started = {p: _start(site, p) for p in PARTIES if p != "bank"}
     procs = {p: _listening(proc, p) for p, proc in started.items()}
     yield procs
+    for p in procs.values():  # all at once, then wait for each
+        p.send_signal(signal.SIGTERM)
     for p in procs.values():
         _stop(p)
 
@@ -93,6 +96,22 @@ def models(site, servers):
     return out
 
 
+@pytest.fixture(scope="module")
+def serve_process(site, models):
+    """`verticalfs serve-model` on the vfl model, started as soon as the models exist (its start, an
+    import of torch and PSI, overlaps the batch tests); stopped at the end of the module."""
+    pytest.importorskip("httpx")
+    pytest.importorskip("fastapi")
+    port = _free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "verticalfs", "serve-model", "--config",
+                             str(site / "deployment.toml"), "--model", str(models["vfl"]), "--port", str(port),
+                             "--batch-ms", "5"], cwd=site, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    yield proc, f"http://127.0.0.1:{port}"
+    _stop(proc)
+
+
 def _in_process(site: Path, model: Path) -> dict:
     """verticalfs predict with every file in one place: the parties' parts copied beside the label
     holder's, every party's predict_file given."""
@@ -106,7 +125,7 @@ def _in_process(site: Path, model: Path) -> dict:
 
 
 @pytest.mark.parametrize("method", list(METHODS))
-def test_federated_predict_equals_in_process(site, models, method):
+def test_federated_predict_equals_in_process(site, models, serve_process, method):
     from verticalfs.deploy.predict import predict_deployment
 
     model = models[method]
@@ -134,17 +153,24 @@ def test_federated_predict_equals_in_process(site, models, method):
 
 
 def test_predict_cli(site, models, tmp_path):
+    """`verticalfs predict --config` writes the in-process predictions (the command run in this process)."""
+    from typer.testing import CliRunner
+
+    from verticalfs.cli import app
+
     out = tmp_path / "p.csv"
-    done = subprocess.run([sys.executable, "-m", "verticalfs", "predict", "--config", str(site / "deployment.toml"),
-                           "--model", str(models["vfl"]), "--out", str(out)], cwd=site, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = CliRunner().invoke(app, ["predict", "--config", str(site / "deployment.toml"), "--model",
+                                    str(models["vfl"]), "--out", str(out)])
+    assert done.exit_code == 0, done.output
     got = pd.read_csv(out, dtype={"customer_id": str})
     ref = _in_process(site, models["vfl"])
     assert got["customer_id"].tolist() == list(ref["ids"])
     np.testing.assert_allclose(got[[c for c in got.columns if c.startswith("prob_")]].to_numpy(),
                                ref["probabilities"], rtol=1e-6)
-    assert "kB at inference" in done.stdout
+    assert "kB at inference" in done.output
+    bad = CliRunner().invoke(app, ["predict", "--config", str(site / "deployment.toml"), "--model",
+                                   str(models["vfl"]), "--out", str(out), "--party-file", f"bank={site / 'bank.csv'}"])
+    assert bad.exit_code != 0 and "--party-file does not apply" in bad.output
 
 
 def test_party_opens_models_by_name_only(site, models, servers):
@@ -163,16 +189,10 @@ def test_party_opens_models_by_name_only(site, models, servers):
 
 # ------------------------------------------------------------------------------ online scoring
 @pytest.fixture(scope="module")
-def endpoint(site, models):
-    httpx = pytest.importorskip("httpx")
-    pytest.importorskip("fastapi")
-    port = _free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
-    proc = subprocess.Popen([sys.executable, "-m", "verticalfs", "serve-model", "--config",
-                             str(site / "deployment.toml"), "--model", str(models["vfl"]), "--port", str(port),
-                             "--batch-ms", "5"], cwd=site, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
+def endpoint(serve_process):
+    import httpx
+
+    proc, url = serve_process
     t0 = time.monotonic()
     while True:
         assert proc.poll() is None, proc.stdout.read()
@@ -183,8 +203,7 @@ def endpoint(site, models):
             pass
         assert time.monotonic() - t0 < 90
         time.sleep(0.2)
-    yield url
-    _stop(proc)
+    return url
 
 
 def test_serve_model_over_http(site, models, endpoint):
