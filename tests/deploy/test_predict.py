@@ -241,3 +241,37 @@ def test_concurrent_requests_are_batched(site, models, endpoint):
     assert [r["predictions"][0]["id"] for r in replies] == ids
     batches = httpx.get(f"{endpoint}/health").json()["batches"] - before
     assert batches < len(ids)  # several clients' requests went out together
+
+
+def test_unknown_ids_stay_at_the_label_holder_and_changed_files_are_reread(site, models, servers):
+    """An id outside the intersection is answered 'unknown' without a message to any party; a party
+    whose file changed reports the ids it lost (answered unknown) and the label holder aligns again,
+    so an id added to every file can be scored next."""
+    from verticalfs.deploy.predict import DeployedModel
+
+    path = site / "telecom_new.csv"
+    original = path.read_bytes()
+    with DeployedModel(Deployment.load(site / "deployment.toml"), models["vfl"]) as m:
+        known = [str(i) for i in m.known[:3]]
+        n = len(m.fed.ledger.records())
+        s = m.score(["nobody", "x-unknown"])
+        assert s.unknown == ["nobody", "x-unknown"] and len(s.ids) == 0
+        assert len(m.fed.ledger.records()) == n  # no party was asked anything
+        m.score(known)
+        before = [r.payload for r in m.fed.ledger.records() if r.kind == "StageIds"]
+        m.score([*known, "nobody"])
+        after = [r.payload for r in m.fed.ledger.records() if r.kind == "StageIds"]
+        assert after[-len(m.parties):] == before[-len(m.parties):]  # the same request as for the known ids alone
+        # telecom drops known[0]; an id every party lacked is added to every file
+        try:
+            df = pd.read_csv(path, dtype={"customer_id": str})
+            df = df[df["customer_id"] != known[0]]
+            path.write_text(df.to_csv(index=False))
+            s = m.score(known)
+            assert s.unknown == [known[0]] and list(s.ids) == known[1:]
+            assert known[0] not in set(m.known.tolist())  # aligned again by PSI
+        finally:
+            path.write_bytes(original)
+        s = m.score(known)  # the file back: read again, aligned again on the next batch
+        assert s.unknown == [known[0]]
+        assert m.score(known).unknown == []

@@ -56,8 +56,11 @@ from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.transport.messages import At
 
-
 # ------------------------------------------------------------------------- label-holder side
+#: ids per round to the parties in batch prediction (bounds the size of one message)
+BATCH_CHUNK = 100_000
+
+
 class _PhaseProxy:
     """A party proxy whose ``eval`` messages go at phase ``predict``, and whose PSI requests are
     over the party's scoring file (:class:`ScoringPsi`)."""
@@ -274,12 +277,19 @@ class DeployedModel:
         pred = np.asarray(self.classes, dtype=object)[probs.argmax(1)] if len(ids) else np.zeros(0, dtype=object)
         return Scores(ids=ids, probabilities=probs, prediction=pred, unknown=unknown)
 
-    def predict_all(self) -> dict:
-        """Every id of the intersection scored (batch prediction); the result of
-        :func:`verticalfs.model.predict`'s shape (``ids``, ``prediction``, ``probabilities``,
-        ``classes``, ``communication``, ...)."""
+    def predict_all(self, chunk: int = BATCH_CHUNK) -> dict:
+        """Every id of the intersection scored (batch prediction), ``chunk`` ids per round to the
+        parties; the result of :func:`verticalfs.model.predict`'s shape (``ids``, ``prediction``,
+        ``probabilities``, ``classes``, ``communication``, ...)."""
+        if not self.known.size:
+            raise ConfigError("no id is held by every party of the model; nothing to predict (the ids are compared "
+                              "as text: '007' and '7' differ)")
         t0 = time.perf_counter()
-        s = self.score(self.known, split="predict")
+        parts = [self.score(self.known[k:k + chunk], split="predict") for k in range(0, len(self.known), chunk)]
+        s = parts[0] if len(parts) == 1 else Scores(
+            ids=np.concatenate([q.ids for q in parts]),
+            probabilities=None if parts[0].probabilities is None else np.concatenate([q.probabilities for q in parts]),
+            prediction=np.concatenate([q.prediction for q in parts]), unknown=[u for q in parts for u in q.unknown])
         return {"ids": s.ids, "prediction": s.prediction, "probabilities": s.probabilities, "classes": self.classes,
                 "communication": self.fed.ledger.summary(), "method": self.manifest["method"],
                 "unknown": s.unknown, "rows": dict(self.rows), "seconds": time.perf_counter() - t0, "warnings": []}
