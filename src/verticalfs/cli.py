@@ -451,7 +451,11 @@ def run_cmd(
         _interrupted(f"{stage} (seed {seed})")
     res.config["cli"] = {k: v for k, v in resolved.items() if v is not None}
     _print_result(res, shown)
-    if save_model is not None:
+    if save_model is not None and deployment is not None:
+        console.print(f"model saved: the label holder's part and the manifest in [bold]{save_model}[/]; each party's "
+                      f"part on its own host in models/<party>/{Path(save_model).resolve().name}/ (use it with "
+                      "`verticalfs predict --config` or `verticalfs serve-model`)")
+    elif save_model is not None:
         console.print(f"model saved in [bold]{save_model}[/] (one file per party, the label holder's, a manifest)")
     if out is not None:
         res.save(out)
