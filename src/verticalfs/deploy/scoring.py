@@ -146,7 +146,13 @@ class Scoring:
         from verticalfs.party import LocalData
 
         name = plain_name(str(msg.model), runtime.name)
-        path = party_model_dir(runtime) / name / f"{runtime.name}.pt"
+        allowed = runtime._allowed
+        if allowed is not None and msg.method not in allowed:
+            raise ProtocolError(f"party {runtime.name!r} does not take part in method {msg.method!r}; it allows "
+                                f"{sorted(allowed)}")
+        # the party policy's model folder once it exists (its model_folder(name)), else models/<party>/<name>
+        folder = runtime.model_folder(name) if hasattr(runtime, "model_folder") else party_model_dir(runtime) / name
+        path = folder / f"{runtime.name}.pt"
         saved = load_party_file(path, expected_sha256=str(msg.sha256), party=runtime.name)
         if saved["method"] != msg.method:
             raise ProtocolError(f"party {runtime.name!r}: model {name!r} holds a {saved['method']!r} part, not "
@@ -206,10 +212,14 @@ def scoring_handle(runtime, sender: str, msg: Any, at: At, node) -> Any:
     if sc is None:
         raise ProtocolError(f"party {runtime.name!r} received a scoring message before OpenModel")
     if t is ScoringPsi:
+        if hasattr(runtime, "count_request"):  # the party policy's PSI limits, as for training's PSI
+            runtime.count_request("PSI requests", int(msg.n))
         sc.file.refresh()
         return PsiServer(sc.file.ids).reply(PsiRequest(request=msg.request, n=msg.n))
     if t is StageIds:
         return sc.stage(msg)
+    for rule in getattr(sc.role, "_policy", {}).get(t, ()):  # the party policy's rules, as for training
+        runtime._require(rule, f"{rule} ({t.__name__} of model {sc.name!r})")
     return sc.role.handle(sender, msg, Context(node, at, sender))
 
 
