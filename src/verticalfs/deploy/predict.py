@@ -33,6 +33,7 @@ re-runs PSI when a party's file version changes, before its next batch.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -167,6 +168,7 @@ class DeployedModel:
         self.local = None
         self.channel = None
         self._lock = threading.Lock()
+        self._session = secrets.token_hex(4)  # names this session's staged splits at the parties
         self._pool = ThreadPoolExecutor(max(len(self.parties), 1), thread_name_prefix="verticalfs-fan-out")
         try:
             if lp in self.parties:
@@ -228,7 +230,8 @@ class DeployedModel:
                 return self._scores(np.zeros(0, dtype=str), self._empty(), unknown)
             lost = np.zeros(len(ask), dtype=bool)
             changed = False
-            for p, rep in self._fan_out(StageIds(ids=ask, split=split), PREDICT).items():
+            split = f"{split}-{self._session}"  # this session's own rows at the parties
+            for p, rep in self._fan_out(StageIds(model=self.name, ids=ask, split=split), PREDICT).items():
                 if not isinstance(rep, IdsStaged):
                     raise ProtocolError(f"party {p!r} answered StageIds with {type(rep).__name__}; expected IdsStaged")
                 miss = np.asarray(rep.missing, dtype=np.int64).reshape(-1)

@@ -7,6 +7,7 @@ See :mod:`verticalfs.deploy.predict` for the exchange and what each side learns.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +54,10 @@ class ScoringPsi:
 @message("core.StageIds")
 class StageIds:
     """Label holder -> party, phase ``predict``: prepare the rows of ``ids`` (all from the PSI
-    intersection) as split ``split`` of the open model, for the method's inference messages."""
+    intersection) as split ``split`` of the open model ``model``, for the method's inference
+    messages (which name ``split``; a session's split names are its own)."""
 
+    model: str
     ids: list
     split: str
 
@@ -159,7 +162,7 @@ class Scoring:
                                 f"{msg.method!r}")
         if saved.get("preprocessor") is None:
             raise ProtocolError(f"party {runtime.name!r}: model {name!r} has no saved preprocessing")
-        self.name = name
+        self.name, self.method, self.sha256 = name, str(msg.method), str(msg.sha256)
         self.preprocessor = PartyPreprocessor.from_dict(saved["preprocessor"])
         self.file = runtime.scoring_file()
         self.data = LocalData(runtime.name, list(saved["feature_names"]), {})
@@ -195,29 +198,65 @@ class Scoring:
         return IdsStaged(missing=missing.astype(np.int64), version=self.file.version)
 
 
+#: models a party keeps open at once (the least recently opened is closed first)
+MAX_OPEN_MODELS = 8
+#: staged splits a party keeps (each label-holder session stages under its own split names)
+MAX_SPLITS = 16
+
+
 def scoring_handle(runtime, sender: str, msg: Any, at: At, node) -> Any:
     """The party's answer to a scoring message, or to a method message of phase ``predict`` (sent
-    to the open model's role, not the training role)."""
-    from verticalfs.party import Context
-    from verticalfs.psi import PsiRequest, PsiServer
+    to the role of the open model whose rows that message's split names, never the training role).
 
+    Several label-holder sessions may score at once (a ``serve-model`` and a nightly ``predict``):
+    models are kept open by name, and each session stages its rows under split names of its own."""
     if sender != LABEL_HOLDER:
         raise ProtocolError(f"party {runtime.name!r} accepts scoring messages only from the label holder, "
                             f"not {sender!r}")
+    with runtime.scoring_lock:
+        return _scoring_handle(runtime, sender, msg, at, node)
+
+
+def _scoring_handle(runtime, sender: str, msg: Any, at: At, node) -> Any:
+    from verticalfs.party import Context
+    from verticalfs.psi import PsiRequest, PsiServer
+
     t = type(msg)
+    models, splits = runtime.scoring_models, runtime.scoring_splits
     if t is OpenModel:
-        runtime.scoring = Scoring(runtime, msg, Context(node, at, sender))
-        return ModelOpened(rows_in_file=len(runtime.scoring.file.frame), version=runtime.scoring.file.version)
-    sc = runtime.scoring
-    if sc is None:
-        raise ProtocolError(f"party {runtime.name!r} received a scoring message before OpenModel")
+        sc = models.get(str(msg.model))
+        if sc is None or sc.sha256 != msg.sha256 or sc.method != msg.method:
+            sc = Scoring(runtime, msg, Context(node, at, sender))
+        models.pop(sc.name, None)
+        models[sc.name] = sc
+        while len(models) > MAX_OPEN_MODELS:
+            models.pop(next(iter(models)))
+        sc.file.refresh()
+        return ModelOpened(rows_in_file=len(sc.file.frame), version=sc.file.version)
     if t is ScoringPsi:
         if hasattr(runtime, "count_request"):  # the party policy's PSI limits, as for training's PSI
             runtime.count_request("PSI requests", int(msg.n))
-        sc.file.refresh()
-        return PsiServer(sc.file.ids).reply(PsiRequest(request=msg.request, n=msg.n))
+        f = runtime.scoring_file()
+        f.refresh()
+        return PsiServer(f.ids).reply(PsiRequest(request=msg.request, n=msg.n))
     if t is StageIds:
-        return sc.stage(msg)
+        sc = models.get(str(msg.model))
+        if sc is None:
+            raise ProtocolError(f"party {runtime.name!r}: model {msg.model!r} is not open (OpenModel first; a party "
+                                f"keeps {MAX_OPEN_MODELS} models open)")
+        rep = sc.stage(msg)
+        splits.pop(str(msg.split), None)
+        splits[str(msg.split)] = sc
+        while len(splits) > MAX_SPLITS:
+            old, owner = next(iter(splits.items()))
+            splits.pop(old)
+            owner.data.put(old, np.zeros((0, owner.data.n_features), dtype=np.float32))
+        return rep
+    split = getattr(msg, "split", None)
+    sc = splits.get(split) if isinstance(split, str) else None
+    if sc is None:
+        raise ProtocolError(f"party {runtime.name!r} received {t.__name__} at phase predict for split {split!r}, "
+                            "which no StageIds prepared")
     for rule in getattr(sc.role, "_policy", {}).get(t, ()):  # the party policy's rules, as for training
         runtime._require(rule, f"{rule} ({t.__name__} of model {sc.name!r})")
     return sc.role.handle(sender, msg, Context(node, at, sender))
@@ -232,7 +271,9 @@ def enable_scoring(runtime, *, model_dir: Path, scoring_path: Path, read_options
     (``predict_file`` or its training file; read when a model is first opened)."""
     runtime.scoring_enabled = True
     runtime.model_dir = Path(model_dir)
-    runtime.scoring = None
+    runtime.scoring_models = {}  # name -> Scoring, in the order opened
+    runtime.scoring_splits = {}  # staged split -> Scoring
+    runtime.scoring_lock = threading.Lock()
     runtime._scoring_path = Path(scoring_path)
     runtime._scoring_file = None
     runtime._read_options = dict(read_options)
