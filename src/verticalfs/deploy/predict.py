@@ -12,10 +12,14 @@ The exchange (every message metered on the ledger)::
     OpenModel(name, method, sha256)   ------->   reads its part from its own folder (checksum), restores
                                       <-------   its role; indexes its scoring file by id (ModelOpened)
     ScoringPsi (ECDH-PSI, phase setup) ------>   answers with its scoring file's ids blinded
-    StageIds(ids, split)  (phase predict) --->   prepares those rows with its saved preprocessing
+    StageIds(model, ids, split) (predict) --->   prepares those rows with its saved preprocessing
                                       <-------   IdsStaged(missing positions, file version)
     the method's own inference messages, phase ``predict`` (embeddings of a split model; the
-    selected columns of a filter method)
+    selected columns of a filter method), naming the split staged
+
+A party keeps several models open by name, and every label-holder session (a ``DeployedModel``)
+stages its rows under split names of its own, so that a ``serve-model`` and a nightly ``predict``
+against the same parties do not mix rows or models.
 
 A party's *scoring file* is its ``predict_file`` in the deployment file, or its training ``file``
 (scoring known ids). It is read once and kept indexed by id; a file whose size or modification time
