@@ -458,6 +458,29 @@ def scoring_cases() -> list[Case]:
     ]
 
 
+def _parquet_of_zeros(tmp: Path) -> dict:
+    """insurer.parquet: 120 rows x 202 columns, 110 KB on disk (columns of zeros), 194 KB decoded."""
+    d = base(tmp)
+    frame = people()["insurer"]
+    frame = frame.assign(**{f"z{i}": np.zeros(len(frame)) for i in range(200)})
+    frame.to_parquet(tmp / "insurer.parquet")
+    d["insurer"] = str(tmp / "insurer.parquet")
+    return d
+
+
+def wire_cases() -> list[Case]:
+    """Issue 37's decoder and memory items a command line can reach: --max-file-mb bounds every
+    kind of party file (it bounded only compressed CSVs)."""
+    R = [*RUN, *FILES]
+    return [
+        Case("plain CSV over --max-file-mb", [*R, "--max-file-mb", "0.001"],
+             r"'.*\.csv' is [\d,]+ bytes \(.* MiB\), more than the limit of 1,048 bytes \(0\.000999 MiB, --max-file-mb", base),
+        Case("Parquet decoding past --max-file-mb", [*R, "--max-file-mb", "0.15"],
+             r"'.*insurer\.parquet' holds 120 rows x 202 columns, .* decoded, more than the limit of 157,286 bytes",
+             _parquet_of_zeros),
+    ]
+
+
 def cases() -> list[Case]:
     F = FILES
     C = config_cases()
@@ -535,7 +558,7 @@ def cases() -> list[Case]:
         Case("empty column name", R, r"empty column names", _raw_text("insurer", "id,,claims\n1,2,3\n")),
         Case("ids differing only by leading zeros", R, r"no id .*'007' and '7' differ", _mut(_leading_zeros)),
         Case("party file with only ids", R, r"holds only the id column", _mut(_only_ids)),
-        Case("gzip expanding past the limit", [*R, "--max-file-mb", "1"], r"expands to more than 1 MiB", _gzip_bomb),
+        Case("gzip expanding past the limit", [*R, "--max-file-mb", "1"], r"expands when decompressed to more than the limit of 1,048,576 bytes \(1 MiB, --max-file-mb", _gzip_bomb),
         Case("nested parquet column", R, r"nested", _parquet_nested),
         Case("numeric column holding '?'", R, r"--na-values '\?'", _mut(_question_marks)),
         Case("undeclared text column", R, r"--categorical insurer:region", _mut(_text_col)),
@@ -557,6 +580,7 @@ def cases() -> list[Case]:
         Case("label column is the id column", [*R[:-4], "--label-column", "id", "--categorical", "telecom:plan"], r"must differ", base),
         Case("categorical column not in the file", [*R[:-2], "--categorical", "telecom:colour"], r"'colour' is declared categorical", base),
     ]
+    C += wire_cases()
     return C
 
 

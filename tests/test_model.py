@@ -88,3 +88,58 @@ def test_a_method_refuses_another_methods_saved_part(files):
     for method, wrong in (("vfl", "icafs"), ("icafs", "split"), ("fate-iv", "split")):
         with pytest.raises(ConfigError, match=f"of kind {wrong!r}"):
             registry.get(method).predict_from_holder({"kind": wrong}, fed, "test")
+
+
+@pytest.fixture(scope="module")
+def saved(files, tmp_path_factory):
+    data, test = files
+    folder = tmp_path_factory.mktemp("saved") / "m"
+    verticalfs.run("vfl", data, seed=0, params={"epochs": 1, "hidden": (8,)}, save_model=folder)
+    return folder, test
+
+
+def _copy_with(saved, tmp_path, entry: str, name: str):
+    import json
+    import shutil
+
+    folder, _ = saved
+    bad = tmp_path / "m"
+    shutil.copytree(folder, bad)
+    m = json.loads((bad / "manifest.json").read_text())
+    (m["parties"]["telecom"] if entry == "parties.telecom" else m["label_holder"])["file"] = name
+    (bad / "manifest.json").write_text(json.dumps(m))
+    return bad
+
+
+@pytest.mark.parametrize("entry", ["parties.telecom", "label_holder"])
+def test_manifest_file_names_stay_in_the_model_folder(saved, tmp_path, entry):
+    import shutil
+
+    folder, test = saved
+    outside = tmp_path / "outside.txt"
+    shutil.copy(folder / ("telecom.pt" if entry.startswith("parties") else "active.pt"), outside)
+    for name in ("../outside.txt", str(outside), "sub/../../outside.txt", ""):
+        bad = _copy_with(saved, tmp_path / f"c{abs(hash(name))}", entry, name)
+        with pytest.raises(ConfigError, match=rf"{entry}\.file.*plain names inside its folder"):
+            predict(bad, test)
+    # a symbolic link in the folder that leads out of it (to a file with the right checksum, even)
+    bad = _copy_with(saved, tmp_path / "link", entry, "link.pt")
+    (bad / "link.pt").symlink_to(outside)
+    with pytest.raises(ConfigError, match=rf"{entry}\.file.*'link\.pt', a link to .*outside"):
+        predict(bad, test)
+    # the untouched model predicts (the checks refuse only what leaves the folder)
+    assert len(predict(folder, test)["ids"]) > 0
+
+
+def test_a_manifest_without_a_checksum_is_refused(saved, tmp_path):
+    import json
+    import shutil
+
+    folder, test = saved
+    bad = tmp_path / "m"
+    shutil.copytree(folder, bad)
+    m = json.loads((bad / "manifest.json").read_text())
+    m["parties"]["telecom"]["sha256"] = None  # would skip the file's checksum
+    (bad / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ConfigError, match=r"parties\.telecom\.sha256"):
+        predict(bad, test)

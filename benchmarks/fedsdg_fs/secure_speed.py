@@ -9,6 +9,14 @@ process: each party's crypto runs in turn, where deployed parties would run in p
 (``verticalfs.crypto.set_workers``, ``--crypto-workers``). The Gini initialisation (Algorithm 1,
 once per run) is timed separately.
 
+The secure epochs run with the masks' floor (every additive mask hides its value by >= 40 bits:
+88-bit slots, 23 per 2048-bit ciphertext, at the default precision 12 and value_bits 16) and with
+every ciphertext returned to its key holder re-randomised. The re-randomisation's cost alone is
+measured in the same run: ``EncryptedArray.rerandomize`` on as many ciphertexts of the same key
+size as the packed ``full`` epoch returned to the key holders (``MaskedProducts``,
+``MaskedWeightGradient``, ``EncryptedEmbeddingGradient``, counted from the run's ledger).
+``--quick`` measures only ``secure=false``, the packed ``full`` epoch and that cost.
+
     python benchmarks/fedsdg_fs/secure_speed.py --data-dir ../shared/datasets
 """
 
@@ -17,10 +25,11 @@ from __future__ import annotations
 import argparse
 import time
 
+import numpy as np
 import torch
 
 import verticalfs
-from verticalfs.crypto import set_workers
+from verticalfs.crypto import EncryptedArray, generate_keypair, set_workers
 from verticalfs.federation import Federation
 from verticalfs.methods import create
 from verticalfs.training.split import TrainConfig
@@ -45,6 +54,34 @@ def epoch(tr, fed) -> tuple[float, int, int]:
     limit = tr.config.limit_batches
     n = tr.plan.n_batches if limit is None else min(limit, tr.plan.n_batches)
     return dt, fed.ledger.bytes_where(phase="train") - b0, n
+
+
+#: the messages of an epoch that carry ciphertexts back to their key holder (each re-randomised)
+RETURNED = ("MaskedProducts", "MaskedWeightGradient", "EncryptedEmbeddingGradient")
+
+
+def returned_ciphertexts(tr, fed) -> int:
+    """Ciphertexts the label holder returned to the parties (their key holders) in phase ``train``:
+    the payload bytes of those messages over the ciphertext width."""
+    width = {p: tr.server[p].pub.ciphertext_bytes for p in tr.parties}
+    total = 0
+    for r in fed.ledger.records():
+        if r.phase == "train" and r.kind in RETURNED:
+            if r.payload % width[r.receiver]:
+                raise SystemExit(f"{r.kind} of {r.payload} bytes is not whole ciphertexts")
+            total += r.payload // width[r.receiver]
+    return total
+
+
+def rerandomize_seconds(key_bits: int, count: int, randomness: str) -> float:
+    """Seconds of ``EncryptedArray.rerandomize`` on ``count`` ciphertexts under a public key alone
+    (the label holder re-randomises under a party's key, without its private key)."""
+    pub, priv = generate_keypair(key_bits, randomness=randomness)
+    cts = EncryptedArray.from_bytes(pub, EncryptedArray.encrypt(priv, np.zeros(count, dtype=np.int64),
+                                                                precision=0).to_bytes())
+    t0 = time.perf_counter()
+    cts.rerandomize()
+    return time.perf_counter() - t0
 
 
 def pooled_epoch(tr, fed, pool: int) -> tuple:
@@ -72,6 +109,8 @@ def main() -> None:
     ap.add_argument("--crypto-workers", type=int, default=2,
                     help="worker processes for the rows on several cores (verticalfs.crypto.set_workers; "
                          "0 = one per core, 1 = skip those rows)")
+    ap.add_argument("--quick", action="store_true",
+                    help="only secure=false, the packed full epoch and the re-randomisation's cost")
     args = ap.parse_args()
     torch.set_num_threads(1)
     data = verticalfs.build_data(args.dataset, parties=2, seed=args.seed, data_dir=args.data_dir)
@@ -85,14 +124,22 @@ def main() -> None:
     rows.append(("secure=false", dt, b, nb, "measured"))
     base = dt
     timing = {}
-    for rnd in ("full", "short"):
+    rerand = None
+    for rnd in ("full",) if args.quick else ("full", "short"):
         # packed, obfuscators r^n computed online
         tr, fed, t_setup = trainer_for(data, args.seed, secure=True, key_bits=args.key_bits, randomness=rnd)
         dt, b, nb = epoch(tr, fed)
         hiding = min(s.hiding for s in tr.server.values())
+        pk = tr.server[tr.parties[0]].packing
         timing[("packed", rnd)] = dt
         rows.append((f"secure packed, randomness {rnd}", dt, b, nb,
-                     f"measured (keys made and exchanged in {t_setup:.1f} s; masks hide >= {hiding} bits)"))
+                     f"measured (keys made and exchanged in {t_setup:.1f} s; {pk.slot_bits}-bit slots, "
+                     f"{pk.slots} per ciphertext; masks hide >= {hiding} bits)"))
+        if rnd == "full":  # the re-randomisation alone, on as many ciphertexts as this epoch returned
+            count = returned_ciphertexts(tr, fed)
+            rerand = (count, rerandomize_seconds(args.key_bits, count, rnd), dt)
+        if args.quick:
+            break
         # packed, with each party's r^n pool filled before the epoch (the offline/online split)
         rows.append(pooled_epoch(tr, fed, args.pool))
         # unpacked: over a few batches, extrapolated
@@ -103,7 +150,7 @@ def main() -> None:
         timing[("unpacked", rnd)] = dt * full / nb
         rows.append((f"secure unpacked, randomness {rnd}", dt * full / nb, int(b * full / nb), full,
                      f"EXTRAPOLATED from {nb} batches ({dt:.1f} s)"))
-    cores = set_workers(args.crypto_workers)
+    cores = 1 if args.quick else set_workers(args.crypto_workers)
     if cores > 1:  # the key holders' decryptions and obfuscators on several cores (full randomness)
         epoch(*trainer_for(data, args.seed, secure=True, key_bits=args.key_bits, limit_batches=1)[:2])  # start the pool
         tr, fed, _ = trainer_for(data, args.seed, secure=True, key_bits=args.key_bits)
@@ -122,6 +169,13 @@ def main() -> None:
     print(f"{'run':38s} {'s/epoch':>9s} {'x plain':>8s} {'MB/epoch':>9s}  batches  note")
     for name, s, b, nb, note in rows:
         print(f"{name:38s} {s:9.2f} {s / base:8.1f} {b / 1e6:9.2f}  {nb:7d}  {note}")
+    if rerand is not None:
+        count, t_rr, t_epoch = rerand
+        print(f"\nre-randomisation alone: {count} ciphertexts returned to the key holders in the packed full "
+              f"epoch, EncryptedArray.rerandomize on {count} {args.key_bits}-bit ciphertexts: {t_rr:.2f} s "
+              f"({1e3 * t_rr / max(count, 1):.1f} ms each), {100 * t_rr / t_epoch:.0f} % of that epoch's {t_epoch:.1f} s")
+    if args.quick:
+        return
     for rnd in ("full", "short", "cores")[:3 if ("packed", "cores") in timing else 2]:
         label = f"{cores} crypto workers, randomness full" if rnd == "cores" else f"randomness {rnd}"
         print(f"\n{label}: packed {timing[('packed', rnd)]:.1f} s per epoch (aim: < 10 s), "

@@ -335,7 +335,7 @@ OPT_ENCODING = O("utf-8", "--encoding", help="With --party-file: the files' text
 OPT_TASK = O(None, "--task", help="classification or regression (inferred when unambiguous).")
 OPT_STRIP_IDS = O(False, "--strip-ids", help="With --party-file: strip surrounding whitespace and leading zeros "
                   "from the ids before aligning (' 007' matches '7'); without it, ids that would match are counted in a warning.")
-OPT_MAX_FILE = O(1024.0, "--max-file-mb", help="The most megabytes a compressed party file may expand to.")
+OPT_MAX_FILE = O(1024.0, "--max-file-mb", help="With --party-file: the most MiB a party file may hold (CSV, .csv.gz and Parquet: its size on disk, and decompressed for .csv.gz and Parquet); a larger file is refused before it is read. Reading a CSV takes several times its size in memory.")
 
 
 def _data_kwargs(locals_: dict) -> dict:
@@ -451,12 +451,17 @@ def run_cmd(
         _interrupted(f"{stage} (seed {seed})")
     res.config["cli"] = {k: v for k, v in resolved.items() if v is not None}
     _print_result(res, shown)
-    if save_model is not None and deployment is not None:
-        console.print(f"model saved: the label holder's part and the manifest in [bold]{save_model}[/]; each party's "
-                      f"part on its own host in models/<party>/{Path(save_model).resolve().name}/ (use it with "
-                      "`verticalfs predict --config` or `verticalfs serve-model`)")
-    elif save_model is not None:
-        console.print(f"model saved in [bold]{save_model}[/] (one file per party, the label holder's, a manifest)")
+    if save_model is not None:
+        from verticalfs.model import manifest_sha256
+
+        console.print(f"model saved to {save_model}, manifest sha256 {manifest_sha256(save_model)}", soft_wrap=True,
+                      highlight=False, markup=False)
+        err.print("(one file per party, the label holder's, a manifest; keep the sha256 apart from the folder and "
+                  "give it to `verticalfs predict --expect-sha256`)", soft_wrap=True, highlight=False, markup=False)
+        if deployment is not None:
+            err.print(f"each party's part is on its own host, in models/<party>/{Path(save_model).resolve().name}/; use "
+                      "the model there with `verticalfs predict --config` or `verticalfs serve-model`", soft_wrap=True,
+                      highlight=False, markup=False)
     if out is not None:
         res.save(out)
         console.print(f"result written to [bold]{out}[/]")
@@ -478,6 +483,7 @@ def predict_cmd(
     encoding: str = OPT_ENCODING,
     max_file_mb: float = OPT_MAX_FILE,
     strip_ids: bool = OPT_STRIP_IDS,
+    expect_sha256: str = O(None, "--expect-sha256", help="The manifest sha256 printed by `run --save-model`: a model whose manifest differs (changed files and checksums) is refused."),
 ) -> None:
     """Federated inference with a saved model: each party prepares its own new rows, the label
     holder combines them through the same messages as training; the bytes are reported."""
@@ -485,7 +491,7 @@ def predict_cmd(
     from verticalfs.options import check_out, parse_party_files
 
     if config is not None:
-        _predict_deployed(config, model, out, party_file, insecure)
+        _predict_deployed(config, model, out, party_file, insecure, expect_sha256)
         return
     try:
         if not party_file:
@@ -495,7 +501,8 @@ def predict_cmd(
         if not max_file_mb > 0:
             raise ConfigError(f"--max-file-mb must be > 0, got {max_file_mb}")
         res = predict(model, files, id_column=id_column, na_values=na_values, delimiter=delimiter,
-                      encoding=encoding, max_bytes=int(max_file_mb * 2**20), strip_ids=strip_ids)
+                      encoding=encoding, max_bytes=int(max_file_mb * 2**20), strip_ids=strip_ids,
+                      expected_sha256=expect_sha256)
     except VerticalFSError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -517,7 +524,8 @@ def _deployment(config: Path, insecure: bool):
     return Deployment.load(config, insecure=insecure)
 
 
-def _predict_deployed(config: Path, model: Path, out: Path, party_file, insecure: bool) -> None:
+def _predict_deployed(config: Path, model: Path, out: Path, party_file, insecure: bool,
+                      expect_sha256: str | None) -> None:
     """``predict --config``: batch prediction where the data lives (verticalfs.deploy.predict)."""
     from verticalfs.model import write_predictions
     from verticalfs.options import check_out
@@ -530,7 +538,7 @@ def _predict_deployed(config: Path, model: Path, out: Path, party_file, insecure
         dep = _deployment(config, insecure)
         from verticalfs.deploy.predict import predict_deployment
 
-        res = predict_deployment(dep, model)
+        res = predict_deployment(dep, model, expected_sha256=expect_sha256)
     except VerticalFSError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -556,6 +564,8 @@ def serve_model_cmd(
     batch_ms: float = O(2.0, "--batch-ms", help="Milliseconds to gather concurrent requests into one batch."),
     max_batch: int = O(4096, "--max-batch", min=1, help="The most ids scored in one round to the parties."),
     insecure: bool = O(False, "--insecure", help="No TLS between the parties (local experiments only)."),
+    expect_sha256: str = O(None, "--expect-sha256", help="The manifest sha256 printed by `run --save-model`: "
+                           "a model whose manifest differs is refused."),
 ) -> None:
     """Online scoring: POST /predict {"ids": [...]} -> probabilities per id, unknown ids listed;
     GET /health; the OpenAPI page at /docs. Runs at the label party until interrupted."""
@@ -566,7 +576,7 @@ def serve_model_cmd(
         from verticalfs.deploy.predict import DeployedModel
         from verticalfs.deploy.serve import serve
 
-        m = DeployedModel(dep, model)
+        m = DeployedModel(dep, model, expected_sha256=expect_sha256)
     except VerticalFSError as exc:
         _fail(exc)
     try:
@@ -761,10 +771,12 @@ def certs_make(
                               "are reached at (in every certificate, beside the party's own name)."),
     days: int = typer.Option(365, "--days", min=1, help="Validity."),
 ) -> None:
-    """A development CA and a certificate and key per party (ECDSA P-256), for mutual TLS.
+    """LOCAL EXPERIMENTS ONLY: a development CA and every party's key and certificate, all made on
+    this host (ECDSA P-256), for mutual TLS.
 
-    Give each party its own .pem and .key and everyone ca.pem; keep ca.key offline. For production,
-    sign the parties' certificates with your own CA, with the party name as common name.
+    Every private key exists on this one host, so whoever runs it could impersonate any party.
+    Across organisations use `certs ca` at the CA, `certs request` at each party (its key never
+    leaves its host) and `certs sign` at the CA.
     """
     from verticalfs.exceptions import ConfigError
     from verticalfs.names import LABEL_HOLDER
@@ -782,6 +794,65 @@ def certs_make(
         _fail(exc)
     console.print(f"wrote a development CA ({paths['ca']}) and certificates for {', '.join(names)} in {out}; "
                   "the .key files are private (mode 0600)")
+
+
+@certs_app.command("ca")
+def certs_ca(
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for ca.pem (give it to every party) and ca.key "
+                             "(mode 0600; it never leaves this host)."),
+    name: str = typer.Option("verticalfs CA", "--name", help="The CA's common name (no party may use it)."),
+    days: int = typer.Option(3650, "--days", min=1, help="Validity."),
+) -> None:
+    """At the CA: create the CA that signs the parties' requests (`certs sign`)."""
+    try:
+        from verticalfs.transport.grpc.ca import make_ca
+
+        paths = make_ca(out, name=name, days=days)
+    except VerticalFSError as exc:
+        _fail(exc)
+    console.print(f"wrote the CA certificate {paths['ca']} (give it to every party) and its key {paths['key']} "
+                  "(mode 0600: keep it on this host)", soft_wrap=True, highlight=False, markup=False)
+
+
+@certs_app.command("request")
+def certs_request(
+    party: str = typer.Option(..., "--party", help="This host's party name (as in the deployment file; the "
+                              "label holder is 'active')."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for <party>.key (mode 0600, stays on this host) and "
+                             "<party>.csr (send it to the CA)."),
+    hosts: str = typer.Option("localhost,127.0.0.1", "--hosts", help="Host names or IP addresses this party is "
+                              "reached at (in the certificate, beside the party's own name)."),
+) -> None:
+    """At each party: make its private key on its own host and a certificate signing request for the CA."""
+    try:
+        from verticalfs.transport.grpc.ca import request
+
+        paths = request(party, out, hosts=hosts.split(","))
+    except VerticalFSError as exc:
+        _fail(exc)
+    console.print(f"wrote {paths['key']} (private, mode 0600: never copy it off this host) and {paths['csr']}; "
+                  f"send the .csr to the CA, which runs `verticalfs certs sign --ca DIR --csr {paths['csr'].name} "
+                  f"--party {party} --out {party}.pem`", soft_wrap=True, highlight=False, markup=False)
+
+
+@certs_app.command("sign")
+def certs_sign(
+    ca: Path = typer.Option(..., "--ca", help="The CA's folder (ca.pem and ca.key, from `certs ca`)."),
+    csr: Path = typer.Option(..., "--csr", help="The party's request (<party>.csr from `certs request`)."),
+    party: str = typer.Option(..., "--party", help="The party you know the requester as: the request must name it."),
+    out: Path = typer.Option(..., "--out", "-o", help="The certificate to write (<party>.pem); send it and ca.pem "
+                             "back to the party."),
+    days: int = typer.Option(365, "--days", min=1, help="Validity."),
+) -> None:
+    """At the CA: check a party's request (signature, name) and sign its certificate."""
+    try:
+        from verticalfs.transport.grpc.ca import sign
+
+        path = sign(ca, csr, out, party=party, days=days)
+    except VerticalFSError as exc:
+        _fail(exc)
+    console.print(f"signed {party}'s certificate: {path}; send it and {Path(ca) / 'ca.pem'} to {party}",
+                  soft_wrap=True, highlight=False, markup=False)
 
 
 party_app = typer.Typer(help="One party of a deployment across machines (needs the deploy extra).",

@@ -14,6 +14,13 @@ Files hold tensors, numbers, strings, lists and dicts only and are loaded with
 ``torch.load(weights_only=True)``: nothing is unpickled from disk. A model saved by another version
 of verticalfs, or a file whose checksum does not match the manifest, is refused with a clear error.
 
+The manifest holds the files' checksums, so whoever can edit the folder can replace a file *and*
+its checksum. The manifest's own SHA-256 (:func:`manifest_sha256`) is printed when the model is
+saved (``model saved to DIR, manifest sha256 ...``); keep it apart from the folder and give it to
+``predict`` (``expected_sha256=`` / ``--expect-sha256``): a manifest that differs in one byte is
+then refused. File names in a manifest are confined to the folder (``..``, absolute paths and
+links leading out are refused, :func:`~verticalfs.model_files.confined`).
+
 ``verticalfs predict`` (or :func:`predict`) aligns new rows by id, lets every party transform its
 own rows with its saved preprocessing and restore its role (``LoadModel``), and runs federated
 inference through the same messages and ledger as training.
@@ -42,7 +49,7 @@ from verticalfs.exceptions import ConfigError, VerticalFSWarning
 from verticalfs.federation import Federation
 from verticalfs.methods import registry
 from verticalfs.methods.base import probabilities
-from verticalfs.model_files import FORMAT, MANIFEST, dump, load, load_party_file, sha256
+from verticalfs.model_files import FORMAT, MANIFEST, confined, dump, load, load_party_file, sha256
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.party import LocalData, PartyRuntime
 from verticalfs.transport.inprocess import InProcessChannel
@@ -50,7 +57,8 @@ from verticalfs.transport.ledger import Ledger
 from verticalfs.transport.messages import Ack, At, LoadModel, ModelSaved, SaveModel
 from verticalfs.utils.io import write_bytes_atomic, write_json_atomic
 
-__all__ = ["FORMAT", "MANIFEST", "predict", "probabilities", "read_manifest", "save_model", "write_predictions"]
+__all__ = ["FORMAT", "MANIFEST", "manifest_sha256", "predict", "probabilities", "read_manifest", "save_model",
+           "write_predictions"]
 
 
 def save_model(method, fed, directory: str | Path, *, params: Mapping | None = None) -> Path:
@@ -67,6 +75,7 @@ def save_model(method, fed, directory: str | Path, *, params: Mapping | None = N
     names = fed.feature_names()
     for p in fed.party_names:
         rep = fed.proxy(p).request(SaveModel(directory=str(directory)), at, expect=ModelSaved)
+        confined(directory, rep.file, f"party {p!r}'s reply to SaveModel")
         parties[p] = {"file": rep.file, "sha256": rep.sha256, "feature_names": names[p]}
     labels = fed.labels
     data = dump({"method": method.name, "task": labels.task, "n_classes": int(labels.n_classes),
@@ -81,34 +90,72 @@ def save_model(method, fed, directory: str | Path, *, params: Mapping | None = N
     return write_json_atomic(directory / MANIFEST, manifest)
 
 
-def read_manifest(directory: str | Path) -> dict:
+def manifest_sha256(directory: str | Path) -> str:
+    """The hex SHA-256 of a saved model's manifest (it covers every file through their checksums)."""
     path = Path(directory) / MANIFEST
     try:
-        m = json.loads(path.read_text())
+        return sha256(path.read_bytes())
     except FileNotFoundError:
         raise ConfigError(f"--model {str(directory)!r} has no {MANIFEST}; give the folder written by --save-model") from None
+
+
+def _check_sha256(value: str, what: str) -> str:
+    v = str(value).strip().lower()
+    if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
+        raise ConfigError(f"{what} must be the 64 hex digits printed when the model was saved, got {value!r}")
+    return v
+
+
+def read_manifest(directory: str | Path, *, expected_sha256: str | None = None) -> dict:
+    """The manifest of a saved model, checked: its SHA-256 (when ``expected_sha256`` is given),
+    version, format, and its file names (confined to the folder)."""
+    path = Path(directory) / MANIFEST
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"--model {str(directory)!r} has no {MANIFEST}; give the folder written by --save-model") from None
+    if expected_sha256 is not None:
+        want = _check_sha256(expected_sha256, "the expected manifest sha256")
+        got = sha256(raw)
+        if got != want:
+            raise ConfigError(f"the manifest {str(path)!r} has sha256 {got}, not the expected {want}: the model was "
+                              "changed after it was saved (or another model was given); refuse to use it")
+    try:
+        m = json.loads(raw.decode())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{str(path)!r} is not a valid manifest: {exc}") from None
+    if not isinstance(m, dict):
+        raise ConfigError(f"{str(path)!r} is not a valid manifest (not a JSON object)")
     if m.get("verticalfs_version") != __version__:
         raise ConfigError(f"the model in {str(directory)!r} was saved by verticalfs {m.get('verticalfs_version')}, "
                           f"this is {__version__}; use that version, or train and save it again")
     if m.get("format") != FORMAT:
         raise ConfigError(f"the model in {str(directory)!r} has format {m.get('format')}, expected {FORMAT}")
+    parties, holder = m.get("parties"), m.get("label_holder")
+    if not isinstance(parties, dict) or not isinstance(holder, dict) or not all(
+            isinstance(e, dict) for e in parties.values()):
+        raise ConfigError(f"{str(path)!r} is not a valid manifest (no 'parties' or 'label_holder' table)")
+    for key, entry in [*((f"parties.{p}", e) for p, e in parties.items()), ("label_holder", holder)]:
+        confined(Path(directory), entry.get("file"), f"{str(path)!r}, entry {key}.file,")
+        _check_sha256(entry.get("sha256"), f"{str(path)!r}, entry {key}.sha256,")
     return m
 
 
 # ----------------------------------------------------------------------------------- prediction
 def predict(model_dir: str | Path, files: Mapping[str, str | Path], *, id_column: str = "id", na_values=None,
             delimiter: str = ",", encoding: str = "utf-8", max_bytes: int | None = None,
-            strip_ids: bool = False) -> dict:
+            strip_ids: bool = False, expected_sha256: str | None = None) -> dict:
     """Federated inference with a saved model on new rows (one file per party, aligned by id).
+
+    ``expected_sha256``: the manifest's SHA-256 printed at save; a manifest with another is refused
+    (the manifest's own checksums then vouch for every file).
 
     Returns ``{"ids", "prediction", "probabilities" (or None), "classes", "communication", "report",
     "warnings"}``; ``warnings`` counts, per party and column, category levels the model never saw
     (encoded as all zeros), and ids that would align after stripping (``strip_ids``).
     """
     model_dir = Path(model_dir)
-    man = read_manifest(model_dir)
+    man = read_manifest(model_dir, expected_sha256=expected_sha256)
     parties = man["parties"]
     missing = [p for p in parties if p not in files]
     extra = [p for p in files if p not in parties]
@@ -116,7 +163,7 @@ def predict(model_dir: str | Path, files: Mapping[str, str | Path], *, id_column
         raise ConfigError(f"the model was trained with parties {list(parties)}; give one --party-file for each "
                           f"(missing {missing}, not in the model {extra})")
     method = registry.get(str(man["method"]))  # an unknown name is an error listing the known ones
-    holder_path = model_dir / man["label_holder"]["file"]
+    holder_path = confined(model_dir, man["label_holder"]["file"], "the manifest's label_holder.file")
     holder = load(holder_path, man["label_holder"]["sha256"], "the label holder")
     if holder.get("method") != man["method"]:
         raise ConfigError(f"{str(holder_path)!r} holds a {holder.get('method')!r} model, the manifest says "
@@ -129,7 +176,8 @@ def predict(model_dir: str | Path, files: Mapping[str, str | Path], *, id_column
     runtimes = []
     role_for = registry.party_roles()
     for p, entry in parties.items():
-        saved = load_party_file(model_dir / entry["file"], expected_sha256=entry["sha256"], party=p)
+        saved = load_party_file(confined(model_dir, entry["file"], f"the manifest's parties.{p}.file"),
+                                expected_sha256=entry["sha256"], party=p)
         pp = PartyPreprocessor.from_dict(saved["preprocessor"])
         unseen: dict[str, int] = {}
         X = pp.transform(frames[p], where=str(files[p]), unseen=unseen)

@@ -4,7 +4,9 @@ A saved model (:mod:`verticalfs.model`) is one file per feature party, written *
 for the label holder and a manifest. Every ``.pt`` file is a dict of tensors, numbers, strings,
 lists and dicts only, tagged with :data:`FORMAT` and the library version, and is read with
 ``torch.load(weights_only=True)``: nothing is unpickled from disk. A file saved by another version,
-or one whose SHA-256 does not match the manifest, is refused with an error naming the file.
+or one whose SHA-256 does not match the manifest, is refused with an error naming the file. A
+file name in a manifest must name a file inside the model folder (:func:`confined`): no ``..``,
+no absolute path, no symbolic link leading out of it.
 
 This module sits below :mod:`verticalfs.party` (a party writes and reads its own file here) and
 imports nothing from the protocol or the methods.
@@ -29,6 +31,24 @@ MANIFEST = "manifest.json"
 def sha256(data: bytes) -> str:
     """The hex SHA-256 of ``data`` (what the manifest records per file)."""
     return hashlib.sha256(data).hexdigest()
+
+
+def confined(directory: Path, name: object, what: str) -> Path:
+    """``directory / name`` when ``name`` is a file name inside ``directory``, else a ConfigError
+    naming the entry ``what``: a name with a folder part, ``..`` or an absolute path, or a file
+    (or symbolic link) whose real path lies outside the folder, is refused."""
+    folder = Path(directory)
+    if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
+            or "\x00" in name or Path(name).is_absolute()):
+        raise ConfigError(f"{what} names the file {name!r}: a model's files must be plain names inside its folder "
+                          f"{str(folder)!r} (no '..', no folder, no absolute path); the manifest was changed, "
+                          "save the model again")
+    path = folder / name
+    real, root = path.resolve(), folder.resolve()
+    if real.parent != root:
+        raise ConfigError(f"{what} names the file {name!r}, a link to {str(real)!r} outside the model folder "
+                          f"{str(folder)!r}; refuse to read it (copy the model's files, not links)")
+    return path
 
 
 def dump(content: dict) -> bytes:

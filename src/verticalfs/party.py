@@ -174,6 +174,12 @@ class Context:
         """Request to another party, at the position of the message being handled."""
         return self._need_node().request(receiver, msg, self.at)
 
+    def expect_elements(self, n: int) -> None:
+        """The most values a run-length coded array this party receives next may decode to (the
+        shape it expects, e.g. its pending embeddings' gradient); else its message's size bounds it."""
+        if self._node is not None:
+            self._node.max_elements = int(n)
+
 
 def handles(*kinds: type, peers: bool = False):
     """Mark a :class:`Role` method as the handler of message ``kinds``: ``fn(self, msg, ctx)``.

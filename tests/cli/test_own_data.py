@@ -126,6 +126,50 @@ def test_tampered_or_foreign_models_are_refused(trained, tmp_path):
     assert r.exit_code == 2 and "saved by verticalfs 0.0.1" in r.output
 
 
+def test_the_manifest_hash_printed_at_save_refuses_a_consistently_tampered_model(trained, tmp_path):
+    """The manifest holds every file's checksum; someone who changes a file and its checksum is
+    caught only by the manifest's own hash, printed at save and given to predict."""
+    import hashlib
+    import re
+    import shutil
+
+    import torch
+
+    tmp, paths, _, output = trained
+    found = re.search(r"model saved to (\S+), manifest sha256 ([0-9a-f]{64})", " ".join(output.split()))
+    assert found and found.group(1) == str(tmp / "model"), output
+    sha = found.group(2)
+    assert sha == hashlib.sha256((tmp / "model" / "manifest.json").read_bytes()).hexdigest()
+    args = ["--out", str(tmp_path / "p.csv"), "--id-column", "customer", "--na-values", "?",
+            *[a for p, f in paths.items() for a in ("--party-file", f"{p}={f}")]]
+    r = runner.invoke(app, ["predict", "--model", str(tmp / "model"), "--expect-sha256", sha.upper(), *args])
+    assert r.exit_code == 0, r.output
+    clean = pd.read_csv(tmp_path / "p.csv")
+    # a valid edit of telecom's part (its bottom model's weights) with its checksum updated in the manifest
+    bad = tmp_path / "model"
+    shutil.copytree(tmp / "model", bad)
+    part = torch.load(bad / "telecom.pt", weights_only=True)
+    tensors = [v for v in part["role"].values() if isinstance(v, dict)] or [part["role"]]
+    edited = 0
+    for d in tensors:
+        for k, v in d.items():
+            if isinstance(v, torch.Tensor) and v.is_floating_point():
+                d[k] = v * -3.0
+                edited += 1
+    assert edited
+    torch.save(part, bad / "telecom.pt")
+    m = json.loads((bad / "manifest.json").read_text())
+    m["parties"]["telecom"]["sha256"] = hashlib.sha256((bad / "telecom.pt").read_bytes()).hexdigest()
+    (bad / "manifest.json").write_text(json.dumps(m, indent=2))
+    r = runner.invoke(app, ["predict", "--model", str(bad), *args])
+    assert r.exit_code == 0, r.output  # the manifest's checksums alone cannot see it...
+    assert not np.allclose(pd.read_csv(tmp_path / "p.csv")["prob_1"], clean["prob_1"])  # ...and it predicts otherwise
+    r = runner.invoke(app, ["predict", "--model", str(bad), "--expect-sha256", sha, *args])
+    assert r.exit_code == 2 and "not the expected" in " ".join(r.output.split()), r.output
+    r = runner.invoke(app, ["predict", "--model", str(tmp / "model"), "--expect-sha256", "abc", *args])
+    assert r.exit_code == 2 and "64 hex digits" in " ".join(r.output.split()), r.output
+
+
 def test_a_config_file_runs_a_pipeline_on_party_files(trained, tmp_path):
     """The TOML of docs/guide/own-data.md: every option from a file, a pipeline, party files as a table."""
     _, paths, _, _ = trained

@@ -82,3 +82,48 @@ def test_overflow_is_an_error_never_a_wrap(keys):
         SlotPacking.for_key(pub, value_bound=2.0**60, precision=16)
     with pytest.raises(CryptoError, match="plaintexts cannot hold"):
         p.unpack([0, 0], 1)
+
+
+# ------------------------------------------------------------------ wide slots and their masks
+def full_slots(packing: SlotPacking, packed, count: int) -> list[int]:
+    """Every slot's signed value at full width, by Python integers (independent of the library)."""
+    b, k = packing.slot_bits, packing.slots
+    out = []
+    for i, x in enumerate(packed):
+        fill = min(k, count - i * k)
+        U = int(x) + sum(1 << (b - 1 + b * j) for j in range(fill))
+        out += [((U >> (b * j)) & ((1 << b) - 1)) - (1 << (b - 1)) for j in range(fill)]
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from([72, 88, 128, 256]), st.integers(min_value=1, max_value=30), st.integers(0, 2**31 - 1))
+def test_wide_slots_round_trip_int64_values(bits, count, seed):
+    p = SlotPacking(bits, 4, 0)
+    m = np.random.default_rng(seed).integers(-2**63, 2**63 - 1, size=count, endpoint=True, dtype=np.int64)
+    packed = p.pack(m)
+    assert full_slots(p, packed, count) == m.tolist()
+    np.testing.assert_array_equal(p.unpack(packed, count), m)
+
+
+@pytest.mark.parametrize("bits, mask_bits", [(16, 14), (64, 62), (88, 86), (128, 126), (128, 70)])
+def test_random_masks_are_uniform_wide_and_their_residues_unmask_exactly(keys, bits, mask_bits):
+    pub, priv = keys
+    p = SlotPacking(bits, (pub.max_int.bit_length() - 1) // bits, 0)
+    count = 3 * p.slots - 1
+    plain, low = p.random_masks(count, mask_bits)
+    r = full_slots(p, plain, count)
+    assert all(-(1 << mask_bits) <= v < (1 << mask_bits) for v in r)
+    assert max(abs(v) for v in r).bit_length() >= mask_bits - 6  # as wide as asked (chance 2**-6 per draw)
+    assert sum(v < 0 for v in r) not in (0, count)  # both signs
+    assert [(v % 2**64) for v in r] == [int(x) for x in low.view(np.uint64)]
+    # under encryption: value + mask read modulo 2**64, minus the mask's residue, is the value
+    v = np.random.default_rng(1).integers(-2**(min(mask_bits, 62) - 1), 2**(min(mask_bits, 62) - 1), size=count)
+    ct = EncryptedArray.encrypt(priv, p.pack(v), precision=0).add_mantissas(plain)
+    got = p.unpack(ct.decrypt_mantissas(priv).ravel().tolist(), count, wrap=True)
+    np.testing.assert_array_equal(got - low, v)
+    if bits > 64:  # the shares are beyond int64: reading them without wrap is an error, never a wrap
+        with pytest.raises(CryptoError, match="beyond int64"):
+            p.unpack(ct.decrypt_mantissas(priv).ravel().tolist(), count)
+    with pytest.raises(CryptoError, match="do not fit"):
+        p.random_masks(4, bits - 1)

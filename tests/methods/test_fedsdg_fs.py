@@ -273,7 +273,8 @@ def test_packed_combination_is_slot_wise_and_refuses_overflow():
 
 @pytest.fixture(scope="module")
 def secure_and_plain(data):
-    kw = dict(epochs=2, batch_size=64, hidden=(16, 8), key_bits=768, insecure=True, precision=20, prune=False)
+    kw = dict(epochs=2, batch_size=64, hidden=(16, 8), key_bits=768, insecure=True, precision=18, value_bits=10,
+              prune=False)  # 88-bit slots: 8 per 768-bit key, masks hiding >= 40 bits
     runs = {}
     for secure in (False, True):
         fed = Federation.in_process(data, trace=True)
@@ -295,7 +296,7 @@ def test_secure_training_computes_the_plaintext_model(secure_and_plain, data):
     for p in data.party_names:  # w = W~ - eps_acc, which nobody in the protocol can compute
         e = tp.embedding_dims[p]
         w_plain = tp.top.input_layer.weight.detach().numpy()[:, start:start + e]
-        eps = fs.local_runtime(p).role.crypto.eps / 2.0 ** 20
+        eps = fs.local_runtime(p).role.crypto.eps / 2.0 ** 18
         np.testing.assert_allclose(ts.true_weights(p, eps), w_plain, atol=1e-4)
         assert np.abs(ts.server[p].W - w_plain).max() > 0.1  # the server's W~ is not w
         start += e
@@ -354,8 +355,8 @@ def test_vflfs_keeps_each_partys_top_half_by_group_norm(data):
 
 def test_unpacked_secure_mode_computes_the_same_model_and_costs_more_bytes():
     data = verticalfs.build_data("wine", parties=2, seed=0)
-    kw = dict(epochs=1, batch_size=64, hidden=(8,), key_bits=768, insecure=True, precision=20, prune=False,
-              gini_init=False)
+    kw = dict(epochs=1, batch_size=64, hidden=(8,), key_bits=768, insecure=True, precision=18, value_bits=10,
+              prune=False, gini_init=False)
     runs = {}
     for packed in (True, False):
         fed = Federation.in_process(data)

@@ -10,8 +10,10 @@ tests:
   the parser behind the integrity check is reached): only ``TransportError``, each within a second,
   and for a sample of them the peak memory of decoding stays under 64 times the input's size plus
   1 MB (run-length codes: under the accepted shape's size plus 1 MB);
-- the specific hostile messages the hardening issue reported (a 47-byte message claiming a
-  10,000 x 10,000 run-length batch, and 65,536 x 65,536).
+- the specific hostile messages the hardening issues reported (a 47-byte message claiming a
+  10,000 x 10,000 run-length batch, and 65,536 x 65,536; issue 37: a 51-byte message expanding to
+  64 MiB under the default limit, header mutations decoding silently, 3 MB of small items or
+  nested empty messages taking seconds to decode).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import struct
 import time
 import tracemalloc
-import zlib
 
 import numpy as np
 import pytest
@@ -28,12 +29,14 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from verticalfs.codecs import get_codec, rle_decode, rle_encode, topw_decode, topw_encode
+from verticalfs.codecs.base import MIN_EXPANDED, expansion_limit
 from verticalfs.codecs.integers import pack_uints, unpack_uints
 from verticalfs.crypto.encoding import from_residues, mantissas, to_float, to_residues
 from verticalfs.exceptions import CryptoError, TransportError
 from verticalfs.training.split import SplitSpec
 from verticalfs.transport import Embeddings, Hello, Join, decode, encode, message
-from verticalfs.transport.serde import HEADER_SIZE, MAX_DEPTH
+from verticalfs.transport.messages import Ack
+from verticalfs.transport.serde import HEADER_SIZE, MAX_DEPTH, MIN_ITEMS, VERSION, item_budget, seal
 
 N_FUZZ = 10_000
 MB = 1 << 20
@@ -47,13 +50,16 @@ class Anything:
 
 
 def reseal(data: bytes) -> bytes:
-    """``data`` with a header body length and CRC that match its body, so that the parser behind
-    the integrity checks is exercised."""
+    """``data`` with a header body length and CRC that match it, so that the parser behind the
+    integrity checks is exercised."""
     if len(data) < HEADER_SIZE:
         return data
-    b = bytearray(data)
-    struct.pack_into("<II", b, HEADER_SIZE - 8, len(b) - HEADER_SIZE, zlib.crc32(bytes(b[HEADER_SIZE:])))
-    return bytes(b)
+    return seal(data)
+
+
+def frame(kind: int, body: bytes, phase: int = 6) -> bytes:
+    """A hand-made message of ``kind`` with ``body``, its header and CRC valid."""
+    return seal(struct.pack("<2sBBHIIII", b"VF", VERSION, phase, kind, 0, 0, 0, 0) + body)
 
 
 def mutate(rng: np.random.Generator, data: bytes) -> bytes:
@@ -160,7 +166,7 @@ def test_codecs_round_trip(a, codec):
 @settings(max_examples=300, derandomize=True)
 @given(st.binary(max_size=200))
 def test_arbitrary_bytes_only_transport_error(b):
-    for data in (b, reseal(b"VF\x02" + b)):
+    for data in (b, reseal(b"VF" + bytes([VERSION]) + b)):
         try:
             decode(data)
         except TransportError:
@@ -232,6 +238,23 @@ def test_fuzz_topw_and_integers():
          memory_bound=lambda d: 64 * len(d) + MB)
 
 
+def test_header_mutations_never_decode():
+    """2,000 random changes of header bytes (one to three bytes, any value): every one a
+    TransportError (issue 37: 330 of 2,000 decoded silently, as another kind, phase, round or step,
+    while the CRC covered the body only)."""
+    rng = np.random.default_rng(7)
+    seeds = sample_messages()
+    for i in range(2000):
+        data = bytearray(seeds[i % len(seeds)])
+        before = bytes(data)
+        for _ in range(int(rng.integers(1, 4))):
+            data[int(rng.integers(HEADER_SIZE))] = int(rng.integers(256))
+        if bytes(data) == before:
+            continue
+        with pytest.raises(TransportError):
+            decode(bytes(data))
+
+
 # ---------------------------------------------------------------------------- hostile messages
 def _tiny_rle_claiming(n: int, d: int) -> bytes:
     """A coded run-length body that claims an all-zero ``n x d`` batch (no runs, no values)."""
@@ -242,9 +265,7 @@ def _tiny_rle_claiming(n: int, d: int) -> bytes:
 def test_tiny_message_claiming_a_huge_batch_is_refused_before_allocating(n, d):
     body = _tiny_rle_claiming(n, d)
     head = struct.pack("<BBBB", 7, 17, 0, 2) + struct.pack("<II", n, d) + struct.pack("<I", len(body))
-    fields = head + body
-    raw = struct.pack("<2sBBHIIII", b"VF", 2, 3, Embeddings._vf_kind, 0, 0, len(fields), zlib.crc32(fields))
-    msg = raw + fields
+    msg = frame(Embeddings._vf_kind, head + body, phase=3)
     assert len(msg) < 64
     tracemalloc.start()
     with pytest.raises(TransportError, match="limit|accepts"):
@@ -254,6 +275,64 @@ def test_tiny_message_claiming_a_huge_batch_is_refused_before_allocating(n, d):
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < MB
+
+
+def test_a_51_byte_message_does_not_expand_to_64_mib_by_default():
+    """Without an expected shape a receiver accepts at most EXPANSION values per byte of message
+    (at least MIN_EXPANDED): a 51-byte message claiming 4,096 x 4,096 zeros (64 MiB of float32) is
+    refused before anything is allocated; the receiver that expects that shape accepts it."""
+    n = d = 4096
+    body = _tiny_rle_claiming(n, d)
+    head = struct.pack("<BBBB", 7, 17, 0, 2) + struct.pack("<II", n, d) + struct.pack("<I", len(body))
+    msg = frame(Embeddings._vf_kind, head + body, phase=3)
+    assert len(msg) == 51
+    tracemalloc.start()
+    with pytest.raises(TransportError, match="accepts"):
+        decode(msg)
+    with pytest.raises(TransportError, match="accepts"):
+        rle_decode(body)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < MB
+    assert expansion_limit(len(msg)) == MIN_EXPANDED < n * d
+    assert decode(msg, max_elements=n * d).msg.values.shape == (n, d)  # the shape the receiver expects
+
+
+def test_all_zero_batches_of_usual_sizes_decode_without_a_limit():
+    for n, d in ((1024, 64), (256, 8), (1, 1)):
+        out = decode(encode(Embeddings(np.zeros((n, d), np.float32)), codec="rle16").data).msg.values
+        assert out.shape == (n, d) and not out.any()
+
+
+def _list_of(item: bytes, n: int) -> bytes:
+    return frame(Anything._vf_kind, b"\x08" + struct.pack("<I", n) + item * n)
+
+
+@pytest.mark.parametrize("item,what", [
+    (b"\x00", "Nones"),
+    (b"\x01\x01", "bools"),
+    (b"\x05\x00\x00\x00\x00", "empty strings"),
+    (b"\x0b" + struct.pack("<H", Ack._vf_kind), "empty nested messages"),
+    (b"\x08\x00\x00\x00\x00", "empty lists"),
+    (b"\x08\x01\x00\x00\x00" * 10 + b"\x08\x00\x00\x00\x00", "nested lists"),
+    (b"\x07\x00\x04\x01\x00\x00\x00\x00", "empty arrays"),
+])
+def test_many_small_items_are_refused_before_decoding_them(item, what):
+    """3 MB of small items (1 to 8 bytes each) exceed the item budget of their message: refused
+    with a TransportError, before the items are built (the budget is checked from the count)."""
+    msg = _list_of(item, 3_000_000 // len(item))
+    with pytest.raises(TransportError, match="more items than its"):
+        decode(msg)
+
+
+def test_the_item_budget_admits_usual_messages():
+    names = [f"f{i}" for i in range(200_000)]  # a wide party's feature names: 7-12 bytes each
+    assert decode(encode(Hello(feature_names=names, n_samples={"train": 3})).data).msg.feature_names == names
+    pairs = [(i, i + 1) for i in range(10_000)]
+    assert decode(encode(Anything(pairs)).data).msg.value == pairs
+    small = [None] * 60_000  # small messages: any 65,536 items
+    assert decode(encode(Anything(small)).data).msg.value == small
+    assert item_budget(0) == MIN_ITEMS
 
 
 def test_an_accepted_all_zero_batch_decodes_within_its_shape():
@@ -274,27 +353,24 @@ def test_nesting_is_bounded():
         encode(Anything(v))
     # a hand-made message nesting deeper than the limit
     body = b"\x08\x01\x00\x00\x00" * (MAX_DEPTH + 5) + b"\x00"
-    raw = struct.pack("<2sBBHIIII", b"VF", 2, 6, Anything._vf_kind, 0, 0, len(body), zlib.crc32(body))
     with pytest.raises(TransportError, match="nest"):
-        decode(raw + body)
+        decode(frame(Anything._vf_kind, body))
 
 
 def test_field_types_are_checked():
     good = encode(Embeddings(np.zeros((2, 2), np.float32))).data
     # the same kind id with a str where the tensor should be
     body = b"\x05\x03\x00\x00\x00abc"
-    raw = struct.pack("<2sBBHIIII", b"VF", 2, 6, Embeddings._vf_kind, 0, 0, len(body), zlib.crc32(body))
     with pytest.raises(TransportError, match="Embeddings.values"):
-        decode(raw + body)
+        decode(frame(Embeddings._vf_kind, body))
     assert decode(good).msg.values.shape == (2, 2)
 
 
 def test_a_list_claiming_more_items_than_bytes():
     body = b"\x08" + struct.pack("<I", 1 << 30)
-    raw = struct.pack("<2sBBHIIII", b"VF", 2, 6, Anything._vf_kind, 0, 0, len(body), zlib.crc32(body))
     tracemalloc.start()
     with pytest.raises(TransportError, match="claims"):
-        decode(raw + body)
+        decode(frame(Anything._vf_kind, body))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < MB

@@ -293,3 +293,17 @@ class TestComputeOfEveryParty:
             crypto = res.info["encrypt_seconds"] + res.info["decrypt_seconds"] + res.info["keygen_seconds"]
             assert own >= crypto  # the label holder's encryption and decryption are counted
             assert estimate_wall_time(led, 100.0).seconds >= crypto
+
+
+def test_a_party_ledger_without_rounds_stays_bounded():
+    """A networked party's own ledger adds compute per phase only: 10,000 messages claiming distinct
+    rounds (from another organisation's headers) leave one entry, not 10,000."""
+    from verticalfs.transport.ledger import Ledger
+
+    per_round, bounded = Ledger(), Ledger(compute_rounds=False)
+    for r in range(10_000):
+        per_round.add_compute("p1", "train", r, 0.001)
+        bounded.add_compute("p1", "train", r, 0.001)
+    assert len(per_round.compute_seconds()) == 10_000
+    assert list(bounded.compute_seconds()) == [("p1", "train", 0)]
+    assert abs(bounded.compute_seconds()[("p1", "train", 0)] - 10.0) < 1e-6

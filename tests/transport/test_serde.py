@@ -26,6 +26,7 @@ from verticalfs.transport import (
     message,
     tensor_field,
 )
+from verticalfs.transport.serde import seal
 
 
 @message("tests.serde.AnyValue")
@@ -232,9 +233,9 @@ class TestAccounting:
         d = decode(enc.data)
         assert (d.phase, d.round, d.step) == ("eval", 7, 11)
         magic, ver, ph, kid, rnd, step, blen, crc = struct.unpack_from("<2sBBHIIII", enc.data)
-        assert magic == b"VF" and ver == 2 and PHASES[ph] == "eval" and (rnd, step) == (7, 11)
+        assert magic == b"VF" and ver == 3 and PHASES[ph] == "eval" and (rnd, step) == (7, 11)
         assert kid == Embeddings._vf_kind and blen == len(enc.data) - HEADER_SIZE
-        assert crc == zlib.crc32(enc.data[HEADER_SIZE:])
+        assert crc == zlib.crc32(enc.data[HEADER_SIZE:], zlib.crc32(enc.data[:HEADER_SIZE - 4]))
 
     def test_unknown_phase_raises(self):
         with pytest.raises(TransportError, match="phase"):
@@ -298,7 +299,7 @@ class TestCorruptData:
         bad = bytearray(data)
         struct.pack_into("<H", bad, 4, kid)
         with pytest.raises(TransportError, match="unknown message kind"):
-            decode(bytes(bad))
+            decode(reseal(bad))
 
     def test_unknown_field_tag(self):
         data = bytearray(encode(AnyValue(None)).data)
@@ -318,6 +319,33 @@ class TestCorruptData:
         with pytest.raises(TransportError, match="truncated"):
             decode(reseal(data))
 
+    def test_every_header_byte_is_covered(self):
+        """Every byte of the header, changed in any bit, is an error: the CRC-32 covers the kind,
+        phase, round and step too, so a corrupted header never decodes as another message or
+        another position (version 2 left the header outside the CRC)."""
+        data = encode(EmbedRequest("train", 3, 5, True), phase="train", round=3, step=5).data
+        for i in range(HEADER_SIZE):
+            for bit in range(8):
+                bad = bytearray(data)
+                bad[i] ^= 1 << bit
+                with pytest.raises(TransportError):
+                    decode(bytes(bad))
+
+    def test_header_only_changes_are_caught_by_the_crc(self):
+        """A changed round, step or phase (valid values, the body intact) is refused as corrupted;
+        the same change sealed with a new CRC decodes (the check is the CRC, not a field check)."""
+        data = bytearray(encode(Ready(3, 8, {"train": 10}), phase="setup").data)
+        for off, fmt, value in ((6, "<I", 7), (10, "<I", 9), (3, "<B", 2)):
+            bad = bytearray(data)
+            struct.pack_into(fmt, bad, off, value)
+            with pytest.raises(TransportError, match="CRC"):
+                decode(bytes(bad))
+            assert decode(seal(bad)).msg.n_features == 3  # the same change, sealed: decodes
+
+    def test_frame_size_is_unchanged(self):
+        enc = encode(Embeddings(np.zeros((4, 3), np.float32)))
+        assert enc.size == HEADER_SIZE + 1 + 3 + 2 * 4 + 4 * 12
+
     def test_corrupted_body_is_an_error(self):
         """A flipped bit anywhere in the body fails the CRC-32: never silently different numbers."""
         data = encode(Embeddings(np.arange(12, dtype=np.float32).reshape(3, 4))).data
@@ -329,11 +357,9 @@ class TestCorruptData:
 
 
 def reseal(data) -> bytes:
-    """``data`` with its header's CRC-32 recomputed over the (tampered) body: for tests of the
-    parser behind the integrity check."""
-    data = bytearray(data)
-    struct.pack_into("<I", data, HEADER_SIZE - 4, zlib.crc32(bytes(data[HEADER_SIZE:])))
-    return bytes(data)
+    """``data`` with its header's CRC-32 recomputed over the (tampered) header and body: for tests
+    of the parser behind the integrity check."""
+    return seal(data)
 
 
 def _registered():

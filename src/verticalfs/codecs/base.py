@@ -10,6 +10,19 @@ import numpy as np
 
 from verticalfs.exceptions import ConfigError, TransportError
 
+#: the most values an expanding (run-length coded) array may decode to per byte received, when the
+#: receiver states no expected shape: 1 KiB of float32 per byte
+EXPANSION = 256
+#: ... and at least this many values (256 KiB of float32; an all-zero 1,024 x 64 batch is 13 bytes)
+MIN_EXPANDED = 1 << 16
+
+
+def expansion_limit(nbytes: int) -> int:
+    """The most values an expanding code of ``nbytes`` bytes (or in a message of ``nbytes``) may
+    decode to when the receiver states no expected shape: ``max(MIN_EXPANDED, EXPANSION * nbytes)``."""
+    return max(MIN_EXPANDED, EXPANSION * int(nbytes))
+
+
 _F32 = struct.Struct("<f")
 _LE_F4 = np.dtype("<f4")
 

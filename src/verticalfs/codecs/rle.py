@@ -84,12 +84,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from verticalfs.codecs.base import Codec, register_codec
+from verticalfs.codecs.base import Codec, expansion_limit, register_codec
 from verticalfs.exceptions import ConfigError, TransportError
 
 __all__ = [
     "CODED_HEADER_BYTES",
-    "DEFAULT_MAX_DECODE",
     "DENSE_HEADER_BYTES",
     "MAX_ELEMENTS",
     "RLE16Codec",
@@ -378,8 +377,6 @@ def rle_header(data: bytes | memoryview) -> RLEHeader:
     )
 
 
-#: default cap on N * D of a run-length code (its values are tiny on the wire when zero)
-DEFAULT_MAX_DECODE = 1 << 24
 #: runs and elements decoded per chunk: bound the decoder's temporaries (a few hundred KB)
 #: whatever N * D is
 _RUN_CHUNK = 8192
@@ -399,7 +396,7 @@ def _unpack_bits_at(buf: np.ndarray, start: int, count: int, width: int) -> np.n
     return np.packbits(padded, axis=1).view(">u4").reshape(count).astype(np.int64)
 
 
-def _decode_values(data: bytes | memoryview, max_elements: int) -> tuple[np.ndarray, RLEHeader]:
+def _decode_values(data: bytes | memoryview, max_elements: int | None) -> tuple[np.ndarray, RLEHeader]:
     """The ``(N, D)`` float32 values (C order) of a run-length code, every check before allocating.
 
     Memory: the ``N * D`` float32 output plus temporaries bounded by the chunk sizes, whatever the
@@ -407,6 +404,8 @@ def _decode_values(data: bytes | memoryview, max_elements: int) -> tuple[np.ndar
     """
     h = rle_header(data)
     n, d, size = h.n, h.d, h.n * h.d
+    if max_elements is None:
+        max_elements = expansion_limit(memoryview(data).nbytes)
     if size > max_elements:
         raise TransportError(f"run-length data claims N={n} x D={d} = {size} values, more than the receiver "
                              f"accepts ({max_elements}); raise the limit only if that shape is expected")
@@ -488,17 +487,18 @@ def _decode_values(data: bytes | memoryview, max_elements: int) -> tuple[np.ndar
     return out.reshape(n, d), h
 
 
-def rle_decode(data: bytes | memoryview, *, max_elements: int = DEFAULT_MAX_DECODE) -> tuple[np.ndarray, np.ndarray]:
+def rle_decode(data: bytes | memoryview, *, max_elements: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Inverse of :func:`rle_encode`.
 
     Parameters
     ----------
     data : bytes
         An :func:`rle_encode` byte string (untrusted: every length and index is checked).
-    max_elements : int
+    max_elements : int, optional
         Refuse a code whose ``N * D`` exceeds this before allocating anything (an all-zero batch
         is legitimately tiny on the wire, so its declared shape must be bounded by what the
-        receiver expects).
+        receiver expects). Default: :func:`~verticalfs.codecs.base.expansion_limit` of
+        ``len(data)`` (256 values per byte, at least 65,536).
 
     Returns
     -------

@@ -20,6 +20,7 @@ from verticalfs.crypto.backends import AUTO_ORDER, available_backends, backend_i
 from verticalfs.crypto.encoding import DEFAULT_PLAIN_PRECISION, DEFAULT_PRECISION
 from verticalfs.crypto.keys import MIN_SECURE_BITS, PrivateKey, PublicKey, generate_keypair
 from verticalfs.crypto.packing import (
+    HIDING_FLOOR,
     PackedEncryptedArray,
     SlotPacking,
     combination_bound,
@@ -32,6 +33,7 @@ __all__ = [
     "AUTO_ORDER",
     "DEFAULT_PLAIN_PRECISION",
     "DEFAULT_PRECISION",
+    "HIDING_FLOOR",
     "MIN_SECURE_BITS",
     "EncryptedArray",
     "PackedEncryptedArray",

@@ -13,8 +13,17 @@ Encoding. Slot ``j`` holds the signed mantissa ``m_j = round(v_j * 2**precision)
 ``C = sum_j 2**(slot_bits - 1) * 2**(slot_bits * j)``, reads the unsigned digits and subtracts
 ``2**(slot_bits - 1)`` from each: exact whenever every slot's value lies in
 ``[-2**(slot_bits - 1), 2**(slot_bits - 1))``. Digits are read and written through bytes and numpy
-(``slot_bits`` is a multiple of 8, at most 64), one big-integer conversion per plaintext, no Python
-loop over values.
+(``slot_bits`` is a multiple of 8), one big-integer conversion per plaintext, no Python loop over
+values.
+
+Wide slots (``slot_bits`` > 64, up to :data:`MAX_SLOT_BITS`). The values packed are int64, but a
+slot can be wider than 64 bits so that a statistical mask much larger than the values fits beside
+them (FedSDG-FS's secure training: a mask must hide its value by at least 40 bits,
+:mod:`verticalfs.methods.fedsdg_fs.secure`). :meth:`SlotPacking.random_masks` draws such masks
+straight into packed plaintexts, and :meth:`SlotPacking.unpack` with ``wrap=True`` reads each slot
+modulo ``2**64`` (the low 64 bits of its signed value, as int64): the masked value's residue, which
+is all a party needs to return an additive share over the ring ``Z / 2**64``; the mask's owner
+subtracts its own residue and gets the value exactly whenever the value fits in int64.
 
 Overflow is an error, never a silent wrap: a slot that overflowed would decode as a plausible
 value of its neighbours, so it cannot be detected afterwards. Instead every
@@ -38,6 +47,14 @@ from verticalfs.crypto.array import EncryptedArray
 from verticalfs.crypto.keys import PrivateKey, PublicKey
 from verticalfs.exceptions import CryptoError
 
+#: the widest slot :class:`SlotPacking` lays out
+MAX_SLOT_BITS = 1024
+#: every additive mask of the library hides its value by at least this many bits: with masks
+#: uniform over ``2**mask_bits`` values and a value below ``2**b``, the hiding bits are
+#: ``mask_bits - b`` and the statistical distance between ``value + mask`` and ``mask`` at most
+#: ``2**-(mask_bits - b)`` (docs/security.md, "Masks with a floor")
+HIDING_FLOOR = 40
+
 
 @dataclass(frozen=True)
 class SlotPacking:
@@ -49,8 +66,9 @@ class SlotPacking:
     precision: int
 
     def __post_init__(self) -> None:
-        if self.slot_bits % 8 or not 8 <= self.slot_bits <= 64:
-            raise CryptoError(f"SlotPacking: slot_bits must be a multiple of 8 in [8, 64], got {self.slot_bits}")
+        if self.slot_bits % 8 or not 8 <= self.slot_bits <= MAX_SLOT_BITS:
+            raise CryptoError(f"SlotPacking: slot_bits must be a multiple of 8 in [8, {MAX_SLOT_BITS}], got "
+                              f"{self.slot_bits}")
         if self.slots < 1 or self.precision < 0:
             raise CryptoError(f"SlotPacking: need slots >= 1 and precision >= 0, got {self.slots}, {self.precision}")
 
@@ -91,7 +109,7 @@ class SlotPacking:
             raise CryptoError("SlotPacking: cannot pack NaN or infinite values")
         m = np.rint(np.ldexp(v, self.precision))
         top = float(np.max(np.abs(m))) if m.size else 0.0
-        if top >= float(1 << (self.slot_bits - 1)):  # strict in float: limit + 1 rounds to 2**(b-1) for b = 64
+        if top >= float(1 << (min(self.slot_bits, 64) - 1)):  # strict in float: limit + 1 rounds to 2**(b-1) for b = 64
             raise CryptoError(f"SlotPacking: a value of magnitude {top / 2 ** self.precision:g} does not fit a "
                               f"{self.slot_bits}-bit slot at precision {self.precision} (largest "
                               f"{self.limit / 2 ** self.precision:g})")
@@ -102,18 +120,25 @@ class SlotPacking:
         b = self.slot_bits
         return ((1 << (b * k)) - 1) // ((1 << b) - 1) << (b - 1)
 
-    def pack(self, m: np.ndarray) -> np.ndarray:
-        """Signed int64 mantissas (1-D) -> object array of packed signed Python ints."""
-        m = np.asarray(m, dtype=np.int64).ravel()
-        if m.size and int(np.max(np.abs(m))) > self.limit:
-            raise CryptoError(f"SlotPacking.pack: a mantissa exceeds the {self.slot_bits}-bit slot range")
+    def _digit_bytes(self, m: np.ndarray) -> np.ndarray:
+        """int64 mantissas -> their unsigned digits ``m + 2**(slot_bits - 1)``, ``(count, slot_bits / 8)``
+        little-endian bytes (two's complement plus the offset, i.e. the sign bit flipped)."""
+        w = self.slot_bits // 8
+        low = m.view(np.uint64).astype("<u8").view(np.uint8).reshape(-1, 8)
+        if w <= 8:
+            u = (m.view(np.uint64) + np.uint64(1 << (self.slot_bits - 1))).astype("<u8")  # modulo 2**64
+            return u.view(np.uint8).reshape(-1, 8)[:, :w]
+        out = np.empty((m.size, w), dtype=np.uint8)
+        out[:, :8] = low
+        out[:, 8:] = np.where(m < 0, 0xFF, 0x00).astype(np.uint8)[:, None]  # sign extension
+        out[:, w - 1] ^= 0x80
+        return out
+
+    def _join(self, raw: np.ndarray, count: int) -> np.ndarray:
+        """Digit bytes ``(P * slots, w)`` (unused slots all zero) -> ``P`` packed signed ints."""
         k, w = self.slots, self.slot_bits // 8
-        count = m.size
         P = self.n_plaintexts(count)
-        u = np.zeros(P * k, dtype="<u8")  # unsigned digits m + 2**(b-1), little-endian; unused slots 0
-        # two's complement plus the offset, modulo 2**64: exact for 64-bit slots too
-        u[:count] = m.view(np.uint64) + np.uint64(1 << (self.slot_bits - 1))
-        raw = u.view(np.uint8).reshape(P, k, 8)[:, :, :w].reshape(P, k * w)
+        raw = raw.reshape(P, k * w)
         fills = np.full(P, k, dtype=np.int64)
         if P:
             fills[-1] = count - (P - 1) * k
@@ -122,16 +147,55 @@ class SlotPacking:
             out[i] = int.from_bytes(raw[i, : fills[i] * w].tobytes(), "little") - self._offset(int(fills[i]))
         return out
 
-    def unpack(self, packed: Any, count: int, bound: int | None = None) -> np.ndarray:
+    def pack(self, m: np.ndarray) -> np.ndarray:
+        """Signed int64 mantissas (1-D) -> object array of packed signed Python ints."""
+        m = np.asarray(m, dtype=np.int64).ravel()
+        if m.size and int(np.max(np.abs(m))) > self.limit:
+            raise CryptoError(f"SlotPacking.pack: a mantissa exceeds the {self.slot_bits}-bit slot range")
+        count = m.size
+        raw = np.zeros((self.n_plaintexts(count) * self.slots, self.slot_bits // 8), dtype=np.uint8)
+        raw[:count] = self._digit_bytes(m)
+        return self._join(raw, count)
+
+    def random_masks(self, count: int, bits: int) -> tuple[np.ndarray, np.ndarray]:
+        """``count`` masks uniform in ``[-2**bits, 2**bits)`` from the operating system's CSPRNG,
+        packed: returns the packed plaintexts (object array, ``n_plaintexts(count)``) and every
+        mask modulo ``2**64`` (int64, ``(count,)``: what the masks' owner subtracts from a share
+        read with ``unpack(..., wrap=True)``). A slot must hold ``2**bits`` beside its value: the
+        caller checks the value's bound (``bits`` <= ``slot_bits - 2``)."""
+        bits, count = int(bits), int(count)
+        if not 1 <= bits <= self.slot_bits - 2:
+            raise CryptoError(f"SlotPacking.random_masks: {bits}-bit masks do not fit {self.slot_bits}-bit slots "
+                              f"(at most {self.slot_bits - 2})")
+        nb = (bits + 8) // 8  # bytes of a digit d in [0, 2**(bits + 1))
+        d = np.frombuffer(os.urandom(count * nb), dtype=np.uint8).reshape(count, nb).copy()
+        d[:, nb - 1] &= (1 << ((bits + 1) - 8 * (nb - 1))) - 1
+        # mask r = d - 2**bits; its slot digit r + 2**(slot_bits - 1) = d + (2**(slot_bits - 1) - 2**bits) >= 0
+        lo = np.zeros((count, 8), dtype=np.uint8)
+        lo[:, :min(8, nb)] = d[:, :8]
+        low = (lo.view("<u8").ravel() - np.uint64((1 << bits) % (1 << 64))).view(np.int64)  # modulo 2**64
+        raw = np.zeros((self.n_plaintexts(count) * self.slots, self.slot_bits // 8), dtype=np.uint8)
+        raw[:count, :nb] = d
+        packed = self._join(raw, count)  # sum_j (d_j - 2**(b-1)) 2**(b j): shift each slot by 2**(b-1) - 2**bits
+        k = self.slots
+        for i in range(len(packed)):  # one big-integer operation per plaintext
+            fill = min(k, count - i * k)
+            packed[i] += self._offset(fill) - (self._offset(fill) >> (self.slot_bits - 1 - bits))
+        return packed, np.ascontiguousarray(low)
+
+    def unpack(self, packed: Any, count: int, bound: int | None = None, wrap: bool = False) -> np.ndarray:
         """Packed signed ints -> the ``count`` signed mantissas (int64). ``bound``: every value must
-        be at most this in magnitude (the caller's tracked bound), else :class:`CryptoError`."""
+        be at most this in magnitude (the caller's tracked bound), else :class:`CryptoError`.
+
+        A value of a wide slot that does not fit int64 is a :class:`CryptoError`, unless ``wrap``:
+        then every value is returned modulo ``2**64`` (its low 64 bits as int64; a masked share)."""
         packed = list(packed)
         count = int(count)
         k, b, w = self.slots, self.slot_bits, self.slot_bits // 8
         if len(packed) != self.n_plaintexts(count):
             raise CryptoError(f"SlotPacking.unpack: {len(packed)} plaintexts cannot hold {count} values in "
                               f"{k} slots each")
-        raw = np.zeros((len(packed), k, 8), dtype=np.uint8)
+        raw = np.zeros((len(packed), k, max(w, 8)), dtype=np.uint8)
         for i, x in enumerate(packed):
             fill = min(k, count - i * k)
             U = int(x) + self._offset(fill)
@@ -139,8 +203,19 @@ class SlotPacking:
                 raise CryptoError("SlotPacking.unpack: a packed plaintext lies outside its slots' range "
                                   "(an overflow, or not packed with this layout)")
             raw[i, :fill, :w] = np.frombuffer(U.to_bytes(fill * w, "little"), dtype=np.uint8).reshape(fill, w)
-        digits = raw.reshape(-1).view("<u8")[:count]
-        m = (digits - np.uint64(1 << (b - 1))).view(np.int64)  # modulo 2**64, then signed
+        raw = raw.reshape(-1, max(w, 8))[:count]
+        digits = np.ascontiguousarray(raw[:, :8]).view("<u8").ravel()
+        if w <= 8:
+            m = (digits - np.uint64(1 << (b - 1))).view(np.int64)  # modulo 2**64, then signed
+        else:
+            m = digits.view(np.int64).copy()  # the offset 2**(b-1) is 0 modulo 2**64
+            if not wrap:  # the bytes above the low 8 (sign bit flipped back) must extend m's sign
+                hi = raw[:, 8:].copy()
+                hi[:, -1] ^= 0x80
+                ext = np.where(m < 0, 0xFF, 0x00).astype(np.uint8)[:, None]
+                if (hi != ext).any():
+                    raise CryptoError(f"SlotPacking.unpack: a {b}-bit slot holds a value beyond int64 (a masked "
+                                      "share: read it with wrap=True)")
         if bound is not None and m.size and int(np.max(np.abs(m))) > int(bound):
             raise CryptoError("SlotPacking.unpack: a slot decoded beyond its tracked bound (overflow or "
                               "corrupted ciphertext)")

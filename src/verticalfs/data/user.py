@@ -17,7 +17,7 @@ training rows, if asked).
 Files are checked before anything else runs, each problem reported with the file, the column and
 the fix: a directory instead of a file, an unknown type, no data rows, a delimiter that leaves one
 column, a file that is not in the given encoding, nested Parquet columns, duplicate or empty column
-names, a party file with only ids, a compressed file that expands past ``max_bytes``, a numeric
+names, a party file with only ids, a file larger than ``max_bytes`` (on disk, or decompressed), a numeric
 column holding a marker such as ``?`` (pass ``na_values``), an ambiguous label (pass ``task``).
 
 The label holder may also hold features: in the federation its labels go to the active party and
@@ -56,7 +56,8 @@ MAX_INFERRED_CLASSES = 20
 #: classes exceed half the rows). 26 letters over 1,560 rows (60 a class) or 100 classes over
 #: 50,000 rows are classes; 1,000 integers over 2,000 rows (2 a class) ask for ``task``.
 MIN_ROWS_PER_INFERRED_CLASS = 20
-#: The most bytes a compressed file may expand to (``max_bytes``; larger files are refused early)
+#: The most bytes a party file may hold (``max_bytes``, ``--max-file-mb``): its size on disk, and
+#: decompressed for ``.csv.gz`` and Parquet; a larger file is refused before it is read
 DEFAULT_MAX_BYTES = 1 << 30
 #: tasks a user may name: the precise ones and ``classification`` (binary or multiclass by count)
 USER_TASKS: tuple[str, ...] = (*TASKS, "classification")
@@ -142,12 +143,23 @@ class _Limited(io.RawIOBase):
         data = self.raw.read(len(b))
         self.n += len(data)
         if self.n > self.limit:
-            raise DataError(
-                f"party {self.party!r}: {str(self.path)!r} expands to more than {self.limit / 2**20:.0f} MiB "
-                "when decompressed; decompress it and check it, or raise the limit (max_bytes=..., "
-                "--max-file-mb)")
+            raise _too_big(self.party, self.path, "expands when decompressed to more than", self.limit)
         b[: len(data)] = data
         return len(data)
+
+
+def _too_big(party: str, path: Path, what: str, max_bytes: int) -> DataError:
+    return DataError(f"party {party!r}: {str(path)!r} {what} the limit of {max_bytes:,} bytes "
+                     f"({max_bytes / 2**20:.3g} MiB, --max-file-mb / max_bytes=); raise the limit if this machine "
+                     "has the memory (reading a CSV takes several times its size), or give a smaller file")
+
+
+def _check_size(party: str, path: Path, max_bytes: int) -> None:
+    """Refuse a file larger than ``max_bytes`` on disk before reading it (compressed files are
+    bounded again as they expand)."""
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise _too_big(party, path, f"is {size:,} bytes ({size / 2**20:.3g} MiB), more than", max_bytes)
 
 
 def _open_text(party: str, path: Path, max_bytes: int):
@@ -253,6 +265,7 @@ def _header(party: str, path: Path, delimiter: str, encoding: str, max_bytes: in
 def _read(party: str, path: Path, *, delimiter: str = ",", encoding: str = "utf-8", na_values=None,
           id_column: str = "id", max_bytes: int = DEFAULT_MAX_BYTES) -> pd.DataFrame:
     suffix = _check_file(party, path)
+    _check_size(party, path, max_bytes)
     try:
         if suffix in (".parquet", ".pq"):
             if not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
@@ -260,7 +273,7 @@ def _read(party: str, path: Path, *, delimiter: str = ",", encoding: str = "utf-
                     f"party {party!r}: reading the Parquet file {str(path)!r} needs pyarrow; "
                     "run `pip install pyarrow` (or convert the file to CSV)"
                 )
-            df = _read_parquet(party, path)
+            df = _read_parquet(party, path, max_bytes)
         else:
             names = _header(party, path, delimiter, encoding, max_bytes)
             empty = [i + 1 for i, c in enumerate(names) if not c.strip()]
@@ -290,10 +303,18 @@ def _read(party: str, path: Path, *, delimiter: str = ",", encoding: str = "utf-
     return df
 
 
-def _read_parquet(party: str, path: Path) -> pd.DataFrame:
+def _read_parquet(party: str, path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> pd.DataFrame:
     import pyarrow.parquet as pq
     import pyarrow.types as pt
 
+    meta = pq.read_metadata(path)  # the footer only
+    # decoded: its pages uncompressed, and at least 8 bytes per value in memory (dictionary and
+    # run-length encodings make a column of repeated values tiny in the file)
+    full = max(sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)),
+               8 * meta.num_rows * meta.num_columns)
+    if full > max_bytes:
+        raise _too_big(party, path, f"holds {meta.num_rows:,} rows x {meta.num_columns} columns, {full:,} bytes "
+                       f"({full / 2**20:.3g} MiB) decoded, more than", max_bytes)
     schema = pq.read_schema(path)
     nested = [f.name for f in schema if pt.is_nested(f.type)]
     if nested:
@@ -627,7 +648,8 @@ def load_party_files(
     delimiter, encoding : str
         Of the CSV files.
     max_bytes : int
-        The most bytes a compressed file may expand to (a guard against decompression bombs).
+        The most bytes a party file may hold: its size on disk, and decompressed (``.csv.gz``) or
+        decoded (Parquet); a larger file is refused before it is read (``--max-file-mb``).
     impute : str, optional
         The data set's default imputation (``median``, ``mean``, ``most-frequent``, ``none``),
         applied later per party on its own training rows (:meth:`VerticalDataset.prepare`).

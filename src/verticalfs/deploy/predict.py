@@ -133,9 +133,12 @@ class DeployedModel:
         sent its name only.
     call_timeout : float, optional
         Deadline of one exchange with a party.
+    expected_sha256 : str, optional
+        The manifest's SHA-256 printed when the model was saved: another manifest is refused.
     """
 
-    def __init__(self, dep, model_dir: str | Path, *, call_timeout: float | None = None) -> None:
+    def __init__(self, dep, model_dir: str | Path, *, call_timeout: float | None = None,
+                 expected_sha256: str | None = None) -> None:
         from verticalfs.data.vertical import LabelData
         from verticalfs.deploy.holder import serve_party
         from verticalfs.federation import Federation
@@ -148,7 +151,7 @@ class DeployedModel:
         model_dir = Path(model_dir)
         self.model_dir = model_dir
         self.name = model_dir.resolve().name
-        man = read_manifest(model_dir)
+        man = read_manifest(model_dir, expected_sha256=expected_sha256)
         self.manifest = man
         self.parties = list(man["parties"])
         unknown = [p for p in self.parties if p not in dep.parties]
@@ -317,10 +320,10 @@ class DeployedModel:
         self.close()
 
 
-def predict_deployment(dep, model_dir: str | Path) -> dict:
+def predict_deployment(dep, model_dir: str | Path, *, expected_sha256: str | None = None) -> dict:
     """Batch prediction over a deployment (``verticalfs predict --config``): every id held by every
     party of the model, scored where the data lives."""
-    with DeployedModel(dep, model_dir) as m:
+    with DeployedModel(dep, model_dir, expected_sha256=expected_sha256) as m:
         return m.predict_all()
 
 

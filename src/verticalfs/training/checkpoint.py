@@ -23,8 +23,12 @@ training stage recomputes its pre-training. The ledger is restored to the checkp
 final figures are those of an uninterrupted run with the same seed (plus the ``checkpoint``
 messages, which are on the ledger in their own phase).
 
-Files are written by this library and read only by the side that wrote them (``torch.load`` with
-full unpickling: never point a party at checkpoint files from elsewhere).
+Files hold plain data only (:mod:`verticalfs.training.state`): tensors, numbers, strings, lists
+and dicts, read with ``torch.load(weights_only=True)`` (no class is constructed from a file) and put
+back into the resumed run's own objects. A party's Paillier private key (secure FedSDG-FS) is not
+in the ``.pt`` file: its integers ``n, p, q`` go to ``<tag>.keys.json`` beside it, read as JSON.
+Every file is written with mode 0600 in a run folder made 0700 (they hold model state, masks and
+keys): only the account that runs the party reads them.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -41,8 +46,9 @@ import numpy as np
 import torch
 
 from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.training import state as _state
 from verticalfs.transport.messages import Ack, At, Persist
-from verticalfs.utils.io import write_bytes_atomic, write_json_atomic
+from verticalfs.utils.io import check_private_file, write_bytes_atomic, write_json_atomic
 
 PHASE = "checkpoint"
 #: a role's attributes that are not state (rebuilt by the run's Join)
@@ -62,14 +68,65 @@ def set_rng_state(s: dict) -> None:
     random.setstate(s["python"])
 
 
-def _dump(obj: Any) -> bytes:
+#: mode of every checkpoint file (model state, masks, keys: the owner's only)
+FILE_MODE = 0o600
+KEYS_SUFFIX = ".keys.json"
+
+
+def _keys_path(path: Path) -> Path:
+    return path.with_name(path.stem + KEYS_SUFFIX)
+
+
+def _private_dir(folder: Path, *, ours: bool = False) -> Path:
+    """``folder``, made 0700 when this library creates it (or when it is ``ours``, a run's folder)."""
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        ours = True
+    if ours:
+        os.chmod(folder, 0o700)
+    return folder
+
+
+def _write(path: Path, obj: Any) -> None:
+    """``obj`` as plain data in ``path`` (0600); private keys in ``<tag>.keys.json`` (0600), first."""
+    tree, keys = _state.encode(obj)
+    _private_dir(path.parent, ours=True)
+    if keys:
+        write_bytes_atomic(_keys_path(path), _state.keys_to_json(keys), mode=FILE_MODE)
+    else:
+        _keys_path(path).unlink(missing_ok=True)
     buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
+    torch.save(tree, buf)
+    write_bytes_atomic(path, buf.getvalue(), mode=FILE_MODE)
 
 
-def _load(path: Path) -> Any:
-    return torch.load(path, weights_only=False)  # our own file (see the module docstring)
+def _read(path: Path) -> tuple[dict, dict]:
+    """``(tree, private keys)`` of a checkpoint file: ``weights_only=True``, keys from JSON."""
+    try:
+        tree = torch.load(path, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a file that is not a plain-data checkpoint
+        raise ConfigError(f"{str(path)!r} is not a verticalfs checkpoint ({type(exc).__name__}); checkpoints of "
+                          "earlier versions cannot be resumed, start the run afresh") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{str(path)!r} is not a verticalfs checkpoint")
+    kp = _keys_path(path)
+    if kp.is_file():
+        keys = _state.keys_from_json(check_private_file(kp, "checkpoint's Paillier key file").read_bytes(),
+                                     repr(str(kp)))
+    else:
+        keys = {}
+    return tree, keys
+
+
+def _restore_attrs(obj: Any, saved: dict, keys: dict, what: str) -> None:
+    for k, s in saved.items():
+        setattr(obj, k, _state.restore_into(getattr(obj, k, None), s, keys, f"{what}.{k}"))
+
+
+def _prune(run_dir: Path, keep: int = 2) -> None:
+    for old in sorted(run_dir.glob("*.pt"), key=lambda p: p.stat().st_mtime)[:-keep]:
+        old.unlink(missing_ok=True)
+        _keys_path(old).unlink(missing_ok=True)
 
 
 def _safe(name: str, what: str) -> str:
@@ -92,24 +149,23 @@ def party_persist(runtime, msg: Persist) -> Ack:
     path = run_dir / f"{_safe(str(msg.tag), 'checkpoint tag')}.pt"
     if msg.action == "save":
         state = {k: v for k, v in vars(role).items() if k not in _NOT_STATE}
-        write_bytes_atomic(path, _dump({"role": state, "kept": np.asarray(runtime.data.kept),
-                                        "rng": rng_state(), "method": runtime.method}))
+        _private_dir(Path(folder))
+        _write(path, {"role": state, "kept": np.asarray(runtime.data.kept), "rng": rng_state(),
+                      "method": runtime.method})
         # keep this checkpoint and the one before (the label holder may not have committed this one)
-        files = sorted(run_dir.glob("*.pt"), key=lambda p: p.stat().st_mtime)
-        for old in files[:-2]:
-            old.unlink(missing_ok=True)
+        _prune(run_dir)
         return Ack()
     if msg.action == "load":
         if not path.is_file():
             raise ProtocolError(f"party {runtime.name!r} has no checkpoint {msg.tag!r} of run {msg.run!r} in "
                                 f"{str(run_dir)!r}; resume needs every party's folder as the interrupted run left it")
-        saved = _load(path)
-        if saved["method"] != runtime.method:
-            raise ProtocolError(f"party {runtime.name!r}: checkpoint {msg.tag!r} is of {saved['method']!r}, the run "
-                                f"is {runtime.method!r}")
-        runtime.data.keep(saved["kept"])
-        vars(role).update(saved["role"])
-        set_rng_state(saved["rng"])
+        saved, keys = _read(path)
+        if saved.get("method") != runtime.method:
+            raise ProtocolError(f"party {runtime.name!r}: checkpoint {msg.tag!r} is of {saved.get('method')!r}, the "
+                                f"run is {runtime.method!r}")
+        runtime.data.keep(_state.restore_into(None, saved["kept"], keys))
+        _restore_attrs(role, saved["role"], keys, f"party {runtime.name!r}")
+        set_rng_state(_state.restore_into(None, saved["rng"], keys))
         return Ack()
     raise ProtocolError(f"unknown checkpoint action {msg.action!r}; use 'save' or 'load'")
 
@@ -171,23 +227,23 @@ class Checkpointer:
         state = {k: v for k, v in vars(trainer).items() if k not in _TRAINER_NOT_STATE}
         blob = {"trainer": state, "ledger": led.snapshot(), "rng": rng_state()}
         run_dir = self.folder / self.run_id
-        write_bytes_atomic(run_dir / f"{tag}.pt", _dump(blob))
+        _private_dir(self.folder)
+        _write(run_dir / f"{tag}.pt", blob)
         write_json_atomic(self.folder / "latest.json", {"run": self.run_id, "segment": self.segment,
                                                         "epochs": epochs_done, "tag": tag})
-        for old in sorted(run_dir.glob("*.pt"), key=lambda p: p.stat().st_mtime)[:-2]:
-            old.unlink(missing_ok=True)
+        _prune(run_dir)
 
     def _restore(self, trainer, tag: str) -> None:
         path = self.folder / self.run_id / f"{tag}.pt"
         if not path.is_file():
             raise ConfigError(f"the label holder's checkpoint {str(path)!r} named in latest.json is missing")
-        blob = _load(path)
+        blob, keys = _read(path)
         at = At(PHASE, int(blob["trainer"].get("epoch", 0)))
         for p in trainer.parties:
             trainer.fed.proxy(p).request(Persist(action="load", run=self.run_id, tag=tag), at, expect=Ack)
-        vars(trainer).update(blob["trainer"])
-        trainer.fed.ledger.restore(blob["ledger"])
-        set_rng_state(blob["rng"])
+        _restore_attrs(trainer, blob["trainer"], keys, "the label holder's trainer")
+        trainer.fed.ledger.restore(_state.restore_into(None, blob["ledger"], keys))
+        set_rng_state(_state.restore_into(None, blob["rng"], keys))
 
     def clear(self) -> None:
         """The run finished: its checkpoints are no longer needed."""

@@ -202,6 +202,28 @@ def carry_optimizer_state(old, new, sliced: dict) -> None:
                                 for k, v in old.state[src].items()}
 
 
+#: epochs a party accepts in an :class:`EmbedRequest` (the header's round is a u32 as well)
+MAX_EPOCH = 2**32 - 1
+
+
+def check_embed_request(party: str, msg: EmbedRequest) -> None:
+    """The fields of an :class:`EmbedRequest` a party can check without its data (they come from
+    another organisation): a :class:`ProtocolError` naming the field, its value and the valid range."""
+    if not 0 <= msg.epoch <= MAX_EPOCH:
+        raise ProtocolError(f"party {party!r}: EmbedRequest.epoch = {msg.epoch}; valid: 0 <= epoch <= {MAX_EPOCH}")
+    if msg.batch < -1:
+        raise ProtocolError(f"party {party!r}: EmbedRequest.batch = {msg.batch}; valid: -1 (the whole split) or a "
+                            "batch index >= 0")
+
+
+def check_batch(party: str, split: str, batch: int, plan: BatchPlan) -> None:
+    """``batch`` (>= 0) must be one of ``plan``'s mini-batches of ``split``."""
+    if not 0 <= batch < plan.n_batches:
+        raise ProtocolError(f"party {party!r}: EmbedRequest.batch = {batch}; valid: -1 (the whole split) or "
+                            f"0 <= batch < {plan.n_batches} ({plan.n} rows of {split!r} in batches of "
+                            f"{plan.batch_size})")
+
+
 class SplitRole(Role):
     """A party in split learning: its bottom model, optimizer, agreed batches and pending graph.
 
@@ -274,6 +296,10 @@ class SplitRole(Role):
     def rows(self, split: str, epoch: int, batch: int) -> torch.Tensor:
         X = self.data.X(split)
         if batch >= 0:
+            if split != "train":
+                raise ProtocolError(f"party {self.name!r}: EmbedRequest.batch = {batch} for split {split!r}; only "
+                                    "'train' is sent in mini-batches, other splits take batch = -1 (the whole split)")
+            check_batch(self.name, split, batch, self.plan)
             X = X.index_select(0, torch.from_numpy(self.plan.rows(epoch, batch)))
         return X
 
@@ -331,6 +357,7 @@ class SplitRole(Role):
 
     @handles(EmbedRequest)
     def on_embed_request(self, msg: EmbedRequest, ctx: Context) -> Any:
+        check_embed_request(self.name, msg)  # untrusted fields, before any state changes
         model = self.model
         X = self.rows(msg.split, msg.epoch, msg.batch)
         if msg.train:
@@ -338,6 +365,7 @@ class SplitRole(Role):
                 model.train()
             out = self.forward(X)
             self.pending = out
+            ctx.expect_elements(out.numel())  # the Gradients that follow: even all-zero run-length codes
             return self.encode_forward(out, True)
         if model.training:
             model.eval()

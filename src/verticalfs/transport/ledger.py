@@ -36,10 +36,16 @@ class Record:
 
 
 class Ledger:
-    """Append-only record of every message that crossed, and of compute time per party."""
+    """Append-only record of every message that crossed, and of compute time per party.
 
-    def __init__(self) -> None:
+    ``compute_rounds=False`` adds compute time per party and phase only (round 0): for a networked
+    party's own ledger, whose compute nobody reads and whose rounds come from the headers of
+    another organisation's messages (one entry per distinct round would grow without bound).
+    """
+
+    def __init__(self, *, compute_rounds: bool = True) -> None:
         self._rows: list[tuple] = []
+        self._compute_rounds = compute_rounds
         self._compute: dict[tuple[str, str, int], float] = defaultdict(float)
         self._total = 0
         self._phase_total: dict[str, int] = defaultdict(int)  # running bytes per phase
@@ -53,7 +59,7 @@ class Ledger:
 
     def add_compute(self, party: str, phase: str, round: int, seconds: float) -> None:
         """Add measured compute time of ``party`` in ``(phase, round)``."""
-        self._compute[(party, phase, round)] += seconds
+        self._compute[(party, phase, round if self._compute_rounds else 0)] += seconds
 
     def snapshot(self) -> dict:
         """Everything recorded so far (for a checkpoint)."""

@@ -33,7 +33,7 @@ from verticalfs.names import LABEL_HOLDER
 from verticalfs.transport.channel import Channel
 from verticalfs.transport.ledger import Ledger
 from verticalfs.transport.messages import At, kind_name
-from verticalfs.transport.serde import DEFAULT_MAX_ELEMENTS, decode_at, encode_at
+from verticalfs.transport.serde import decode_at, encode_at
 
 #: ``handler(sender, msg, at, node) -> reply or None``: what a node does with a received message
 Handler = Callable[[str, Any, At, "Node"], Any]
@@ -63,8 +63,10 @@ class Node:
         self._hub = name == LABEL_HOLDER
         self._clock = perf_counter()  # the label holder's: end of its last exchange
         self._last_at: At | None = None
-        #: the most values a received run-length coded (expanding) array may decode to
-        self.max_elements = DEFAULT_MAX_ELEMENTS
+        #: the most values a received run-length coded (expanding) array may decode to: the shape
+        #: this party expects where it knows it; ``None``: bounded by the message's size
+        #: (:func:`~verticalfs.transport.serde.expansion_limit`)
+        self.max_elements: int | None = None
 
     # ------------------------------------------------------------ own compute
     def mark(self, at: At) -> None:

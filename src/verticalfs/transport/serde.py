@@ -4,7 +4,7 @@ the fixed-width integers the crypto layer uses for ciphertexts).
 Wire format of one message (all little-endian)::
 
     header (22 bytes): magic b"VF" | version u8 | phase u8 | kind u16 | round u32 | step u32
-                       | body length u32 | CRC-32 of the body u32
+                       | body length u32 | CRC-32 u32 of the header's first 18 bytes and the body
     body: the dataclass fields in declaration order, each a 1-byte type tag followed by its value
 
 Field encodings: None (tag only); bool (1 byte); int (8 bytes, or a length-prefixed big integer);
@@ -25,13 +25,20 @@ array data (after the codec; including an int8 scale), ``bytes`` fields and big-
 exactly :data:`TENSOR_MESSAGE_OVERHEAD` = 22 + 1 + 3 + 2 x 4 = 34 bytes.
 
 **Decoding is safe against hostile bytes** (the decoder faces another organisation's messages):
-every failure is a :class:`~verticalfs.exceptions.TransportError`; the CRC-32 of the body is checked
-first, so a corrupted body is an error, never silently different numbers; every declared length is
-checked against the bytes actually received before anything is allocated; nesting is bounded
-(:data:`MAX_DEPTH`); an array whose codec can expand (run-length codes: an all-zero batch is tiny on
-the wire) is refused above ``max_elements`` values (:data:`DEFAULT_MAX_ELEMENTS`, or the shape the
-receiver expects: the label holder sets it from the batch size and embedding widths agreed at
-set-up); and each field's type is checked against the message class's annotation.
+every failure is a :class:`~verticalfs.exceptions.TransportError`; the CRC-32 covers the header
+(kind, phase, round, step, length) and the body and is checked first, so a corrupted message is an
+error, never a silently different message or position (version 3; version 2 left the header
+out); every declared length is checked against the bytes actually received before anything is
+allocated; nesting is bounded (:data:`MAX_DEPTH`); the items of lists, tuples, dicts and nested
+messages are bounded per byte of message (:func:`item_budget`: a message of ``b`` bytes decodes at
+most ``65,536 + b / 8`` items, a container or nested message counting :data:`CONTAINER_ITEM`
+items and an array :data:`ARRAY_ITEM`), so decoding costs time linear in the message's size with a
+small constant (``benchmarks/transport/hostile_decoding.py``); an array whose codec can expand (run-length codes: an all-zero batch is tiny on the wire)
+is refused above ``max_elements`` values: the shape the receiver expects where it knows it (the
+label holder sets it from the batch size and embedding widths agreed at set-up, a split-learning
+party from its batch size and embedding width), else :func:`expansion_limit` of the message's
+size (at most :data:`EXPANSION` values per byte of message, at least :data:`MIN_EXPANDED`); and
+each field's type is checked against the message class's annotation.
 
 :func:`encode` / :func:`decode` are the public entry points; the messaging layer calls
 :func:`encode_at` / :func:`decode_at` (same bytes, no wrapper objects) on its hot path.
@@ -47,16 +54,28 @@ from typing import Any
 import numpy as np
 
 from verticalfs.codecs import Codec, codec_by_id, get_codec
+from verticalfs.codecs.base import EXPANSION, MIN_EXPANDED, expansion_limit
 from verticalfs.exceptions import TransportError
 from verticalfs.transport.messages import PHASES, At, Coded, message_class
 
 MAGIC = b"VF"
-VERSION = 2
+#: frame version: 3 = the CRC-32 covers the header too (2: the body only)
+VERSION = 3
 HEADER = struct.Struct("<2sBBHIIII")
 HEADER_SIZE = HEADER.size  # 22
+_CRC_AT = HEADER_SIZE - 4  # the CRC field ends the header; it covers everything before and after it
 TENSOR_MESSAGE_OVERHEAD = HEADER_SIZE + 1 + 3 + 2 * 4
-#: default cap on the values of one decoded array whose codec can expand (run-length codes)
-DEFAULT_MAX_ELEMENTS = 1 << 24
+#: items a message may decode besides one per :data:`BYTES_PER_ITEM` bytes of it
+MIN_ITEMS = 1 << 16
+#: bytes of message per decoded item beyond :data:`MIN_ITEMS`
+BYTES_PER_ITEM = 8
+#: what a container (list, tuple, dict) or a nested message costs of the item budget (building
+#: one costs the decoder about as much as four scalars)
+CONTAINER_ITEM = 4
+#: ... an array inside a container (about eight scalars' time) ...
+ARRAY_ITEM = 8
+#: ... and an array in an expanding (run-length) code inside a container
+CODED_ITEM = 64
 
 _PHASE_ID = {p: i for i, p in enumerate(PHASES)}
 #: nesting limit of lists, tuples, dicts and messages inside a message (a decoder guard)
@@ -73,6 +92,28 @@ _ARR = struct.Struct("<BBB")
 _DTYPES = [np.dtype(t) for t in ("<f4", "<f8", "<f2", "<i8", "<i4", "<i2", "|i1", "<u8", "<u4", "<u2", "|u1", "|b1")]
 _DTYPE_CODE = {d: i for i, d in enumerate(_DTYPES)}
 _RAW = 0  # codec id 0: exact bytes in the array's own dtype
+
+
+def item_budget(nbytes: int) -> int:
+    """The items a message of ``nbytes`` bytes may decode inside lists, tuples, dicts and nested
+    messages (a container or message counts :data:`CONTAINER_ITEM`, an array :data:`ARRAY_ITEM`):
+    ``MIN_ITEMS + nbytes / BYTES_PER_ITEM``."""
+    return MIN_ITEMS + int(nbytes) // BYTES_PER_ITEM
+
+
+def frame_crc(data: bytes | bytearray | memoryview) -> int:
+    """The CRC-32 a frame carries: of its header before the CRC field, then of its body."""
+    mv = memoryview(data)
+    return zlib.crc32(mv[HEADER_SIZE:], zlib.crc32(mv[:_CRC_AT]))
+
+
+def seal(data: bytes | bytearray | memoryview) -> bytes:
+    """``data`` with its header's body length and CRC-32 set to match it (for tests and tools that
+    build frames by hand)."""
+    b = bytearray(data)
+    struct.pack_into("<I", b, _CRC_AT - 4, len(b) - HEADER_SIZE)
+    struct.pack_into("<I", b, _CRC_AT, frame_crc(b))
+    return bytes(b)
 
 
 def phase_id(phase: str) -> int:
@@ -302,11 +343,13 @@ def encode_parts(msg: Any, pid: int, round: int, step: int, codec: Codec = _FLOA
     if w is not None:
         payload += w.payload
     blen = 0
-    crc = 0
     for b in parts:
         blen += len(b)
+    head = HEADER.pack(MAGIC, VERSION, pid, kid, round & 0xFFFFFFFF, step & 0xFFFFFFFF, blen, 0)
+    crc = zlib.crc32(memoryview(head)[:_CRC_AT])
+    for b in parts:
         crc = zlib.crc32(b, crc)
-    parts[0] = HEADER.pack(MAGIC, VERSION, pid, kid, round & 0xFFFFFFFF, step & 0xFFFFFFFF, blen, crc)
+    parts[0] = head[:_CRC_AT] + _U32.pack(crc)
     return b"".join(parts), payload
 
 
@@ -322,13 +365,17 @@ class Decoded:
         return At(self.phase, self.round, self.step)
 
 
-def decode(data: bytes, *, max_elements: int = DEFAULT_MAX_ELEMENTS) -> Decoded:
-    """Inverse of :func:`encode`; every failure is a :class:`TransportError`."""
+def decode(data: bytes, *, max_elements: int | None = None) -> Decoded:
+    """Inverse of :func:`encode`; every failure is a :class:`TransportError`.
+
+    ``max_elements``: the most values an expanding (run-length coded) array may decode to, from the
+    shape the receiver expects; ``None``: :func:`expansion_limit` of the message's size.
+    """
     msg, ph, rnd, step, _ = decode_parts(data, max_elements)
     return Decoded(msg, PHASES[ph], rnd, step)
 
 
-def decode_at(data: bytes, max_elements: int = DEFAULT_MAX_ELEMENTS) -> tuple[Any, At, int]:
+def decode_at(data: bytes, max_elements: int | None = None) -> tuple[Any, At, int]:
     """The messaging layer's entry point: ``(message, position, payload bytes)``.
 
     The payload is counted exactly as :func:`encode` counts it, so the receiver of a message can
@@ -338,7 +385,7 @@ def decode_at(data: bytes, max_elements: int = DEFAULT_MAX_ELEMENTS) -> tuple[An
     return msg, At(PHASES[ph], rnd, step), payload
 
 
-def decode_parts(data: bytes, max_elements: int = DEFAULT_MAX_ELEMENTS) -> tuple[Any, int, int, int, int]:
+def decode_parts(data: bytes, max_elements: int | None = None) -> tuple[Any, int, int, int, int]:
     """:func:`decode` without the wrapper: ``(msg, phase id, round, step, payload bytes)``."""
     try:
         return _decode(data, max_elements)
@@ -352,26 +399,29 @@ def decode_parts(data: bytes, max_elements: int = DEFAULT_MAX_ELEMENTS) -> tuple
         raise TransportError(f"malformed message: {type(exc).__name__}: {exc}") from None
 
 
-def _decode(data, max_elements: int) -> tuple[Any, int, int, int, int]:
+def _decode(data, max_elements: int | None) -> tuple[Any, int, int, int, int]:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TransportError(f"a message is bytes, got {type(data).__name__}")
     mv = memoryview(data)
     end = len(mv)
+    if max_elements is None:
+        max_elements = expansion_limit(end)
     if end < HEADER_SIZE:
         raise TransportError(f"truncated message: {end} bytes, header alone is {HEADER_SIZE}")
     magic, ver, ph, kid, rnd, step, blen, crc = HEADER.unpack_from(mv, 0)
     if magic != MAGIC or ver != VERSION:
         raise TransportError(f"not a verticalfs v{VERSION} message (magic {magic!r}, version {ver})")
-    if ph >= len(PHASES):
-        raise TransportError(f"message header has phase id {ph}; known phases are 0..{len(PHASES) - 1}")
     if HEADER_SIZE + blen != end:
         raise TransportError(f"message body is {end - HEADER_SIZE} bytes, header says {blen}")
-    if zlib.crc32(mv[HEADER_SIZE:]) != crc:
-        raise TransportError("message body does not match its CRC-32: corrupted in transit")
+    if zlib.crc32(mv[HEADER_SIZE:], zlib.crc32(mv[:_CRC_AT])) != crc:
+        raise TransportError("message (header or body) does not match its CRC-32: corrupted in transit")
+    if ph >= len(PHASES):
+        raise TransportError(f"message header has phase id {ph}; known phases are 0..{len(PHASES) - 1}")
     cls = message_class(kid)
     pos = HEADER_SIZE
     vals = []
     payload = 0
+    budget = item_budget(end)
     try:
         for _ in cls._vf_fields:
             tag = mv[pos]
@@ -387,8 +437,7 @@ def _decode(data, max_elements: int) -> tuple[Any, int, int, int, int]:
                 nbytes = codec.fixed_size(size)
                 if nbytes is None:
                     if size > max_elements:
-                        raise TransportError(f"{cls.__name__}: a coded array of shape {tuple(shape)} "
-                                             f"({size} values) exceeds the receiver's limit of {max_elements}")
+                        raise TransportError(f"{cls.__name__}: {_too_large(shape, size, max_elements, end)}")
                     (nbytes,) = _U32.unpack_from(mv, pos)
                     pos += 4
                 if pos + nbytes > end:
@@ -403,16 +452,24 @@ def _decode(data, max_elements: int) -> tuple[Any, int, int, int, int]:
                 vals.append(bool(mv[pos + 1]))
                 pos += 2
             else:
-                r = _Reader(mv, pos, max_elements)
+                r = _Reader(mv, pos, max_elements, budget)
                 vals.append(r.value())
                 pos = r.pos
                 payload += r.payload
+                budget = r.budget
     except (struct.error, IndexError):
         raise TransportError("truncated message body") from None
     if pos != end:
         raise TransportError(f"{cls.__name__}: {end - pos} trailing bytes after the last field")
     check_types(cls, vals)
     return cls(*vals), ph, rnd, step, payload
+
+
+def _too_large(shape, size: int, limit: int, nbytes: int) -> str:
+    why = ("the shape it expects" if limit != expansion_limit(nbytes) else
+           f"{EXPANSION} per byte of a {nbytes}-byte message, at least {MIN_EXPANDED}, as it expects no shape")
+    return (f"a coded array of shape {tuple(shape)} ({size} values) exceeds the {limit} values the receiver "
+            f"accepts ({why})")
 
 
 def check_types(cls: type, vals: list) -> None:
@@ -424,20 +481,29 @@ def check_types(cls: type, vals: list) -> None:
 
 
 class _Reader:
-    __slots__ = ("mv", "pos", "end", "depth", "payload", "max_elements")
+    __slots__ = ("mv", "pos", "end", "depth", "payload", "max_elements", "budget")
 
-    def __init__(self, mv: memoryview, pos: int, max_elements: int = DEFAULT_MAX_ELEMENTS):
+    def __init__(self, mv: memoryview, pos: int, max_elements: int, budget: int):
         self.mv = mv
         self.pos = pos
         self.end = len(mv)
         self.depth = 0
         self.payload = 0
         self.max_elements = max_elements
+        self.budget = budget  # items left (see item_budget)
 
     def _enter(self) -> None:
         self.depth += 1
         if self.depth > MAX_DEPTH:
             raise TransportError(f"message nests lists, dicts or messages more than {MAX_DEPTH} levels deep")
+
+    def _spend(self, items: int) -> None:
+        b = self.budget - items
+        if b < 0:
+            raise TransportError(f"message holds more items than its {self.end} bytes allow "
+                                 f"({item_budget(self.end)} items, a list, dict or message counting "
+                                 f"{CONTAINER_ITEM}, an array {ARRAY_ITEM}): refused as too costly to decode")
+        self.budget = b
 
     def _take(self, n: int) -> memoryview:
         pos = self.pos
@@ -462,6 +528,8 @@ class _Reader:
         tag = self.mv[self.pos]
         self.pos += 1
         if tag == _T_ARRAY:
+            if self.depth:  # inside a container: top-level fields are few and fixed
+                self._spend(ARRAY_ITEM if self.mv[self.pos] == _RAW else CODED_ITEM)
             return self.array()
         if tag == _T_NONE:
             return None
@@ -489,6 +557,7 @@ class _Reader:
             n = self._u32()
             if n > self.end - self.pos:  # every item takes at least one byte
                 raise TransportError(f"a list claims {n} items in {self.end - self.pos} bytes")
+            self._spend(CONTAINER_ITEM + n)
             self._enter()
             items = [self.value() for _ in range(n)]
             self.depth -= 1
@@ -497,6 +566,7 @@ class _Reader:
             n = self._u32()
             if 2 * n > self.end - self.pos:  # every key and value takes at least one byte
                 raise TransportError(f"a dict claims {n} entries in {self.end - self.pos} bytes")
+            self._spend(CONTAINER_ITEM + 2 * n)
             self._enter()
             out = {}
             for _ in range(n):
@@ -509,6 +579,7 @@ class _Reader:
         if tag == _T_MSG:
             (kid,) = self._unpack(_U16)
             cls = message_class(kid)
+            self._spend(CONTAINER_ITEM + len(cls._vf_fields))
             self._enter()
             vals = [self.value() for _ in cls._vf_fields]
             self.depth -= 1
@@ -533,8 +604,7 @@ class _Reader:
         nbytes = codec.fixed_size(size)
         if nbytes is None:
             if size > self.max_elements:
-                raise TransportError(f"a coded array of shape {tuple(shape)} ({size} values) exceeds the "
-                                     f"receiver's limit of {self.max_elements}")
+                raise TransportError(_too_large(shape, size, self.max_elements, self.end))
             nbytes = self._u32()
         self.payload += nbytes
         return codec.decode(self._take(nbytes), size).reshape(shape)

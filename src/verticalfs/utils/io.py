@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -83,3 +84,22 @@ def save_figure_atomic(fig, path: str | Path, **kwargs) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", **kwargs)
     return write_bytes_atomic(path, buf.getvalue())
+
+
+def check_private_file(path: str | Path, what: str = "private key", *, missing_ok: bool = False) -> Path:
+    """``path`` when only its owner may read or write it (POSIX mode bits), else a ConfigError naming
+    the file, its mode and the ``chmod 600`` fix. For files holding secrets (TLS and Paillier keys).
+    A missing file is an error too, unless ``missing_ok`` (the caller's read then reports it)."""
+    from verticalfs.exceptions import ConfigError
+
+    p = Path(path)
+    try:
+        mode = stat.S_IMODE(p.stat().st_mode)
+    except OSError:
+        if missing_ok:
+            return p
+        raise ConfigError(f"the {what} {str(p)!r} does not exist") from None
+    if os.name == "posix" and mode & 0o077:
+        raise ConfigError(f"the {what} {str(p)!r} is accessible to other users (mode {mode:04o}); restrict it to "
+                          f"its owner: chmod 600 {p}")
+    return p

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from verticalfs.codecs.integers import pack_uints
-from verticalfs.crypto import EncryptedArray, generate_keypair
+from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, generate_keypair
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods.fate.iv import check_crypto_params
 from verticalfs.methods.fate.messages import (
@@ -145,6 +145,14 @@ class FateLasso(FilterMethod):
         if p.lr <= 0:
             raise ConfigError(f"{self.name}: lr must be > 0, got {p.lr}")
         check_crypto_params(self.name, p)
+        # the masks' floor before any work, for residuals and batch sums of |x| up to 2**16
+        # (features are scaled to [0, 1] by default); each party checks its own batches exactly
+        g_bits = int(p.residual_precision) + int(p.feature_precision) + int(p.batch_size).bit_length() + 16
+        if int(p.key_bits) - 3 - g_bits < HIDING_FLOOR:
+            raise ConfigError(f"{self.name}: a {p.key_bits}-bit key's masks ({int(p.key_bits) - 3} bits) would hide "
+                              f"gradients of up to 2**{g_bits} by {int(p.key_bits) - 3 - g_bits} bits, below the "
+                              f"floor of {HIDING_FLOOR}; raise key_bits or lower residual_precision / "
+                              "feature_precision")
 
     # ---------------------------------------------------------------- one run
     def _train(self, fed, pub, priv, alpha: float, run: int) -> tuple[dict, dict]:
@@ -170,6 +178,7 @@ class FateLasso(FilterMethod):
         b = 0.0
         steps = [(e, k) for e in range(int(p.epochs)) for k in range(plan.n_batches)]
         n_enc = 0
+        hiding = pub.bits
         for i, (e, k) in enumerate(steps):
             rows = plan.rows(e, k)
             wx = np.full(len(rows), b)
@@ -180,6 +189,7 @@ class FateLasso(FilterMethod):
                 wx += partial[q]
             d = 0.25 * wx - 0.5 * ys[rows]
             enc = EncryptedArray.encrypt(priv, d, precision=int(p.residual_precision))
+            d_bits = int(np.max(np.abs(np.rint(np.ldexp(d, int(p.residual_precision)))), initial=0)).bit_length()
             n_enc += enc.size
             data = enc.to_bytes()
             if p.fit_intercept:
@@ -187,8 +197,12 @@ class FateLasso(FilterMethod):
             nxt = steps[i + 1] if i + 1 < len(steps) else (-1, -1)
             at = At("selection", run * int(p.epochs) + e, k)
             for q in parties:
-                msg = EncryptedResidual(epoch=e, batch=k, data=data, exponent=enc.exponent)
+                msg = EncryptedResidual(epoch=e, batch=k, data=data, exponent=enc.exponent, bound_bits=d_bits)
                 rep = fed.proxy(q).request(msg, at, expect=MaskedGradient)
+                if not HIDING_FLOOR <= int(rep.hiding_bits) <= pub.bits:
+                    raise ProtocolError(f"party {q!r} reports {rep.hiding_bits} hiding bits for its gradient's "
+                                        f"masks, expected {HIDING_FLOOR} or more")
+                hiding = min(hiding, int(rep.hiding_bits))
                 masked = EncryptedArray.from_bytes(pub, rep.data, None, rep.exponent)
                 if masked.size != n_features[q]:
                     raise ProtocolError(f"party {q!r} sent {masked.size} gradient values for its "
@@ -204,7 +218,7 @@ class FateLasso(FilterMethod):
             coefs[q] = (np.asarray(rep.indices, dtype=np.int64),
                             np.asarray(rep.magnitudes, dtype=np.float64))
         nnz = int(sum(len(v[0]) for v in coefs.values()))
-        info = {"alpha": float(alpha), "nonzero": nnz, "intercept": b, "encryptions": n_enc,
+        info = {"alpha": float(alpha), "nonzero": nnz, "intercept": b, "encryptions": n_enc, "mask_hiding_bits": hiding,
                 "bytes": int(fed.ledger.total_bytes - b0), "seconds": time.perf_counter() - t0}
         return coefs, info
 
@@ -259,5 +273,7 @@ class FateLasso(FilterMethod):
             final_run_bytes=runs[best]["bytes"], final_run_seconds=runs[best]["seconds"],
             key_bits=pub.bits, backend=pub.backend.name, randomness=pub.randomness, ciphertext_bytes=int(pub.ciphertext_bytes),
             n_encryptions=int(sum(r["encryptions"] for r in runs)), keygen_seconds=t_key,
+            mask_hiding_bits=min(r["mask_hiding_bits"] for r in runs),
+            mask_hiding_bits_by_step={"gradient": min(r["mask_hiding_bits"] for r in runs)},
         )
         return chosen

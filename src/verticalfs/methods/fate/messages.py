@@ -108,14 +108,18 @@ class EncryptedResidual:
     batch: int
     data: bytes
     exponent: int
+    #: bits of the batch's largest residual mantissa: the party checks its masks' floor with it
+    bound_bits: int = 0
 
 
 @message("fate.MaskedGradient")
 class MaskedGradient:
-    """Passive -> active: ``[[X_B^T d + R]]`` (one ciphertext per feature, random integer mask R)."""
+    """Passive -> active: ``[[X_B^T d + R]]`` (one ciphertext per feature, random integer mask R)
+    and the hiding bits of R on the gradient (>= 40, checked on both sides)."""
 
     data: bytes
     exponent: int
+    hiding_bits: int = 0
 
 
 @message("fate.GradientResult")

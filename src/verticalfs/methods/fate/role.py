@@ -13,7 +13,7 @@ import secrets
 import numpy as np
 
 from verticalfs.codecs.integers import unpack_uints
-from verticalfs.crypto import EncryptedArray, PublicKey
+from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, PublicKey
 from verticalfs.crypto.encoding import from_residues, to_float
 from verticalfs.exceptions import ProtocolError
 from verticalfs.methods.fate.binning import quantile_bins
@@ -100,18 +100,29 @@ class LassoRole(FilterRole):
             raise ProtocolError(f"party {self.name!r}: EncryptedResidual for epoch {msg.epoch} batch "
                                 f"{msg.batch} does not follow the predictor it sent")
         pub: PublicKey = st["pub"]
-        d = EncryptedArray.from_bytes(pub, msg.data, (len(rows),), int(msg.exponent))
-        g = d.dot(st["X"][rows], precision=st["prec"])  # [[X_B^T d]] (the sum over the batch)
         # Mask: uniform integers below 2**(bits(n) - 3) <= n / 4, added to the mantissas. The masked
-        # value stays inside the decodable range (|g| is far below n / 12) and is statistically
-        # independent of g (distance ~ |g| / 2**(bits(n) - 3)).
+        # value stays inside the decodable range (|g| < n / 12) and is statistically independent of
+        # g (distance <= |g| / 2**(bits(n) - 3)): hiding bits = bits(n) - 3 - bits(max |g|), with
+        # |g_j| <= 2**bound_bits * sum_B |x_j| (mantissas). The floor of 40, before any work.
         top = pub.bits - 3
+        if not 0 <= int(msg.bound_bits) <= pub.bits:
+            raise ProtocolError(f"party {self.name!r}: EncryptedResidual bound_bits {msg.bound_bits} out of range")
+        Xb = st["X"][rows]
+        xs = float(np.abs(np.rint(np.ldexp(Xb, st["prec"]))).sum(0).max()) if Xb.size else 0.0
+        g_bits = int(msg.bound_bits) + max(1, int(np.ceil(xs * (1 + 1e-12)))).bit_length()
+        hiding = top - g_bits
+        if hiding < HIDING_FLOOR:
+            raise ProtocolError(f"party {self.name!r}: fate-lasso's masks ({top} bits) would hide its gradient "
+                                f"(up to 2**{g_bits}) by {hiding} bits, below the floor of {HIDING_FLOOR}; raise "
+                                "key_bits or lower residual_precision / feature_precision")
+        d = EncryptedArray.from_bytes(pub, msg.data, (len(rows),), int(msg.exponent))
+        g = d.dot(Xb, precision=st["prec"])  # [[X_B^T d]] (the sum over the batch)
         mask = [secrets.randbits(top) for _ in range(g.size)]
         st["mask"], st["g_exponent"], st["batch_len"] = mask, g.exponent, len(rows)
         masked = g.add_mantissas(np.array(mask, dtype=object))
         # re-randomised: with the residuals' obfuscators (the label holder's own) the stripped
         # ciphertext is prod r_i**x_i, which gives away X's values by a discrete-log search
-        return MaskedGradient(data=masked.rerandomize().to_bytes(), exponent=masked.exponent)
+        return MaskedGradient(data=masked.rerandomize().to_bytes(), exponent=masked.exponent, hiding_bits=hiding)
 
     @handles(GradientResult)
     def on_gradient_result(self, msg: GradientResult, ctx: Context) -> PartialPredictor:

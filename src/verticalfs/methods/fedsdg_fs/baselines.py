@@ -26,6 +26,11 @@ with the correlation ratio ``eta = (B - T^2 / N) / (Q - T^2 / N)``, ``T = sum x`
    * (a / M) - b`` with its own ``a = 1 / (Q - T^2 / N)``, ``b = a T^2 / N``; sends ``[[eta]]``;
 5. label holder: decrypts ``eta`` and computes ``F``.
 
+The masks ``r`` are centred, ``bits(N) + mask_bits + 40`` bits wide; before any work the party
+checks that they hide its class sums (at most ``sum_i |x_ij|`` in mantissas) by at least 40 bits
+(the library's floor, docs/security.md), refuses otherwise naming ``mask_bits``, and reports the
+hiding bits with its masked sums (``info_["mask_hiding_bits"]``).
+
 So the label holder learns each feature's F (and the masked class sums), the party nothing. With
 ``secure=False`` the labels go to the parties in the clear and each computes ``F`` with
 scikit-learn's ``f_classif`` (same selection, declared as a disclosure; for fast benchmarks).
@@ -39,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.feature_selection import f_classif
 
-from verticalfs.crypto import EncryptedArray, PublicKey, generate_keypair
+from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, PublicKey, generate_keypair
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods.baselines.vfl import SMALL_SPLIT, VFL, VFLParams
 from verticalfs.methods.fedsdg_fs import gini as G
@@ -110,10 +115,12 @@ class _HalfFilter(FilterMethod):
             self.disclosures = {**self.disclosures, "labels_to_parties": self.plain_kinds}
 
     plain_kinds: tuple[str, ...] = ()
+    #: the filter masks class counts of the training rows with mask_bits-bit masks (Algorithm 1)
+    gini_masks = False
 
     def check_params(self, fed) -> None:
         p = self.params
-        check_secure_scores(self.name, p)
+        check_secure_scores(self.name, p, len(fed.labels.y["train"]) if self.gini_masks else None)
         if not 0 < p.ratio <= 1:
             raise ConfigError(f"{self.name}: ratio must lie in (0, 1], got {p.ratio}")
         total = sum(len(v) for v in self.feature_names(fed).values())
@@ -162,6 +169,7 @@ class MSGini(_HalfFilter):
     Params = MSGiniParams
     Role = MSGiniRole
     plain_kinds = ("PlainGiniLabels",)
+    gini_masks = True
     test_params = {"key_bits": 512, "insecure": True}
 
     def check_params(self, fed) -> None:
@@ -191,10 +199,12 @@ class FLabels:
 
 @message("fedsdg_fs.MaskedClassSums")
 class MaskedClassSums:
-    """Party -> active: ``[[S_kj + r_kj]]`` ``(d, c)`` at exponent ``-SFFS_PRECISION``."""
+    """Party -> active: ``[[S_kj + r_kj]]`` ``(d, c)`` at exponent ``-SFFS_PRECISION``, and the
+    hiding bits of its masks on its class sums (>= 40, checked on both sides)."""
 
     data: bytes
     shape: tuple
+    hiding_bits: int = 0
 
 
 @message("fedsdg_fs.WeightedSquares")
@@ -259,16 +269,24 @@ class SFFSRole(FilterRole):
                 or int(sizes.sum()) != X.shape[0]:
             raise ProtocolError(f"party {self.name!r}: FLabels of shape {shape} with class sizes "
                                 f"{sizes.tolist()} do not fit its {X.shape[0]} training rows")
+        bits = int(msg.mask_bits) + int(np.ceil(np.log2(X.shape[0] + 1))) + 40
+        # the floor, before any work: |S_kj| <= sum_i |x_ij| (mantissas), masks |r| < 2**(bits - 1)
+        top = float(np.abs(np.rint(np.ldexp(X, SFFS_PRECISION))).sum(0).max()) if X.size else 0.0
+        hiding = (bits - 1) - max(1, int(np.ceil(top * (1 + 1e-12)))).bit_length()
+        if hiding < HIDING_FLOOR:
+            raise ProtocolError(f"party {self.name!r}: SFFS masks of {bits - 1} bits would hide its class sums "
+                                f"(up to {top / 2 ** SFFS_PRECISION:g}) by {hiding} bits, below the floor of "
+                                f"{HIDING_FLOOR}; raise mask_bits (now {msg.mask_bits}) or scale the columns down")
         A = EncryptedArray.from_bytes(pub, msg.labels, shape)
         S = EncryptedArray.from_bytes(pub, b"".join(A[:, k].dot(X, precision=SFFS_PRECISION).to_bytes()
                                                       for k in range(shape[1])), (shape[1], X.shape[1]),
                                       -SFFS_PRECISION)
-        bits = int(msg.mask_bits) + int(np.ceil(np.log2(X.shape[0] + 1))) + 40
         r = G.random_masks(S.shape, bits) - (1 << (bits - 1))  # centred: |r| < 2**(bits - 1)
         masked = S.add_mantissas(r)
         self.state = {"pub": pub, "S": S, "r": r, "sizes": sizes}
         out = masked.ravel()
-        return MaskedClassSums(data=out.rerandomize().to_bytes(), shape=(shape[1], X.shape[1]))  # fresh randomness
+        return MaskedClassSums(data=out.rerandomize().to_bytes(), shape=(shape[1], X.shape[1]),  # fresh randomness
+                               hiding_bits=hiding)
 
     @handles(WeightedSquares)
     def on_squares(self, msg: WeightedSquares, ctx: Context) -> EncryptedEta:
@@ -326,12 +344,17 @@ class SFFS(_HalfFilter):
                       mask_bits=int(p.mask_bits), insecure=bool(p.insecure))
         M, w = _weights(sizes)
         N = len(y)
+        hiding: list[int] = []
         for party in fed.party_names:
             proxy = fed.proxy(party)
             d = len(names[party])
             rep = proxy.request(msg, SELECTION, expect=MaskedClassSums)
             if tuple(int(s) for s in rep.shape) != (c, d):
                 raise ProtocolError(f"party {party!r}: MaskedClassSums of shape {rep.shape}, expected {(c, d)}")
+            if not HIDING_FLOOR <= int(rep.hiding_bits) <= 1024:
+                raise ProtocolError(f"party {party!r}: MaskedClassSums reports {rep.hiding_bits} hiding bits, "
+                                    f"expected {HIDING_FLOOR} or more")
+            hiding.append(int(rep.hiding_bits))
             u = EncryptedArray.from_bytes(pub, rep.data, (c, d)).decrypt_mantissas(priv)
             q = (u * u * np.array(w, dtype=object)[:, None]).sum(axis=0)
             sq = EncryptedArray.encrypt(priv, np.asarray(q, dtype=object), precision=0)
@@ -341,7 +364,9 @@ class SFFS(_HalfFilter):
             with np.errstate(divide="ignore", invalid="ignore"):
                 F = eta * (N - c) / ((1.0 - eta) * (c - 1))
             scores[party] = self._check(party, np.nan_to_num(F, nan=0.0, posinf=np.finfo(float).max), d)
-        self.info_.update(key_bits=pub.bits, backend=pub.backend.name, randomness=pub.randomness)
+        self.info_.update(key_bits=pub.bits, backend=pub.backend.name, randomness=pub.randomness,
+                          mask_hiding_bits=min(hiding, default=None),
+                          mask_hiding_bits_by_step={"class_sums": min(hiding, default=None)})
         return self.rank(scores, lower_is_better=False)
 
     @staticmethod

@@ -26,8 +26,9 @@ pure functions below; :mod:`.role` and :mod:`.method` send their inputs and outp
 5. label holder: decrypts ``G_j`` and returns it to the party (Algorithm 1 lines 12-13).
 
 The label holder learns the masked counts (``mask_bits`` = 64 bits of mask on counts below ``N``:
-statistical distance ``N / 2**64``) and the Gini scores, as in the paper; the party learns only
-ciphertexts and its scores. No label and no bin membership crosses in the clear.
+statistical distance ``N / 2**64``, i.e. ``mask_bits - bits(N)`` hiding bits, at least 40 by
+:func:`hiding_bits`'s check on both sides) and the Gini scores, as in the paper; the party learns
+only ciphertexts and its scores. No label and no bin membership crosses in the clear.
 """
 
 from __future__ import annotations
@@ -93,6 +94,17 @@ def class_codes(y, task: str, n_classes: int | None, target_bins: int = 2) -> tu
 
 
 # ------------------------------------------------------------------------- secure steps
+def hiding_bits(mask_bits: int, n_rows: int) -> int:
+    """Hiding bits of ``mask_bits``-bit masks on class counts of at most ``n_rows``."""
+    return int(mask_bits) - max(1, int(n_rows)).bit_length()
+
+
+def floor_message(mask_bits: int, n_rows: int) -> str:
+    need = 40 + max(1, int(n_rows)).bit_length()
+    return (f"mask_bits {mask_bits} hides the class counts of {n_rows} training rows by "
+            f"{hiding_bits(mask_bits, n_rows)} bits, below the floor of 40; raise mask_bits to {need} or more")
+
+
 def random_masks(shape, bits: int) -> np.ndarray:
     """Uniform integers in ``[0, 2**bits)`` from the operating system's CSPRNG (object array)."""
     count = int(np.prod(shape, dtype=np.int64))

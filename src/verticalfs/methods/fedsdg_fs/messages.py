@@ -59,6 +59,7 @@ class FedSDGSpec(SplitSpec):
     precision: int = 12
     noise_scale: float = 0.5
     packed: bool = True
+    value_bits: int = 16
 
 
 @message("fedsdg_fs.GiniLabels")

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from verticalfs.crypto import EncryptedArray, PublicKey, generate_keypair
-from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.exceptions import ConfigError, CryptoError, ProtocolError
 from verticalfs.methods.base import Method, probabilities
 from verticalfs.methods.baselines.vfl import VFLParams
 from verticalfs.methods.fate.iv import check_crypto_params
@@ -57,7 +57,12 @@ from verticalfs.methods.fedsdg_fs.messages import (
     SquaredCounts,
 )
 from verticalfs.methods.fedsdg_fs.role import MAX_BINS, FedSDGRole
-from verticalfs.methods.fedsdg_fs.secure import ServerCrypto, UnpackedServerCrypto
+from verticalfs.methods.fedsdg_fs.secure import (
+    HIDING_FLOOR,
+    ServerCrypto,
+    UnpackedServerCrypto,
+    check_layout,
+)
 from verticalfs.methods.registry import register
 from verticalfs.nn.models import make_optimizer
 from verticalfs.training.split import SplitTrainer, TrainConfig
@@ -83,6 +88,9 @@ def ask_gini(fed, parties, p, at: At = PRETRAIN) -> tuple[dict[str, np.ndarray],
             rep = fed.proxy(party).request(msg, at, expect=ClearGini)
             scores[party] = _check_scores(party, rep.scores, len(names[party]))
         return scores, info
+    hiding = G.hiding_bits(int(p.mask_bits), len(y))
+    if hiding < HIDING_FLOOR:  # check_secure_scores refuses it first; this guards any other caller
+        raise ConfigError(G.floor_message(int(p.mask_bits), len(y)))
     pub, priv = generate_keypair(int(p.key_bits), backend=p.backend, randomness=p.randomness, insecure=p.insecure)
     t0 = time.perf_counter()
     A = EncryptedArray.encrypt(priv, np.eye(c, dtype=np.int64)[y], precision=0)
@@ -108,7 +116,8 @@ def ask_gini(fed, parties, p, at: At = PRETRAIN) -> tuple[dict[str, np.ndarray],
         t_lh += time.perf_counter() - t1
         proxy.send(GiniScores(scores=scores[party]), at)
     info.update(key_bits=pub.bits, backend=pub.backend.name, randomness=pub.randomness,
-                label_holder_crypto_seconds=t_lh)
+                label_holder_crypto_seconds=t_lh, mask_hiding_bits=hiding,
+                mask_hiding_bits_by_step={"gini": hiding})
     return scores, info
 
 
@@ -139,7 +148,11 @@ class SecureScoreParams:
     randomness : str
         Paillier randomness, ``full`` or ``short`` (see :mod:`verticalfs.crypto.backends`).
     mask_bits : int
-        Bits of the random masks of the squaring step (64).
+        Bits of the random masks of the squaring step (64): uniform in ``[0, 2**mask_bits)``. They
+        hide the class counts, at most the ``N`` training rows, by ``mask_bits - bits(N)`` bits,
+        which must be at least 40 (checked before any work: 64 bits serve up to 2**24 rows). SFFS
+        widens its masks by ``bits(N) + 40`` for its fixed-point class sums, and each party checks
+        the 40 bits against its own columns.
     target_bins : int
         A regression target is cut into this many equal-frequency classes (2; fedsdg-fs.md Table I
         lists the regression set FRIEDMAN with 2 classes).
@@ -154,14 +167,17 @@ class SecureScoreParams:
     target_bins: int = 2
 
 
-def check_secure_scores(name: str, p) -> None:
-    """Validate :class:`SecureScoreParams` early, naming the fix."""
+def check_secure_scores(name: str, p, n_rows: int | None = None) -> None:
+    """Validate :class:`SecureScoreParams` early, naming the fix; with ``n_rows`` (the training
+    rows), the Gini masks' floor of 40 hiding bits."""
     if int(p.target_bins) < 2:
         raise ConfigError(f"{name}: target_bins must be >= 2, got {p.target_bins}")
     if p.secure:
         check_crypto_params(name, p)
         if not 16 <= int(p.mask_bits) <= 256:
             raise ConfigError(f"{name}: mask_bits must lie in [16, 256], got {p.mask_bits}")
+        if n_rows is not None and G.hiding_bits(int(p.mask_bits), int(n_rows)) < HIDING_FLOOR:
+            raise ConfigError(f"{name}: {G.floor_message(int(p.mask_bits), int(n_rows))}")
 
 
 @dataclass
@@ -244,9 +260,17 @@ class FedSDGParams(OriginalGateParams, SecureScoreParams):
     noise_scale : float
         Standard deviation of each party's per-step noise ``eps_m`` on its interactive-layer weights
         in secure training (0.5; the paper gives none).
+    value_bits : int
+        Bits of the largest real magnitude a masked value of secure training may reach (16): the
+        interactive layer's outputs ``g W~^T`` and the batch's weight gradient ``n dL/dw`` (2**3
+        to 2**7 on MADELON). The slots are sized from it so that every mask hides its value by at
+        least 40 bits: ``8 ceil((2 precision + value_bits + 42) / 8)`` bits, 88 at the defaults,
+        23 slots per 2048-bit ciphertext (:mod:`.secure`). A step whose values grow beyond it is
+        refused with an error naming it.
     packed : bool
-        Pack 31 values per 2048-bit ciphertext in secure training (default); False = one value per
-        ciphertext (the straight implementation, for comparison).
+        Pack 23 values per 2048-bit ciphertext in secure training (default, at the default
+        precision and value_bits); False = one value per ciphertext (the straight implementation,
+        for comparison).
     """
 
     gini_init: bool = True
@@ -255,6 +279,7 @@ class FedSDGParams(OriginalGateParams, SecureScoreParams):
     omega_init: float = 0.5
     precision: int = 12
     noise_scale: float = 0.5
+    value_bits: int = 16
     packed: bool = True
 
 
@@ -350,7 +375,8 @@ class SecureFedSDGTrainer(FedSDGTrainer):
                 raise ProtocolError(f"party {p!r} sent a {pub.bits}-bit key, the run asks for "
                                     f"{self.gates.get('key_bits')} bits")
             cls = ServerCrypto if self.gates.get("packed", True) else UnpackedServerCrypto
-            self.server[p] = cls(pub, W[:, start:start + e], int(self.gates["precision"]))
+            self.server[p] = cls(pub, W[:, start:start + e], int(self.gates["precision"]),
+                                 int(self.gates["value_bits"]))
             start += e
         self.rest = self.top.net[1:]
 
@@ -441,6 +467,16 @@ class OriginalGate(Method):
 
     sgd_interactive = False
 
+    def record_hiding(self, trainer) -> None:
+        """``info_["mask_hiding_bits"]``: the least hiding bits of any additive mask of the run
+        (None: no mask), and per protocol step (``gini``, ``forward``, ``weight_gradient``)."""
+        by_step = dict(self.info_.get("mask_hiding_bits_by_step") or {})
+        for srv in getattr(trainer, "server", {}).values():
+            for step, h in srv.hiding_by_step.items():
+                by_step[step] = min(h, by_step.get(step, h))
+        self.info_["mask_hiding_bits_by_step"] = by_step
+        self.info_["mask_hiding_bits"] = min(by_step.values(), default=None)
+
     def trainer_class(self) -> type:
         return FedSDGTrainer
 
@@ -466,6 +502,7 @@ class OriginalGate(Method):
                 raise ProtocolError(f"party {p!r}: GatesClosed carries a mask of {open_.shape}")
         trainer.record("selection", None)  # the deterministic, pruned model: the run's result
         self.finish_training(fed, trainer)
+        self.record_hiding(trainer)
         self.info_.update(
             features_kept={p: int(m.sum()) for p, m in self.support_.items()},
             components_open={p: int(np.asarray(r.open).sum()) for p, r in closed.items()},
@@ -502,7 +539,8 @@ class FedSDGFS(OriginalGate):
         return {**super().gates(), "embed_gate": True, "omega_init": float(p.omega_init),
                 "init_scale": float(p.init_scale), "secure": bool(p.secure), "key_bits": int(p.key_bits),
                 "insecure": bool(p.insecure), "backend": str(p.backend), "randomness": str(p.randomness),
-                "precision": int(p.precision), "noise_scale": float(p.noise_scale), "packed": bool(p.packed)}
+                "precision": int(p.precision), "noise_scale": float(p.noise_scale), "packed": bool(p.packed),
+                "value_bits": int(p.value_bits)}
 
     def check_params(self, fed) -> None:
         super().check_params(fed)
@@ -511,12 +549,19 @@ class FedSDGFS(OriginalGate):
             raise ConfigError(f"{self.name}: n_bins must lie in [2, {MAX_BINS}], got {p.n_bins}")
         if p.init_scale <= 0:
             raise ConfigError(f"{self.name}: init_scale must be > 0, got {p.init_scale}")
-        check_secure_scores(self.name, p)
+        check_secure_scores(self.name, p, len(fed.labels.y["train"]) if p.gini_init else None)
         if p.secure:
             if not 4 <= int(p.precision) <= 24:
                 raise ConfigError(f"{self.name}: precision must lie in [4, 24] fractional bits, got {p.precision}")
             if not p.noise_scale >= 0:
                 raise ConfigError(f"{self.name}: noise_scale must be >= 0, got {p.noise_scale}")
+            if not 1 <= int(p.value_bits) <= 48:
+                raise ConfigError(f"{self.name}: value_bits must lie in [1, 48], got {p.value_bits}")
+            try:  # the masks' floor, before any key is made
+                check_layout(int(p.key_bits), int(p.precision), int(p.value_bits),
+                             int(p.embedding_dim) if p.packed else 1)
+            except CryptoError as exc:
+                raise ConfigError(f"{self.name}: {exc}") from None
 
     def initialise(self, trainer) -> None:
         p = self.params
@@ -530,12 +575,6 @@ class FedSDGFS(OriginalGate):
     def cannot_save(self) -> str | None:
         """Why a run with these parameters could not save its model (None: it can)."""
         return SecureFedSDGTrainer.unsaveable if self.params.secure else None
-
-    def fit(self, fed) -> Method:
-        if self.params.secure and self.checkpoints is not None:
-            raise ConfigError(f"{self.name}: secure training cannot resume from checkpoints (the interactive "
-                              "layer's noise lives at the parties); leave --checkpoints out or use secure=false")
-        return super().fit(fed)
 
     def predict_proba(self, fed, split: str = "test") -> np.ndarray:
         """Class probabilities on ``split``; a securely trained model predicts through Algorithm 2."""

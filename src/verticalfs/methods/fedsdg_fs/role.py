@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import torch
 
-from verticalfs.crypto import EncryptedArray, PublicKey
+from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, PublicKey
 from verticalfs.exceptions import ProtocolError
 from verticalfs.methods.fedsdg_fs import gini as G
 from verticalfs.methods.fedsdg_fs.gates import GatedMLP, gini_init
@@ -92,6 +92,8 @@ class GiniParty(Role):
         if not 16 <= int(msg.mask_bits) or 2 * (int(msg.mask_bits) + 1) + shape[1].bit_length() + 4 > pub.bits:
             raise ProtocolError(f"party {self.name!r}: mask_bits {msg.mask_bits} out of range for a "
                                 f"{pub.bits}-bit key")
+        if G.hiding_bits(int(msg.mask_bits), n) < HIDING_FLOOR:  # the party's own floor, before any work
+            raise ProtocolError(f"party {self.name!r}: {G.floor_message(int(msg.mask_bits), n)}")
         A = EncryptedArray.from_bytes(pub, msg.labels, shape)
         n_bins = int(msg.n_bins)
         codes = self._bins(n_bins)
@@ -140,7 +142,8 @@ class FedSDGRole(GiniParty, SplitRole):
             self.crypto = (ClientCrypto if spec.packed else UnpackedClientCrypto)(k=int(spec.interactive), e=int(spec.embedding_dim), key_bits=int(spec.key_bits),
                                        insecure=bool(spec.insecure), backend=str(spec.backend),
                                        randomness=str(spec.randomness), precision=int(spec.precision),
-                                       noise_scale=float(spec.noise_scale), rng=np.random.default_rng())
+                                       noise_scale=float(spec.noise_scale), rng=np.random.default_rng(),
+                                       value_bits=int(spec.value_bits))
 
     # ------------------------------------------------------------------ model
     def build_model(self, d_in: int) -> torch.nn.Module:

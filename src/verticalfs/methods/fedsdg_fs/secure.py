@@ -25,14 +25,34 @@ party       decrypts ``dL/dg`` and steps its model and gates                    
 ==========  =====================================================================  ==========
 
 Fixed point. Embeddings, weights, noise and ``n * delta`` (the per-row gradient, O(1)) are
-integers ``round(x * 2**precision)``; products carry ``2 * precision`` fractional bits. Slots are
-64 bits (:class:`~verticalfs.crypto.SlotPacking`, ``(bits(n) - 1) // 64`` per ciphertext: 31 at
-2048 bits). Every linear map on packed ciphertexts goes through
-:func:`~verticalfs.crypto.packed_combination`, which refuses before any work a result that could
-leave its slot; a value bound above ``2**61`` (so a mask of up to ``2**61`` still fits) is a
-:class:`~verticalfs.exceptions.CryptoError` naming the fix. Masks are uniform in ``[-2**61,
-2**61)``: a masked value hides ``61 - log2(bound)`` bits (reported as ``mask_hiding_bits``); this is
-statistical hiding limited by the 64-bit slots, not the key length (see the README).
+integers ``round(x * 2**precision)``; products carry ``2 * precision`` fractional bits. Every
+linear map on packed ciphertexts goes through :func:`~verticalfs.crypto.packed_combination`, which
+refuses before any work a result that could leave its slot.
+
+Masks with a floor (our reading of sections IV-D's "random noises eps_s", which the paper leaves
+unsized). The server's masks ``eps_s`` (forward, Algorithm 2 line 13) and ``eps_s'`` (backward,
+Algorithm 3 line 3) are uniform in ``[-2**mask_bits, 2**mask_bits)``; the party, who decrypts,
+sees ``value + mask``. A masked value below ``2**b`` in magnitude is then hidden statistically:
+the distance between the distributions of ``value + mask`` and ``mask`` is at most
+``2**b / 2**(mask_bits + 1)``. We call ``mask_bits - b`` the *hiding bits* (``b`` = bits of the
+largest masked magnitude) and require at least :data:`HIDING_FLOOR` = 40 at every masked step. The
+slots are sized for it (:func:`slot_bits_for`): a masked value at ``2 * precision`` fractional bits
+whose real magnitude stays below ``2**value_bits`` has ``b <= 2 * precision + value_bits``, so
+``slot_bits = 8 ceil((2 precision + value_bits + 40 + 2) / 8)`` (two bits for the sign and the
+carry of value + mask) and ``mask_bits = slot_bits - 2``: 88-bit slots at the defaults (precision
+12, value_bits 16), 23 per 2048-bit ciphertext (64-bit slots, 31 per ciphertext, gave 31-34 bits of
+hiding before 2026-11-26). A step whose actual bound leaves fewer than 40 bits is a
+:class:`~verticalfs.exceptions.CryptoError` naming ``value_bits`` and ``precision`` before that
+step's masks are drawn; a key too short for ``embedding_dim`` slots of that width is refused when
+the run is configured (:func:`check_layout`). The minimum over the run is reported as
+``info_["mask_hiding_bits"]`` (per step: ``info_["mask_hiding_bits_by_step"]``).
+
+Shares in the ring ``Z / 2**64``. Slots wider than 64 bits hold ``value + mask`` beyond int64; the
+party reads every decrypted slot modulo ``2**64`` (``SlotPacking.unpack(..., wrap=True)``) and
+returns ``z + eps_s`` (and ``dL/dw + eps_s' - eps_m / eta_0``) as int64 residues modulo ``2**64``,
+strictly less than the paper's full values. The server subtracts its masks' residues and gets the
+value exactly, because every unmasked value stays below ``2**INT_BITS`` (checked on both sides), so
+the messages keep their int64 dtype and strict shape checks.
 
 Every ciphertext the server returns to the party (the key holder) is re-randomised first
 (:meth:`~verticalfs.crypto.EncryptedArray.rerandomize`: times a fresh ``r**n``). Without it the
@@ -56,50 +76,101 @@ from __future__ import annotations
 import numpy as np
 
 from verticalfs.crypto import (
+    HIDING_FLOOR,
     EncryptedArray,
     PublicKey,
     SlotPacking,
     generate_keypair,
     packed_combination,
-    slot_masks,
 )
 from verticalfs.exceptions import CryptoError, ProtocolError
 
-SLOT_BITS = 64
-#: masks are uniform in [-2**MASK_BITS, 2**MASK_BITS); a masked value must stay below 2**MASK_BITS
-MASK_BITS = 61
+#: default bits of the largest real magnitude of a masked value (FedSDGParams.value_bits)
+VALUE_BITS = 16
+#: every value unmasked in the clear (z, dL/dw, dL/dg, the party's noise terms) stays below
+#: 2**INT_BITS in magnitude: exact in int64 after a sum of two
+INT_BITS = 61
 
 
-def layout(pub: PublicKey) -> SlotPacking:
-    """64-bit slots, as many as the key's plaintext range holds (integers: precision 0)."""
-    slots = (pub.max_int.bit_length() - 1) // SLOT_BITS
-    if slots < 2:
-        raise CryptoError(f"FedSDG-FS secure mode: a {pub.bits}-bit key holds {slots} 64-bit slot(s); use "
-                          "key_bits >= 256")
-    return SlotPacking(SLOT_BITS, slots, 0)
+def slot_bits_for(precision: int, value_bits: int) -> int:
+    """Slot width giving masks of ``slot_bits - 2 >= 2 precision + value_bits + 40`` bits."""
+    return 8 * -(-(2 * int(precision) + int(value_bits) + HIDING_FLOOR + 2) // 8)
+
+
+def slots_for(plain_bits: int, precision: int, value_bits: int) -> int:
+    """Slots per ciphertext for a plaintext range of ``plain_bits`` bits (``bits(n // 3)``)."""
+    return (int(plain_bits) - 1) // slot_bits_for(precision, value_bits)
+
+
+def _layout_error(key: str, key_bits: int, slots: int, e: int, precision: int, value_bits: int) -> str:
+    b = slot_bits_for(precision, value_bits)
+    return (f"FedSDG-FS secure mode: a {key_bits}-bit key holds {slots} slots of {b} bits (masks hiding "
+            f">= {HIDING_FLOOR} bits at precision {precision}, value_bits {value_bits}), fewer than the "
+            f"{e} embedding components of a row; raise {key} (2048 bits hold "
+            f"{slots_for(2046, precision, value_bits)}), or lower precision, value_bits or embedding_dim")
+
+
+def check_layout(key_bits: int, precision: int, value_bits: int, e: int) -> None:
+    """Before any work: can a ``key_bits`` key give ``e`` slots whose masks hide >= 40 bits?"""
+    if 2 * int(precision) + int(value_bits) > INT_BITS:
+        raise CryptoError(f"FedSDG-FS secure mode: 2 * precision + value_bits = "
+                          f"{2 * int(precision) + int(value_bits)} bits exceed the {INT_BITS} bits a value "
+                          "may have in the clear; lower precision or value_bits")
+    slots = slots_for(int(key_bits) - 2, precision, value_bits)  # bits(n // 3) >= key_bits - 2
+    if slots < max(1, int(e)):
+        raise CryptoError(_layout_error("key_bits", int(key_bits), slots, int(e), precision, value_bits))
+
+
+class Layout:
+    """A key's slot packing for secure training and its masks' width (``slot_bits - 2``)."""
+
+    def __init__(self, pub: PublicKey, precision: int, value_bits: int) -> None:
+        self.precision, self.value_bits = int(precision), int(value_bits)
+        b = slot_bits_for(precision, value_bits)
+        slots = slots_for(pub.max_int.bit_length(), precision, value_bits)
+        if slots < 1:
+            raise CryptoError(_layout_error("key_bits", pub.bits, slots, 1, precision, value_bits))
+        self.packing = SlotPacking(b, slots, 0)
+        self.mask_bits = b - 2
+
+    def hiding(self, bound: int, what: str) -> int:
+        """Hiding bits of this layout's masks on a value bounded by ``bound`` (a slot's magnitude);
+        below :data:`HIDING_FLOOR`, or beyond int64 once unmasked, a :class:`CryptoError`."""
+        bits = max(1, int(bound)).bit_length()
+        h = self.mask_bits - bits
+        if h < HIDING_FLOOR or bits > INT_BITS:
+            raise CryptoError(f"FedSDG-FS secure mode: {what} could reach 2**{bits} in a slot; "
+                              f"{self.mask_bits}-bit masks ({self.packing.slot_bits}-bit slots) would hide it "
+                              f"by {h} bits, below the floor of {HIDING_FLOOR} (or beyond int64): raise "
+                              f"value_bits (now {self.value_bits}) or lower precision (now {self.precision})")
+        return h
 
 
 def mantissas(x: np.ndarray, precision: int, what: str) -> np.ndarray:
-    """``round(x * 2**precision)`` as int64, refusing values past ``2**MASK_BITS``."""
+    """``round(x * 2**precision)`` as int64, refusing values past ``2**INT_BITS``."""
     x = np.asarray(x, dtype=np.float64)
     if not np.all(np.isfinite(x)):
         raise CryptoError(f"FedSDG-FS secure mode: {what} holds NaN or infinite values")
     m = np.rint(np.ldexp(x, int(precision)))
-    if m.size and float(np.max(np.abs(m))) >= 2.0 ** MASK_BITS:
-        raise CryptoError(f"FedSDG-FS secure mode: {what} reaches {float(np.max(np.abs(x))):g}, too large for "
-                          f"64-bit slots at precision {precision}; lower the precision")
+    if m.size and float(np.max(np.abs(m))) >= 2.0 ** INT_BITS:
+        raise CryptoError(f"FedSDG-FS secure mode: {what} reaches {float(np.max(np.abs(x))):g}, too large at "
+                          f"precision {precision}; lower the precision")
     return m.astype(np.int64)
 
 
-def _check_masked(bound: int, what: str) -> None:
-    if bound >= 1 << MASK_BITS:
-        raise CryptoError(f"FedSDG-FS secure mode: {what} could reach 2**{bound.bit_length()} in a slot, "
-                          f"above the 2**{MASK_BITS} a mask can hide in 64 bits; lower the precision "
-                          "(or noise_scale)")
+def _check_clear(bound: int, what: str) -> None:
+    """A value the party reads unmasked must stay exact in int64."""
+    if int(bound) >= 1 << INT_BITS:
+        raise CryptoError(f"FedSDG-FS secure mode: {what} could reach 2**{int(bound).bit_length()}, beyond "
+                          f"2**{INT_BITS}; lower precision or noise_scale")
 
 
-def _hiding(bound: int) -> int:
-    return MASK_BITS - max(1, int(bound)).bit_length()
+def ring(values) -> np.ndarray:
+    """Integers (object or int64) modulo ``2**64``, as int64 (two's complement)."""
+    a = np.asarray(values)
+    if a.dtype == object:
+        return (a % (1 << 64)).astype(np.uint64).view(np.int64)
+    return a.astype(np.int64)
 
 
 def row_blocks(slots: int, e_open: int) -> int:
@@ -113,25 +184,26 @@ def _packed(packing: SlotPacking, M: np.ndarray) -> np.ndarray:
 
 
 def _unpacked(packing: SlotPacking, values, count: int) -> np.ndarray:
-    """Decrypted packed plaintexts -> ``(count, slots)`` int64."""
-    return packing.unpack(list(values), count * packing.slots).reshape(count, packing.slots)
+    """Decrypted packed plaintexts -> ``(count, slots)`` int64, each slot modulo ``2**64``."""
+    return packing.unpack(list(values), count * packing.slots, wrap=True).reshape(count, packing.slots)
 
 
 class ClientCrypto:
     """A party's key pair, its accumulated noise ``eps_acc`` and its side of every step."""
 
     def __init__(self, *, k: int, e: int, key_bits: int, insecure: bool, backend: str, randomness: str,
-                 precision: int, noise_scale: float, rng: np.random.Generator) -> None:
+                 precision: int, noise_scale: float, rng: np.random.Generator,
+                 value_bits: int = VALUE_BITS) -> None:
+        check_layout(int(key_bits), precision, value_bits, 1)
         self.pub, self.priv = generate_keypair(int(key_bits), backend=backend, randomness=randomness,
                                                insecure=insecure)
-        self.packing = layout(self.pub)
+        self.layout = Layout(self.pub, precision, value_bits)
+        self.packing = self.layout.packing
         self.S = self.packing.slots
         self.P = int(precision)
         self.k, self.e = int(k), int(e)
         if self.S < self.e:
-            raise CryptoError(f"FedSDG-FS secure mode: a {self.pub.bits}-bit key holds {self.S} 64-bit slots, "
-                              f"fewer than the {self.e} embedding components of a row; use a longer key "
-                              "(2048 bits hold 31)")
+            raise CryptoError(_layout_error("key_bits", self.pub.bits, self.S, self.e, precision, value_bits))
         self.eps = np.zeros((self.k, self.e), dtype=np.int64)  # eps_acc, mantissas at 2**-P
         self.noise_scale = float(noise_scale)
         self.rng = rng
@@ -173,7 +245,22 @@ class ClientCrypto:
         gm, n = st["gm"], st["n"]
         C = -(-n // self.S)
         u = self._decrypt(data, C * self.k).reshape(C, self.k, self.S).transpose(0, 2, 1).reshape(C * self.S, self.k)[:n]
-        return u - gm @ self.eps[:, st["open"]].T
+        return u - self._noise_products(gm, st["open"])  # modulo 2**64: (z + eps_s) mod 2**64
+
+    def _noise_products(self, gm: np.ndarray, op: np.ndarray) -> np.ndarray:
+        """``g eps_acc^T`` (mantissas at ``2**-2P``), checked to stay exact in int64."""
+        E = self.eps[:, op]
+        if gm.size and E.size:
+            _check_clear(int(np.max(np.abs(gm))) * int(np.abs(E).sum(1).max()), "g eps_acc")
+        return gm @ E.T
+
+    def _noise_term(self, eps_m: np.ndarray, n: int, lr: float) -> np.ndarray:
+        """``eps_m / eta_0`` in the units of ``n 2**2P dL/dw``, checked to stay exact in int64."""
+        t = np.rint(eps_m.astype(np.float64) * (n * 2.0 ** self.P / float(lr)))
+        if t.size and float(np.max(np.abs(t))) >= 2.0 ** INT_BITS:
+            raise CryptoError("FedSDG-FS secure mode: eps_m / eta_0 goes beyond int64; lower noise_scale or "
+                              "precision, or raise lr")
+        return t.astype(np.int64)
 
     # ------------------------------------------------------------- backward
     def noisy_weight_gradient(self, data: bytes, lr: float) -> tuple[np.ndarray, bytes, int, int]:
@@ -192,8 +279,8 @@ class ClientCrypto:
         eps_m = np.zeros_like(self.eps)
         if eo:
             eps_m[:, op] = mantissas(self.rng.normal(0.0, self.noise_scale, (self.k, eo)), self.P, "the noise")
-        # eps_m / eta_0 in the units of u (n 2**2P): eps_m 2**-P / eta_0 * n 2**2P
-        v = u - np.rint(eps_m[:, op].astype(np.float64) * (n * 2.0 ** self.P / float(lr))).astype(np.int64)
+        # eps_m / eta_0 in the units of u (n 2**2P): eps_m 2**-P / eta_0 * n 2**2P; modulo 2**64
+        v = u - self._noise_term(eps_m[:, op], n, lr)
         blocks = np.zeros((R, self.k, self.S), dtype=np.int64)
         for r in range(R):  # R <= slots: a short loop over blocks, not over values
             blocks[r, :, r * eo:(r + 1) * eo] = self.eps[:, op]
@@ -206,9 +293,11 @@ class ClientCrypto:
         """Algorithm 3 line 17: ``dL/dg`` of the open components, float ``(n, e_open)``."""
         st = self._state()
         n, eo = st["n"], len(st["open"])
+        self.pending = None
+        if not eo:  # every component closed: the server sent no ciphertext (Algorithm 3 has nothing to send back)
+            return np.zeros((n, 0), dtype=np.float64)
         Cg = -(-n // R)
         T = self._decrypt(data, Cg)[:, :R * eo].reshape(Cg * R, eo)[:n]
-        self.pending = None
         return np.ldexp(T.astype(np.float64), -2 * self.P) / n
 
     def _state(self) -> dict:
@@ -220,18 +309,32 @@ class ClientCrypto:
 class ServerCrypto:
     """The label holder's side for one party: the party's public key, ``W~`` and this step's masks."""
 
-    def __init__(self, pub: PublicKey, W: np.ndarray, precision: int) -> None:
+    def __init__(self, pub: PublicKey, W: np.ndarray, precision: int, value_bits: int = VALUE_BITS) -> None:
         self.pub = pub
-        self.packing = layout(pub)
+        self.layout = Layout(pub, precision, value_bits)
+        self.packing = self.layout.packing
         self.S = self.packing.slots
         self.P = int(precision)
         self.W = np.asarray(W, dtype=np.float64).copy()  # W~ = w + eps_acc (k x e)
         self.k = self.W.shape[0]
         self.st: dict = {}
-        self.hiding = MASK_BITS
+        #: the least hiding bits of the masks of each step so far (``forward``, ``weight_gradient``)
+        self.hiding_by_step: dict[str, int] = {}
 
-    def _masks(self, count: int) -> np.ndarray:
-        return slot_masks(count * self.S, MASK_BITS + 1).reshape(count, self.S)
+    @property
+    def hiding(self) -> int | None:
+        """The least hiding bits of any mask drawn so far (None: none yet)."""
+        return min(self.hiding_by_step.values(), default=None)
+
+    def _floor(self, bound: int, step: str, what: str) -> None:
+        """The floor check, before the step's masks are drawn, and its record."""
+        h = self.layout.hiding(bound, what)
+        self.hiding_by_step[step] = min(h, self.hiding_by_step.get(step, h))
+
+    def _masks(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """Masks for ``count`` packed ciphertexts: plaintexts and residues ``(count, S)`` mod 2**64."""
+        plain, low = self.packing.random_masks(count * self.S, self.layout.mask_bits)
+        return plain, low.reshape(count, self.S)
 
     def masked_products(self, data: bytes, open_idx: np.ndarray, n: int, bound_g: int) -> bytes:
         """Algorithm 2 lines 11-14: ``[[g W~^T + eps_s]]`` per row chunk, ``(C, k)`` ciphertexts."""
@@ -248,11 +351,9 @@ class ServerCrypto:
                 o, b = EncryptedArray.encrypt(self.pub, np.zeros(k, dtype=np.int64), precision=0), 0
             outs.append(o)
             bound = max(bound, b)
-        _check_masked(bound, "the interactive layer's output")
-        self.hiding = min(self.hiding, _hiding(bound))
-        masks = self._masks(C * k)
-        plain = _packed(self.packing, masks)
-        out = EncryptedArray.from_bytes(self.pub, b"".join(o.to_bytes() for o in outs), (C * k,)) + plain
+        self._floor(bound, "forward", "the interactive layer's output")
+        plain, masks = self._masks(C * k)
+        out = EncryptedArray.from_bytes(self.pub, b"".join(o.to_bytes() for o in outs), (C * k,)).add_mantissas(plain)
         self.st = {"eps_s": masks.reshape(C, k, S).transpose(0, 2, 1).reshape(C * S, k)[:n], "Wm": Wm,
                    "open": op, "n": n, "bound_g": bound_g}
         return out.rerandomize().to_bytes()
@@ -286,13 +387,12 @@ class ServerCrypto:
             o, b = packed_combination(cts, Dp[r::R], st["bound_g"], self.packing)
             outs.append(o.to_bytes())
             bound = max(bound, b)
-        _check_masked(bound, "the weight gradient")
-        self.hiding = min(self.hiding, _hiding(bound))
-        masks = self._masks(R * self.k)
+        self._floor(bound, "weight_gradient", "the weight gradient")
+        plain, masks = self._masks(R * self.k)
         M = masks.reshape(R, self.k, self.S)
-        st["eps_w"] = sum(M[r, :, r * eo:(r + 1) * eo] for r in range(R))
+        st["eps_w"] = sum(M[r, :, r * eo:(r + 1) * eo] for r in range(R))  # modulo 2**64
         out = EncryptedArray.from_bytes(self.pub, b"".join(outs), (R * self.k,))
-        return (out + _packed(self.packing, masks)).rerandomize().to_bytes()
+        return out.add_mantissas(plain).rerandomize().to_bytes()
 
     def update_and_embedding_gradient(self, v: np.ndarray, eps: bytes, R: int, eps_bound: int, lr: float) -> bytes:
         """Algorithm 3 lines 12-15: ``W~ -= eta_0 dL~/dw``, then ``[[n 2**2P dL/dg]]`` in ``R``-row blocks."""
@@ -318,7 +418,7 @@ class ServerCrypto:
         enc, bound = packed_combination(E, K, int(eps_bound), self.packing)
         plain = np.zeros((Cg * R, eo), dtype=np.int64)  # delta W~ (the old W~, as in the forward)
         plain[:n] = D @ Wm
-        _check_masked(bound + (int(np.max(np.abs(plain))) if plain.size else 0), "the embedding gradient")
+        _check_clear(bound + (int(np.max(np.abs(plain))) if plain.size else 0), "the embedding gradient")
         P = np.zeros((Cg, S), dtype=np.int64)
         P[:, :R * eo] = plain.reshape(Cg, R * eo)
         return ((-enc) + _packed(self.packing, P)).rerandomize().to_bytes()
@@ -336,13 +436,14 @@ class UnpackedClientCrypto(ClientCrypto):
         return self._encrypt(gm), b"", int(np.max(np.abs(gm))) if gm.size else 0
 
     def _plain(self, data: bytes, shape) -> np.ndarray:
+        """Decrypted values modulo ``2**64`` (int64)."""
         cts = EncryptedArray.from_bytes(self.pub, data, shape)
-        return np.asarray(cts.decrypt_mantissas(self.priv), dtype=object).astype(np.int64)
+        return ring(cts.decrypt_mantissas(self.priv))
 
     def remove_forward_noise(self, data: bytes) -> np.ndarray:
         st = self._state()
         u = self._plain(data, (st["n"], self.k))
-        return u - st["gm"] @ self.eps[:, st["open"]].T
+        return u - self._noise_products(st["gm"], st["open"])
 
     def noisy_weight_gradient(self, data: bytes, lr: float) -> tuple[np.ndarray, bytes, int, int]:
         st = self._state()
@@ -352,7 +453,7 @@ class UnpackedClientCrypto(ClientCrypto):
         eps_m = np.zeros_like(self.eps)
         if eo:
             eps_m[:, op] = mantissas(self.rng.normal(0.0, self.noise_scale, (self.k, eo)), self.P, "the noise")
-        v = u - np.rint(eps_m[:, op].astype(np.float64) * (n * 2.0 ** self.P / float(lr))).astype(np.int64)
+        v = u - self._noise_term(eps_m[:, op], n, lr)
         eps_bytes = self._encrypt(self.eps[:, op])
         bound = int(np.max(np.abs(self.eps[:, op]))) if eo else 0
         self.eps += eps_m
@@ -369,11 +470,13 @@ class UnpackedClientCrypto(ClientCrypto):
 class UnpackedServerCrypto(ServerCrypto):
     """The label holder's side with one value per ciphertext (element-wise exponentiations)."""
 
-    def _masked(self, enc: EncryptedArray, bound: int, what: str) -> tuple[EncryptedArray, np.ndarray]:
-        _check_masked(bound, what)
-        self.hiding = min(self.hiding, _hiding(bound))
-        masks = slot_masks(enc.size, MASK_BITS + 1).reshape(enc.shape)
-        return enc + masks.astype(object), masks
+    def _masked(self, enc: EncryptedArray, bound: int, step: str, what: str) -> tuple[EncryptedArray, np.ndarray]:
+        """``enc`` plus masks of the packed layout's width (one per ciphertext), and the masks'
+        residues modulo ``2**64``."""
+        self._floor(bound, step, what)
+        one = SlotPacking(self.packing.slot_bits, 1, 0)  # a one-slot "packing": the masks themselves
+        plain, low = one.random_masks(enc.size, self.layout.mask_bits)
+        return enc.add_mantissas(plain.reshape(enc.shape)), low.reshape(enc.shape)
 
     def masked_products(self, data: bytes, open_idx: np.ndarray, n: int, bound_g: int) -> bytes:
         op = np.asarray(open_idx, dtype=np.int64)
@@ -385,7 +488,7 @@ class UnpackedServerCrypto(ServerCrypto):
         else:
             z = EncryptedArray.encrypt(self.pub, np.zeros((n, k), dtype=np.int64), precision=0)
         bound = int(np.abs(Wm).sum(1).max()) * int(bound_g) if eo else 0
-        out, masks = self._masked(z, bound, "the interactive layer's output")
+        out, masks = self._masked(z, bound, "forward", "the interactive layer's output")
         self.st = {"eps_s": masks, "Wm": Wm, "open": op, "n": n, "bound_g": bound_g, "cols": data}
         return out.rerandomize().to_bytes()
 
@@ -401,7 +504,7 @@ class UnpackedServerCrypto(ServerCrypto):
         cts = EncryptedArray.from_bytes(self.pub, st["cols"], (n, 1, eo))
         gw = (cts * D[:, :, None]).sum(axis=0)  # (k, e_open): n k e exponentiations
         bound = int(np.abs(D).sum(0).max()) * int(st["bound_g"])
-        out, st["eps_w"] = self._masked(gw, bound, "the weight gradient")
+        out, st["eps_w"] = self._masked(gw, bound, "weight_gradient", "the weight gradient")
         return out.rerandomize().to_bytes()
 
     def update_and_embedding_gradient(self, v: np.ndarray, eps: bytes, R: int, eps_bound: int, lr: float) -> bytes:

@@ -40,7 +40,9 @@ class ICAFSSpec(SplitSpec):
     variational Gaussian mixture; ``critic_norm``: ``layernorm`` (the critic's features) or
     ``spectral`` (spectral normalisation of its weights); ``synth_seed`` seeds the party's synthesis networks;
     ``dp_noise`` > 0: DP-SGD (Opacus) on the encoder's steps on real rows with this noise
-    multiplier and per-sample clipping at ``dp_clip``.
+    multiplier and per-sample clipping at ``dp_clip``, the real rows' batches then Poisson
+    samples from ``shuffle_seed`` (:class:`~.dp.PoissonPlan`, on both sides) and the noise keyed
+    by the party's own OS entropy (:mod:`.dp`).
     """
 
     code_dim: int = 64

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.methods.icafs import dp
 from verticalfs.methods.icafs.messages import (
     CodeGradients,
     CriticFeatures,
@@ -30,7 +31,7 @@ from verticalfs.methods.icafs.messages import (
 from verticalfs.methods.icafs.synthesis import PartySynthesis
 from verticalfs.party import Context, handles
 from verticalfs.training.batches import BatchPlan
-from verticalfs.training.split import SplitRole
+from verticalfs.training.split import SplitRole, check_batch
 
 SYNTHETIC = "synthetic"
 
@@ -61,14 +62,18 @@ class ICAFSRole(SplitRole):
         self._split = "train"
         self.dp_optimizer = None
         if float(spec.dp_noise) > 0:
+            # the real rows' batches: Poisson samples, as the accountant assumes (dp.PoissonPlan)
+            self.plan = dp.PoissonPlan(self.plan.n, int(spec.batch_size), int(spec.shuffle_seed))
             self._make_private()
 
     # ------------------------------------------------------------ DP-SGD
     def _make_private(self) -> None:
         """Table V's DP-SGD on the encoder's steps on real rows: Opacus's per-sample gradients and
-        its optimizer (clipping at ``dp_clip``, Gaussian noise of ``dp_noise`` times that). The
-        label holder chose ``dp_noise`` for the run's epsilon; the steps on synthetic rows use the
-        plain optimizer (they see no real row)."""
+        its optimizer (clipping at ``dp_clip``, Gaussian noise of ``dp_noise`` times that, Opacus's
+        ``secure_mode`` noise). The label holder chose ``dp_noise`` for the run's epsilon; the
+        noise comes from the operating system's entropy (:func:`.dp.noise_generator`, reseeded
+        before every step in :meth:`step`), never from the seed in the spec. The steps on
+        synthetic rows use the plain optimizer: they are not DP (see :mod:`.dp`)."""
         try:
             from opacus import GradSampleModule
             from opacus.optimizers import DPOptimizer
@@ -81,7 +86,7 @@ class ICAFSRole(SplitRole):
         self.dp_module = GradSampleModule(self.model, loss_reduction="mean")
         self.dp_optimizer = DPOptimizer(self.make_optimizer(), noise_multiplier=float(s.dp_noise),
                                         max_grad_norm=float(s.dp_clip), expected_batch_size=int(s.batch_size),
-                                        generator=torch.Generator().manual_seed(int(s.seed) + 5))
+                                        generator=dp.noise_generator(), secure_mode=dp.SECURE_NOISE)
 
     def step(self, out: torch.Tensor, g: torch.Tensor) -> None:
         if self.dp_optimizer is None:
@@ -93,6 +98,8 @@ class ICAFSRole(SplitRole):
         with warnings.catch_warnings():  # the inputs need no gradient: Opacus's hooks say so each step
             warnings.filterwarnings("ignore", "Full backward hook is firing")
             out.backward(g)
+        if private:
+            self.dp_optimizer.generator.manual_seed(dp.noise_seed())  # a fresh key from OS entropy
         opt.step()
         if not private:
             self.dp_optimizer.zero_grad(set_to_none=True)  # per-sample gradients of synthetic rows
@@ -154,6 +161,7 @@ class ICAFSRole(SplitRole):
             raise ProtocolError(f"party {self.name!r}: synthetic rows asked for before the synthesis (Synthesize)")
         X = self.synthetic
         if batch >= 0:
+            check_batch(self.name, split, batch, self.synth_plan)
             X = X.index_select(0, torch.from_numpy(self.synth_plan.rows(epoch, batch)))
         return X
 

@@ -20,8 +20,13 @@ class NetworkedParty:
 
     def __init__(self, runtime, address: str, *, tls: TLSFiles | None, addresses: Mapping[str, str] | None = None,
                  peers: Sequence[str] = (), insecure: bool = False, connect_timeout: float = 10.0) -> None:
+        from verticalfs.utils.memory import IdleTrimmer, limit_arenas
+
+        limit_arenas()  # before the server's threads: one heap to reuse and to trim (utils/memory.py)
         self.runtime = runtime
-        self.ledger = Ledger()
+        #: gives the memory of a burst of requests back once it is over (utils/memory.py)
+        self.trimmer = IdleTrimmer()
+        self.ledger = Ledger(compute_rounds=False)  # bounded whatever rounds the headers claim
         self._tls, self._insecure, self._timeout = tls, insecure, connect_timeout
         self.channel: GrpcChannel | None = None
         self.name = runtime.name  # before the server, which names this party (e.g. in the insecure warning)
@@ -38,15 +43,20 @@ class NetworkedParty:
         self.runtime.connect(self.channel, self.ledger)
 
     def receive(self, sender: str, data: bytes) -> bytes | None:
-        return self.runtime.node.receive(sender, data)
+        try:
+            return self.runtime.node.receive(sender, data)
+        finally:
+            self.trimmer.touch()
 
     def start(self) -> NetworkedParty:
         if self.runtime.node is None:
             raise RuntimeError("set_addresses() first")
         self.server.start()
+        self.trimmer.start()
         return self
 
     def stop(self) -> None:
+        self.trimmer.stop()
         self.server.stop()
         if self.channel is not None:
             self.channel.close()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verticalfs.exceptions import ConfigError
+from verticalfs.utils.io import check_private_file
 
 
 @dataclass(frozen=True)
@@ -50,15 +51,7 @@ class TLSFiles:
 
 def check_private(key: str | Path) -> None:
     """A :class:`ConfigError` if the private key file ``key`` is readable or writable by group or others."""
-    if os.name != "posix":  # pragma: no cover - Windows has no mode bits to check
-        return
-    try:
-        mode = os.stat(key).st_mode
-    except OSError:
-        return  # reading it reports the missing file
-    if mode & 0o077:
-        raise ConfigError(f"the private key {str(key)!r} is accessible to other users (mode "
-                          f"{mode & 0o777:04o}); restrict it to its owner: chmod 600 {key}")
+    check_private_file(key, "private key", missing_ok=True)  # a missing file: reading it reports it
 
 
 def make_certs(parties: Sequence[str], out: str | Path, *, hosts: Iterable[str] = ("localhost", "127.0.0.1"),
