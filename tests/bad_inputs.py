@@ -434,6 +434,27 @@ def config_cases() -> list[Case]:
         Case("assignment file: a string for a party's columns", [*RUN, "-d", "wine", "--assignment", "{cols}"],
              r"assignment file '.*cols\.toml': parties\.party1 = \"alcohol\": expected",
              _assignment_file('[parties]\nparty1 = "alcohol"\n')),
+        *scoring_cases(),
+    ]
+
+
+def scoring_cases() -> list[Case]:
+    """Using a saved model over a deployment (``predict --config``, ``serve-model``): refused before
+    anything connects."""
+    PRED = ["predict", "--config", "{dep}", "--model", "{tmp}", "--out", "{tmp}/p.csv"]
+    SERVE = ["serve-model", "--config", "{dep}", "--model", "{tmp}"]
+    return [
+        Case("predict --config with --party-file", [*PRED, "--party-file", "bank={bank}"],
+             r"--party-file does not apply with a deployment file", _deployment()),
+        Case("predict --config, a folder without a model", PRED, r"has no manifest\.json", _deployment()),
+        Case("predict --config with an options file", ["predict", "--config", "{run}", "--model", "{tmp}", "--out",
+             "{tmp}/p.csv"], r"run\.toml' is not a deployment file", _options_file('method = "vfl"\n')),
+        Case("predict without --party-file or --config", ["predict", "--model", "{tmp}", "--out", "{tmp}/p.csv"],
+             r"give --party-file party=path .* or --config", _deployment()),
+        Case("serve-model, a folder without a model", SERVE, r"has no manifest\.json", _deployment()),
+        Case("serve-model --batch-ms -1", [*SERVE, "--batch-ms", "-1"], r"--batch-ms must be >= 0", _deployment()),
+        Case("deployment: predict_file a number", PRED, r"parties\.telecom\.predict_file",
+             _deployment(party={"telecom": "predict_file = 3"})),
     ]
 
 

@@ -465,6 +465,10 @@ def run_cmd(
                       highlight=False, markup=False)
         err.print("(one file per party, the label holder's, a manifest; keep the sha256 apart from the folder and "
                   "give it to `verticalfs predict --expect-sha256`)", soft_wrap=True, highlight=False, markup=False)
+        if deployment is not None:
+            err.print(f"each party's part is on its own host, in models/<party>/{Path(save_model).resolve().name}/; use "
+                      "the model there with `verticalfs predict --config` or `verticalfs serve-model`", soft_wrap=True,
+                      highlight=False, markup=False)
     if out is not None:
         res.save(out)
         console.print(f"result written to [bold]{out}[/]")
@@ -474,8 +478,12 @@ def run_cmd(
 @app.command("predict")
 def predict_cmd(
     model: Path = O(..., "--model", help="The folder written by `run --save-model`."),
-    party_file: list[str] = O(..., "--party-file", help="New rows: party=path (one per party of the model)."),
+    party_file: list[str] = O(None, "--party-file", help="New rows: party=path (one per party of the model)."),
     out: Path = O(..., "--out", "-o", help="predictions.csv: id, prediction and one probability per class."),
+    config: Path = O(None, "--config", help="A deployment file: predict where the data lives (each party reads its "
+                     "predict_file, or its file, and its own part of the model by the model's name; see docs/guide/"
+                     "use-the-model.md). Instead of --party-file."),
+    insecure: bool = O(False, "--insecure", help="With --config: no TLS (local experiments only)."),
     id_column: str = OPT_ID_COLUMN,
     na_values: str = OPT_NA_VALUES,
     delimiter: str = OPT_DELIMITER,
@@ -489,7 +497,12 @@ def predict_cmd(
     from verticalfs.model import predict, write_predictions
     from verticalfs.options import check_out, parse_party_files
 
+    if config is not None:
+        _predict_deployed(config, model, out, party_file, insecure, expect_sha256)
+        return
     try:
+        if not party_file:
+            raise ConfigError("give --party-file party=path for each party of the model, or --config deployment.toml")
         check_out(out)
         files = parse_party_files(party_file)
         if not max_file_mb > 0:
@@ -507,6 +520,84 @@ def predict_cmd(
     c = res["communication"]
     console.print(f"{len(res['ids'])} predictions ({res['method']}) written to [bold]{out}[/]; "
                   f"{c['total_bytes'] / 1e3:.1f} kB in {c['messages']} messages")
+
+
+def _deployment(config: Path, insecure: bool):
+    from verticalfs.configuration import is_deployment, read_raw
+    from verticalfs.deploy.config import Deployment
+
+    if not is_deployment(read_raw(config, "config file")):
+        raise ConfigError(f"{str(config)!r} is not a deployment file (it has no [parties.<name>] tables)")
+    return Deployment.load(config, insecure=insecure)
+
+
+def _predict_deployed(config: Path, model: Path, out: Path, party_file, insecure: bool,
+                      expect_sha256: str | None) -> None:
+    """``predict --config``: batch prediction where the data lives (verticalfs.deploy.predict)."""
+    from verticalfs.model import write_predictions
+    from verticalfs.options import check_out
+
+    try:
+        if party_file:
+            raise ConfigError(f"--party-file does not apply with a deployment file (each party reads its own "
+                              f"predict_file or file named in {str(config)!r}); leave it out")
+        check_out(out)
+        dep = _deployment(config, insecure)
+        from verticalfs.deploy.predict import predict_deployment
+
+        res = predict_deployment(dep, model, expected_sha256=expect_sha256)
+    except VerticalFSError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        _interrupted("predicting")
+    write_predictions(res, out, dep.id_column)
+    c = res["communication"]
+    err.print("scoring files: " + ", ".join(f"{p} holds {n} rows" for p, n in res["rows"].items())
+              + f"; {len(res['ids'])} ids held by every party (private set intersection)",
+              soft_wrap=True, highlight=False, markup=False)
+    console.print(f"{len(res['ids'])} predictions ({res['method']}) written to [bold]{out}[/]; "
+                  f"{c['total_bytes'] / 1e3:.1f} kB in {c['messages']} messages "
+                  f"({c['by_phase'].get('predict', 0) / 1e3:.1f} kB at inference)")
+
+
+@app.command("serve-model")
+def serve_model_cmd(
+    config: Path = O(..., "--config", help="The deployment file (each party serves its own rows and model part)."),
+    model: Path = O(..., "--model", help="The label holder's folder of the model (`run --config ... --save-model`); "
+                    "the parties are sent its name only."),
+    port: int = O(8080, "--port", min=0, max=65535, help="The HTTP port."),
+    host: str = O("127.0.0.1", "--host", help="The HTTP address to bind (0.0.0.0: every interface; put TLS and "
+                  "authentication in front of it)."),
+    batch_ms: float = O(2.0, "--batch-ms", help="Milliseconds to gather concurrent requests into one batch."),
+    max_batch: int = O(4096, "--max-batch", min=1, help="The most ids scored in one round to the parties."),
+    insecure: bool = O(False, "--insecure", help="No TLS between the parties (local experiments only)."),
+    expect_sha256: str = O(None, "--expect-sha256", help="The manifest sha256 printed by `run --save-model`: "
+                           "a model whose manifest differs is refused."),
+) -> None:
+    """Online scoring: POST /predict {"ids": [...]} -> probabilities per id, unknown ids listed;
+    GET /health; the OpenAPI page at /docs. Runs at the label party until interrupted."""
+    try:
+        if not batch_ms >= 0:
+            raise ConfigError(f"--batch-ms must be >= 0, got {batch_ms}")
+        dep = _deployment(config, insecure)
+        from verticalfs.deploy.predict import DeployedModel
+        from verticalfs.deploy.serve import serve
+
+        m = DeployedModel(dep, model, expected_sha256=expect_sha256)
+    except VerticalFSError as exc:
+        _fail(exc)
+    try:
+        err.print(f"model {m.name} ({m.manifest['method']}): {len(m.known)} ids held by every party of "
+                  f"{', '.join(m.parties)}", soft_wrap=True, highlight=False, markup=False)
+        serve(m, host=host, port=port, batch_ms=batch_ms, max_batch=max_batch,
+              on_ready=lambda: console.print(f"serving {m.name} on http://{host}:{port} (POST /predict, GET "
+                                             "/health, /docs)", soft_wrap=True, highlight=False, markup=False))
+    except VerticalFSError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        m.close()
 
 
 def _print_result(res, shown: set[str] | None = None) -> None:

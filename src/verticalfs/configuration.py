@@ -128,6 +128,9 @@ class DeploymentParty(_Model):
     policy: PartyPolicy = Field(PartyPolicy(), description="The party's `[parties.<name>.policy]` table "
                                 "(keys below): what it agrees to do.",
                                 json_schema_extra={"expects": "a [parties.<name>.policy] table"})
+    predict_file: FilePath | None = Field(None, description="The rows this party scores with a saved model "
+                                          "(`verticalfs predict --config`, `verticalfs serve-model`), with the id "
+                                          "column; relative to the deployment file. Default: its `file`.")
 
 
 class DeploymentFile(_Model):

@@ -140,6 +140,15 @@ class LocalData:
         t = torch.as_tensor(idx)
         self._X = {s: X.index_select(1, t).contiguous() for s, X in self._X_all.items()}
 
+    def put(self, split: str, X: np.ndarray) -> None:
+        """Set (or replace) the rows of ``split``: every prepared column of ``X`` (e.g. rows staged
+        for scoring with a saved model), the kept ones in use."""
+        t = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
+        if t.ndim != 2 or t.shape[1] != self.n_features:
+            raise ProtocolError(f"party {self.name!r}: rows of shape {tuple(t.shape)} for {self.n_features} features")
+        self._X_all[split] = t
+        self._X[split] = t.index_select(1, torch.as_tensor(self.kept)).contiguous()
+
     def keep_positions(self, positions) -> None:
         """Keep positions ``positions`` of the features *currently* in use."""
         self.keep(self.kept[np.asarray(positions, dtype=np.int64)])

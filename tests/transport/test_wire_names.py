@@ -133,6 +133,11 @@ GOLDEN: list[tuple[str, int]] = [
     ("sparsevfl.TopWGradients", 32376),
     ("core.PolicyQuery", 21938),
     ("core.PolicyReport", 61546),
+    ("core.OpenModel", 5725),
+    ("core.ModelOpened", 49891),
+    ("core.ScoringPsi", 16821),
+    ("core.StageIds", 39834),
+    ("core.IdsStaged", 348),
 ]
 
 WHY = ("the list of wire names in tests/transport/test_wire_names.py is golden: a peer running the previous "

@@ -50,6 +50,7 @@ class PartyEntry:
     categorical: list[str] | str = field(default_factory=list)
     certs: Path | None = None
     policy: PartyPolicy = field(default_factory=PartyPolicy)
+    predict_file: Path | None = None  # the rows it scores with a saved model (default: file)
 
 
 @dataclass
@@ -108,7 +109,8 @@ class Deployment:
             parties[name] = PartyEntry(name=name, address=p.address, listen=p.listen or p.address,
                                        file=rel(p.file), categorical=p.categorical if isinstance(p.categorical, str)
                                        else list(p.categorical), certs=rel(p.certs),
-                                       policy=p.policy.model_copy(update={"model_dir": model_dir}))
+                                       policy=p.policy.model_copy(update={"model_dir": model_dir}),
+                                       predict_file=rel(p.predict_file))
         if conf.label_party not in parties:
             raise ConfigError(f"{where}: label_party {conf.label_party!r} is not among the parties {list(parties)}")
         addrs = [e.address for e in parties.values()]

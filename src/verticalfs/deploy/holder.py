@@ -77,6 +77,10 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int = 1 << 30, checkpo
                             encoding=dep.encoding, max_bytes=max_bytes,
                             checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(name),
                             policy=policy)
+    from verticalfs.deploy.scoring import enable_scoring, model_root, scoring_path
+
+    enable_scoring(runtime, model_dir=model_root(dep, name), scoring_path=scoring_path(dep, name),
+                   read_options=runtime.read_options)
     return NetworkedParty(runtime, e.listen, tls=dep.tls(name), addresses=dep.addresses,
                           insecure=dep.insecure, connect_timeout=dep.connect_timeout)
 

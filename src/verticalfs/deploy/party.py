@@ -26,6 +26,7 @@ import numpy as np
 from verticalfs.configuration import PartyPolicy
 from verticalfs.data.user import _read_frames, feature_columns, party_block
 from verticalfs.data.vertical import IMPUTATIONS, SCALINGS, SPLITS, prepare_block
+from verticalfs.deploy.scoring import is_scoring, scoring_handle
 from verticalfs.exceptions import DataError, ProtocolError
 from verticalfs.methods import registry
 from verticalfs.names import LABEL_HOLDER
@@ -107,14 +108,19 @@ class DeployedParty(PartyRuntime):
 
         PartyPreprocessor.check_values(name, frame[cols], cats, where=str(path))  # before anyone connects
         self.path, self.id_column = path, id_column
+        self.read_options = {"na_values": na_values, "delimiter": delimiter, "encoding": encoding,
+                             "max_bytes": max_bytes}
         self.frame = frame.set_index(id_column)[cols]
         self.columns, self.categorical = cols, cats
         super().__init__(LocalData(name, [], {}), ids=self.frame.index.to_numpy(dtype=str),
                          role_for=registry.party_roles(), allowed_methods=allowed_methods,
                          checkpoint_dir=checkpoint_dir, policy=PartyPolicy() if policy is None else policy)
         self.aligned = False
+        self.scoring_enabled = False  # set by verticalfs.deploy.predict.enable_scoring
 
     def handle(self, sender, msg, at, node):
+        if self.scoring_enabled and is_scoring(msg, at):  # a saved model's inference (deploy/predict.py)
+            return scoring_handle(self, sender, msg, at, node)
         if type(msg) is Align or type(msg) is PolicyQuery:
             if sender != LABEL_HOLDER:
                 raise ProtocolError(f"party {self.name!r} accepts {type(msg).__name__} only from the label holder, "

@@ -220,7 +220,8 @@ def kind_name(msg_or_cls: Any) -> str:
 
 # --------------------------------------------------------------------------- position
 #: protocol phases, in the order of a typical run (their index is written in every message header)
-PHASES: tuple[str, ...] = ("setup", "pretrain", "selection", "train", "eval", "report", "other", "checkpoint", "audit")
+PHASES: tuple[str, ...] = ("setup", "pretrain", "selection", "train", "eval", "report", "other", "checkpoint", "audit",
+                               "predict")
 _PHASE_SET = frozenset(PHASES)
 
 

@@ -1,0 +1,331 @@
+"""Using a saved model where the data lives: federated batch prediction and online scoring.
+
+``verticalfs predict --config deployment.toml --model DIR`` and ``verticalfs serve-model`` run at
+the label party. ``DIR`` is the label holder's folder of the model (``run --save-model DIR``: its
+``manifest.json`` and ``active.pt``); the parties are sent only the model's *name* (``DIR``'s last
+component) and each reads its own part from its own model folder (``<model_dir>/<name>/<party>.pt``,
+:func:`party_model_dir`). Nothing else of the model, and no path, crosses.
+
+The exchange (every message metered on the ledger)::
+
+    label holder                                 each party of the model
+    OpenModel(name, method, sha256)   ------->   reads its part from its own folder (checksum), restores
+                                      <-------   its role; indexes its scoring file by id (ModelOpened)
+    ScoringPsi (ECDH-PSI, phase setup) ------>   answers with its scoring file's ids blinded
+    StageIds(model, ids, split) (predict) --->   prepares those rows with its saved preprocessing
+                                      <-------   IdsStaged(missing positions, file version)
+    the method's own inference messages, phase ``predict`` (embeddings of a split model; the
+    selected columns of a filter method), naming the split staged
+
+A party keeps several models open by name, and every label-holder session (a ``DeployedModel``)
+stages its rows under split names of its own, so that a ``serve-model`` and a nightly ``predict``
+against the same parties do not mix rows or models.
+
+A party's *scoring file* is its ``predict_file`` in the deployment file, or its training ``file``
+(scoring known ids). It is read once and kept indexed by id; a file whose size or modification time
+changed is read again on the next request.
+
+What each side learns: the label holder learns the intersection of the ids (as in training, by
+PSI) and what the method sends at inference. It asks the parties only about ids in that
+intersection: an id outside it is answered "unknown" by the label holder alone, so no party
+learns which unknown ids were asked for, and the label holder learns nothing about a party's ids
+beyond PSI. A party learns which of the intersection's ids are scored, and when. If a party's file
+changed and an id of the intersection is no longer in it, the party says so (``missing``; the
+label holder would learn the same from PSI again) and the id is reported unknown; the label holder
+re-runs PSI when a party's file version changes, before its next batch.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verticalfs.deploy.scoring import (
+    PREDICT,
+    SETUP,
+    IdsStaged,
+    ModelOpened,
+    OpenModel,
+    ScoringPsi,
+    StageIds,
+    scoring_path,
+)
+from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.names import LABEL_HOLDER
+from verticalfs.transport.messages import At
+
+# ------------------------------------------------------------------------- label-holder side
+#: ids per round to the parties in batch prediction (bounds the size of one message)
+BATCH_CHUNK = 100_000
+
+
+class _PhaseProxy:
+    """A party proxy whose ``eval`` messages go at phase ``predict``, and whose PSI requests are
+    over the party's scoring file (:class:`ScoringPsi`)."""
+
+    __slots__ = ("name", "_proxy")
+
+    def __init__(self, proxy) -> None:
+        self.name = proxy.name
+        self._proxy = proxy
+
+    def _at(self, at: At) -> At:
+        return At("predict", at.round, at.step) if at.phase == "eval" else at
+
+    def request(self, msg: Any, at: At, expect=None) -> Any:
+        from verticalfs.psi import PsiRequest
+
+        if type(msg) is PsiRequest:
+            msg = ScoringPsi(request=msg.request, n=msg.n)
+        return self._proxy.request(msg, self._at(at), expect=expect)
+
+    def send(self, msg: Any, at: At) -> None:
+        self._proxy.send(msg, self._at(at))
+
+
+class _PredictFederation:
+    """The label holder's federation as a method's ``predict_from_holder`` sees it at inference."""
+
+    def __init__(self, fed) -> None:
+        self._fed = fed
+        self._proxies = {p: _PhaseProxy(fed.proxy(p)) for p in fed.party_names}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fed, name)
+
+    def proxy(self, name: str):
+        try:
+            return self._proxies[name]
+        except KeyError:
+            raise ConfigError(f"no party named {name!r}; parties are {list(self._proxies)}") from None
+
+    @property
+    def proxies(self) -> list:
+        return list(self._proxies.values())
+
+
+@dataclass
+class Scores:
+    """Scores of a batch: ``ids`` scored (in order), their ``probabilities`` (values for
+    regression), ``prediction``, and the ``unknown`` ids (not held by every party)."""
+
+    ids: np.ndarray
+    probabilities: np.ndarray | None
+    prediction: np.ndarray
+    unknown: list[str] = field(default_factory=list)
+
+
+class DeployedModel:
+    """A saved model opened over a deployment, at the label party (see the module docstring).
+
+    Parameters
+    ----------
+    dep : Deployment
+    model_dir : path
+        The label holder's folder of the model (its manifest and ``active.pt``); the parties are
+        sent its name only.
+    call_timeout : float, optional
+        Deadline of one exchange with a party.
+    expected_sha256 : str, optional
+        The manifest's SHA-256 printed when the model was saved: another manifest is refused.
+    """
+
+    def __init__(self, dep, model_dir: str | Path, *, call_timeout: float | None = None,
+                 expected_sha256: str | None = None) -> None:
+        from verticalfs.data.vertical import LabelData
+        from verticalfs.deploy.holder import serve_party
+        from verticalfs.federation import Federation
+        from verticalfs.methods import registry
+        from verticalfs.model import read_manifest
+        from verticalfs.model_files import load
+        from verticalfs.transport.grpc.channel import GrpcChannel
+
+        self.dep = dep
+        model_dir = Path(model_dir)
+        self.model_dir = model_dir
+        self.name = model_dir.resolve().name
+        man = read_manifest(model_dir, expected_sha256=expected_sha256)
+        self.manifest = man
+        self.parties = list(man["parties"])
+        unknown = [p for p in self.parties if p not in dep.parties]
+        if unknown:
+            raise ConfigError(f"the model in {str(model_dir)!r} was trained with parties {self.parties}; "
+                              f"{unknown} are not in {str(dep.path)!r}")
+        self.method = registry.get(str(man["method"]))
+        holder_path = model_dir / man["label_holder"]["file"]
+        holder = load(holder_path, man["label_holder"]["sha256"], "the label holder")
+        if holder.get("method") != man["method"]:
+            raise ConfigError(f"{str(holder_path)!r} holds a {holder.get('method')!r} model, the manifest says "
+                              f"{man['method']!r}; the folder was changed after saving (save the model again)")
+        self.holder = holder
+        self.task, self.n_classes = holder["task"], int(holder["n_classes"])
+        self.classes = list(holder["class_names"] or [str(i) for i in range(self.n_classes)])
+        self._labels = lambda split, n: LabelData(
+            y={split: np.zeros(n, dtype=np.float32 if self.task == "regression" else np.int64)},
+            task=self.task, n_classes=self.n_classes, class_names=holder["class_names"] or None)
+        lp = dep.label_party
+        dep.check_keys(LABEL_HOLDER, lp)
+        self.local = None
+        self.channel = None
+        self._lock = threading.Lock()
+        self._session = secrets.token_hex(4)  # names this session's staged splits at the parties
+        self._pool = ThreadPoolExecutor(max(len(self.parties), 1), thread_name_prefix="verticalfs-fan-out")
+        try:
+            if lp in self.parties:
+                self.local = serve_party(dep, lp).start()
+            self.channel = GrpcChannel(LABEL_HOLDER, dep.addresses, tls=dep.tls(LABEL_HOLDER), insecure=dep.insecure,
+                                       connect_timeout=dep.connect_timeout, call_timeout=call_timeout)
+            self.channel.wait_ready(self.parties)
+            self.fed = Federation(self._labels("predict", 0), self.channel, self.parties)
+            self.view = _PredictFederation(self.fed)
+            self.versions: dict[str, int] = {}
+            self.rows: dict[str, int] = {}
+            for p in self.parties:
+                entry = man["parties"][p]
+                rep = self.fed.proxy(p).request(OpenModel(model=self.name, method=self.method.joined_as(),
+                                                          sha256=str(entry["sha256"])), SETUP, expect=ModelOpened)
+                self.versions[p], self.rows[p] = int(rep.version), int(rep.rows_in_file)
+            self.intersect()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ ids
+    def _own_ids(self) -> np.ndarray:
+        """The label party's scoring ids: its own file, read here (the label holder is the label party)."""
+        if self.local is not None:
+            rt = self.local.runtime
+            rt.scoring_file().refresh()
+            return rt.scoring_file().ids
+        from verticalfs.data.user import _read_frames
+
+        dep = self.dep
+        lp = dep.label_party
+        f = _read_frames({lp: scoring_path(dep, lp)}, id_column=dep.id_column, na_values=dep.na_values,
+                         delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=1 << 30)[lp]
+        return f[dep.id_column].to_numpy(dtype=str)
+
+    def intersect(self) -> np.ndarray:
+        """The ids every party of the model holds (PSI over the scoring files), in the natural order."""
+        from verticalfs.data.user import _sort_ids
+        from verticalfs.psi import intersect
+
+        ids = self._own_ids()
+        others = [self.view.proxy(p) for p in self.parties if p != self.dep.label_party]
+        common = intersect(others, ids) if others else [str(i) for i in ids]
+        self.known = _sort_ids(np.asarray(common, dtype=str)) if common else np.zeros(0, dtype=str)
+        self._known_set = set(self.known.tolist())
+        return self.known
+
+    # ------------------------------------------------------------------ scoring
+    def score(self, ids, split: str = "predict") -> Scores:
+        """Scores of ``ids`` (any; the unknown ones are listed, never sent to a party)."""
+        from verticalfs.methods.base import probabilities
+
+        with self._lock:
+            ids = [str(i) for i in ids]
+            ask = [i for i in dict.fromkeys(ids) if i in self._known_set]
+            unknown = [i for i in dict.fromkeys(ids) if i not in self._known_set]
+            if not ask:
+                return self._scores(np.zeros(0, dtype=str), self._empty(), unknown)
+            lost = np.zeros(len(ask), dtype=bool)
+            changed = False
+            split = f"{split}-{self._session}"  # this session's own rows at the parties
+            for p, rep in self._fan_out(StageIds(model=self.name, ids=ask, split=split), PREDICT).items():
+                if not isinstance(rep, IdsStaged):
+                    raise ProtocolError(f"party {p!r} answered StageIds with {type(rep).__name__}; expected IdsStaged")
+                miss = np.asarray(rep.missing, dtype=np.int64).reshape(-1)
+                if miss.size and (miss.min() < 0 or miss.max() >= len(ask)):
+                    raise ProtocolError(f"party {p!r} reported missing positions outside the request")
+                lost[miss] = True
+                if int(rep.version) != self.versions.get(p):
+                    self.versions[p] = int(rep.version)
+                    changed = True
+            self.fed.labels = self._labels(split, len(ask))
+            out = self.method.predict_from_holder(self.holder["holder"], self.view, split)
+            probs = probabilities(out, self.task)
+            if changed:  # a party's file changed: align again before the next batch
+                self.intersect()
+            keep = ~lost
+            asked = np.asarray(ask, dtype=str)
+            return self._scores(asked[keep], probs[keep], unknown + asked[lost].tolist())
+
+    def _fan_out(self, msg: Any, at: At) -> dict[str, Any]:
+        """``msg`` to every party of the model at once (their exchanges overlap, so a round costs the
+        slowest party); encoded, metered and decoded here, in order, as the node does for one."""
+        from verticalfs.transport.serde import decode_at, encode_at
+
+        node, led = self.fed.node, self.fed.ledger
+        node.mark(at)
+        data, payload = encode_at(msg, at)
+        kind = type(msg).__name__
+        for p in self.parties:
+            led.record(LABEL_HOLDER, p, at.phase, kind, at.round, at.step, payload, len(data) - payload)
+        futures = {p: self._pool.submit(self.channel.call, LABEL_HOLDER, p, data) for p in self.parties}
+        out = {}
+        for p, fut in futures.items():
+            raw = fut.result()
+            reply, rat, rpay = decode_at(raw, node.max_elements)
+            led.record(p, LABEL_HOLDER, rat.phase, type(reply).__name__, rat.round, rat.step, rpay, len(raw) - rpay)
+            out[p] = reply
+        node.reset_clock()
+        return out
+
+    def _empty(self) -> np.ndarray:
+        return np.zeros(0) if self.task == "regression" else np.zeros((0, len(self.classes)))
+
+    def _scores(self, ids: np.ndarray, probs: np.ndarray, unknown: list[str]) -> Scores:
+        if self.task == "regression":
+            return Scores(ids=ids, probabilities=None, prediction=probs, unknown=unknown)
+        pred = np.asarray(self.classes, dtype=object)[probs.argmax(1)] if len(ids) else np.zeros(0, dtype=object)
+        return Scores(ids=ids, probabilities=probs, prediction=pred, unknown=unknown)
+
+    def predict_all(self, chunk: int = BATCH_CHUNK) -> dict:
+        """Every id of the intersection scored (batch prediction), ``chunk`` ids per round to the
+        parties; the result of :func:`verticalfs.model.predict`'s shape (``ids``, ``prediction``,
+        ``probabilities``, ``classes``, ``communication``, ...)."""
+        if not self.known.size:
+            raise ConfigError("no id is held by every party of the model; nothing to predict (the ids are compared "
+                              "as text: '007' and '7' differ)")
+        t0 = time.perf_counter()
+        parts = [self.score(self.known[k:k + chunk], split="predict") for k in range(0, len(self.known), chunk)]
+        s = parts[0] if len(parts) == 1 else Scores(
+            ids=np.concatenate([q.ids for q in parts]),
+            probabilities=None if parts[0].probabilities is None else np.concatenate([q.probabilities for q in parts]),
+            prediction=np.concatenate([q.prediction for q in parts]), unknown=[u for q in parts for u in q.unknown])
+        return {"ids": s.ids, "prediction": s.prediction, "probabilities": s.probabilities, "classes": self.classes,
+                "communication": self.fed.ledger.summary(), "method": self.manifest["method"],
+                "unknown": s.unknown, "rows": dict(self.rows), "seconds": time.perf_counter() - t0, "warnings": []}
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        if self.local is not None:
+            self.local.stop()
+            self.local = None
+        self._pool.shutdown(wait=False)
+
+    def __enter__(self) -> DeployedModel:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def predict_deployment(dep, model_dir: str | Path, *, expected_sha256: str | None = None) -> dict:
+    """Batch prediction over a deployment (``verticalfs predict --config``): every id held by every
+    party of the model, scored where the data lives."""
+    with DeployedModel(dep, model_dir, expected_sha256=expected_sha256) as m:
+        return m.predict_all()
+
+
+__all__ = ["DeployedModel", "IdsStaged", "ModelOpened", "OpenModel", "Scores", "ScoringPsi", "StageIds",
+           "predict_deployment"]
