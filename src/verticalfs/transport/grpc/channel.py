@@ -25,6 +25,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent import futures
+from typing import Any
 
 from verticalfs import exceptions as _exc
 from verticalfs.exceptions import ConfigError, ProtocolError, TransportError
@@ -51,7 +52,7 @@ _SERVER_OPTIONS = [*_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 5
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = tuple(_OPTIONS)
 
 
-def _grpc():
+def _grpc() -> Any:  # grpc has no type hints: its module, servers, channels and contexts are Any
     try:
         import grpc
     except ImportError:  # pragma: no cover - the deploy extra
@@ -136,7 +137,7 @@ class PartyServer:
     def stop(self, grace: float | None = 1.0) -> None:
         self._server.stop(grace).wait()
 
-    def _check_sender(self, context) -> tuple[str, str]:
+    def _check_sender(self, context: Any) -> tuple[str, str]:
         grpc = _grpc()
         md = dict(context.invocation_metadata())
         sender, op = md.get("vf-sender", ""), md.get("vf-op", "")
@@ -152,7 +153,7 @@ class PartyServer:
                           f"(its peers: {sorted(self.peers)})")
         return sender, op
 
-    def _handle(self, context, sender: str, op: str, data: bytes) -> bytes | None:
+    def _handle(self, context: Any, sender: str, op: str, data: bytes) -> bytes | None:
         grpc = _grpc()
         try:
             with self._lock:
@@ -165,7 +166,7 @@ class PartyServer:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"ProtocolError: {self.endpoint.name!r} has no reply")
         return reply
 
-    def _call(self, request: bytes, context) -> bytes:
+    def _call(self, request: bytes, context: Any) -> bytes:
         """The fast path: a request of at most :data:`CHUNK` bytes in one gRPC message."""
         sender, op = self._check_sender(context)
         if len(request) > CHUNK:
@@ -174,10 +175,11 @@ class PartyServer:
         reply = self._handle(context, sender, op, request)
         return b"" if reply is None else reply
 
-    def _exchange(self, request_iterator, context):
+    def _exchange(self, request_iterator: Iterator[bytes], context: Any) -> Iterator[bytes]:
         grpc = _grpc()
         sender, op = self._check_sender(context)
-        parts, size = [], 0
+        parts: list[bytes] = []
+        size = 0
         for chunk in request_iterator:
             size += len(chunk)
             if size > MAX_MESSAGE_BYTES:
@@ -219,15 +221,15 @@ class GrpcChannel(Channel):
         self.addresses = dict(addresses)
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
-        self._creds = None
+        self._creds: Any = None
         if tls is not None:
             ca, cert, key = tls.read()
             self._creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
-        self._channels: dict[str, object] = {}
-        self._calls: dict[str, object] = {}
+        self._channels: dict[str, Any] = {}
+        self._calls: dict[str, tuple[Any, Any]] = {}  # (streaming, unary) callables per party
         self._lock = threading.Lock()
 
-    def _call(self, receiver: str):
+    def _call(self, receiver: str) -> tuple[Any, Any]:
         call = self._calls.get(receiver)
         if call is not None:
             return call
@@ -297,7 +299,7 @@ class GrpcChannel(Channel):
         self._calls.clear()
 
 
-def _remote_error(err, receiver: str, address: str) -> Exception:
+def _remote_error(err: Any, receiver: str, address: str) -> Exception:
     """A gRPC failure as the verticalfs exception the party raised, or a TransportError naming it."""
     grpc = _grpc()
     code, details = err.code(), err.details() or ""
