@@ -263,10 +263,12 @@ class Coded:
     codec: Any  # a codec name or a verticalfs.codecs.Codec instance
 
 
-def coded(array: Any, codec: Any) -> Coded:
+def coded(array: Any, codec: Any) -> Any:
     """Mark ``array`` (numpy or torch, float) to be encoded with ``codec`` (name or instance).
 
     ``Embeddings(coded(h, "float16"))``: the receiver decodes a float32 array of the same shape.
+    Returns a :class:`Coded`, typed ``Any``: it stands in for the array of a tensor field (declared
+    ``np.ndarray``, what the receiver gets).
     """
     return Coded(array, codec)
 
