@@ -52,6 +52,7 @@ from verticalfs.transport.messages import Ack, At, Persist
 from verticalfs.utils.io import check_private_file, write_bytes_atomic, write_json_atomic
 
 if TYPE_CHECKING:
+    from verticalfs.crypto.keys import PrivateKey
     from verticalfs.party import PartyRuntime
     from verticalfs.training.split import SplitTrainer
 
@@ -105,7 +106,7 @@ def _write(path: Path, obj: Any) -> None:
     write_bytes_atomic(path, buf.getvalue(), mode=FILE_MODE)
 
 
-def _read(path: Path) -> tuple[dict, dict]:
+def _read(path: Path) -> tuple[dict[str, Any], dict[str, PrivateKey]]:
     """``(tree, private keys)`` of a checkpoint file: ``weights_only=True``, keys from JSON."""
     try:
         tree = torch.load(path, weights_only=True)
@@ -123,7 +124,7 @@ def _read(path: Path) -> tuple[dict, dict]:
     return tree, keys
 
 
-def _restore_attrs(obj: Any, saved: dict, keys: dict, what: str) -> None:
+def _restore_attrs(obj: Any, saved: dict[str, Any], keys: dict[str, PrivateKey], what: str) -> None:
     for k, s in saved.items():
         setattr(obj, k, _state.restore_into(getattr(obj, k, None), s, keys, f"{what}.{k}"))
 
