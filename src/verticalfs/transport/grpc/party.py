@@ -22,8 +22,9 @@ class NetworkedParty:
     records what it sends to peers on its own ledger (the node's metering rule).
     """
 
-    def __init__(self, runtime: PartyRuntime, address: str, *, tls: TLSFiles | None, addresses: Mapping[str, str] | None = None,
-                 peers: Sequence[str] = (), insecure: bool = False, connect_timeout: float = 10.0) -> None:
+    def __init__(self, runtime: PartyRuntime, address: str, *, tls: TLSFiles | None,
+                 addresses: Mapping[str, str] | None = None, peers: Sequence[str] = (), insecure: bool = False,
+                 connect_timeout: float = 10.0) -> None:
         from verticalfs.utils.memory import IdleTrimmer, limit_arenas
 
         limit_arenas()  # before the server's threads: one heap to reuse and to trim (utils/memory.py)
