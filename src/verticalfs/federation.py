@@ -27,7 +27,7 @@ from verticalfs.data.vertical import LabelData, PreparedData
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods import registry
 from verticalfs.names import LABEL_HOLDER
-from verticalfs.party import LocalProxy, PartyRuntime
+from verticalfs.party import LocalProxy, PartyRuntime, Role
 from verticalfs.transport.channel import Channel
 from verticalfs.transport.inprocess import InProcessChannel
 from verticalfs.transport.ledger import Ledger
@@ -84,7 +84,7 @@ class Federation:
     # ----------------------------------------------------------------- building
     @classmethod
     def in_process(cls, data: PreparedData, *, trace: bool = False,
-                   roles: Mapping[str, type] | None = None) -> Federation:
+                   roles: Mapping[str, type[Role]] | None = None) -> Federation:
         """Every party of ``data`` in this process, each given only its own columns, behind an
         :class:`~verticalfs.transport.inprocess.InProcessChannel` (bytes only).
 
@@ -97,7 +97,7 @@ class Federation:
         if roles:
             extra, registered = dict(roles), role_for
 
-            def role_for(method: str):
+            def role_for(method: str) -> type[Role]:
                 return extra[method] if method in extra else registered(method)
 
         runtimes = [PartyRuntime(p, role_for=role_for) for p in data.parties]
@@ -304,7 +304,7 @@ class LocalFederation:
         self.runtimes = {p.name: PartyRuntime(p, role_for=role_for) for p in data.parties}
         self._proxies = {p: LocalProxy(r) for p, r in self.runtimes.items()}
 
-    def proxy(self, name: str):
+    def proxy(self, name: str) -> LocalProxy:
         return self._proxies[name]
 
     def limit_tensor_elements(self, n: int) -> None:
@@ -317,6 +317,6 @@ class LocalFederation:
         """The parties' schemas, read locally (nothing is sent)."""
         return {p: self._proxies[p].request(HelloRequest(), SETUP, expect=Hello) for p in self.party_names}
 
-    def join(self, method: str, spec, *, expect: type | None = None, at: At = SETUP) -> dict[str, Any]:
+    def join(self, method: str, spec: Any, *, expect: type | None = None, at: At = SETUP) -> dict[str, Any]:
         return {p: self._proxies[p].request(Join(method=method, spec=spec[p] if isinstance(spec, Mapping) else spec),
                                             at, expect=expect) for p in self.party_names}

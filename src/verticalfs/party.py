@@ -40,7 +40,7 @@ import copy
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -74,6 +74,11 @@ from verticalfs.transport.messages import (
 )
 from verticalfs.transport.node import Node
 
+if TYPE_CHECKING:
+    from verticalfs.transport.channel import Channel
+
+_Handler = TypeVar("_Handler", bound=Callable[..., Any])
+
 
 class LocalData:
     """One party's own prepared columns, per split, and the features it still uses.
@@ -97,7 +102,7 @@ class LocalData:
         self._X = dict(self._X_all)
 
     @classmethod
-    def of(cls, data) -> LocalData:
+    def of(cls, data: Any) -> LocalData:
         """From a :class:`~verticalfs.data.vertical.PartyData`."""
         return cls(data.name, data.feature_names, data.X, getattr(data, "sources", None))
 
@@ -130,7 +135,7 @@ class LocalData:
     def kept_feature_names(self) -> list[str]:
         return [self.feature_names[i] for i in self.kept]
 
-    def keep(self, indices) -> None:
+    def keep(self, indices: Sequence[int] | np.ndarray) -> None:
         """Use only the prepared features ``indices`` from now on."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= self.n_features):
@@ -149,7 +154,7 @@ class LocalData:
         self._X_all[split] = t
         self._X[split] = t.index_select(1, torch.as_tensor(self.kept)).contiguous()
 
-    def keep_positions(self, positions) -> None:
+    def keep_positions(self, positions: Sequence[int] | np.ndarray) -> None:
         """Keep positions ``positions`` of the features *currently* in use."""
         self.keep(self.kept[np.asarray(positions, dtype=np.int64)])
 
@@ -198,7 +203,8 @@ POLICY_RULES = {
 }
 
 
-def handles(*kinds: type, peers: bool = False, policy: str | tuple[str, ...] = ()):
+def handles(*kinds: type, peers: bool = False,
+            policy: str | tuple[str, ...] = ()) -> Callable[[_Handler], _Handler]:
     """Mark a :class:`Role` method as the handler of message ``kinds``: ``fn(self, msg, ctx)``.
 
     ``peers=True`` also accepts the kinds from other feature parties (default: the label holder only).
@@ -211,9 +217,9 @@ def handles(*kinds: type, peers: bool = False, policy: str | tuple[str, ...] = (
     if unknown:
         raise ValueError(f"handles(policy=...): unknown rules {unknown}; use {sorted(POLICY_RULES)}")
 
-    def deco(fn):
-        fn._vf_handles = (kinds, peers)
-        fn._vf_policy = rules
+    def deco(fn: _Handler) -> _Handler:
+        fn._vf_handles = (kinds, peers)  # type: ignore[attr-defined]  # a mark on the function object
+        fn._vf_policy = rules  # type: ignore[attr-defined]
         return fn
 
     return deco
@@ -255,7 +261,7 @@ class Role:
     #: message kind -> the policy rules its handler needs (``handles(..., policy=...)``)
     _policy: ClassVar[dict[type, tuple[str, ...]]] = {}
 
-    def __init_subclass__(cls, **kwargs) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         table: dict[type, tuple[str, bool]] = {}
         rules: dict[type, tuple[str, ...]] = {}
@@ -299,13 +305,13 @@ class Role:
         return None
 
     # -------------------------------------------------------------------- saving
-    def export(self) -> dict:
+    def export(self) -> dict[str, Any]:
         """The role's state for a saved model: tensors, numbers, strings, lists and dicts only (it is
         loaded with ``torch.load(weights_only=True)``). A role that cannot be saved says so."""
         raise ProtocolError(f"{type(self).__name__} (party {self.name!r}) cannot be saved as a model")
 
     @classmethod
-    def restore(cls, data: LocalData, saved: dict, ctx: Context) -> Role:
+    def restore(cls, data: LocalData, saved: dict[str, Any], ctx: Context) -> Role:
         """The role rebuilt from :meth:`export`'s output, on ``data`` (its kept features restored)."""
         raise ProtocolError(f"{cls.__name__} cannot be restored from a saved model")
 
@@ -349,8 +355,8 @@ class PartyRuntime:
         path's); see the module docstring.
     """
 
-    def __init__(self, data, *, role_for: Callable[[str], type[Role]] | None = None,
-                 allowed_methods: Sequence[str] | None = None, ids: Sequence | None = None,
+    def __init__(self, data: Any, *, role_for: Callable[[str], type[Role]] | None = None,
+                 allowed_methods: Sequence[str] | None = None, ids: Sequence[Any] | None = None,
                  checkpoint_dir: str | Path | None = None, policy: PartyPolicy | None = None) -> None:
         self.data = data if isinstance(data, LocalData) else LocalData.of(data)
         self.name = self.data.name
@@ -366,7 +372,7 @@ class PartyRuntime:
         self.psi_requests = 0  # PSI requests answered (bounded by the policy's max_psi_requests)
         self._reported = 0  # peer-traffic records already reported to the label holder
 
-    def connect(self, channel, ledger: Ledger) -> Node:
+    def connect(self, channel: Channel, ledger: Ledger) -> Node:
         """Attach a messaging node on ``channel`` (the node is the channel's endpoint for this party)."""
         self.node = Node(self.name, channel, ledger, self.handle)
         return self.node
@@ -558,7 +564,7 @@ class LocalProxy:
         self.name = runtime.name
         self._runtime = runtime
 
-    def request(self, msg: Any, at: At, expect=None) -> Any:
+    def request(self, msg: Any, at: At, expect: type | tuple[type, ...] | None = None) -> Any:
         reply = self._runtime.handle(LABEL_HOLDER, _unwrap(msg), at, None)
         if reply is None:
             raise ProtocolError(f"party {self.name!r} sent no reply to {kind_name(msg)}")
@@ -572,6 +578,6 @@ class LocalProxy:
             raise ProtocolError(f"party {self.name!r} replied to the one-way message {kind_name(msg)}")
 
 
-def clone_state(module: torch.nn.Module) -> dict:
+def clone_state(module: torch.nn.Module) -> dict[str, Any]:
     """A deep copy of a module's state (for checkpoints)."""
     return copy.deepcopy(module.state_dict())

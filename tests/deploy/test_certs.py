@@ -115,6 +115,24 @@ def test_sign_refuses_wrong_names_changed_requests_and_an_open_ca_key(hosts, tmp
     assert "never overwritten" in _refused("request", "--party", "party1", "--out", str(hosts / "party1"))
 
 
+def test_sign_refuses_a_ca_key_that_cannot_sign(hosts, tmp_path):
+    """An X25519 key in ca.key (a key-agreement key) is refused naming the file, before any signing."""
+    import shutil
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import x25519
+
+    ca = tmp_path / "ca"
+    shutil.copytree(hosts / "ca", ca)
+    (ca / "ca.key").write_bytes(x25519.X25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    out = tmp_path / "x.pem"
+    msg = _refused("sign", "--ca", str(ca), "--csr", str(hosts / "party1" / "party1.csr"), "--party", "party1",
+                   "--out", str(out))
+    assert "holds a X25519PrivateKey, which cannot sign certificates" in msg and "ca.key" in msg
+    assert not out.exists()
+
+
 def test_certs_make_says_it_is_for_local_experiments():
     r = runner.invoke(app, ["certs", "make", "--help"])
     assert "LOCAL EXPERIMENTS ONLY" in r.output and "certs request" in " ".join(r.output.split())

@@ -51,7 +51,8 @@ def _ones(shape: Any) -> np.ndarray:
 def _obj(values: Sequence[Any], shape: Any) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = values
-    return out.reshape(shape)
+    shaped: np.ndarray = out.reshape(shape)
+    return shaped
 
 
 class _Ops:

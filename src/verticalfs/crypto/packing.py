@@ -127,7 +127,8 @@ class SlotPacking:
         low = m.view(np.uint64).astype("<u8").view(np.uint8).reshape(-1, 8)
         if w <= 8:
             u = (m.view(np.uint64) + np.uint64(1 << (self.slot_bits - 1))).astype("<u8")  # modulo 2**64
-            return u.view(np.uint8).reshape(-1, 8)[:, :w]
+            digits: np.ndarray = u.view(np.uint8).reshape(-1, 8)[:, :w]
+            return digits
         out = np.empty((m.size, w), dtype=np.uint8)
         out[:, :8] = low
         out[:, 8:] = np.where(m < 0, 0xFF, 0x00).astype(np.uint8)[:, None]  # sign extension
@@ -206,7 +207,7 @@ class SlotPacking:
         raw = raw.reshape(-1, max(w, 8))[:count]
         digits = np.ascontiguousarray(raw[:, :8]).view("<u8").ravel()
         if w <= 8:
-            m = (digits - np.uint64(1 << (b - 1))).view(np.int64)  # modulo 2**64, then signed
+            m: np.ndarray = (digits - np.uint64(1 << (b - 1))).view(np.int64)  # modulo 2**64, then signed
         else:
             m = digits.view(np.int64).copy()  # the offset 2**(b-1) is 0 modulo 2**64
             if not wrap:  # the bytes above the low 8 (sign bit flipped back) must extend m's sign
@@ -286,7 +287,8 @@ def slot_masks(count: int, bits: int) -> np.ndarray:
     if not 1 <= int(bits) <= 63:
         raise CryptoError(f"slot_masks: bits must lie in [1, 63], got {bits}")
     raw = np.frombuffer(os.urandom(8 * int(count)), dtype="<u8")
-    return (raw >> np.uint64(64 - int(bits))).astype(np.int64) - (1 << (int(bits) - 1))
+    masks: np.ndarray = (raw >> np.uint64(64 - int(bits))).astype(np.int64) - (1 << (int(bits) - 1))
+    return masks
 
 
 def combination_bound(K: np.ndarray, bound: int) -> int:

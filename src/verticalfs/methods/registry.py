@@ -14,8 +14,12 @@ import importlib.util
 import pkgutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from verticalfs.exceptions import ConfigError, ProtocolError
+
+if TYPE_CHECKING:
+    from verticalfs.party import Role
 
 _METHODS: dict[str, type] = {}
 _COMMANDS: dict[str, Callable] = {}
@@ -67,7 +71,7 @@ def get(name: str) -> type:
                       "(or a pipeline such as feast+sparsevfl-16)")
 
 
-def party_role(method: str) -> type:
+def party_role(method: str) -> type[Role]:
     """The party role class of ``method`` (what a feature party builds at ``Join``)."""
     role = get(method).Role
     if role is None:
@@ -75,7 +79,7 @@ def party_role(method: str) -> type:
     return role
 
 
-def party_roles():
+def party_roles() -> Callable[[str], type[Role]]:
     """The ``role_for`` of a :class:`~verticalfs.party.PartyRuntime` that may take part in any
     registered method: :func:`party_role`, after every method was imported (so that every
     method's message kinds decode before its first ``Join``)."""

@@ -9,7 +9,8 @@ messages shrink too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -21,6 +22,7 @@ ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": 
                "leaky_relu": nn.LeakyReLU, "elu": nn.ELU, "selu": nn.SELU}
 #: weight initialisations of :func:`init_weights`
 INITS = ("torch", "xavier")
+_T = TypeVar("_T")
 
 
 def _activation(name: str) -> nn.Module:
@@ -131,14 +133,15 @@ def init_weights(module: nn.Module, init: str = "torch") -> nn.Module:
     return module
 
 
-def seeded(seed: int, build):
+def seeded(seed: int, build: Callable[[], _T]) -> _T:
     """Call ``build()`` with torch's global RNG seeded by ``seed``, restoring the RNG afterwards."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return build()
 
 
-def make_optimizer(params, name: str, lr: float, weight_decay: float = 0.0, momentum: float = 0.0):
+def make_optimizer(params: Iterable[Any], name: str, lr: float, weight_decay: float = 0.0,
+                   momentum: float = 0.0) -> torch.optim.Optimizer:
     name = name.lower()
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
@@ -149,7 +152,7 @@ def make_optimizer(params, name: str, lr: float, weight_decay: float = 0.0, mome
     raise ConfigError(f"unknown optimizer {name!r}; use one of ['adam', 'adamw', 'sgd']")
 
 
-def load_shaped(module: nn.Module, state: dict) -> nn.Module:
+def load_shaped(module: nn.Module, state: dict[str, Any]) -> nn.Module:
     """Load ``state`` into ``module``, first replacing every Linear layer whose saved weight has
     another shape by one of the saved shape (models that shrank while training: removed inputs,
     removed embedding components)."""

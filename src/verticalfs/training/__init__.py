@@ -8,7 +8,7 @@ The names of :mod:`verticalfs.training.split` are imported on first use: the spl
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from verticalfs.training.batches import BatchPlan, epoch_permutation
 from verticalfs.training.history import Callback, History, ProgressCallback, derive_seed
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name not in _SPLIT:
         raise AttributeError(f"module 'verticalfs.training' has no attribute {name!r}")
     value = getattr(importlib.import_module("verticalfs.training.split"), name)

@@ -25,15 +25,15 @@ class BatchPlan:
         self.n = n
         self.batch_size = batch_size
         self.shuffle_seed = shuffle_seed
-        self._epoch = None
-        self._perm = None
+        self._epoch: int | None = None
+        self._perm: np.ndarray | None = None
 
     @property
     def n_batches(self) -> int:
         return n_batches(self.n, self.batch_size)
 
     def rows(self, epoch: int, batch: int) -> np.ndarray:
-        if epoch != self._epoch:
+        if epoch != self._epoch or self._perm is None:  # (both are set together)
             self._perm = epoch_permutation(self.n, self.shuffle_seed, epoch)
             self._epoch = epoch
         return batch_slice(self._perm, batch, self.batch_size)

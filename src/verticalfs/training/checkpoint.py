@@ -39,8 +39,9 @@ import json
 import os
 import random
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -50,6 +51,11 @@ from verticalfs.training import state as _state
 from verticalfs.transport.messages import Ack, At, Persist
 from verticalfs.utils.io import check_private_file, write_bytes_atomic, write_json_atomic
 
+if TYPE_CHECKING:
+    from verticalfs.crypto.keys import PrivateKey
+    from verticalfs.party import PartyRuntime
+    from verticalfs.training.split import SplitTrainer
+
 PHASE = "checkpoint"
 #: a role's attributes that are not state (rebuilt by the run's Join)
 _NOT_STATE = frozenset({"data", "spec"})
@@ -58,11 +64,11 @@ _TRAINER_NOT_STATE = frozenset({"fed", "callbacks", "entry_hook", "labels", "y",
                                 "seed", "parties", "task", "eval_splits", "select", "codec", "checkpoints"})
 
 
-def rng_state() -> dict:
+def rng_state() -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
 
 
-def set_rng_state(s: dict) -> None:
+def set_rng_state(s: dict[str, Any]) -> None:
     torch.set_rng_state(s["torch"])
     np.random.set_state(s["numpy"])
     random.setstate(s["python"])
@@ -100,7 +106,7 @@ def _write(path: Path, obj: Any) -> None:
     write_bytes_atomic(path, buf.getvalue(), mode=FILE_MODE)
 
 
-def _read(path: Path) -> tuple[dict, dict]:
+def _read(path: Path) -> tuple[dict[str, Any], dict[str, PrivateKey]]:
     """``(tree, private keys)`` of a checkpoint file: ``weights_only=True``, keys from JSON."""
     try:
         tree = torch.load(path, weights_only=True)
@@ -118,7 +124,7 @@ def _read(path: Path) -> tuple[dict, dict]:
     return tree, keys
 
 
-def _restore_attrs(obj: Any, saved: dict, keys: dict, what: str) -> None:
+def _restore_attrs(obj: Any, saved: dict[str, Any], keys: dict[str, PrivateKey], what: str) -> None:
     for k, s in saved.items():
         setattr(obj, k, _state.restore_into(getattr(obj, k, None), s, keys, f"{what}.{k}"))
 
@@ -136,7 +142,7 @@ def _safe(name: str, what: str) -> str:
 
 
 # ---------------------------------------------------------------------------------- the party side
-def party_persist(runtime, msg: Persist) -> Ack:
+def party_persist(runtime: PartyRuntime, msg: Persist) -> Ack:
     """A party's answer to :class:`Persist` (``runtime.checkpoint_dir`` is its own folder)."""
     folder = runtime.checkpoint_dir
     if folder is None:
@@ -188,7 +194,7 @@ class Checkpointer:
         self.folder = Path(folder)
         self.run_id = run_id
         self.segment = -1  # loop segments (SplitTrainer.fit calls) started so far
-        self.target: dict | None = None
+        self.target: dict[str, Any] | None = None
         if resume:
             latest = self.folder / "latest.json"
             if not latest.is_file():
@@ -204,7 +210,7 @@ class Checkpointer:
     def replaying(self) -> bool:
         return self.target is not None and self.segment < int(self.target["segment"])
 
-    def begin(self, trainer) -> int:
+    def begin(self, trainer: SplitTrainer) -> int:
         """A loop segment starts; returns how many of its epochs to skip (restored from the checkpoint)."""
         self.segment += 1
         if self.target is not None and self.segment == int(self.target["segment"]):
@@ -214,7 +220,7 @@ class Checkpointer:
             return done
         return 0
 
-    def save(self, trainer, epochs_done: int) -> None:
+    def save(self, trainer: SplitTrainer, epochs_done: int) -> None:
         """After an epoch: every party saves, then the label holder, then ``latest.json`` names it."""
         if self.replaying:
             return
@@ -233,7 +239,7 @@ class Checkpointer:
                                                         "epochs": epochs_done, "tag": tag})
         _prune(run_dir)
 
-    def _restore(self, trainer, tag: str) -> None:
+    def _restore(self, trainer: SplitTrainer, tag: str) -> None:
         path = self.folder / self.run_id / f"{tag}.pt"
         if not path.is_file():
             raise ConfigError(f"the label holder's checkpoint {str(path)!r} named in latest.json is missing")
@@ -251,7 +257,8 @@ class Checkpointer:
         (self.folder / "latest.json").unlink(missing_ok=True)
 
 
-def run_id(method: str, params: dict, seed: int, codec, parties, n_rows: dict) -> str:
+def run_id(method: str, params: dict[str, Any], seed: int, codec: str, parties: Iterable[str],
+           n_rows: dict[str, int]) -> str:
     """A short fingerprint of what must be equal for a checkpoint to be resumed."""
     key = json.dumps({"method": method, "params": {k: repr(v) for k, v in sorted(params.items())}, "seed": seed,
                       "codec": codec, "parties": list(parties), "rows": n_rows}, sort_keys=True)

@@ -47,7 +47,7 @@ import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -73,6 +73,15 @@ from verticalfs.transport.messages import (
     message_from_dict,
     message_to_dict,
 )
+
+if TYPE_CHECKING:
+    from verticalfs.federation import Federation, LocalFederation
+    from verticalfs.party import LocalData
+    from verticalfs.training.checkpoint import Checkpointer
+    from verticalfs.transport.ledger import Ledger
+
+#: a split gradient handed to carry_optimizer_state: new parameter -> (old parameter, slicing)
+SlicedParams = dict[torch.Tensor, tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]]
 
 
 # ---------------------------------------------------------------------------------- configuration
@@ -119,7 +128,7 @@ class TrainConfig:
         self.validate()
 
     @classmethod
-    def from_params(cls, params) -> TrainConfig:
+    def from_params(cls, params: Any) -> TrainConfig:
         """The TrainConfig fields of any params dataclass that extends it."""
         return cls(**{f.name: getattr(params, f.name) for f in fields(cls)})
 
@@ -141,7 +150,7 @@ class TrainConfig:
             raise ConfigError(f"limit_batches must be a whole number >= 1 (or None: every batch), got {lb!r}")
 
 
-def loss_fn(task: str):
+def loss_fn(task: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     if task == "regression":
         return lambda out, y: F.mse_loss(out.reshape(-1), y)
     return F.cross_entropy
@@ -161,7 +170,7 @@ class SplitSpec:
     embeddings the party sends, ``backward`` the codec of the gradients it receives.
     """
 
-    hidden: tuple
+    hidden: tuple[Any, ...]
     embedding_dim: int
     activation: str
     optimizer: str
@@ -179,7 +188,8 @@ class SplitSpec:
 
 
 # ------------------------------------------------------------------------------- the party side
-def carry_optimizer_state(old, new, sliced: dict) -> None:
+def carry_optimizer_state(old: torch.optim.Optimizer | None, new: torch.optim.Optimizer,
+                          sliced: SlicedParams) -> None:
     """Copy the per-parameter state of optimizer ``old`` into ``new`` after a model shrank.
 
     Parameters of ``new`` that ``old`` also had keep their state; ``sliced`` maps a new parameter
@@ -234,17 +244,17 @@ class SplitRole(Role):
 
     spec: SplitSpec
 
-    def __init__(self, data, spec: SplitSpec, ctx: Context) -> None:
+    def __init__(self, data: LocalData, spec: SplitSpec, ctx: Context) -> None:
         super().__init__(data, spec, ctx)
         if not isinstance(spec, SplitSpec):
             raise ProtocolError(f"party {data.name!r}: {type(self).__name__} needs a SplitSpec, got "
                                 f"{type(spec).__name__}")
-        self.model = seeded(int(spec.seed), lambda: self.build_model(len(data.kept)))
+        self.model: torch.nn.Module = seeded(int(spec.seed), lambda: self.build_model(len(data.kept)))
         self.optimizer = self.make_optimizer()
         n_train = data.n_samples("train") if "train" in data.splits else 0  # none when predicting
         self.plan = BatchPlan(n_train, int(spec.batch_size), int(spec.shuffle_seed))
         self.pending: torch.Tensor | None = None
-        self.saved: dict | None = None
+        self.saved: dict[str, Any] | None = None
         self._dense32 = spec.forward == "float32"
 
     # ------------------------------------------------------------------ hooks
@@ -255,13 +265,14 @@ class SplitRole(Role):
                     out_activation=s.last_activation, out_bias=bool(s.out_bias))
         return init_weights(model, s.init)
 
-    def make_optimizer(self, lr: float | None = None):
+    def make_optimizer(self, lr: float | None = None) -> torch.optim.Optimizer:
         s = self.spec
         return make_optimizer(self.model.parameters(), s.optimizer, s.lr if lr is None else lr,
                               s.weight_decay, s.momentum)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        return self.model(X)
+        out: torch.Tensor = self.model(X)
+        return out
 
     def encode_forward(self, h: torch.Tensor, train: bool) -> Any:
         """The message carrying the embeddings ``h`` (default: :class:`Embeddings` in ``spec.forward``)."""
@@ -287,7 +298,8 @@ class SplitRole(Role):
         if layer is None or layer.weight.shape[1] != len(self.data.kept):
             return None
         with torch.no_grad():
-            return torch.linalg.vector_norm(layer.weight, dim=0).numpy()
+            norms: np.ndarray = torch.linalg.vector_norm(layer.weight, dim=0).numpy()
+        return norms
 
     def post_step(self) -> None:
         """Runs after every optimizer step (default nothing)."""
@@ -303,26 +315,28 @@ class SplitRole(Role):
             X = X.index_select(0, torch.from_numpy(self.plan.rows(epoch, batch)))
         return X
 
-    def drop_inputs(self, keep_local) -> None:
+    def drop_inputs(self, keep_local: Sequence[int] | np.ndarray) -> None:
         """Remove features for real: keep positions ``keep_local`` of the *current* inputs. The
         optimizer's state (Adam's moments) carries over to the weights that stay."""
         keep_local = np.asarray(keep_local, dtype=np.int64)
-        old, opt = self.model.input_layer, self.optimizer
-        self.model.keep_inputs(keep_local)
+        model: Any = self.model  # an MLP-like bottom model (input_layer, keep_inputs)
+        old, opt = model.input_layer, self.optimizer
+        model.keep_inputs(keep_local)
         self.data.keep_positions(keep_local)
         self.optimizer = self.make_optimizer()
-        new, idx = self.model.input_layer, torch.as_tensor(keep_local)
+        new, idx = model.input_layer, torch.as_tensor(keep_local)
         carry_optimizer_state(opt, self.optimizer, {new.weight: (old.weight, lambda t: t[:, idx]),
                                                     new.bias: (old.bias, lambda t: t)})
 
-    def keep_outputs(self, keep) -> None:
+    def keep_outputs(self, keep: Sequence[int] | np.ndarray) -> None:
         """Keep only embedding components ``keep`` (the output layer shrinks); the optimizer's
         state carries over to the weights that stay."""
         keep = np.asarray(keep, dtype=np.int64)
-        old, opt = self.model.output_layer, self.optimizer
-        self.model.keep_outputs(keep)
+        model: Any = self.model  # an MLP-like bottom model (output_layer, keep_outputs)
+        old, opt = model.output_layer, self.optimizer
+        model.keep_outputs(keep)
         self.optimizer = self.make_optimizer()
-        new, idx = self.model.output_layer, torch.as_tensor(keep)
+        new, idx = model.output_layer, torch.as_tensor(keep)
         carry_optimizer_state(opt, self.optimizer, {new.weight: (old.weight, lambda t: t[idx]),
                                                     new.bias: (old.bias, lambda t: t[idx])})
 
@@ -332,19 +346,19 @@ class SplitRole(Role):
         opt.zero_grad(set_to_none=True)
         local = self.local_loss()
         if local is None:
-            out.backward(g)
+            out.backward(g)  # type: ignore[no-untyped-call]  # torch's Tensor.backward is not annotated
         else:
             torch.autograd.backward([out, local], [g, torch.ones_like(local)])
         opt.step()
         self.post_step()
 
     # ------------------------------------------------------------------ saving
-    def export(self) -> dict:
+    def export(self) -> dict[str, Any]:
         return {"spec": message_to_dict(self.spec),
                 "state": {k: v.detach().clone() for k, v in self.model.state_dict().items()}}
 
     @classmethod
-    def restore(cls, data, saved: dict, ctx: Context) -> SplitRole:
+    def restore(cls, data: LocalData, saved: dict[str, Any], ctx: Context) -> SplitRole:
         role = cls(data, message_from_dict(saved["spec"]), ctx)
         load_shaped(role.model, saved["state"])
         role.model.eval()
@@ -352,7 +366,8 @@ class SplitRole(Role):
 
     # --------------------------------------------------------------- handlers
     def joined(self) -> Ready:
-        return Ready(n_features=len(self.data.kept), embedding_dim=int(self.model.n_outputs),
+        n_outputs: int = self.model.n_outputs  # type: ignore[assignment]  # an MLP-like bottom model
+        return Ready(n_features=len(self.data.kept), embedding_dim=int(n_outputs),
                      n_samples={s: self.data.n_samples(s) for s in self.data.splits})
 
     @handles(EmbedRequest)
@@ -397,7 +412,7 @@ class SplitRole(Role):
 
 
 # ------------------------------------------------------------------------ the label holder's side
-def _tie_loss(entry: dict | None) -> float:
+def _tie_loss(entry: dict[str, Any] | None) -> float:
     """Validation loss of a history entry (log-loss, or MSE for regression); +inf if absent."""
     if entry is None:
         return float("inf")
@@ -439,13 +454,13 @@ class SplitTrainer:
         :class:`~verticalfs.training.checkpoint.Checkpointer`, from the method's ``checkpoints``).
     """
 
-    spec_class: type = SplitSpec
+    spec_class: type[Any] = SplitSpec
 
-    def __init__(self, fed, method: str, config: TrainConfig, *, seed: int = 0,
-                 callbacks: Sequence[Callback] = (), entry_hook: Callable[[dict], None] | None = None,
+    def __init__(self, fed: Federation | LocalFederation, method: str, config: TrainConfig, *, seed: int = 0,
+                 callbacks: Sequence[Callback] = (), entry_hook: Callable[[dict[str, Any]], None] | None = None,
                  eval_splits: Sequence[str] = ("test", "val"), select: str | None = None,
-                 codec: str = "float32", spec_class: type | None = None, spec_extra: dict | None = None,
-                 checkpoints=None) -> None:
+                 codec: str = "float32", spec_class: type[Any] | None = None,
+                 spec_extra: dict[str, Any] | None = None, checkpoints: Checkpointer | None = None) -> None:
         config.validate()
         get_codec(codec)  # validates the name
         self.fed = fed
@@ -474,15 +489,25 @@ class SplitTrainer:
         self.top: torch.nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.best_score: float | None = None
-        self.best_entry: dict | None = None
-        self._saved_top: dict | None = None
+        self.best_entry: dict[str, Any] | None = None
+        self._saved_top: dict[str, Any] | None = None
 
     def n_samples(self, split: str = "train") -> int:
         return int(self.y[split].shape[0])
 
     @property
-    def ledger(self):
+    def ledger(self) -> Ledger:
         return self.fed.ledger
+
+    def _top_model(self) -> torch.nn.Module:
+        if self.top is None:
+            raise ProtocolError(f"{self.method}: no top model yet (setup() builds it)")
+        return self.top
+
+    def _top_optimizer(self) -> torch.optim.Optimizer:
+        if self.optimizer is None:
+            raise ProtocolError(f"{self.method}: no optimizer of the top model yet (setup() builds it)")
+        return self.optimizer
 
     # ---------------------------------------------------------------- set-up
     def spec_for(self, party: str) -> Any:
@@ -530,7 +555,7 @@ class SplitTrainer:
     def rebuild_top_optimizer(self) -> None:
         """A fresh optimizer of the config on the top model's parameters (its state starts anew)."""
         c = self.config
-        self.optimizer = make_optimizer(self.top.parameters(), c.optimizer, c.lr, c.weight_decay)
+        self.optimizer = make_optimizer(self._top_model().parameters(), c.optimizer, c.lr, c.weight_decay)
 
     def replace_top(self, top: torch.nn.Module, embedding_dims: dict[str, int]) -> None:
         """Train on with the top model ``top`` on the embeddings of the parties in ``embedding_dims``.
@@ -578,7 +603,7 @@ class SplitTrainer:
             float32 of shape ``(n_rows, embedding_dims[party])``. SparseVFL also keeps the mask of
             the transmitted entries, FedSDG-FS scatters the open components into place.
         """
-        v = msg.values
+        v: np.ndarray = msg.values
         if v.shape != (n_rows, self.embedding_dims[party]):
             raise ProtocolError(f"party {party!r} sent embeddings of shape {v.shape}, expected "
                                 f"{(n_rows, self.embedding_dims[party])}")
@@ -667,10 +692,11 @@ class SplitTrainer:
 
     def output(self, H: np.ndarray) -> np.ndarray:
         """The top model's output on concatenated embeddings, as ``prediction_metrics`` takes it."""
-        top = self.top
+        top = self._top_model()
         top.eval()
         with torch.no_grad():
-            return top(torch.from_numpy(H)).numpy()
+            out: np.ndarray = top(torch.from_numpy(H)).numpy()
+        return out
 
     # -------------------------------------------------------------- training
     def on_epoch_begin(self, phase: str) -> None:
@@ -749,16 +775,17 @@ class SplitTrainer:
         # One leaf for the concatenated embeddings: the gradient of each party's block is a
         # column slice of its gradient (exactly what autograd through torch.cat would give).
         H = torch.from_numpy(np.concatenate(blocks, 1) if len(blocks) > 1 else blocks[0]).requires_grad_(True)
-        loss = self.loss(self.top(H), y)
+        loss = self.loss(self._top_model()(H), y)
         extra = self.extra_loss(H, n)
         if extra is not None:
             loss = loss + extra
-        opt = self.optimizer
+        opt = self._top_optimizer()
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward is not annotated
         opt.step()
         value = loss.item()
         self.check_loss(value, at)
+        assert H.grad is not None  # loss.backward() filled it: H is a leaf that requires grad
         self.backward_batch(H.grad.numpy(), at)
         return value
 
@@ -782,7 +809,7 @@ class SplitTrainer:
         """
         epoch, plan = self.epoch, self.plan
         y_all = self.targets("train")
-        self.top.train()
+        self._top_model().train()
         self.on_epoch_begin(phase)
         n_batches = plan.n_batches
         if self.config.limit_batches is not None:
@@ -825,14 +852,14 @@ class SplitTrainer:
             res.update({prefix + k: v for k, v in m.items()})
         return res
 
-    def entry_extras(self) -> dict:
+    def entry_extras(self) -> dict[str, Any]:
         """Extra fields for the history entry of the epoch just finished (default none)."""
         return {}
 
-    def record(self, phase: str, train_loss: float | None, **extra) -> dict:
+    def record(self, phase: str, train_loss: float | None, **extra: Any) -> dict[str, Any]:
         """Evaluate and append a history entry for the epoch just finished."""
         led = self.ledger
-        entry = {"epoch": self.epoch, "phase": phase}
+        entry: dict[str, Any] = {"epoch": self.epoch, "phase": phase}
         if train_loss is not None:
             entry["train_loss"] = train_loss
         entry.update(self.evaluate())
@@ -884,7 +911,7 @@ class SplitTrainer:
     #: then predicts the two columns ``[0, logit]``, as every other binary model's output has
     binary: bool = False
 
-    def export_top(self) -> dict:
+    def export_top(self) -> dict[str, Any]:
         """The label holder's part of a saved split model (kind ``"split"``): the parties' order
         and embedding widths and the top model (a :class:`~verticalfs.nn.models.TopModel`).
 
@@ -905,11 +932,13 @@ class SplitTrainer:
 
     # ----------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> None:
-        self._saved_top = copy.deepcopy(self.top.state_dict())
+        self._saved_top = copy.deepcopy(self._top_model().state_dict())
         self._checkpoint_parties("save")
 
     def restore_checkpoint(self) -> None:
-        self.top.load_state_dict(self._saved_top)
+        if self._saved_top is None:
+            raise ProtocolError(f"{self.method}: no checkpoint of the top model to restore")
+        self._top_model().load_state_dict(self._saved_top)
         self._checkpoint_parties("restore")
 
     def _checkpoint_parties(self, action: str) -> None:
@@ -933,7 +962,7 @@ class SplitTrainer:
         return None if self.best_entry is None else int(self.best_entry["epoch"])
 
 
-def saved_embeddings(holder: dict, fed, split: str) -> np.ndarray:
+def saved_embeddings(holder: dict[str, Any], fed: Any, split: str) -> np.ndarray:
     """The concatenated embeddings of ``split`` from the parties of a saved split model (phase
     ``eval``), each party's block checked against the width the model was saved with."""
     at = At("eval")
@@ -948,7 +977,7 @@ def saved_embeddings(holder: dict, fed, split: str) -> np.ndarray:
     return np.concatenate(blocks, 1) if len(blocks) > 1 else blocks[0]
 
 
-def saved_split_output(holder: dict, H: np.ndarray) -> np.ndarray:
+def saved_split_output(holder: dict[str, Any], H: np.ndarray) -> np.ndarray:
     """The output of a saved split model's top model (:meth:`SplitTrainer.export_top`) on ``H``."""
     state = holder["top_state"]
     weights = [k for k in state if k.endswith("weight")]
@@ -957,13 +986,13 @@ def saved_split_output(holder: dict, H: np.ndarray) -> np.ndarray:
     load_shaped(top, state)
     top.eval()
     with torch.no_grad():
-        out = top(torch.from_numpy(np.ascontiguousarray(H, dtype=np.float32))).numpy()
+        out: np.ndarray = top(torch.from_numpy(np.ascontiguousarray(H, dtype=np.float32))).numpy()
     if holder["two_column"]:
         out = np.concatenate([np.zeros_like(out), out], 1)
     return out
 
 
-def test_metrics(entry: dict) -> dict[str, float]:
+def test_metrics(entry: dict[str, Any]) -> dict[str, float]:
     """The test metrics of a history entry (not bookkeeping, not ``<split>_*``)."""
     return {k: v for k, v in entry.items() if k not in NON_METRIC_KEYS and k != "embedding_zeros"
             and not k.startswith("val_") and isinstance(v, (int, float)) and not isinstance(v, bool)}

@@ -49,7 +49,7 @@ def _qualname(obj: Any) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
-def _module_attrs(m: torch.nn.Module) -> dict:
+def _module_attrs(m: torch.nn.Module) -> dict[str, Any]:
     """A module's plain attributes (not parameters, buffers, submodules or hooks)."""
     return {k: v for k, v in vars(m).items() if not k.startswith("_")}
 
@@ -155,7 +155,7 @@ def restore_into(current: Any, saved: Any, keys: dict[str, PrivateKey], path: st
     """The value to hold where ``current`` is, from ``saved`` (modules, optimisers, generators and
     objects are updated in place and returned; plain values are decoded)."""
     if isinstance(saved, list):
-        cur = current if isinstance(current, list) and len(current) == len(saved) else [None] * len(saved)
+        cur: Any = current if isinstance(current, list) and len(current) == len(saved) else [None] * len(saved)
         return [restore_into(c, s, keys, f"{path}[{i}]") for i, (c, s) in enumerate(zip(cur, saved, strict=True))]
     if isinstance(saved, tuple):
         cur = current if isinstance(current, tuple) and len(current) == len(saved) else (None,) * len(saved)
@@ -235,14 +235,14 @@ def _restore_tensor(current: Any, saved: torch.Tensor) -> torch.Tensor:
     return current
 
 
-def _check_type(current: Any, saved: dict, path: str) -> None:
+def _check_type(current: Any, saved: dict[str, Any], path: str) -> None:
     if current is None or _qualname(current) != saved["type"]:
         raise ConfigError(f"checkpoint: {path} was a {saved['type']}, the resumed run has "
                           f"{'nothing' if current is None else _qualname(current)} there; resume with the same "
                           "method, parameters and version of verticalfs")
 
 
-def _load_module(m: torch.nn.Module, saved: dict, path: str) -> None:
+def _load_module(m: torch.nn.Module, saved: dict[str, Any], path: str) -> None:
     mods = dict(m.named_modules())
     for name, attrs in saved["attrs"].items():
         sub = mods.get(name)

@@ -24,7 +24,7 @@ class WallTime:
     bandwidth_mbps: float
     latency_ms: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, float]:
         return {
             "bandwidth_mbps": self.bandwidth_mbps,
             "latency_ms": self.latency_ms,
@@ -51,8 +51,8 @@ def estimate_wall_time(ledger: Ledger, bandwidth_mbps: float, *, latency_ms: flo
         raise ValueError(f"bandwidth must be positive, got {bandwidth_mbps}")
     B = bandwidth_mbps * 1e6
     lat = latency_ms / 1e3
-    S: dict[tuple, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    n: dict[tuple, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    S: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    n: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in ledger.records():
         if phases is not None and r.phase not in phases:
             continue
@@ -60,7 +60,7 @@ def estimate_wall_time(ledger: Ledger, bandwidth_mbps: float, *, latency_ms: flo
         key = (r.phase, r.round)
         S[key][party] += r.bytes
         n[key][party] += 1
-    T: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    T: dict[tuple[str, int], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for (party, phase, rnd), sec in ledger.compute_seconds().items():
         if phases is not None and phase not in phases:
             continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -44,7 +45,7 @@ class Ledger:
     """
 
     def __init__(self, *, compute_rounds: bool = True) -> None:
-        self._rows: list[tuple] = []
+        self._rows: list[tuple[Any, ...]] = []  # FIELDS, in order
         self._compute_rounds = compute_rounds
         self._compute: dict[tuple[str, str, int], float] = defaultdict(float)
         self._total = 0
@@ -61,11 +62,11 @@ class Ledger:
         """Add measured compute time of ``party`` in ``(phase, round)``."""
         self._compute[(party, phase, round if self._compute_rounds else 0)] += seconds
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         """Everything recorded so far (for a checkpoint)."""
         return {"rows": list(self._rows), "compute": dict(self._compute)}
 
-    def restore(self, snap: dict) -> None:
+    def restore(self, snap: dict[str, Any]) -> None:
         """Replace the records with a :meth:`snapshot`'s (resuming a run)."""
         self._rows = [tuple(r) for r in snap["rows"]]
         self._compute.clear()
@@ -86,7 +87,7 @@ class Ledger:
     def total_bytes(self) -> int:
         return self._total
 
-    def bytes_where(self, **match) -> int:
+    def bytes_where(self, **match: Any) -> int:
         """Total bytes of the records whose fields equal the given values (e.g. ``phase="train"``)."""
         if len(match) == 1 and "phase" in match:  # kept as a running total: O(1)
             return self._phase_total.get(match["phase"], 0)
@@ -94,7 +95,7 @@ class Ledger:
         vals = list(match.values())
         return sum(r[6] + r[7] for r in self._rows if all(r[i] == v for i, v in zip(idx, vals, strict=True)))
 
-    def payload_where(self, **match) -> int:
+    def payload_where(self, **match: Any) -> int:
         idx = [FIELDS.index(k) for k in match]
         vals = list(match.values())
         return sum(r[6] for r in self._rows if all(r[i] == v for i, v in zip(idx, vals, strict=True)))
@@ -104,9 +105,9 @@ class Ledger:
         df["bytes"] = df["payload"] + df["overhead"]
         return df
 
-    def by(self, *keys: str) -> dict:
+    def by(self, *keys: str) -> dict[Any, int]:
         """Total bytes grouped by one or more of the record fields."""
-        out: dict = defaultdict(int)
+        out: dict[Any, int] = defaultdict(int)
         idx = [FIELDS.index(k) for k in keys]
         for r in self._rows:
             key = r[idx[0]] if len(idx) == 1 else tuple(r[i] for i in idx)
@@ -116,7 +117,7 @@ class Ledger:
     def compute_seconds(self) -> dict[tuple[str, str, int], float]:
         return dict(self._compute)
 
-    def summary(self, active: str = LABEL_HOLDER) -> dict:
+    def summary(self, active: str = LABEL_HOLDER) -> dict[str, Any]:
         """The ``communication`` block of a result: totals by phase, party, direction and kind."""
         by_party: dict[str, int] = defaultdict(int)
         direction = {"up": 0, "down": 0}

@@ -37,8 +37,9 @@ from __future__ import annotations
 import dataclasses
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -46,14 +47,22 @@ from verticalfs.exceptions import ProtocolError, TransportError
 
 T = TypeVar("T")
 
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:  # typing.dataclass_transform is Python 3.11+; it only informs type checkers
+
+    def dataclass_transform(**_: Any) -> Callable[[T], T]:
+        return lambda f: f
+
 #: the version of the message protocol, ``(major, minor)``, announced in :class:`Hello` and
 #: :class:`Join`; separate from the package version. Bump the minor for a compatible addition (a new
 #: message kind, say), the major for anything an older peer would misread (a kind's fields, ids,
 #: encodings): a peer with another major is refused.
 PROTOCOL_VERSION: tuple[int, int] = (1, 0)
 
-_REGISTRY: dict[int, type] = {}  # kind id -> class
-_BY_NAME: dict[str, type] = {}  # wire name -> class
+# message classes are typed type[Any]: their _vf_* attributes are set by @message
+_REGISTRY: dict[int, type[Any]] = {}  # kind id -> class
+_BY_NAME: dict[str, type[Any]] = {}  # wire name -> class
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
@@ -74,7 +83,8 @@ def _where(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def message(name: str) -> Any:
+@dataclass_transform(frozen_default=True, eq_default=False, field_specifiers=(dataclasses.field, tensor_field))
+def message(name: str) -> Callable[[type[T]], type[T]]:
     """Class decorator: make the class a frozen dataclass and register it as the message kind
     ``name``, its stable wire name (``"namespace.Name"``, e.g. ``@message("sparsevfl.TopWGradients")``).
 
@@ -104,7 +114,7 @@ def message(name: str) -> Any:
         if other is not None and taken != name:
             raise TransportError(f"message wire name {name!r} of {_where(cls)} has kind id {kid}, like "
                                  f"{taken!r} of {_where(other)}; choose another name for one of them")
-        fields = dataclasses.fields(cls)
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]  # cls is a dataclass by now
         cls._vf_kind = kid  # type: ignore[attr-defined]
         cls._vf_name = name  # type: ignore[attr-defined]
         cls._vf_fields = tuple(f.name for f in fields)  # type: ignore[attr-defined]
@@ -143,7 +153,7 @@ def _allowed_types(annotation: Any, none_default: bool = False) -> tuple[type, .
     return tuple(dict.fromkeys(out))
 
 
-def message_class(kind_id: int) -> type:
+def message_class(kind_id: int) -> type[Any]:
     try:
         return _REGISTRY[kind_id]
     except KeyError:
@@ -162,17 +172,17 @@ def wire_name(msg_or_cls: Any) -> str:
     return str(name)
 
 
-def message_to_dict(msg: Any) -> dict:
+def message_to_dict(msg: Any) -> dict[str, Any]:
     """A message as plain data (its kind by wire name, its fields; nested messages too), e.g. a
     role's spec in a saved model."""
-    fields = {}
+    fields: dict[str, Any] = {}
     for name in type(msg)._vf_fields:
         v = getattr(msg, name)
         fields[name] = message_to_dict(v) if hasattr(type(v), "_vf_kind") else (list(v) if isinstance(v, tuple) else v)
     return {"kind": wire_name(msg), "fields": fields}
 
 
-def message_from_dict(d: dict) -> Any:
+def message_from_dict(d: dict[str, Any]) -> Any:
     """Inverse of :func:`message_to_dict`; only registered message kinds are built."""
     if not isinstance(d, dict) or "kind" not in d or "fields" not in d:
         raise TransportError("not a saved message: expected {'kind': ..., 'fields': {...}}")
@@ -254,10 +264,12 @@ class Coded:
     codec: Any  # a codec name or a verticalfs.codecs.Codec instance
 
 
-def coded(array, codec) -> Coded:
+def coded(array: Any, codec: Any) -> Any:
     """Mark ``array`` (numpy or torch, float) to be encoded with ``codec`` (name or instance).
 
     ``Embeddings(coded(h, "float16"))``: the receiver decodes a float32 array of the same shape.
+    Returns a :class:`Coded`, typed ``Any``: it stands in for the array of a tensor field (declared
+    ``np.ndarray``, what the receiver gets).
     """
     return Coded(array, codec)
 
@@ -275,10 +287,10 @@ class Hello:
     prepared feature where they differ (one-hot levels; ``None`` when every feature is its own column),
     and the :data:`PROTOCOL_VERSION` the party speaks (the label holder refuses another major)."""
 
-    feature_names: list
-    n_samples: dict
-    sources: list | None = None
-    protocol: tuple = PROTOCOL_VERSION
+    feature_names: list[Any]
+    n_samples: dict[str, Any]
+    sources: list[Any] | None = None
+    protocol: tuple[Any, ...] = PROTOCOL_VERSION
 
 
 @message("core.Join")
@@ -293,7 +305,7 @@ class Join:
 
     method: str
     spec: Any
-    protocol: tuple = PROTOCOL_VERSION
+    protocol: tuple[Any, ...] = PROTOCOL_VERSION
 
 
 @message("core.Ready")
@@ -302,7 +314,7 @@ class Ready:
 
     n_features: int
     embedding_dim: int
-    n_samples: dict
+    n_samples: dict[str, Any]
 
 
 @message("core.EmbedRequest")
@@ -405,9 +417,9 @@ class TrafficRequest:
 class TrafficReport:
     """Party -> label holder: its ledger records of party-to-party messages, one entry per message."""
 
-    receivers: list
-    phases: list
-    kinds: list
+    receivers: list[Any]
+    phases: list[Any]
+    kinds: list[Any]
     rounds: np.ndarray
     steps: np.ndarray
     payload: np.ndarray

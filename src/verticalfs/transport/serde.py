@@ -399,7 +399,7 @@ def decode_parts(data: bytes, max_elements: int | None = None) -> tuple[Any, int
         raise TransportError(f"malformed message: {type(exc).__name__}: {exc}") from None
 
 
-def _decode(data, max_elements: int | None) -> tuple[Any, int, int, int, int]:
+def _decode(data: object, max_elements: int | None) -> tuple[Any, int, int, int, int]:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TransportError(f"a message is bytes, got {type(data).__name__}")
     mv = memoryview(data)
@@ -419,7 +419,7 @@ def _decode(data, max_elements: int | None) -> tuple[Any, int, int, int, int]:
         raise TransportError(f"message header has phase id {ph}; known phases are 0..{len(PHASES) - 1}")
     cls = message_class(kid)
     pos = HEADER_SIZE
-    vals = []
+    vals: list[Any] = []
     payload = 0
     budget = item_budget(end)
     try:
@@ -465,14 +465,14 @@ def _decode(data, max_elements: int | None) -> tuple[Any, int, int, int, int]:
     return cls(*vals), ph, rnd, step, payload
 
 
-def _too_large(shape, size: int, limit: int, nbytes: int) -> str:
+def _too_large(shape: tuple[int, ...], size: int, limit: int, nbytes: int) -> str:
     why = ("the shape it expects" if limit != expansion_limit(nbytes) else
            f"{EXPANSION} per byte of a {nbytes}-byte message, at least {MIN_EXPANDED}, as it expects no shape")
     return (f"a coded array of shape {tuple(shape)} ({size} values) exceeds the {limit} values the receiver "
             f"accepts ({why})")
 
 
-def check_types(cls: type, vals: list) -> None:
+def check_types(cls: type[Any], vals: list[Any]) -> None:
     """Each decoded field against the type its message class declares (untrusted input)."""
     for name, allowed, v in zip(cls._vf_fields, cls._vf_types, vals, strict=True):
         if allowed is not None and not isinstance(v, allowed):
@@ -512,7 +512,7 @@ class _Reader:
         self.pos = pos + n
         return self.mv[pos : pos + n]
 
-    def _unpack(self, s: struct.Struct) -> tuple:
+    def _unpack(self, s: struct.Struct) -> tuple[Any, ...]:
         pos = self.pos
         if pos + s.size > self.end:
             raise TransportError("truncated message body")
@@ -520,7 +520,8 @@ class _Reader:
         return s.unpack_from(self.mv, pos)
 
     def _u32(self) -> int:
-        return self._unpack(_U32)[0]
+        n: int = self._unpack(_U32)[0]
+        return n
 
     def value(self) -> Any:
         if self.pos >= self.end:
@@ -589,7 +590,7 @@ class _Reader:
 
     def array(self) -> np.ndarray:
         cid, code, ndim = self._unpack(_ARR)
-        shape = self._unpack(_shape_struct(ndim))
+        shape: tuple[int, ...] = self._unpack(_shape_struct(ndim))
         size = 1
         for s in shape:
             size *= s
@@ -599,7 +600,8 @@ class _Reader:
             dt = _DTYPES[code]
             raw = self._take(size * dt.itemsize)
             self.payload += len(raw)
-            return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
+            out: np.ndarray = np.frombuffer(raw, dtype=dt).reshape(shape).copy()
+            return out
         codec = codec_by_id(cid)
         nbytes = codec.fixed_size(size)
         if nbytes is None:

@@ -24,9 +24,14 @@ import ipaddress
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from verticalfs.exceptions import ConfigError
 from verticalfs.utils.io import check_private_file
+
+if TYPE_CHECKING:  # cryptography is imported on use (the deploy extra)
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 DEFAULT_CA_NAME = "verticalfs CA"
 
@@ -48,7 +53,7 @@ def _check_name(name: str, what: str) -> str:
     return name
 
 
-def _key_pem(k) -> bytes:
+def _key_pem(k: ec.EllipticCurvePrivateKey) -> bytes:
     from cryptography.hazmat.primitives import serialization
 
     return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -85,10 +90,10 @@ def make_ca(out: str | Path, *, name: str = DEFAULT_CA_NAME, days: int = 3650) -
     return {"ca": _write(out / "ca.pem", cert.public_bytes(serialization.Encoding.PEM), False), "key": k}
 
 
-def _sans(party: str, hosts: Iterable[str]) -> list:
+def _sans(party: str, hosts: Iterable[str]) -> list[x509.GeneralName]:
     from cryptography import x509
 
-    out: list = [x509.DNSName(party)]
+    out: list[x509.GeneralName] = [x509.DNSName(party)]
     for h in hosts:
         h = h.strip()
         if not h:
@@ -123,7 +128,7 @@ def request(party: str, out: str | Path, *, hosts: Iterable[str] = ("localhost",
     return {"key": k, "csr": _write(out / f"{party}.csr", csr.public_bytes(serialization.Encoding.PEM), False)}
 
 
-def _common_name(name) -> str | None:
+def _common_name(name: x509.Name) -> str | None:
     from cryptography.x509.oid import NameOID
 
     attrs = name.get_attributes_for_oid(NameOID.COMMON_NAME)
@@ -140,6 +145,7 @@ def sign(ca_dir: str | Path, csr_path: str | Path, out: str | Path, *, party: st
     """
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
     from cryptography.x509.oid import ExtendedKeyUsageOID
 
     party = _check_name(party, "--party")
@@ -156,6 +162,10 @@ def sign(ca_dir: str | Path, csr_path: str | Path, out: str | Path, *, party: st
         ca_key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{str(key_path)!r} is not an unencrypted PEM private key: {exc}") from None
+    if not isinstance(ca_key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, ed25519.Ed25519PrivateKey,
+                               ed448.Ed448PrivateKey, dsa.DSAPrivateKey)):  # DH, X25519, X448 keys cannot sign
+        raise ConfigError(f"{str(key_path)!r} holds a {type(ca_key).__name__}, which cannot sign certificates; give "
+                          "the CA's signing key (EC, RSA, Ed25519, Ed448 or DSA; `verticalfs certs ca` makes EC)")
     csr_path = Path(csr_path)
     try:
         csr = x509.load_pem_x509_csr(csr_path.read_bytes())

@@ -30,6 +30,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent import futures
+from typing import Any
 
 from verticalfs import exceptions as _exc
 from verticalfs.exceptions import ConfigError, ProtocolError, TransportError
@@ -56,7 +57,7 @@ _SERVER_OPTIONS = [*_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 5
                    ("grpc.http2.max_ping_strikes", 0)]
 
 
-def _limited(options: list, max_receive: int) -> list:
+def _limited(options: list[tuple[str, Any]], max_receive: int) -> list[tuple[str, Any]]:
     """``options`` with ``grpc.max_receive_message_length`` set to ``max_receive`` bytes."""
     return [(k, v) for k, v in options if k != "grpc.max_receive_message_length"] + [
         ("grpc.max_receive_message_length", int(min(max_receive, _GRPC_CAP)))]
@@ -65,12 +66,14 @@ def _limited(options: list, max_receive: int) -> list:
 def _too_large(who: str, size: int, limit: int, sender: str) -> str:
     return (f"TransportError: party {who!r} refuses a message of {size / 2**20:.1f} MiB from {sender!r}: over its "
             f"limit of {limit / 2**20:g} MiB (max_message_mb of its [policy])")
+
+
 #: the gRPC channel options of :class:`GrpcChannel` (unlimited message sizes, keep-alive every 10 s),
 #: for a bare gRPC endpoint that is to be compared with this transport on equal terms
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = tuple(_OPTIONS)
 
 
-def _grpc():
+def _grpc() -> Any:  # grpc has no type hints: its module, servers, channels and contexts are Any
     try:
         import grpc
     except ImportError:  # pragma: no cover - the deploy extra
@@ -161,7 +164,7 @@ class PartyServer:
     def stop(self, grace: float | None = 1.0) -> None:
         self._server.stop(grace).wait()
 
-    def _check_sender(self, context) -> tuple[str, str]:
+    def _check_sender(self, context: Any) -> tuple[str, str]:
         grpc = _grpc()
         md = dict(context.invocation_metadata())
         sender, op = md.get("vf-sender", ""), md.get("vf-op", "")
@@ -177,7 +180,7 @@ class PartyServer:
                           f"(its peers: {sorted(self.peers)})")
         return sender, op
 
-    def _handle(self, context, sender: str, op: str, data: bytes) -> bytes | None:
+    def _handle(self, context: Any, sender: str, op: str, data: bytes) -> bytes | None:
         grpc = _grpc()
         try:
             with self._lock:
@@ -190,7 +193,7 @@ class PartyServer:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"ProtocolError: {self.endpoint.name!r} has no reply")
         return reply
 
-    def _call(self, request: bytes, context) -> bytes:
+    def _call(self, request: bytes, context: Any) -> bytes:
         """The fast path: a request of at most :data:`CHUNK` bytes in one gRPC message."""
         sender, op = self._check_sender(context)
         if len(request) > min(CHUNK, self.max_message_bytes):
@@ -199,7 +202,7 @@ class PartyServer:
         reply = self._handle(context, sender, op, request)
         return b"" if reply is None else reply
 
-    def _exchange(self, request_iterator, context):
+    def _exchange(self, request_iterator: Iterator[bytes], context: Any) -> Iterator[bytes]:
         grpc = _grpc()
         sender, op = self._check_sender(context)
         limit, who = self.max_message_bytes, self.endpoint.name
@@ -210,7 +213,8 @@ class PartyServer:
         total = int(declared)
         if total > limit:  # refused before a byte of it is read
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, _too_large(who, total, limit, sender))
-        parts, size = [], 0
+        parts: list[bytes] = []
+        size = 0
         for chunk in request_iterator:
             size += len(chunk)
             if size > total:
@@ -257,15 +261,15 @@ class GrpcChannel(Channel):
         self.call_timeout = call_timeout
         self.max_message_bytes = int(max_message_bytes)
         self._options = _limited(_OPTIONS, self.max_message_bytes)
-        self._creds = None
+        self._creds: Any = None
         if tls is not None:
             ca, cert, key = tls.read()
             self._creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
-        self._channels: dict[str, object] = {}
-        self._calls: dict[str, object] = {}
+        self._channels: dict[str, Any] = {}
+        self._calls: dict[str, tuple[Any, Any]] = {}  # (streaming, unary) callables per party
         self._lock = threading.Lock()
 
-    def _call(self, receiver: str):
+    def _call(self, receiver: str) -> tuple[Any, Any]:
         call = self._calls.get(receiver)
         if call is not None:
             return call
@@ -343,7 +347,7 @@ class GrpcChannel(Channel):
         self._calls.clear()
 
 
-def _remote_error(err, receiver: str, address: str) -> Exception:
+def _remote_error(err: Any, receiver: str, address: str) -> Exception:
     """A gRPC failure as the verticalfs exception the party raised, or a TransportError naming it."""
     grpc = _grpc()
     code, details = err.code(), err.details() or ""

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.transport.grpc.channel import MAX_MESSAGE_BYTES, GrpcChannel, PartyServer
 from verticalfs.transport.grpc.tls import TLSFiles
 from verticalfs.transport.ledger import Ledger
+
+if TYPE_CHECKING:
+    from verticalfs.party import PartyRuntime
 
 
 class NetworkedParty:
@@ -19,8 +23,9 @@ class NetworkedParty:
     message, received or as a peer's reply, is the runtime's policy's ``max_message_mb``.
     """
 
-    def __init__(self, runtime, address: str, *, tls: TLSFiles | None, addresses: Mapping[str, str] | None = None,
-                 peers: Sequence[str] = (), insecure: bool = False, connect_timeout: float = 10.0) -> None:
+    def __init__(self, runtime: PartyRuntime, address: str, *, tls: TLSFiles | None,
+                 addresses: Mapping[str, str] | None = None, peers: Sequence[str] = (), insecure: bool = False,
+                 connect_timeout: float = 10.0) -> None:
         from verticalfs.utils.memory import IdleTrimmer, limit_arenas
 
         limit_arenas()  # before the server's threads: one heap to reuse and to trim (utils/memory.py)
@@ -48,7 +53,10 @@ class NetworkedParty:
 
     def receive(self, sender: str, data: bytes) -> bytes | None:
         try:
-            return self.runtime.node.receive(sender, data)
+            node = self.runtime.node
+            if node is None:  # the server starts after set_addresses(), which connects the runtime
+                raise RuntimeError("set_addresses() first")
+            return node.receive(sender, data)
         finally:
             self.trimmer.touch()
 

@@ -85,7 +85,7 @@ def make_certs(parties: Sequence[str], out: str | Path, *, hosts: Iterable[str] 
         os.replace(tmp, path)
         return path
 
-    def key_pem(k) -> bytes:
+    def key_pem(k: ec.EllipticCurvePrivateKey) -> bytes:
         return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                serialization.NoEncryption())
 
@@ -101,7 +101,7 @@ def make_certs(parties: Sequence[str], out: str | Path, *, hosts: Iterable[str] 
                .sign(ca_key, hashes.SHA256()))
     paths = {"ca": write(out / "ca.pem", ca_cert.public_bytes(serialization.Encoding.PEM), False)}
     write(out / "ca.key", key_pem(ca_key), True)
-    sans: list = []
+    sans: list[x509.GeneralName] = []
     for h in hosts:
         try:
             sans.append(x509.IPAddress(ipaddress.ip_address(h)))

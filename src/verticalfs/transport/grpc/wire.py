@@ -22,13 +22,13 @@ _TCP_INFO = getattr(socket, "TCP_INFO", 11)
 
 
 def _resolve(addresses: Iterable[str]) -> set[tuple[str, int]]:
-    out = set()
+    out: set[tuple[str, int]] = set()
     for a in addresses:
         host, _, port = a.rpartition(":")
         host = host.strip("[]")
         try:
             for info in socket.getaddrinfo(host, int(port), proto=socket.IPPROTO_TCP):
-                out.add((info[4][0], int(port)))
+                out.add((str(info[4][0]), int(port)))  # str already: an IPv4/IPv6 address
         except (OSError, ValueError):
             continue
     return out
