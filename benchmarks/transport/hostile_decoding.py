@@ -18,13 +18,13 @@ import numpy as np
 
 from verticalfs.exceptions import TransportError
 from verticalfs.transport import Embeddings, decode, encode, message
-from verticalfs.transport.messages import Ack
+from verticalfs.transport.messages import Ack, kind_id_of, wire_name
 from verticalfs.transport.serde import VERSION, item_budget, seal
 
 SIZE = 3_000_000
 
 
-@message
+@message("bench.Anything")
 class Anything:
     """Benchmark message: one field of any type."""
 
@@ -32,7 +32,7 @@ class Anything:
 
 
 def frame(body: bytes) -> bytes:
-    return seal(struct.pack("<2sBBHIIII", b"VF", VERSION, 6, Anything._vf_kind, 0, 0, 0, 0) + body)
+    return seal(struct.pack("<2sBBHIIII", b"VF", VERSION, 6, kind_id_of(wire_name(Anything)), 0, 0, 0, 0) + body)
 
 
 def list_of(item: bytes, n: int) -> bytes:
@@ -46,7 +46,7 @@ ITEMS = {  # name: (bytes of one item, items it costs of the budget)
     "empty str": (b"\x05" + bytes(4), 1),
     "3-char str": (b"\x05\x03\x00\x00\x00abc", 1),
     "empty list": (b"\x08" + bytes(4), 5),
-    "empty message": (b"\x0b" + struct.pack("<H", Ack._vf_kind), 5),
+    "empty message": (b"\x0b" + struct.pack("<H", kind_id_of(wire_name(Ack))), 5),
     "empty array": (b"\x07\x00\x04\x01" + bytes(4), 9),
     "nested lists (11 deep)": (b"\x08\x01\x00\x00\x00" * 10 + b"\x08" + bytes(4), 55 + 10),
 }

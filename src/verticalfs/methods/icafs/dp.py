@@ -37,7 +37,7 @@ The noise
     (its last release, 0.2.1 of 2021, has no build for this Python and torch; pip finds no
     version). So the generator is torch's CPU generator (Mersenne Twister) under a fresh 64-bit
     key per step, not a cryptographic generator; the noise itself is Opacus's ``secure_mode``
-    noise (:data:`SECURE_NOISE`: the sum of four Gaussian draws, halved, against the
+    noise (always: the sum of four Gaussian draws, halved, against the
     floating-point attacks on the Gaussian sampler). Everything else in the run stays seeded.
 
 What it does NOT cover (so the run is not ``(epsilon, delta)``-DP)
@@ -64,11 +64,6 @@ import warnings
 
 import numpy as np
 import torch
-
-#: Opacus's ``secure_mode`` noise (four Gaussian draws summed and halved, the first draw thrown
-#: away) in every party's DP optimizer. Only ``benchmarks/icafs/dp_cost.py`` turns it off, to
-#: measure its cost.
-SECURE_NOISE = True
 
 #: What the accounting does not cover, by key; :func:`not_covered` picks those of a variant.
 NOT_COVERED = {
@@ -199,7 +194,6 @@ def guarantee(params, n_train: int, n_parties: int, noise: float, steps: int) ->
         "noise_source": "os-entropy",
         "noise": "torch CPU generator reseeded with 64 bits of secrets.randbits (os.urandom) before every noisy "
                  "step, never from the run seed; Opacus secure_mode noise (4 Gaussian draws summed, halved)"
-                 + ("" if SECURE_NOISE else " OFF (benchmark)")
                  + "; not torchcsprng (not installable here)",
         "not_covered": not_covered(str(params.variant)),
     }

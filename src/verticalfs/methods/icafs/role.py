@@ -86,7 +86,7 @@ class ICAFSRole(SplitRole):
         self.dp_module = GradSampleModule(self.model, loss_reduction="mean")
         self.dp_optimizer = DPOptimizer(self.make_optimizer(), noise_multiplier=float(s.dp_noise),
                                         max_grad_norm=float(s.dp_clip), expected_batch_size=int(s.batch_size),
-                                        generator=dp.noise_generator(), secure_mode=dp.SECURE_NOISE)
+                                        generator=dp.noise_generator(), secure_mode=True)
 
     def step(self, out: torch.Tensor, g: torch.Tensor) -> None:
         if self.dp_optimizer is None:
