@@ -28,7 +28,8 @@ pytest.importorskip("private_set_intersection")
 from tests.deploy.test_deployment import PARTIES, _files, _free_port, _listening, _start, _stop  # noqa: E402
 from verticalfs.deploy.config import Deployment  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# the module's tests share one deployment (module fixtures): one xdist worker runs them all, in order
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("deploy_predict")]
 
 METHODS = {
     "vfl": {"epochs": 2, "batch_size": 64, "hidden": (16, 8)},

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from verticalfs.exceptions import ConfigError
+from verticalfs.exceptions import ConfigError, VerticalFSError
 
 
 class PredictRequest(BaseModel):
@@ -157,7 +157,10 @@ def create_app(model, *, batch_ms: float = 2.0, max_batch: int = 4096, on_ready=
         if len(req.ids) > MAX_IDS_PER_REQUEST:
             raise HTTPException(413, f"at most {MAX_IDS_PER_REQUEST} ids per request, got {len(req.ids)}")
         ids = [str(i) for i in req.ids]
-        rows, unknown = await asyncio.wrap_future(batcher.submit(ids))
+        try:
+            rows, unknown = await asyncio.wrap_future(batcher.submit(ids))
+        except VerticalFSError as exc:  # a party refused or could not be reached: say which, not a bare 500
+            raise HTTPException(503, f"{type(exc).__name__}: {exc}") from None
         if model.task == "regression":
             preds = [{"id": i, "prediction": float(v)} for i, v, _ in rows]
         else:
