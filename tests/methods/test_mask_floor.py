@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import verticalfs
+from tests.crypto.test_packing import full_slots  # the key holder's full view of packed slots
 from verticalfs.crypto import HIDING_FLOOR, EncryptedArray
 from verticalfs.exceptions import ConfigError, CryptoError, ProtocolError
 from verticalfs.federation import Federation
@@ -20,17 +21,6 @@ SMALL_KEY = {"key_bits": 768, "insecure": True}
 @pytest.fixture(scope="module")
 def wine():
     return verticalfs.build_data("wine", parties=2, seed=0)
-
-
-def full_slots(packing, packed, count: int) -> list[int]:
-    """The key holder's full view of every slot (Python integers, independent of the library)."""
-    b, k = packing.slot_bits, packing.slots
-    out = []
-    for i, x in enumerate(packed):
-        fill = min(k, count - i * k)
-        U = int(x) + sum(1 << (b - 1 + b * j) for j in range(fill))
-        out += [((U >> (b * j)) & ((1 << b) - 1)) - (1 << (b - 1)) for j in range(fill)]
-    return out
 
 
 # ----------------------------------------------------------------- refused before any work

@@ -24,7 +24,7 @@ import ipaddress
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from verticalfs.exceptions import ConfigError
 from verticalfs.utils.io import check_private_file
@@ -36,7 +36,8 @@ if TYPE_CHECKING:  # cryptography is imported on use (the deploy extra)
 DEFAULT_CA_NAME = "verticalfs CA"
 
 
-def _write(path: Path, data: bytes, private: bool) -> Path:
+def write_pem(path: Path, data: bytes, private: bool) -> Path:
+    """Write ``data`` atomically; a private file 0600 before any byte is written, else 0644."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
@@ -53,7 +54,8 @@ def _check_name(name: str, what: str) -> str:
     return name
 
 
-def _key_pem(k: ec.EllipticCurvePrivateKey) -> bytes:
+def key_pem(k: ec.EllipticCurvePrivateKey) -> bytes:
+    """A private key as unencrypted PKCS#8 PEM (the file holding it is 0600)."""
     from cryptography.hazmat.primitives import serialization
 
     return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -66,16 +68,14 @@ def _refuse_overwrite(path: Path) -> None:
                           "mean to replace it)")
 
 
-def make_ca(out: str | Path, *, name: str = DEFAULT_CA_NAME, days: int = 3650) -> dict[str, Path]:
-    """A CA: ``out/ca.pem`` (give it to every party) and ``out/ca.key`` (0600, keep it at the CA)."""
+def ca_certificate(name: str, days: int, now: _dt.datetime) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A fresh ECDSA P-256 key and its self-signed CA certificate (``name``, valid ``days``; may sign
+    certificates, not further CAs)."""
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    out = Path(out)
-    _refuse_overwrite(out / "ca.key")
-    now = _dt.datetime.now(_dt.timezone.utc)
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
@@ -86,11 +86,40 @@ def make_ca(out: str | Path, *, name: str = DEFAULT_CA_NAME, days: int = 3650) -
                                          data_encipherment=False, key_agreement=False, key_cert_sign=True,
                                          crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
             .sign(key, hashes.SHA256()))
-    k = _write(out / "ca.key", _key_pem(key), True)
-    return {"ca": _write(out / "ca.pem", cert.public_bytes(serialization.Encoding.PEM), False), "key": k}
+    return key, cert
 
 
-def _sans(party: str, hosts: Iterable[str]) -> list[x509.GeneralName]:
+def party_certificate(subject: x509.Name, public_key: Any, san: x509.SubjectAlternativeName, ca_key: Any,
+                      issuer: x509.Name, days: int, now: _dt.datetime) -> x509.Certificate:
+    """A party's certificate signed by the CA: not a CA, for mutual TLS as server and client."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    return (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+            .public_key(public_key).serial_number(x509.random_serial_number())
+            .not_valid_before(now - _dt.timedelta(minutes=5)).not_valid_after(now + _dt.timedelta(days=days))
+            .add_extension(san, critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+
+
+def make_ca(out: str | Path, *, name: str = DEFAULT_CA_NAME, days: int = 3650) -> dict[str, Path]:
+    """A CA: ``out/ca.pem`` (give it to every party) and ``out/ca.key`` (0600, keep it at the CA)."""
+    from cryptography.hazmat.primitives import serialization
+
+    out = Path(out)
+    _refuse_overwrite(out / "ca.key")
+    now = _dt.datetime.now(_dt.timezone.utc)
+    key, cert = ca_certificate(name, days, now)
+    k = write_pem(out / "ca.key", key_pem(key), True)
+    return {"ca": write_pem(out / "ca.pem", cert.public_bytes(serialization.Encoding.PEM), False), "key": k}
+
+
+def subject_alt_names(party: str, hosts: Iterable[str]) -> list[x509.GeneralName]:
+    """The party's name and the ``hosts`` it may be reached at (IP addresses or DNS names)."""
     from cryptography import x509
 
     out: list[x509.GeneralName] = [x509.DNSName(party)]
@@ -122,10 +151,10 @@ def request(party: str, out: str | Path, *, hosts: Iterable[str] = ("localhost",
     key = ec.generate_private_key(ec.SECP256R1())
     csr = (x509.CertificateSigningRequestBuilder()
            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, party)]))
-           .add_extension(x509.SubjectAlternativeName(_sans(party, hosts)), critical=False)
+           .add_extension(x509.SubjectAlternativeName(subject_alt_names(party, hosts)), critical=False)
            .sign(key, hashes.SHA256()))
-    k = _write(key_path, _key_pem(key), True)
-    return {"key": k, "csr": _write(out / f"{party}.csr", csr.public_bytes(serialization.Encoding.PEM), False)}
+    k = write_pem(key_path, key_pem(key), True)
+    return {"key": k, "csr": write_pem(out / f"{party}.csr", csr.public_bytes(serialization.Encoding.PEM), False)}
 
 
 def _common_name(name: x509.Name) -> str | None:
@@ -144,9 +173,8 @@ def sign(ca_dir: str | Path, csr_path: str | Path, out: str | Path, *, party: st
     and server authentication.
     """
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
-    from cryptography.x509.oid import ExtendedKeyUsageOID
 
     party = _check_name(party, "--party")
     ca_dir = Path(ca_dir)
@@ -192,12 +220,5 @@ def sign(ca_dir: str | Path, csr_path: str | Path, out: str | Path, *, party: st
         raise ConfigError(f"the request {str(csr_path)!r} does not name {party!r} among its DNS names (peers check "
                           "it); make it with `verticalfs certs request --party NAME`")
     now = _dt.datetime.now(_dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(csr.subject).issuer_name(ca_cert.subject)
-            .public_key(csr.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - _dt.timedelta(minutes=5)).not_valid_after(now + _dt.timedelta(days=days))
-            .add_extension(san, critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    return _write(Path(out), cert.public_bytes(serialization.Encoding.PEM), False)
+    cert = party_certificate(csr.subject, csr.public_key(), san, ca_key, ca_cert.subject, days, now)
+    return write_pem(Path(out), cert.public_bytes(serialization.Encoding.PEM), False)

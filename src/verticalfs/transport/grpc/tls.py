@@ -12,8 +12,6 @@ with the same naming.
 from __future__ import annotations
 
 import datetime as _dt
-import ipaddress
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,9 +60,17 @@ def make_certs(parties: Sequence[str], out: str | Path, *, hosts: Iterable[str] 
     ``hosts`` it may be reached at. Private keys are written with mode 0600. Returns the paths.
     """
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    from cryptography.x509.oid import NameOID
+
+    from verticalfs.transport.grpc.ca import (
+        ca_certificate,
+        key_pem,
+        party_certificate,
+        subject_alt_names,
+        write_pem,
+    )
 
     names = list(parties)
     bad = [p for p in names if not p or not all(c.isalnum() or c in "-_." for c in p)]
@@ -74,50 +80,15 @@ def make_certs(parties: Sequence[str], out: str | Path, *, hosts: Iterable[str] 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     now = _dt.datetime.now(_dt.timezone.utc)
-
-    def write(path: Path, data: bytes, private: bool) -> Path:
-        tmp = path.with_name(f".{path.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-        if private:  # also when a stale temporary file had another mode
-            os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-        return path
-
-    def key_pem(k: ec.EllipticCurvePrivateKey) -> bytes:
-        return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                               serialization.NoEncryption())
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "verticalfs development CA")])
-    ca_cert = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-               .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - _dt.timedelta(minutes=5)).not_valid_after(now + _dt.timedelta(days=days))
-               .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-               .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
-                                            data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                            crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-               .sign(ca_key, hashes.SHA256()))
-    paths = {"ca": write(out / "ca.pem", ca_cert.public_bytes(serialization.Encoding.PEM), False)}
-    write(out / "ca.key", key_pem(ca_key), True)
-    sans: list[x509.GeneralName] = []
-    for h in hosts:
-        try:
-            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
-        except ValueError:
-            sans.append(x509.DNSName(h))
+    pem = serialization.Encoding.PEM
+    ca_key, ca_cert = ca_certificate("verticalfs development CA", days, now)
+    paths = {"ca": write_pem(out / "ca.pem", ca_cert.public_bytes(pem), False)}
+    write_pem(out / "ca.key", key_pem(ca_key), True)
     for p in names:
         k = ec.generate_private_key(ec.SECP256R1())
-        cert = (x509.CertificateBuilder()
-                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, p)])).issuer_name(ca_name)
-                .public_key(k.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(now - _dt.timedelta(minutes=5)).not_valid_after(now + _dt.timedelta(days=days))
-                .add_extension(x509.SubjectAlternativeName([x509.DNSName(p), *sans]), critical=False)
-                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                                      ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-                .sign(ca_key, hashes.SHA256()))
-        paths[p] = write(out / f"{p}.pem", cert.public_bytes(serialization.Encoding.PEM), False)
-        write(out / f"{p}.key", key_pem(k), True)
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, p)])
+        san = x509.SubjectAlternativeName(subject_alt_names(p, hosts))
+        cert = party_certificate(subject, k.public_key(), san, ca_key, ca_cert.subject, days, now)
+        paths[p] = write_pem(out / f"{p}.pem", cert.public_bytes(pem), False)
+        write_pem(out / f"{p}.key", key_pem(k), True)
     return paths
