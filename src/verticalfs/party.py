@@ -50,7 +50,7 @@ from verticalfs.configuration import PartyPolicy
 from verticalfs.exceptions import PolicyError, ProtocolError
 from verticalfs.model_files import load_party_file, save_party_file
 from verticalfs.names import LABEL_HOLDER
-from verticalfs.psi import PsiRequest, PsiServer
+from verticalfs.psi import PSI_KINDS, PSI_OPENS, PsiParty
 from verticalfs.training.checkpoint import party_persist
 from verticalfs.transport.ledger import Ledger
 from verticalfs.transport.messages import (
@@ -370,6 +370,7 @@ class PartyRuntime:
         self.checkpoint_dir = checkpoint_dir
         self.policy = PartyPolicy.permissive() if policy is None else policy
         self.psi_requests = 0  # PSI requests answered (bounded by the policy's max_psi_requests)
+        self._psi: PsiParty | None = None  # this party's answers to PSI (either engine)
         self._reported = 0  # peer-traffic records already reported to the label holder
 
     def connect(self, channel: Channel, ledger: Ledger) -> Node:
@@ -380,12 +381,15 @@ class PartyRuntime:
     def handle(self, sender: str, msg: Any, at: At, node: Node | None) -> Any:
         t = type(msg)
         self._check_public_key(msg)
-        if t is PsiRequest:
+        if t in PSI_KINDS:
             if sender != LABEL_HOLDER or self.ids is None:
                 raise ProtocolError(f"party {self.name!r} answers PSI requests only from the label holder and "
                                     "only when it was given its ids")
-            self.count_request("PSI requests", int(msg.n))
-            return PsiServer(self.ids).reply(msg)
+            if t in PSI_OPENS:  # one request per intersection, whichever the engine
+                self.count_request("PSI requests", int(msg.n))
+            if self._psi is None:
+                self._psi = PsiParty(self.ids)
+            return self._psi.reply(msg)
         if t is Persist:
             if sender != LABEL_HOLDER:
                 raise ProtocolError(f"party {self.name!r} accepts Persist only from the label holder")

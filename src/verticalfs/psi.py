@@ -1,22 +1,45 @@
-"""Private set intersection of the parties' ids (ECDH-PSI, OpenMined's ``openmined-psi``).
+"""Private set intersection of the parties' ids: two ECDH-PSI engines behind the same functions.
 
 Before training, the label holder and each feature party align their rows without showing each
-other ids outside the intersection. The protocol is OpenMined's ECDH-PSI (Apache-2.0, the
-``deploy`` extra): the label holder, as PSI *client*, sends its ids hashed and blinded with its
-secret key; the party, as *server*, re-blinds them with its own key and returns them with its own
-blinded ids; the label holder unblinds and learns which of *its* ids the party holds, and nothing
-else; the party learns only how many ids the label holder has. Both messages are verticalfs messages
-(phase ``setup``), so their bytes are on the ledger.
+other ids outside the intersection. Two engines speak the same idea (each side raises the hashed
+ids to a secret exponent; ``H(x)^ab = H(y)^ba`` only when ``x = y``):
+
+- ``"ristretto255"`` (the default where installed): ECDH over the ristretto255 group of libsodium
+  (through ``rbcl``, MIT, which bundles libsodium: PyNaCl does not expose ristretto255). The ids are
+  hashed to the group by ``crypto_core_ristretto255_from_hash`` of a domain-separated SHA-512 and
+  blinded by ``crypto_scalarmult_ristretto255`` with a secret scalar from the OS entropy (libsodium's
+  ``crypto_core_ristretto255_scalar_random``); nothing of the group arithmetic is ours. Streamed in
+  chunks (:class:`PsiOpen`, then one :class:`PsiChunk` / :class:`PsiChunkReply` per chunk), with
+  the scalar multiplications spread over worker threads on both sides, so memory stays bounded
+  (the label holder keeps 16 bytes per id of either side, the party nothing per id beyond a
+  permutation) and both sides compute at once.
+- ``"openmined"``: OpenMined's ``openmined-psi`` (Apache-2.0; P-256), one request and one reply
+  (:class:`PsiRequest`, :class:`PsiReply`), each side on one core.
+
+What each side learns is the same with either engine: the label holder, as *client*, learns which of
+*its* ids the party holds and how many ids the party has; the party learns only how many ids the
+label holder has. The party's blinded ids reach the label holder in a random order (OS entropy),
+so where a matching id sits in the party's file does not leak. Every message is a verticalfs
+message (phase ``setup``), so its bytes are on the ledger, and every value decoded from the peer is
+checked (lengths, counts, valid group encodings) before use.
 
 With several parties the label holder narrows its set party by party (its ids ∩ party 1, then that
 ∩ party 2, ...), so it learns the intersection with each party of the ids still in at that point,
 and the feature parties learn the sizes of those sets. The final intersection is what every party
 aligns on; no feature party learns another party's ids.
+
+Choose the engine with ``engine=`` (``"auto"``: ristretto255 if ``rbcl`` is installed, else
+openmined-psi) or the deployment file's ``psi_engine``; a party answers either.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
+import os
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
 
@@ -26,6 +49,21 @@ from verticalfs.transport.messages import At, message
 #: false-positive rate of the server's setup (RAW: exact, no Bloom filter)
 FPR = 1e-9
 SETUP = At("setup")
+
+#: the engines, in order of preference for ``"auto"``
+ENGINES = ("ristretto255", "openmined")
+#: what to install for each engine
+INSTALL = {"ristretto255": "pip install rbcl", "openmined": "pip install openmined-psi"}
+#: blinded ids per streamed chunk (the label holder's choice; a party caps it at MAX_CHUNK)
+CHUNK = 100_000
+MAX_CHUNK = 1 << 18
+#: the most ids one side may declare (a count from the peer above it is refused)
+MAX_IDS = 1 << 34
+#: group element size, and the bytes of each double-blinded element the label holder compares
+POINT = 32
+DIGEST = 16
+#: hash-to-group domain: SHA-512(DOMAIN || utf-8 id) -> crypto_core_ristretto255_from_hash
+DOMAIN = b"verticalfs/psi/ristretto255/v1\x00"
 
 
 @message("core.PsiRequest")
@@ -44,6 +82,47 @@ class PsiReply:
     response: bytes
 
 
+@message("core.PsiOpen")
+class PsiOpen:
+    """Label holder -> party: a streamed PSI over ``group`` (``"ristretto255"``) of ``n`` ids, in
+    chunks of at most ``chunk`` blinded ids."""
+
+    group: str
+    n: int
+    chunk: int
+
+
+@message("core.PsiOpened")
+class PsiOpened:
+    """Party -> label holder: its id count and the chunk size it accepts (at most the one asked)."""
+
+    n: int
+    chunk: int
+
+
+@message("core.PsiChunk")
+class PsiChunk:
+    """Label holder -> party: chunk ``index`` of its blinded ids (32 bytes each; empty once all are
+    sent, while the party's own chunks are still due)."""
+
+    index: int
+    points: bytes
+
+
+@message("core.PsiChunkReply")
+class PsiChunkReply:
+    """Party -> label holder: the chunk's ids blinded again by the party's scalar (same order), and
+    the next chunk of the party's own blinded ids (empty once all are sent)."""
+
+    points: bytes
+    own: bytes
+
+
+PSI_OPENS = (PsiRequest, PsiOpen)  # the requests a party's policy counts
+PSI_KINDS = (PsiRequest, PsiOpen, PsiChunk)  # every request a party answers for PSI
+
+
+# ------------------------------------------------------------------------------ engines
 def _psi():
     try:
         import private_set_intersection.python as psi
@@ -52,12 +131,265 @@ def _psi():
     return psi
 
 
+def _rbcl():
+    try:
+        import rbcl
+    except ImportError:  # pragma: no cover - the deploy extra
+        raise ConfigError("the ristretto255 PSI engine needs rbcl (libsodium): pip install 'verticalfs[deploy]' "
+                          "or pip install rbcl; or choose psi_engine = \"openmined\"") from None
+    return rbcl
+
+
+def installed(engine: str) -> bool:
+    """Whether ``engine``'s library imports here."""
+    try:
+        (_rbcl if engine == "ristretto255" else _psi)()
+    except ConfigError:
+        return False
+    return True
+
+
+def resolve_engine(engine: str | None = None) -> str:
+    """``engine`` checked (``None`` or ``"auto"``: the first installed of :data:`ENGINES`)."""
+    if engine is None or engine == "auto":
+        for e in ENGINES:
+            if installed(e):
+                return e
+        raise ConfigError("private set intersection needs rbcl or openmined-psi: pip install 'verticalfs[deploy]'")
+    if engine not in ENGINES:
+        raise ConfigError(f"unknown PSI engine {engine!r}; choose one of {list(ENGINES)} or \"auto\"")
+    if not installed(engine):
+        raise ConfigError(f"the PSI engine {engine!r} is not installed: {INSTALL[engine]} (or pip install "
+                          "'verticalfs[deploy]'), or choose psi_engine = \"auto\"")
+    return engine
+
+
 def _as_text(ids) -> list[str]:
     return [str(i) for i in ids]
 
 
+# ------------------------------------------------------------------ ristretto255 primitives
+def hash_to_group(ids) -> list[bytes]:
+    """Each id (as text) mapped to ristretto255: from_hash(SHA-512(DOMAIN || utf-8 id))."""
+    rb = _rbcl()
+    from_hash, sha = rb.crypto_core_ristretto255_from_hash, hashlib.sha512
+    return [from_hash(sha(DOMAIN + str(i).encode()).digest()) for i in ids]
+
+
+def _blind(key: bytes, ids) -> bytes:
+    """``ids`` hashed to the group and multiplied by ``key``: 32 bytes each, concatenated."""
+    rb = _rbcl()
+    mul, from_hash, sha = rb.crypto_scalarmult_ristretto255, rb.crypto_core_ristretto255_from_hash, hashlib.sha512
+    return b"".join([mul(key, from_hash(sha(DOMAIN + str(i).encode()).digest())) for i in ids])
+
+
+def _reblind(key: bytes, points: bytes, keep: int = POINT) -> bytes:
+    """Each 32-byte encoding in ``points`` multiplied by ``key`` (the first ``keep`` bytes of each
+    product kept). An encoding that is not a ristretto255 element raises ``ValueError``."""
+    mul = _rbcl().crypto_scalarmult_ristretto255
+    out = []
+    for k in range(0, len(points), POINT):
+        try:
+            out.append(mul(key, points[k:k + POINT])[:keep])
+        except RuntimeError:  # libsodium refuses a non-canonical or invalid encoding (or the identity)
+            raise ValueError(f"element {k // POINT} is not a valid ristretto255 encoding") from None
+    return b"".join(out)
+
+
+def _workers(workers: int | None) -> int:
+    return max(1, int(workers if workers is not None else os.environ.get("VERTICALFS_PSI_WORKERS", 0)
+                      or min(2, os.cpu_count() or 1)))
+
+
+def _executor(workers: int, parallel: str) -> Executor:
+    if parallel == "processes":
+        import multiprocessing
+
+        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    if parallel != "threads":
+        raise ConfigError(f"parallel must be 'threads' or 'processes', not {parallel!r}")
+    return ThreadPoolExecutor(workers, thread_name_prefix="psi")  # libsodium runs without the GIL (ctypes)
+
+
+def _spread(pool: Executor, workers: int, fn, key: bytes, items, step: int = 1, keep: int | None = None
+            ) -> list[Future]:
+    """``fn(key, part)`` over ``workers`` parts of ``items`` (``step`` items per element)."""
+    n = len(items) // step
+    per = max(1, math.ceil(n / workers))
+    args = (keep,) if keep is not None else ()
+    return [pool.submit(fn, key, items[i * step:(i + per) * step], *args) for i in range(0, max(n, 1), per)]
+
+
+def _joined(futures: list[Future]) -> bytes:
+    return b"".join(f.result() for f in futures)
+
+
+def _check_points(blob, what: str, most: int) -> int:
+    """The number of 32-byte elements in the peer's ``blob`` (bytes, a multiple of 32, at most ``most``)."""
+    if not isinstance(blob, bytes) or len(blob) % POINT:
+        raise TransportError(f"{what}: {type(blob).__name__} of {len(blob) if isinstance(blob, bytes) else '?'} "
+                             f"bytes is not a sequence of {POINT}-byte group elements")
+    k = len(blob) // POINT
+    if k > most:
+        raise TransportError(f"{what}: {k} elements where at most {most} are due")
+    return k
+
+
+def _count(v, what: str, hi: int) -> int:
+    if type(v) is not int or not 0 <= v <= hi:
+        raise TransportError(f"{what} is {v!r}, not a count in [0, {hi}]")
+    return v
+
+
+class StreamServer:
+    """The party's side of one streamed ristretto255 PSI (a fresh scalar per :class:`PsiOpen`)."""
+
+    def __init__(self, ids: Sequence, msg: PsiOpen, *, workers: int | None = None, parallel: str = "threads") -> None:
+        if msg.group != "ristretto255":
+            raise TransportError(f"PSI over group {msg.group!r} is not supported (ristretto255 is)")
+        self.n_peer = _count(msg.n, "PsiOpen.n", MAX_IDS)
+        self.chunk = min(_count(msg.chunk, "PsiOpen.chunk", 1 << 62), MAX_CHUNK)
+        if self.chunk < 1:
+            raise TransportError("PsiOpen.chunk is 0")
+        rb = _rbcl()
+        self.ids = ids
+        self._key = rb.crypto_core_ristretto255_scalar_random()  # libsodium's randombytes (OS entropy)
+        # the order in which the party's blinded ids go out: a uniform permutation from OS entropy
+        self._order = np.argsort(np.frombuffer(os.urandom(8 * len(ids)), dtype=np.uint64), kind="stable")
+        self.workers = _workers(workers)
+        self._pool = _executor(self.workers, parallel)
+        self.index = self.received = self.sent = 0
+        self._lock = threading.Lock()
+        self._ahead = self._own(0)
+
+    def _own(self, start: int) -> list[Future]:
+        part = self._order[start:start + self.chunk]
+        if not len(part):
+            return []
+        sel = [self.ids[int(i)] for i in part] if not isinstance(self.ids, np.ndarray) else self.ids[part]
+        return _spread(self._pool, self.workers, _blind, self._key, sel)
+
+    def opened(self) -> PsiOpened:
+        return PsiOpened(n=len(self.ids), chunk=self.chunk)
+
+    def reply(self, msg: PsiChunk) -> PsiChunkReply:
+        with self._lock:
+            if type(msg.index) is not int or msg.index != self.index:
+                raise TransportError(f"PSI chunk {msg.index!r} arrived where chunk {self.index} is due")
+            k = _check_points(msg.points, f"PSI chunk {self.index}", min(self.chunk, self.n_peer - self.received))
+            try:
+                again = _joined(_spread(self._pool, self.workers, _reblind, self._key, msg.points, POINT))
+            except ValueError as exc:
+                raise TransportError(f"malformed PSI chunk {self.index}: {exc}") from None
+            own = _joined(self._ahead)
+            self.sent += len(own) // POINT
+            self._ahead = self._own(self.sent)
+            self.index += 1
+            self.received += k
+            if self.received >= self.n_peer and self.sent >= len(self.ids):
+                self.close()
+            return PsiChunkReply(points=again, own=own)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class PsiParty:
+    """A party's answers to PSI requests of either engine, over its ``ids`` (it keeps the state of
+    one streamed intersection at a time: a new :class:`PsiOpen` replaces it)."""
+
+    def __init__(self, ids: Sequence, *, workers: int | None = None, parallel: str = "threads") -> None:
+        self.ids = ids
+        self.workers, self.parallel = workers, parallel
+        self._stream: StreamServer | None = None
+
+    def reply(self, msg):
+        t = type(msg)
+        if t is PsiRequest:
+            return PsiServer(self.ids).reply(msg)
+        if t is PsiOpen:
+            if self._stream is not None:
+                self._stream.close()
+            self._stream = StreamServer(self.ids, msg, workers=self.workers, parallel=self.parallel)
+            return self._stream.opened()
+        if t is PsiChunk:
+            if self._stream is None:
+                raise TransportError("a PSI chunk arrived before PsiOpen")
+            return self._stream.reply(msg)
+        raise TransportError(f"{t.__name__} is not a PSI request")
+
+
+def _intersect_stream(proxy, ids: Sequence, *, chunk: int = CHUNK, workers: int | None = None,
+                      parallel: str = "threads") -> np.ndarray:
+    """The label holder's side of a streamed ristretto255 PSI with one party."""
+    rb = _rbcl()
+    key = rb.crypto_core_ristretto255_scalar_random()
+    n = len(ids)
+    who = f"party {getattr(proxy, 'name', '?')!r}"
+    opened = proxy.request(PsiOpen(group="ristretto255", n=n, chunk=int(chunk)), SETUP, expect=PsiOpened)
+    n_party = _count(opened.n, f"{who}'s PsiOpened.n", MAX_IDS)
+    c = _count(opened.chunk, f"{who}'s PsiOpened.chunk", chunk)
+    if c < 1:
+        raise TransportError(f"{who} accepts chunks of 0 ids")
+    rounds = max(math.ceil(n / c), math.ceil(n_party / c))
+    mine = np.zeros((n, DIGEST), np.uint8)
+    theirs = np.zeros((n_party, DIGEST), np.uint8)
+    w = _workers(workers)
+    pool = _executor(w, parallel)
+    try:
+        def blind(i):
+            return _spread(pool, w, _blind, key, ids[i * c:(i + 1) * c]) if i * c < n else []
+
+        ahead = [blind(0), blind(1)]
+        again: list[tuple[int, list[Future]]] = []
+        got = 0
+        for i in range(rounds):
+            pts = _joined(ahead.pop(0))
+            ahead.append(blind(i + 2))
+            reply = proxy.request(PsiChunk(index=i, points=pts), SETUP, expect=PsiChunkReply)
+            k = len(pts) // POINT
+            if _check_points(reply.points, f"{who}'s PSI reply {i}", k) != k:
+                raise TransportError(f"{who}'s PSI reply {i} has {len(reply.points) // POINT} elements for {k} sent")
+            if k:
+                mine[i * c:i * c + k] = np.frombuffer(reply.points, np.uint8).reshape(k, POINT)[:, :DIGEST]
+            due = min(c, n_party - got)
+            if _check_points(reply.own, f"{who}'s PSI reply {i}", due) != due:
+                raise TransportError(f"{who}'s PSI reply {i} carries {len(reply.own) // POINT} of its ids where "
+                                     f"{due} are due")
+            if due:
+                again.append((got, _spread(pool, w, _reblind, key, reply.own, POINT, keep=DIGEST)))
+                got += due
+            while again and all(f.done() for f in again[0][1]):
+                _store(theirs, *again.pop(0), who)
+        for start, fs in again:
+            _store(theirs, start, fs, who)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return _members(mine, theirs)
+
+
+def _store(theirs: np.ndarray, start: int, futures: list[Future], who: str) -> None:
+    try:
+        blob = _joined(futures)
+    except ValueError as exc:
+        raise TransportError(f"{who} sent a malformed PSI reply: {exc}") from None
+    k = len(blob) // DIGEST
+    theirs[start:start + k] = np.frombuffer(blob, np.uint8).reshape(k, DIGEST)
+
+
+def _members(mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+    """Positions of the rows of ``mine`` that are rows of ``theirs`` (16-byte values; sorted search)."""
+    if not len(mine) or not len(theirs):
+        return np.zeros(0, np.int64)
+    a = mine.view(f"S{DIGEST}").ravel()
+    b = np.sort(theirs.view(f"S{DIGEST}").ravel())
+    pos = np.minimum(np.searchsorted(b, a), len(b) - 1)
+    return np.flatnonzero(b[pos] == a).astype(np.int64)
+
+
+# ------------------------------------------------------------------------------ openmined-psi
 class PsiServer:
-    """The party's side: answers :class:`PsiRequest` with its own ids (a fresh key per run)."""
+    """The party's side with openmined-psi: answers :class:`PsiRequest` with its own ids (a fresh key per run)."""
 
     def __init__(self, ids: Sequence) -> None:
         psi = _psi()
@@ -80,8 +412,7 @@ class PsiServer:
         return PsiReply(setup=setup.SerializeToString(), response=response.SerializeToString())
 
 
-def intersect_with(proxy, ids: Sequence) -> np.ndarray:
-    """The label holder's side with one party (``proxy``): the indices into ``ids`` of those the party holds."""
+def _intersect_openmined(proxy, ids: Sequence) -> np.ndarray:
     psi = _psi()
     items = _as_text(ids)
     client = psi.client.CreateWithNewKey(True)
@@ -98,19 +429,33 @@ def intersect_with(proxy, ids: Sequence) -> np.ndarray:
     return np.unique(np.asarray(idx, dtype=np.int64))
 
 
-def intersect(proxies: Sequence, ids: Sequence) -> list[str]:
+# ------------------------------------------------------------------------------ the label holder
+def intersect_with(proxy, ids: Sequence, *, engine: str | None = None, chunk: int = CHUNK,
+                   workers: int | None = None, parallel: str = "threads") -> np.ndarray:
+    """The label holder's side with one party (``proxy``): the sorted indices into ``ids`` of those
+    the party holds. ``engine``: see :func:`resolve_engine`; ``chunk``, ``workers`` (default: the
+    cores, at most 2; ``$VERTICALFS_PSI_WORKERS``) and ``parallel`` (``"threads"`` or
+    ``"processes"``) are the ristretto255 engine's."""
+    if resolve_engine(engine) == "openmined":
+        return _intersect_openmined(proxy, ids)
+    return _intersect_stream(proxy, ids, chunk=chunk, workers=workers, parallel=parallel)
+
+
+def intersect(proxies: Sequence, ids: Sequence, *, engine: str | None = None, **kw) -> list[str]:
     """The ids (as text) that the label holder and every party behind ``proxies`` hold, in the
     label holder's order, narrowed party by party (see the module docstring for what each learns)."""
     current = _as_text(ids)
     if len(set(current)) != len(current):
         raise ConfigError("the label holder's ids are not unique; PSI needs one row per id")
+    engine = resolve_engine(engine)
     for proxy in proxies:
-        keep = intersect_with(proxy, current)
+        keep = intersect_with(proxy, current, engine=engine, **kw)
         current = [current[i] for i in keep]
     return current
 
 
-def private_intersection(holder_ids: Sequence, party_ids: Mapping[str, Sequence]) -> tuple[list[str], object]:
+def private_intersection(holder_ids: Sequence, party_ids: Mapping[str, Sequence], *, engine: str | None = None,
+                         **kw) -> tuple[list[str], object]:
     """PSI in one process over the metered in-process channel (the same messages as networked).
 
     Returns the intersection (label holder's order) and the ledger of the PSI messages.
@@ -122,15 +467,15 @@ def private_intersection(holder_ids: Sequence, party_ids: Mapping[str, Sequence]
 
     channel, ledger = InProcessChannel(), Ledger()
     for name, ids in party_ids.items():
-        server = PsiServer(ids)
+        server = PsiParty(ids)
 
         def handle(sender, msg, at, node, server=server):
-            if not isinstance(msg, PsiRequest) or sender != LABEL_HOLDER:
+            if not isinstance(msg, PSI_KINDS) or sender != LABEL_HOLDER:
                 raise TransportError(f"unexpected {type(msg).__name__} from {sender!r} during PSI")
             return server.reply(msg)
 
         channel.register(Node(name, channel, Ledger(), handle))
     holder = Node(LABEL_HOLDER, channel, ledger)
     channel.register(holder)
-    out = intersect([PartyProxy(holder, p) for p in party_ids], holder_ids)
+    out = intersect([PartyProxy(holder, p) for p in party_ids], holder_ids, engine=engine, **kw)
     return out, ledger
