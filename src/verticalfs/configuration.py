@@ -162,6 +162,11 @@ class DeploymentFile(_Model):
     test_size: float = Field(0.2, ge=0, lt=1, description="Share of the aligned rows held out for testing.")
     val_size: float = Field(0.1, ge=0, lt=1, description="Share of the aligned rows for validation.")
     connect_timeout: float = Field(10.0, gt=0, description="Seconds to wait for a party to be reachable.")
+    psi_engine: Literal["auto", "ristretto255", "openmined"] = Field(
+        "auto", description="The private set intersection engine of the training ids (`verticalfs.psi`): "
+        "`ristretto255` (libsodium through rbcl, streamed in chunks over both cores), `openmined` "
+        "(openmined-psi), or `auto` (ristretto255 where rbcl is installed, else openmined). Every party "
+        "answers either; scoring files are intersected with openmined.")
     checkpoints: FilePath | None = Field(None, description="A folder: each party keeps its checkpoints in "
                                          "`<folder>/<party>` (relative to this file).")
 

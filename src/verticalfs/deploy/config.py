@@ -74,6 +74,7 @@ class Deployment:
     val_size: float = 0.1
     connect_timeout: float = 10.0
     checkpoints: Path | None = None
+    psi_engine: str = "auto"
 
     # ----------------------------------------------------------------- reading
     @classmethod
@@ -127,7 +128,8 @@ class Deployment:
                   id_column=conf.id_column, parties=parties, certs=certs, insecure=conf.insecure,
                   task=conf.task, na_values=None if na is None else list(na), delimiter=conf.delimiter,
                   encoding=conf.encoding, scaling=conf.scaling, impute=conf.impute, test_size=conf.test_size,
-                  val_size=conf.val_size, connect_timeout=conf.connect_timeout, checkpoints=rel(conf.checkpoints))
+                  val_size=conf.val_size, connect_timeout=conf.connect_timeout, checkpoints=rel(conf.checkpoints),
+                  psi_engine=conf.psi_engine)
         out._check(where)
         return out
 

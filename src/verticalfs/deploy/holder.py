@@ -127,7 +127,7 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         channel.wait_ready(names)
         fed = Federation(LabelData(y={s: np.zeros(0) for s in SPLITS}, task="binary", n_classes=2), channel, names)
         ids = frame[dep.id_column].to_numpy(dtype=str)
-        common = intersect([fed.proxy(p) for p in names if p != lp], ids)
+        common = intersect([fed.proxy(p) for p in names if p != lp], ids, engine=dep.psi_engine)
         if not common:
             raise DataError(f"no id in column {dep.id_column!r} is held by every party; check that the files "
                             "use the same ids (compared as text: '007' and '7' differ)")

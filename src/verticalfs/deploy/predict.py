@@ -219,7 +219,8 @@ class DeployedModel:
 
         ids = self._own_ids()
         others = [self.view.proxy(p) for p in self.parties if p != self.dep.label_party]
-        common = intersect(others, ids) if others else [str(i) for i in ids]
+        # ScoringPsi carries openmined-psi's request (the scoring file's ids): that engine here
+        common = intersect(others, ids, engine="openmined") if others else [str(i) for i in ids]
         self.known = _sort_ids(np.asarray(common, dtype=str)) if common else np.zeros(0, dtype=str)
         self._known_set = set(self.known.tolist())
         return self.known
