@@ -99,9 +99,14 @@ def test_the_label_holder_cannot_lower_key_size_or_switch_secure_off():
     assert rt.method == "fedsdg-fs" and rt.role is not None
 
 
-def test_psi_requests_and_ids_are_bounded():
-    pytest.importorskip("private_set_intersection")
-    from verticalfs.psi import intersect_with
+@pytest.mark.parametrize("engine", ["openmined", "ristretto255"])
+def test_psi_requests_and_ids_are_bounded(engine):
+    pytest.importorskip("private_set_intersection" if engine == "openmined" else "rbcl")
+    from functools import partial
+
+    from verticalfs import psi
+
+    intersect_with = partial(psi.intersect_with, engine=engine)
 
     rt = _runtime(max_psi_requests=2, max_psi_ids=30)
     proxy = LocalProxy(rt)

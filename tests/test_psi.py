@@ -5,23 +5,27 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("private_set_intersection")
+pytest.importorskip("private_set_intersection")  # the deploy extra: both engines
 
 from verticalfs.exceptions import TransportError  # noqa: E402
 from verticalfs.psi import PsiRequest, PsiServer, private_intersection  # noqa: E402
 
 
-def test_known_overlap_exactly():
+@pytest.mark.parametrize("engine,k", [("openmined", 5), ("ristretto255", 1)])
+def test_known_overlap_exactly(engine, k):
+    if engine == "ristretto255":
+        pytest.importorskip("rbcl")
     rng = np.random.default_rng(0)
-    holder = [f"cust-{i}" for i in rng.permutation(5000)]                 # ids 0..4999
-    bank = [f"cust-{i}" for i in range(3000, 9000)]                       # 3000..8999
-    telecom = [f"cust-{i}" for i in range(0, 10000, 2)]                   # the even ones
-    out, ledger = private_intersection(holder, {"bank": bank, "telecom": telecom})
-    expected = [h for h in holder if 3000 <= int(h[5:]) < 5000 and int(h[5:]) % 2 == 0]
+    holder = [f"cust-{i}" for i in rng.permutation(1000 * k)]                     # ids 0..1000k-1
+    bank = [f"cust-{i}" for i in range(600 * k, 1800 * k)]                        # 600k..1800k-1
+    telecom = [f"cust-{i}" for i in range(0, 2000 * k, 2)]                        # the even ones
+    out, ledger = private_intersection(holder, {"bank": bank, "telecom": telecom}, engine=engine)
+    expected = [h for h in holder if 600 * k <= int(h[5:]) < 1000 * k and int(h[5:]) % 2 == 0]
     assert out == expected  # exactly the overlap, in the label holder's order
     recs = list(ledger.records())
-    assert {r.phase for r in recs} == {"setup"} and len(recs) == 4  # a request and a reply per party
-    assert all(r.payload > 0 for r in recs)
+    # a request and a reply per party (ristretto255: an open and one chunk of 100,000, each answered)
+    assert {r.phase for r in recs} == {"setup"} and len(recs) == (4 if engine == "openmined" else 8)
+    assert all(r.payload > 0 for r in recs if r.kind not in ("PsiOpen", "PsiOpened"))  # those are counts
 
 
 def test_no_raw_id_crosses():
@@ -46,3 +50,173 @@ def test_malformed_request_is_a_transport_error():
 def test_empty_and_disjoint():
     out, _ = private_intersection(["1", "2"], {"p": ["3", "4"]})
     assert out == []
+
+
+# ------------------------------------------------------------------ ristretto255 (libsodium)
+def _both():
+    from verticalfs.psi import installed
+
+    return [e for e in ("ristretto255", "openmined") if installed(e)]
+
+
+@pytest.mark.parametrize("holder,party", [
+    ([], []), ([], ["a"]), (["a"], []),                                    # empty sides
+    (["a", "b"], ["c", "d"]),                                               # disjoint
+    ([f"u{i}" for i in range(23)], [f"u{i}" for i in range(10, 40)] * 2),  # the party's duplicates
+    ([str(i) for i in range(50)], [str(i) for i in range(0, 50, 3)]),       # several chunks, a short last one
+    (["é", "日本", "a b"], ["日本", "a b", "x"]),                             # text beyond ASCII
+])
+def test_both_engines_give_the_same_intersection(holder, party):
+    engines = _both()
+    if len(engines) < 2:
+        pytest.skip("needs rbcl and openmined-psi")
+    expected = [h for h in holder if h in set(party)]
+    outs = {e: private_intersection(holder, {"p": party}, engine=e, chunk=7)[0] for e in engines}
+    assert outs == {e: expected for e in engines}
+
+
+def test_the_label_holders_duplicates_each_find_their_match():
+    pytest.importorskip("rbcl")
+    from verticalfs.psi import PsiParty, intersect_with
+
+    class Direct:
+        name = "p"
+
+        def __init__(self, party):
+            self.party = party
+
+        def request(self, msg, at, expect=None):
+            return self.party.reply(msg)
+
+    idx = intersect_with(Direct(PsiParty(["x", "y", "y"])), ["y", "z", "y", "x"], engine="ristretto255", chunk=3)
+    assert idx.tolist() == [0, 2, 3]
+
+
+def test_ristretto_streams_chunks_on_the_ledger_and_no_raw_id_crosses():
+    pytest.importorskip("rbcl")
+    from verticalfs.transport.serde import encode
+
+    holder = [f"secret-{i}" for i in range(50)]
+    out, ledger = private_intersection(holder, {"bank": [f"secret-{i}" for i in range(25, 80)]},
+                                       engine="ristretto255", chunk=20)
+    assert out == holder[25:]
+    recs = list(ledger.records())
+    # open + 4 chunk rounds (50 of the holder's ids, 55 of the party's, 20 a chunk), a reply each
+    assert [r.kind for r in recs] == ["PsiOpen", "PsiOpened"] + ["PsiChunk", "PsiChunkReply"] * 3
+    assert {r.phase for r in recs} == {"setup"}
+    assert sum(r.payload for r in recs) == (50 * 2 + 55) * 32  # every blinded element, counted exactly
+    from verticalfs.psi import PsiChunk, PsiOpen, PsiParty
+
+    party = PsiParty([f"secret-{i}" for i in range(25, 80)])
+    party.reply(PsiOpen(group="ristretto255", n=3, chunk=10))
+    from verticalfs.psi import _blind
+
+    req = PsiChunk(index=0, points=_blind(b"\x05" + b"\x00" * 31, holder[:3]))
+    reply = party.reply(req)
+    for blob in (encode(req).data, encode(reply).data):
+        assert b"secret-" not in blob
+
+
+def test_the_party_sends_its_ids_in_a_random_order():
+    """Where a matching id sits in the party's file must not reach the label holder: the party's
+    blinded ids go out in a uniform random order (OS entropy), a new one per intersection."""
+    pytest.importorskip("rbcl")
+    from verticalfs.psi import PsiOpen, StreamServer
+
+    ids = [str(i) for i in range(1000)]
+    a = StreamServer(ids, PsiOpen(group="ristretto255", n=0, chunk=10))
+    b = StreamServer(ids, PsiOpen(group="ristretto255", n=0, chunk=10))
+    for s in (a, b):
+        s.close()
+        assert sorted(s._order.tolist()) == list(range(1000))
+    assert a._order.tolist() != list(range(1000)) and a._order.tolist() != b._order.tolist()
+
+
+def test_the_party_checks_the_label_holders_chunks():
+    pytest.importorskip("rbcl")
+    import rbcl
+
+    from verticalfs.psi import PsiChunk, PsiOpen, PsiParty, _blind
+
+    key = rbcl.crypto_core_ristretto255_scalar_random()
+    good = _blind(key, ["a", "b", "c"])
+
+    def opened(n=3, chunk=2):
+        p = PsiParty(["a", "b"])
+        p.reply(PsiOpen(group="ristretto255", n=n, chunk=chunk))
+        return p
+
+    with pytest.raises(TransportError, match="before PsiOpen"):
+        PsiParty(["a"]).reply(PsiChunk(index=0, points=good[:32]))
+    with pytest.raises(TransportError, match="group 'p256' is not supported"):
+        PsiParty(["a"]).reply(PsiOpen(group="p256", n=1, chunk=1))
+    with pytest.raises(TransportError, match=r"PsiOpen.n is -1, not a count"):
+        PsiParty(["a"]).reply(PsiOpen(group="ristretto255", n=-1, chunk=1))
+    with pytest.raises(TransportError, match="33 bytes is not a sequence of 32-byte group elements"):
+        opened().reply(PsiChunk(index=0, points=good[:33]))
+    with pytest.raises(TransportError, match="3 elements where at most 2 are due"):  # over the chunk size
+        opened().reply(PsiChunk(index=0, points=good))
+    with pytest.raises(TransportError, match="2 elements where at most 1 are due"):  # over its declared count
+        opened(n=1).reply(PsiChunk(index=0, points=good[:64]))
+    with pytest.raises(TransportError, match="chunk 1 arrived where chunk 0 is due"):
+        opened().reply(PsiChunk(index=1, points=good[:32]))
+    for bad in (b"\xff" * 32, b"\x00" * 32, b"\x01" + b"\x00" * 31):  # non-canonical, the identity, not a point
+        with pytest.raises(TransportError, match=r"malformed PSI chunk 0: element 1 is not a valid ristretto255"):
+            opened().reply(PsiChunk(index=0, points=good[:32] + bad))
+    p = opened()
+    r = p.reply(PsiChunk(index=0, points=good[:64]))
+    assert len(r.points) == 64 and len(r.own) == 64
+    r = p.reply(PsiChunk(index=1, points=good[64:]))
+    assert len(r.points) == 32 and r.own == b""
+
+
+def test_the_label_holder_checks_the_partys_replies():
+    pytest.importorskip("rbcl")
+    from verticalfs.psi import PsiChunkReply, PsiOpened, PsiParty, intersect_with
+
+    class Tamper:
+        """A party whose replies one function rewrites."""
+
+        name = "mallory"
+
+        def __init__(self, fix):
+            self.party, self.fix = PsiParty(["a", "b", "c"]), fix
+
+        def request(self, msg, at, expect=None):
+            return self.fix(self.party.reply(msg))
+
+    def run(fix):
+        return intersect_with(Tamper(fix), ["a", "b", "z"], engine="ristretto255", chunk=4)
+
+    assert run(lambda r: r).tolist() == [0, 1]
+    cases = [
+        (lambda r: PsiOpened(n=-3, chunk=r.chunk) if isinstance(r, PsiOpened) else r, r"PsiOpened.n is -3"),
+        (lambda r: PsiOpened(n=r.n, chunk=99) if isinstance(r, PsiOpened) else r, r"PsiOpened.chunk is 99"),
+        (lambda r: PsiChunkReply(points=r.points[:-32], own=r.own) if isinstance(r, PsiChunkReply) else r,
+         "reply 0 has 2 elements for 3 sent"),
+        (lambda r: PsiChunkReply(points=r.points, own=r.own[:-32]) if isinstance(r, PsiChunkReply) else r,
+         "carries 2 of its ids where 3 are due"),
+        (lambda r: PsiChunkReply(points=r.points, own=r.own[:-1]) if isinstance(r, PsiChunkReply) else r,
+         "is not a sequence of 32-byte group elements"),
+        (lambda r: PsiChunkReply(points=r.points, own=b"\xff" * 96) if isinstance(r, PsiChunkReply) else r,
+         "'mallory' sent a malformed PSI reply: element 0 is not a valid ristretto255"),
+    ]
+    for fix, match in cases:
+        with pytest.raises(TransportError, match=match):
+            run(fix)
+
+
+def test_the_engine_setting(monkeypatch):
+    import sys
+
+    from verticalfs.exceptions import ConfigError
+    from verticalfs.psi import resolve_engine
+
+    with pytest.raises(ConfigError, match=r"unknown PSI engine 'fast'; choose one of \['ristretto255', 'openmined'\]"):
+        resolve_engine("fast")
+    if "rbcl" in _both():
+        assert resolve_engine() == resolve_engine("auto") == "ristretto255"
+    monkeypatch.setitem(sys.modules, "rbcl", None)  # as if rbcl were not installed
+    with pytest.raises(ConfigError, match=r"'ristretto255' is not installed: pip install rbcl"):
+        resolve_engine("ristretto255")
+    assert resolve_engine("auto") == "openmined"

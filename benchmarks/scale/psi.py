@@ -135,8 +135,10 @@ def per_op(count: int = 20_000) -> dict:
     out = {"hash_to_group_per_s": hashed, "scalarmult_per_s": mults,
            "hash_to_group_per_cpu_s": hashed_cpu, "scalarmult_per_cpu_s": mults_cpu}
     half = len(blob) // 64 * 32
-    for name, ex in (("threads", ThreadPoolExecutor(2)), ("processes", ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")))):
-        with ex:
+    pools = {"threads": lambda: ThreadPoolExecutor(2),
+             "processes": lambda: ProcessPoolExecutor(2, mp_context=mp.get_context("spawn"))}
+    for name, make in pools.items():
+        with make() as ex:
             list(ex.map(_blind, [key, key], [ids[:8], ids[:8]]))  # start the workers
             t = time.perf_counter()
             list(ex.map(_reblind, [key, key], [blob[:half], blob[half:]]))

@@ -183,16 +183,17 @@ def _blind(key: bytes, ids) -> bytes:
     return b"".join([mul(key, from_hash(sha(DOMAIN + str(i).encode()).digest())) for i in ids])
 
 
-def _reblind(key: bytes, points: bytes, keep: int = POINT) -> bytes:
+def _reblind(key: bytes, points: bytes, keep: int = POINT, first: int = 0) -> bytes:
     """Each 32-byte encoding in ``points`` multiplied by ``key`` (the first ``keep`` bytes of each
-    product kept). An encoding that is not a ristretto255 element raises ``ValueError``."""
+    product kept). An encoding that is not a ristretto255 element raises ``ValueError`` naming its
+    position (``first``: the position of the first)."""
     mul = _rbcl().crypto_scalarmult_ristretto255
     out = []
     for k in range(0, len(points), POINT):
         try:
             out.append(mul(key, points[k:k + POINT])[:keep])
         except RuntimeError:  # libsodium refuses a non-canonical or invalid encoding (or the identity)
-            raise ValueError(f"element {k // POINT} is not a valid ristretto255 encoding") from None
+            raise ValueError(f"element {first + k // POINT} is not a valid ristretto255 encoding") from None
     return b"".join(out)
 
 
@@ -211,13 +212,15 @@ def _executor(workers: int, parallel: str) -> Executor:
     return ThreadPoolExecutor(workers, thread_name_prefix="psi")  # libsodium runs without the GIL (ctypes)
 
 
-def _spread(pool: Executor, workers: int, fn, key: bytes, items, step: int = 1, keep: int | None = None
+def _spread(pool: Executor, workers: int, fn, key: bytes, items, step: int = 1, keep: int = POINT
             ) -> list[Future]:
-    """``fn(key, part)`` over ``workers`` parts of ``items`` (``step`` items per element)."""
+    """``fn(key, part)`` over ``workers`` parts of ``items``: ids (``step`` 1), or the 32-byte
+    elements of a ``bytes`` (``step`` 32; ``fn`` is :func:`_reblind`, keeping ``keep`` bytes)."""
     n = len(items) // step
     per = max(1, math.ceil(n / workers))
-    args = (keep,) if keep is not None else ()
-    return [pool.submit(fn, key, items[i * step:(i + per) * step], *args) for i in range(0, max(n, 1), per)]
+    if step == 1:
+        return [pool.submit(fn, key, items[i:i + per]) for i in range(0, max(n, 1), per)]
+    return [pool.submit(fn, key, items[i * step:(i + per) * step], keep, i) for i in range(0, max(n, 1), per)]
 
 
 def _joined(futures: list[Future]) -> bytes:

@@ -138,6 +138,10 @@ GOLDEN: list[tuple[str, int]] = [
     ("core.ScoringPsi", 16821),
     ("core.StageIds", 39834),
     ("core.IdsStaged", 348),
+    ("core.PsiOpen", 31719),
+    ("core.PsiOpened", 29352),
+    ("core.PsiChunk", 47113),
+    ("core.PsiChunkReply", 20500),
 ]
 
 WHY = ("the list of wire names in tests/transport/test_wire_names.py is golden: a peer running the previous "

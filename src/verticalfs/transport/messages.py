@@ -58,7 +58,7 @@ else:  # typing.dataclass_transform is Python 3.11+; it only informs type checke
 #: :class:`Join`; separate from the package version. Bump the minor for a compatible addition (a new
 #: message kind, say), the major for anything an older peer would misread (a kind's fields, ids,
 #: encodings): a peer with another major is refused.
-PROTOCOL_VERSION: tuple[int, int] = (1, 0)
+PROTOCOL_VERSION: tuple[int, int] = (1, 1)  # 1.1: the streamed PSI kinds (core.PsiOpen, ...)
 
 # message classes are typed type[Any]: their _vf_* attributes are set by @message
 _REGISTRY: dict[int, type[Any]] = {}  # kind id -> class
