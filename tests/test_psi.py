@@ -220,3 +220,16 @@ def test_the_engine_setting(monkeypatch):
     with pytest.raises(ConfigError, match=r"'ristretto255' is not installed: pip install rbcl"):
         resolve_engine("ristretto255")
     assert resolve_engine("auto") == "openmined"
+
+
+def test_the_deployment_files_psi_engine(tmp_path):
+    from verticalfs.deploy.config import Deployment
+    from verticalfs.exceptions import ConfigError
+
+    conf = {"label_party": "bank", "label_column": "y", "insecure": True,
+            "parties": {"bank": {"address": "127.0.0.1:1", "file": "b.csv"},
+                        "telecom": {"address": "127.0.0.1:2", "file": "t.csv"}}}
+    assert Deployment.from_dict(conf, tmp_path / "d.toml").psi_engine == "auto"
+    assert Deployment.from_dict({**conf, "psi_engine": "openmined"}, tmp_path / "d.toml").psi_engine == "openmined"
+    with pytest.raises(ConfigError, match=r"psi_engine = \"fastest\""):
+        Deployment.from_dict({**conf, "psi_engine": "fastest"}, tmp_path / "d.toml")
