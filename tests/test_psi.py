@@ -23,7 +23,7 @@ def test_known_overlap_exactly(engine, k):
     expected = [h for h in holder if 600 * k <= int(h[5:]) < 1000 * k and int(h[5:]) % 2 == 0]
     assert out == expected  # exactly the overlap, in the label holder's order
     recs = list(ledger.records())
-    # a request and a reply per party (ristretto255: an open and one chunk of 100,000, each answered)
+    # a request and a reply per party (ristretto255: an open and one chunk, each answered)
     assert {r.phase for r in recs} == {"setup"} and len(recs) == (4 if engine == "openmined" else 8)
     assert all(r.payload > 0 for r in recs if r.kind not in ("PsiOpen", "PsiOpened"))  # those are counts
 

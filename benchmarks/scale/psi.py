@@ -94,9 +94,12 @@ def _holder(conn, engine: str, n: int, chunk: int, workers: int | None, parallel
               "found": int(len(idx)), "correct": bool(ok), "mb": proxy.bytes / 1e6, "messages": proxy.messages})
 
 
-def run_one(engine: str, n: int, *, chunk: int = 100_000, workers: int | None = None,
+def run_one(engine: str, n: int, *, chunk: int | None = None, workers: int | None = None,
             parallel: str = "threads") -> dict:
     """One PSI of ``n`` x ``n`` ids (half shared), each side in its own spawned process."""
+    from verticalfs.psi import CHUNK
+
+    chunk = chunk or CHUNK
     ctx = mp.get_context("spawn")
     a, b = ctx.Pipe()
     (hr, hw), (pr, pw) = ctx.Pipe(duplex=False), ctx.Pipe(duplex=False)
@@ -181,7 +184,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--sizes", default="100000,1000000", help="ids per side, comma-separated")
     ap.add_argument("--engines", default="ristretto255,openmined")
     ap.add_argument("--ten-million", action="store_true", help="measure 10M x 10M too (long)")
-    ap.add_argument("--chunk", type=int, default=100_000)
+    ap.add_argument("--chunk", type=int, default=None, help="ids per chunk (default: verticalfs.psi.CHUNK)")
     ap.add_argument("--workers", type=int, default=None, help="ristretto255 workers per side (default 2)")
     ap.add_argument("--parallel", choices=("threads", "processes"), default="threads")
     ap.add_argument("--no-ops", action="store_true", help="skip the per-operation costs")

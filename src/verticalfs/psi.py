@@ -40,6 +40,7 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -54,11 +55,12 @@ SETUP = At("setup")
 ENGINES = ("ristretto255", "openmined")
 #: what to install for each engine
 INSTALL = {"ristretto255": "pip install rbcl", "openmined": "pip install openmined-psi"}
-#: blinded ids per streamed chunk (the label holder's choice; a party caps it at MAX_CHUNK)
-CHUNK = 100_000
+#: blinded ids per streamed chunk (the label holder's choice; a party caps it at MAX_CHUNK): 512 KiB
+#: requests and 1 MiB replies, small enough for both sides to overlap their work chunk by chunk
+CHUNK = 16_384
 MAX_CHUNK = 1 << 18
 #: the most ids one side may declare (a count from the peer above it is refused)
-MAX_IDS = 1 << 34
+MAX_IDS = 1 << 32
 #: group element size, and the bytes of each double-blinded element the label holder compares
 POINT = 32
 DIGEST = 16
@@ -306,7 +308,7 @@ class PsiParty:
         self.workers, self.parallel = workers, parallel
         self._stream: StreamServer | None = None
 
-    def reply(self, msg):
+    def reply(self, msg: Any) -> Any:
         t = type(msg)
         if t is PsiRequest:
             return PsiServer(self.ids).reply(msg)
@@ -362,7 +364,7 @@ def _intersect_stream(proxy, ids: Sequence, *, chunk: int = CHUNK, workers: int 
             if due:
                 again.append((got, _spread(pool, w, _reblind, key, reply.own, POINT, keep=DIGEST)))
                 got += due
-            while again and all(f.done() for f in again[0][1]):
+            while again and (len(again) > 2 or all(f.done() for f in again[0][1])):  # a few chunks in memory
                 _store(theirs, *again.pop(0), who)
         for start, fs in again:
             _store(theirs, start, fs, who)
