@@ -154,7 +154,8 @@ def extrapolate(rows: list[dict], n: int) -> dict:
     the per-id growth of the peak between them."""
     a, b = sorted(rows, key=lambda r: r["n"])[-2:] if len(rows) > 1 else (rows[0], rows[0])
     scale = n / b["n"]
-    out = {"engine": b["engine"], "n": n, "seconds": b["seconds"] * scale, "extrapolated": True}
+    out = {"engine": b["engine"], "n": n, "seconds": b["seconds"] * scale, "extrapolated": True,
+           "cpu_s": b["cpu_s"] * scale, "party": {"cpu_s": b["party"]["cpu_s"] * scale}}
     for side in ("holder", "party"):
         pa, pb = (r if side == "holder" else r["party"] for r in (a, b))
         slope = (pb["peak_mb"] - pa["peak_mb"]) / max(b["n"] - a["n"], 1)
@@ -166,14 +167,16 @@ def _fmt(r: dict) -> str:
     n, s = r["n"], r["seconds"]
     goal = GOAL_S.get(n)
     goal_s = f"goal <= {goal:>5.0f} s {'met' if s <= goal else 'NOT met'}" if goal else ""
+    h, q = r["cpu_s"], r["party"]["cpu_s"]
+    bound = (f"{h + q:.0f} s (one side computes at a time)" if r["engine"] == "openmined" else
+             f"{(h + q) / 2:.0f} s with both sides on 2 cores, {max(h, q) / 2:.0f} s with 2 cores per side")
+    extra = f"\n{'':>14}CPU {h:.0f} s holder + {q:.0f} s party: on idle cores at least {bound}"
     if r.get("extrapolated"):
         hp, pp, tag = r["holder_peak_mb"], r["party_peak_mb"], "  (extrapolated)"
-        extra = ""
     else:
         hp, pp, tag = r["peak_mb"], r["party"]["peak_mb"], ""
-        extra = (f"  cpu {r['cpu_s']:.0f}+{r['party']['cpu_s']:.0f} s  base RSS {r['base_mb']:.0f}/"
-                 f"{r['party']['base_mb']:.0f} MB  {r['mb']:.0f} MB in {r['messages']} messages"
-                 f"{'' if r['correct'] else '  WRONG INTERSECTION'}")
+        extra += (f"\n{'':>14}base RSS {r['base_mb']:.0f}/{r['party']['base_mb']:.0f} MB  {r['mb']:.0f} MB in "
+                  f"{r['messages']} messages{'' if r['correct'] else '  WRONG INTERSECTION'}")
     rss_ok = "met" if max(hp, pp) < GOAL_RSS_MB else "NOT met"
     return (f"{r['engine']:>12} {n:>11,} x {n:<11,} {s:9.1f} s {2 * n / s:9,.0f} ids/s  peak RSS holder "
             f"{hp:6.0f} MB party {pp:6.0f} MB (goal < {GOAL_RSS_MB:.0f} {rss_ok})  {goal_s}{tag}{extra}")
