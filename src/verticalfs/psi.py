@@ -382,14 +382,20 @@ def _store(theirs: np.ndarray, start: int, futures: list[Future], who: str) -> N
     theirs[start:start + k] = np.frombuffer(blob, np.uint8).reshape(k, DIGEST)
 
 
-def _members(mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
-    """Positions of the rows of ``mine`` that are rows of ``theirs`` (16-byte values; sorted search)."""
+def _members(mine: np.ndarray, theirs: np.ndarray, block: int = 1 << 20) -> np.ndarray:
+    """Positions of the rows of ``mine`` that are rows of ``theirs`` (16-byte values): ``theirs``
+    sorted in place, ``mine`` searched in it a block at a time (no copy of either side)."""
     if not len(mine) or not len(theirs):
         return np.zeros(0, np.int64)
     a = mine.view(f"S{DIGEST}").ravel()
-    b = np.sort(theirs.view(f"S{DIGEST}").ravel())
-    pos = np.minimum(np.searchsorted(b, a), len(b) - 1)
-    return np.flatnonzero(b[pos] == a).astype(np.int64)
+    b = theirs.view(f"S{DIGEST}").ravel()
+    b.sort()
+    hits = [np.zeros(0, np.int64)]
+    for s in range(0, len(a), block):
+        part = a[s:s + block]
+        pos = np.minimum(np.searchsorted(b, part), len(b) - 1)
+        hits.append(np.flatnonzero(b[pos] == part) + s)
+    return np.concatenate(hits)
 
 
 # ------------------------------------------------------------------------------ openmined-psi
