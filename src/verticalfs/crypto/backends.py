@@ -79,8 +79,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from verticalfs.crypto import parallel
-from verticalfs.crypto._bigint import HAVE_GMPY2, invert, mpz, powmod, random_below, random_prime
+from verticalfs.crypto._bigint import HAVE_GMPY2, invert, mpz, powmod, random_below, random_prime, random_safe_prime
 from verticalfs.exceptions import CryptoError
 
 if TYPE_CHECKING:  # the keys import this module; the annotations only name them
@@ -176,6 +175,15 @@ class Backend:
         return None
 
 
+def generate_safe_primes(bits: int) -> tuple[int, int, None]:
+    """``(p, q, None)``: distinct safe primes with ``p * q`` of exactly ``bits`` bits."""
+    p = random_safe_prime(bits // 2)
+    while True:
+        q = random_safe_prime(bits - bits // 2)
+        if q != p:
+            return p, q, None
+
+
 class PythonBackend(Backend):
     name = "python"
     licence = "built in (uses gmpy2, LGPL-3.0-or-later, when installed)"
@@ -210,8 +218,8 @@ class PythonBackend(Backend):
                     out.append(v + q2 * ((u - v) * q2inv % p2))
                 return out
             return [powmod(hs, mpz(random_below(top)), N2) for _ in range(k)]
-        if priv is not None:  # the key holder: s_p^p mod p^2 and s_q^q mod q^2, then the CRT
-            return parallel.obfuscators(priv._rn_crt, k)  # see PrivateKey.__init__
+        if priv is not None:  # the key holder: mod p^2 and q^2 (fixed-base tables or s^p), then the CRT
+            return priv.holder_obfuscators(k)  # see PrivateKey.holder_obfuscators
         N, N2 = pub._n_big, pub._n2_big
         return [powmod(mpz(random_below(n)), N, N2) for _ in range(k)]
 
