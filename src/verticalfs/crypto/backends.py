@@ -18,12 +18,14 @@ every back end and runs in the shared layer (gmpy2 when installed).
 Back ends (``backend=`` names):
 
 ``python``
-    Pure Python (``pow``, or ``gmpy2.powmod`` when gmpy2 is installed); keys from
-    :func:`~verticalfs.crypto._bigint.random_prime`. The key holder computes its obfuscators with
-    the CRT as ``s_p**p mod p**2`` and ``s_q**q mod q**2`` (``s_p``, ``s_q`` uniform below ``p``,
-    ``q``): exactly the distribution of ``r**n``, with half-length exponents on half-length moduli
-    (see :class:`~verticalfs.crypto.keys.PrivateKey`; the timings are in
-    ``benchmarks/fedsdg_fs/README.md``). Dependency-free fallback.
+    Pure Python (``pow``, or ``gmpy2.powmod`` when gmpy2 is installed); keys of safe primes
+    (:func:`~verticalfs.crypto._bigint.random_safe_prime`, :func:`generate_safe_primes`). The key
+    holder makes its obfuscators mod ``p**2`` and ``q**2`` and joins them by the CRT: with safe
+    primes ``h_p**a`` by fixed-base tables (a generator ``h_p`` of the group ``r**n mod p**2`` is
+    uniform in, ``a`` uniform), otherwise ``s_p**p mod p**2`` with ``s_p`` uniform below ``p``;
+    both exactly the distribution of ``r**n`` (see
+    :meth:`~verticalfs.crypto.keys.PrivateKey.holder_obfuscators`; the rates are in
+    ``benchmarks/crypto/RESULTS.md``). Dependency-free fallback.
 ``phe``
     python-paillier (GPL-3.0; imported only when this back end is asked for): its key generation,
     ``raw_encrypt(0)`` for obfuscators and ``raw_decrypt``. The reference implementation.
