@@ -70,7 +70,12 @@ close for all back ends (0.78-1.0x python-paillier's own ``decrypt`` in the run 
 
 ``auto`` is the fastest back end available for the key that draws the requested randomness
 (:data:`AUTO_ORDER`, from the measured rates of ``benchmarks/feast/paillier_speed.py``): with
-``full``, that is ``python`` (``phe`` is GPL and never chosen automatically).
+``full``, that is ``python`` (``phe`` is GPL and never chosen automatically). HEU's schemas that
+draw full randomness (``FPaillier``; ``IPCL``) are not faster than ``python`` at it: with the
+primes, ``python``'s fixed-base obfuscators are several times faster than any of HEU's
+encryptions, and HEU's decryption is no faster than the CRT decryption with gmpy2 (the same two
+exponentiations); ``benchmarks/crypto/paillier.py`` measures them in one run. So the secure paths
+keep ``python`` with full randomness, and ``heu`` stays the choice for ``short`` randomness.
 """
 
 from __future__ import annotations
