@@ -217,6 +217,11 @@ class PublicKey:
 class ObfuscatorPool:
     """A bounded pool of obfuscators ``r**n mod n**2`` filled by a background thread.
 
+    Values come from the back end's draws (fresh randomness from the operating system's CSPRNG,
+    :mod:`secrets`), enter a deque once and leave it once, under a lock: no value is handed out
+    twice, to one thread or to several (tested). ``drawn`` counts the values made, ``taken`` those
+    handed out.
+
     Parameters
     ----------
     public_key : PublicKey
@@ -227,11 +232,6 @@ class ObfuscatorPool:
         The key holder's own pool (CRT and fixed-base tables: much cheaper values).
     chunk : int
         Values drawn per step of the thread (the lock is not held while drawing).
-
-    Values come from the back end's draws (fresh randomness from the operating system's CSPRNG,
-    :mod:`secrets`), enter a deque once and leave it once, under a lock: no value is handed out
-    twice, to one thread or to several (tested). ``drawn`` counts the values made, ``taken`` those
-    handed out.
     """
 
     def __init__(self, public_key: PublicKey, size: int, *, private_key: PrivateKey | None = None,
