@@ -1,11 +1,11 @@
-"""The Paillier benchmark (``paillier.py`` beside this file) on a short insecure key: every row is
+"""The Paillier benchmark (``paillier_bench.py`` beside this file) on a short insecure key: every row is
 measured, positive and printed, and the JSON holds the same figures."""
 
 from __future__ import annotations
 
 import json
 
-import paillier
+import paillier_bench as paillier  # not "paillier": that is the pypaillier wheel's module name
 
 
 def test_quick_run_prints_every_row(tmp_path, capsys):

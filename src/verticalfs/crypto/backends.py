@@ -74,7 +74,7 @@ close for all back ends (0.78-1.0x python-paillier's own ``decrypt`` in the run 
 draw full randomness (``FPaillier``; ``IPCL``) are not faster than ``python`` at it: with the
 primes, ``python``'s fixed-base obfuscators are several times faster than any of HEU's
 encryptions, and HEU's decryption is no faster than the CRT decryption with gmpy2 (the same two
-exponentiations); ``benchmarks/crypto/paillier.py`` measures them in one run. So the secure paths
+exponentiations); ``benchmarks/crypto/paillier_bench.py`` measures them in one run. So the secure paths
 keep ``python`` with full randomness, and ``heu`` stays the choice for ``short`` randomness.
 """
 

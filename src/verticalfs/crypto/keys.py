@@ -6,7 +6,7 @@ costs one multiplication) plus the local choice of back end; on the wire it is `
 (:meth:`PublicKey.to_bytes`). A :class:`PrivateKey` holds the primes ``p, q`` and decrypts with the
 Chinese remainder theorem.
 
-Where the time goes, per ciphertext, at 2048 bits (``benchmarks/crypto/paillier.py`` measures it):
+Where the time goes, per ciphertext, at 2048 bits (``benchmarks/crypto/paillier_bench.py`` measures it):
 
 - **decryption** (key holder): ``c**(p-1) mod p**2`` and ``c**(q-1) mod q**2`` (Paillier 1999,
   section 7, with ``h_p``, ``h_q`` precomputed): two exponentiations with 1024-bit exponents modulo

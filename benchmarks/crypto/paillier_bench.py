@@ -1,9 +1,11 @@
 """Paillier operations per second on one core, beside python-paillier and the compiled HEU, in one run.
 
-    python benchmarks/crypto/paillier.py [--bits 2048] [--n 200] [--repeat 3] [--quick] [--json out.json]
+    python benchmarks/crypto/paillier_bench.py [--bits 2048] [--n 200] [--repeat 3] [--quick] [--json FILE]
 
 The successor of ``benchmarks/feast/paillier_speed.py`` (which still prints every back end with
-both kinds of randomness, one thread and all threads). This one asks: how close is each operation
+both kinds of randomness, one thread and all threads); not named ``paillier.py``, which would shadow
+the pypaillier wheel's module ``paillier`` when the benchmarks' tests put this folder on
+``sys.path``. This one asks: how close is each operation
 at full randomness (``r**n``, ``r`` uniform; Paillier 1999) to its limit on one core?
 
 Rows (``--n`` float64 values in [-1, 1), 32 fractional bits; median of ``--repeat`` runs, each on
