@@ -196,6 +196,19 @@ class TestBackgroundPool:
             pub.stop_pool()
 
 
+def test_pool_stops_when_its_key_is_collected():
+    import gc
+
+    pub, priv = generate_keypair(512, backend="python", insecure=True)
+    pool = pub.start_pool(4)
+    assert pool.wait_full(timeout=60) and pool.running
+    thread = pool._thread
+    del pub, priv
+    gc.collect()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not pool.running and pool.size == 0 and pool.public_key is None
+
+
 def test_without_gmpy2():
     """The base install's arithmetic (Python integers): keys, fixed-base tables, pool, round trip."""
     code = textwrap.dedent("""

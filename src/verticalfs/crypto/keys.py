@@ -36,6 +36,7 @@ import copy
 import math
 import secrets
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -196,7 +197,8 @@ class PublicKey:
         computes elsewhere; on a busy core it competes for the CPU, so start it where the party
         idles (before a round, while a message is in flight). :meth:`obfuscators` (hence
         encryption and :meth:`~verticalfs.crypto.EncryptedArray.rerandomize`) takes from it first.
-        Stop it with :meth:`stop_pool` (a stopped pool's values are discarded).
+        Stop it with :meth:`stop_pool` (a stopped pool's values are discarded); it also stops when
+        this key object is collected (the thread holds only weak references to the keys).
         """
         with self._pool_lock:
             bg = self._background
@@ -238,8 +240,10 @@ class ObfuscatorPool:
                  chunk: int = 4) -> None:
         if int(size) < 1 or int(chunk) < 1:
             raise CryptoError(f"ObfuscatorPool: size and chunk must be >= 1, got size={size}, chunk={chunk}")
-        self.public_key = public_key
-        self.private_key = private_key
+        # weak references: a running thread must not keep the keys alive; when the key that
+        # started the pool is collected, the thread stops (weakref.finalize below)
+        self._pub = weakref.ref(public_key)
+        self._priv = weakref.ref(private_key) if private_key is not None else None
         self.capacity = int(size)
         self.chunk = int(chunk)
         self._items: collections.deque[Any] = collections.deque()
@@ -249,6 +253,26 @@ class ObfuscatorPool:
         self.drawn = 0
         self.taken = 0
         self.error: BaseException | None = None
+        # set when the key is collected; the finalizer holds this list, the condition and the deque,
+        # not the pool (which would keep the pool alive)
+        self._flag: list[bool] = [False]
+        weakref.finalize(public_key, ObfuscatorPool._halt, self._cond, self._items, self._flag)
+
+    @staticmethod
+    def _halt(cond: threading.Condition, items: collections.deque[Any], flag: list[bool]) -> None:
+        with cond:
+            flag[0] = True
+            items.clear()
+            cond.notify_all()
+
+    @property
+    def public_key(self) -> PublicKey | None:
+        """The key (None once it has been collected)."""
+        return self._pub()
+
+    @property
+    def private_key(self) -> PrivateKey | None:
+        return self._priv() if self._priv is not None else None
 
     @property
     def size(self) -> int:
@@ -257,7 +281,7 @@ class ObfuscatorPool:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive() and not self._stop
+        return self._thread is not None and self._thread.is_alive() and not (self._stop or self._flag[0])
 
     def start(self) -> None:
         if self._thread is None:
@@ -265,21 +289,27 @@ class ObfuscatorPool:
             self._thread.start()
 
     def _fill(self) -> None:
-        pub, priv = self.public_key, self.private_key
+        flag = self._flag
         try:
             with released_gil():
                 while True:
                     with self._cond:
-                        while not self._stop and len(self._items) >= self.capacity:
+                        while not (self._stop or flag[0]) and len(self._items) >= self.capacity:
                             self._cond.wait()
-                        if self._stop:
+                        if self._stop or flag[0]:
                             return
                         k = min(self.chunk, self.capacity - len(self._items))
+                    pub, priv = self.public_key, self.private_key
+                    if pub is None or (self._priv is not None and priv is None):
+                        return
                     if priv is not None and pub.randomness == "full" and pub.backend.name == "python":
                         fresh = priv.holder_obfuscators(k, in_process=True)
                     else:
                         fresh = pub.backend.random_rn(pub, k, priv)
+                    del pub, priv  # no strong reference while waiting
                     with self._cond:
+                        if self._stop or flag[0]:
+                            return
                         self._items.extend(fresh)
                         self.drawn += len(fresh)
                         self._cond.notify_all()
@@ -298,8 +328,8 @@ class ObfuscatorPool:
     def wait_full(self, timeout: float | None = None) -> bool:
         """Block until the pool holds ``size`` values (or ``timeout`` seconds); True if full."""
         with self._cond:
-            return self._cond.wait_for(lambda: len(self._items) >= self.capacity or self._stop, timeout) and \
-                len(self._items) >= self.capacity
+            return self._cond.wait_for(lambda: len(self._items) >= self.capacity or self._stop or self._flag[0],
+                                       timeout) and len(self._items) >= self.capacity
 
     def stop(self) -> None:
         """Stop the thread and discard the values."""
