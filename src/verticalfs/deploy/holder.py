@@ -48,6 +48,9 @@ class Connected:
     local: Any = None  # the label party's own feature block, served here
     channel: Any = None
     policies: dict[str, dict] = field(default_factory=dict)  # party -> the policy it reported
+    session: str = ""  # this run's session id at the parties (transport/grpc/party.py)
+    psi_seconds: float = 0.0  # wall time of the private set intersection (all parties at once)
+    psi_cached: list[str] = field(default_factory=list)  # parties whose intersection came from the cache
 
     def summary(self) -> str:
         lines = [f"{self.n_aligned} rows in every party's file (private set intersection):"]
@@ -57,9 +60,30 @@ class Connected:
 
     def close(self) -> None:
         if self.channel is not None:
+            if self.federation is not None:
+                end_session(self.federation, self.federation.party_names)
             self.channel.close()
         if self.local is not None:
             self.local.stop()
+
+
+def new_session() -> str:
+    """A session id for one run at the parties (chosen by the label holder)."""
+    import secrets
+
+    return secrets.token_hex(6)
+
+
+def end_session(fed, parties) -> None:
+    """Tell each party the run is over (it frees the session's place); a party already gone is skipped."""
+    from verticalfs.exceptions import VerticalFSError
+    from verticalfs.transport.messages import Ack, EndSession
+
+    for p in parties:
+        try:
+            fed.proxy(p).request(EndSession(), SETUP, expect=Ack)
+        except VerticalFSError:
+            pass
 
 
 def serve_party(dep: Deployment, name: str, *, max_bytes: int = 1 << 30, checkpoint_dir=None, policy=None):
@@ -116,16 +140,17 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
                         f"columns are {cols}. Fix label_column or label_party in {str(dep.path)!r}")
     own_features = [c for c in frame.columns if c not in (dep.id_column, dep.label_column)]
     names = [p for p in dep.parties if p != lp or own_features]
-    out = Connected(federation=None, data=None)  # type: ignore[arg-type]
+    out = Connected(federation=None, data=None, session=new_session())  # type: ignore[arg-type]
     try:
         if own_features:
             out.local = serve_party(dep, lp).start()
         channel = GrpcChannel(LABEL_HOLDER, dep.addresses, tls=dep.tls(LABEL_HOLDER), insecure=dep.insecure,
                               connect_timeout=dep.connect_timeout, call_timeout=call_timeout,
-                              max_message_bytes=entry.policy.max_message_bytes)
+                              max_message_bytes=entry.policy.max_message_bytes, session=out.session)
         out.channel = channel
         channel.wait_ready(names)
         fed = Federation(LabelData(y={s: np.zeros(0) for s in SPLITS}, task="binary", n_classes=2), channel, names)
+        out.federation = fed  # (ends the session at the parties on close, also after a failure)
         ids = frame[dep.id_column].to_numpy(dtype=str)
         common = intersect([fed.proxy(p) for p in names if p != lp], ids)
         if not common:
@@ -242,7 +267,9 @@ def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
                   checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(LABEL_HOLDER),
                   resume=resume)
         res.info["deployment"] = {"file": str(dep.path), "n_aligned": conn.n_aligned, "rows": conn.rows,
-                                  "policies": conn.policies}
+                                  "policies": conn.policies, "session": conn.session,
+                                  "psi_cached": conn.psi_cached}
+        res.timings["psi_s"] = conn.psi_seconds  # apart from the method's time (total_seconds)
         res.info["trained_as"] = method
         if why is not None:
             res.info["trained_as_reason"] = why

@@ -175,13 +175,14 @@ class DeployedModel:
         self.local = None
         self.channel = None
         self._lock = threading.Lock()
-        self._session = secrets.token_hex(4)  # names this session's staged splits at the parties
+        self._session = secrets.token_hex(6)  # this session at the parties, and its staged splits' names
         self._pool = ThreadPoolExecutor(max(len(self.parties), 1), thread_name_prefix="verticalfs-fan-out")
         try:
             if lp in self.parties:
                 self.local = serve_party(dep, lp).start()
             self.channel = GrpcChannel(LABEL_HOLDER, dep.addresses, tls=dep.tls(LABEL_HOLDER), insecure=dep.insecure,
-                                       connect_timeout=dep.connect_timeout, call_timeout=call_timeout)
+                                       connect_timeout=dep.connect_timeout, call_timeout=call_timeout,
+                                       session=self._session)
             self.channel.wait_ready(self.parties)
             self.fed = Federation(self._labels("predict", 0), self.channel, self.parties)
             self.view = _PredictFederation(self.fed)
@@ -306,6 +307,11 @@ class DeployedModel:
 
     def close(self) -> None:
         if self.channel is not None:
+            fed = getattr(self, "fed", None)
+            if fed is not None:
+                from verticalfs.deploy.holder import end_session
+
+                end_session(fed, self.parties)
             self.channel.close()
             self.channel = None
         if self.local is not None:

@@ -15,7 +15,10 @@ a channel takes replies of at most its ``max_message_bytes``. The bytes are exac
 :mod:`verticalfs.transport.serde` produced: the ledger records the same payload and overhead as
 in-process (gRPC's framing and TLS come on top and are not on the ledger).
 
-Who is talking: each call carries the sender's name (``vf-sender`` metadata). With TLS (the
+Who is talking: each call carries the sender's name (``vf-sender`` metadata) and, when the label
+holder chose one, its run's session id (``vf-session``): an endpoint with ``receive_in`` keeps each
+session's state apart and locks per session (:class:`~verticalfs.transport.grpc.party.NetworkedParty`),
+any other endpoint handles one message at once. With TLS (the
 default) the server accepts it only if the peer's certificate, signed by the agreed CA, names
 that sender, and only senders in its ``peers`` list; the client checks the server's certificate
 names the party it meant to reach. A handler's error is sent back with its type and message and
@@ -26,6 +29,7 @@ seconds, never a hang.
 
 from __future__ import annotations
 
+import copy
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -182,9 +186,14 @@ class PartyServer:
 
     def _handle(self, context: Any, sender: str, op: str, data: bytes) -> bytes | None:
         grpc = _grpc()
+        receive_in = getattr(self.endpoint, "receive_in", None)
         try:
-            with self._lock:
-                reply = self.endpoint.receive(sender, data)
+            if receive_in is not None:  # the endpoint keeps sessions apart and locks each itself
+                session = dict(context.invocation_metadata()).get("vf-session", "")
+                reply = receive_in(session, sender, data, context.peer())
+            else:
+                with self._lock:
+                    reply = self.endpoint.receive(sender, data)
         except _exc.VerticalFSError as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - reported to the caller with its type, never a silent hang
@@ -244,11 +253,13 @@ class GrpcChannel(Channel):
         closed connection, or by keep-alive pings within about 15 s).
     max_message_bytes : int
         The largest reply accepted (default :data:`MAX_MESSAGE_BYTES`).
+    session : str, optional
+        The run's session id, sent with every call (``vf-session``; see :meth:`for_session`).
     """
 
     def __init__(self, name: str, addresses: Mapping[str, str], *, tls: TLSFiles | None, insecure: bool = False,
                  connect_timeout: float = 10.0, call_timeout: float | None = None,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, session: str | None = None) -> None:
         grpc = _grpc()
         if tls is None and not insecure:
             raise ConfigError(f"{name!r}: no TLS material; give the CA, certificate and key, or --insecure for a "
@@ -268,6 +279,14 @@ class GrpcChannel(Channel):
         self._channels: dict[str, Any] = {}
         self._calls: dict[str, tuple[Any, Any]] = {}  # (streaming, unary) callables per party
         self._lock = threading.Lock()
+        self.session = session
+
+    def for_session(self, session: str) -> GrpcChannel:
+        """This channel's connections, its calls tagged with ``session`` (a party's messages to its
+        peers within one of the label holder's runs). Close the channel it came from, not this view."""
+        view = copy.copy(self)  # shares the connections, the callables and their lock
+        view.session = session
+        return view
 
     def _call(self, receiver: str) -> tuple[Any, Any]:
         call = self._calls.get(receiver)
@@ -305,7 +324,9 @@ class GrpcChannel(Channel):
     def _exchange(self, op: str, sender: str, receiver: str, data: bytes) -> bytes | None:
         grpc = _grpc()
         stream, unary = self._call(receiver)
-        md = (("vf-sender", sender), ("vf-op", op), ("vf-size", str(len(data))))
+        md: tuple[tuple[str, str], ...] = (("vf-sender", sender), ("vf-op", op), ("vf-size", str(len(data))))
+        if self.session:
+            md += (("vf-session", self.session),)
         try:
             if len(data) <= CHUNK:  # one gRPC message each way (a post's reply is empty)
                 reply = unary(data, metadata=md, timeout=self.call_timeout)
