@@ -64,7 +64,46 @@ class Connected:
                 end_session(self.federation, self.federation.party_names)
             self.channel.close()
         if self.local is not None:
-            self.local.stop()
+            stop_own_block(self.local)
+
+
+def serve_own_block(dep: Deployment):
+    """The label party's own feature block, served by this process on its address (started); ``None``
+    when another process on this host serves it already (another run of the label party, or a
+    standing ``party serve`` of it): this run then uses that one, its session kept apart there."""
+    import sys
+
+    from verticalfs.exceptions import TransportError
+
+    try:
+        return serve_party(dep, dep.label_party).start()
+    except TransportError as exc:
+        if "cannot listen" not in str(exc):
+            raise
+        lp = dep.label_party
+        sys.stderr.write(f"party {lp}'s own columns are served at {dep.party(lp).listen} by another process (another "
+                         "run of this label party, or its `party serve`): this run uses it\n")
+        return None
+
+
+def stop_own_block(local) -> None:
+    """Stop the label party's block served here, once the runs of other processes that use it (their
+    sessions) have ended or gone idle (``session_idle_s``)."""
+    import sys
+    import time
+
+    told = False
+    while True:
+        now = time.monotonic()
+        live = [s for s in list(local.sessions.values()) if s.id and now - s.last < local.session_idle_s]
+        if not live:
+            break
+        if not told:
+            sys.stderr.write(f"waiting for {len(live)} other run(s) using party {local.name}'s columns served by this "
+                             f"process to end ({'; '.join(s.describe() for s in live)})\n")
+            told = True
+        time.sleep(0.2)
+    local.stop()
 
 
 def new_session() -> str:
@@ -143,7 +182,7 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
     out = Connected(federation=None, data=None, session=new_session())  # type: ignore[arg-type]
     try:
         if own_features:
-            out.local = serve_party(dep, lp).start()
+            out.local = serve_own_block(dep)
         channel = GrpcChannel(LABEL_HOLDER, dep.addresses, tls=dep.tls(LABEL_HOLDER), insecure=dep.insecure,
                               connect_timeout=dep.connect_timeout, call_timeout=call_timeout,
                               max_message_bytes=entry.policy.max_message_bytes, session=out.session)

@@ -140,7 +140,7 @@ class DeployedModel:
     def __init__(self, dep, model_dir: str | Path, *, call_timeout: float | None = None,
                  expected_sha256: str | None = None) -> None:
         from verticalfs.data.vertical import LabelData
-        from verticalfs.deploy.holder import serve_party
+        from verticalfs.deploy.holder import serve_own_block
         from verticalfs.federation import Federation
         from verticalfs.methods import registry
         from verticalfs.model import read_manifest
@@ -179,7 +179,7 @@ class DeployedModel:
         self._pool = ThreadPoolExecutor(max(len(self.parties), 1), thread_name_prefix="verticalfs-fan-out")
         try:
             if lp in self.parties:
-                self.local = serve_party(dep, lp).start()
+                self.local = serve_own_block(dep)
             self.channel = GrpcChannel(LABEL_HOLDER, dep.addresses, tls=dep.tls(LABEL_HOLDER), insecure=dep.insecure,
                                        connect_timeout=dep.connect_timeout, call_timeout=call_timeout,
                                        session=self._session)
@@ -315,7 +315,9 @@ class DeployedModel:
             self.channel.close()
             self.channel = None
         if self.local is not None:
-            self.local.stop()
+            from verticalfs.deploy.holder import stop_own_block
+
+            stop_own_block(self.local)
             self.local = None
         self._pool.shutdown(wait=False)
 

@@ -56,9 +56,11 @@ _GRPC_CAP = (1 << 31) - 1
 _OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
             ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
             ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)]
-#: the server accepts the clients' keep-alive pings (every 10 s) also while a handler computes
+#: the server accepts the clients' keep-alive pings (every 10 s) also while a handler computes; it binds
+#: its port alone (gRPC's default SO_REUSEPORT lets a second process bind the same port, and the kernel
+#: then splits the connections between the two: a second `party serve` or label holder took half)
 _SERVER_OPTIONS = [*_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-                   ("grpc.http2.max_ping_strikes", 0)]
+                   ("grpc.http2.max_ping_strikes", 0), ("grpc.so_reuseport", 0)]
 
 
 def _limited(options: list[tuple[str, Any]], max_receive: int) -> list[tuple[str, Any]]:
@@ -147,12 +149,15 @@ class PartyServer:
         handlers = {"Exchange": grpc.stream_stream_rpc_method_handler(self._exchange),
                     "Call": grpc.unary_unary_rpc_method_handler(self._call)}
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-        if tls is not None:
-            ca, cert, key = tls.read()
-            creds = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
-            self.port = self._server.add_secure_port(address, creds)
-        else:
-            self.port = self._server.add_insecure_port(address)
+        try:
+            if tls is not None:
+                ca, cert, key = tls.read()
+                creds = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
+                self.port = self._server.add_secure_port(address, creds)
+            else:
+                self.port = self._server.add_insecure_port(address)
+        except RuntimeError:  # gRPC's "Failed to bind"
+            self.port = 0
         if self.port == 0:
             raise TransportError(f"party {endpoint.name!r} cannot listen on {address!r} (in use or not an address "
                                  "of this host)")
