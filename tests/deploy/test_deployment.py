@@ -149,7 +149,11 @@ def test_networked_run_equals_in_process(site, servers, method, params):
     for p in ref.selection["parties"]:
         assert net.selection["parties"][p]["kept_columns"] == ref.selection["parties"][p]["kept_columns"]
     assert _method_traffic(net) == _method_traffic(ref)
-    assert net.communication["by_kind"].get("PsiRequest", 0) > 0  # the ids were intersected privately
+    # the ids were intersected privately, or (unchanged files) the label holder reused its earlier result
+    cached = net.info["deployment"]["psi_cached"]
+    assert (net.communication["by_kind"].get("PsiRequest", 0) > 0 and cached == []) or (
+        cached == ["telecom", "insurer"] and "PsiRequest" not in net.communication["by_kind"])
+    assert net.timings["psi_s"] > 0 and net.timings["psi_s"] < net.timings["total_seconds"] + 60
     rows = net.info["deployment"]["rows"]
     n = net.info["deployment"]["n_aligned"]
     held = [set(pd.read_csv(site / f"{p}.csv", dtype={"customer_id": str})["customer_id"]) for p in PARTIES]
@@ -191,7 +195,11 @@ def test_kill_and_resume(site, servers):
     assert res.metrics == pytest.approx(ref.metrics, abs=0, rel=0)
     assert [h["roc_auc"] for h in res.history] == [h["roc_auc"] for h in ref.history]
     assert not latest.exists()  # a finished run leaves no checkpoint to resume
-    resumed_at = json.loads((site / "resumed.json").read_text())["info"]["resumed_from"]["epoch"]
+    # --resume did not redo PSI (the files did not change): the label holder's cached results
+    assert res.info["deployment"]["psi_cached"] == ["telecom", "insurer"]
+    assert "PsiRequest" not in res.communication["by_kind"] and "psi_s" in res.timings
+    assert "result reused for telecom, insurer" in done.stderr
+    resumed_at = res.info["resumed_from"]["epoch"]
     assert f"after epoch {resumed_at}" in done.stderr and resumed_at >= 2
     # nor any party: each deleted its checkpoints of the completed runs in its own folder
     assert not list((site / "ck").rglob("*.pt")), sorted((site / "ck").rglob("*.pt"))

@@ -6,7 +6,8 @@
    served by this process on the label party's address like any other party);
 2. connects to every party (an unreachable one is an error naming it and its address within
    ``connect_timeout``);
-3. intersects the ids with each feature party by ECDH-PSI (:mod:`verticalfs.psi`, phase ``setup``);
+3. intersects the ids with every feature party at once by ECDH-PSI (:mod:`verticalfs.psi`, phase
+   ``setup``), or takes a party's result from the label holder's cache while its ids are unchanged;
 4. orders the intersection as the in-process path does, codes the labels, draws the split
    (:func:`~verticalfs.data.vertical.split_indices`, stratified, with the run's seed) and sends
    each party :class:`~verticalfs.deploy.party.Align` (the aligned ids and each row's split),
@@ -139,7 +140,7 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int = 1 << 30, checkpo
                             categorical=e.categorical, na_values=dep.na_values, delimiter=dep.delimiter,
                             encoding=dep.encoding, max_bytes=max_bytes,
                             checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(name),
-                            policy=policy)
+                            policy=policy, state_dir=dep.state_dir(name))
     from verticalfs.deploy.scoring import enable_scoring, model_root, scoring_path
 
     enable_scoring(runtime, model_dir=model_root(dep, name), scoring_path=scoring_path(dep, name),
@@ -165,7 +166,7 @@ def party_policy(dep: Deployment, name: str, override=None):
 
 def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None) -> Connected:
     """Steps 1-5 of the module docstring."""
-    from verticalfs.psi import intersect
+    from verticalfs.psi import PsiCache, intersect_all
     from verticalfs.transport.grpc.channel import GrpcChannel
 
     lp = dep.label_party
@@ -191,7 +192,8 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         fed = Federation(LabelData(y={s: np.zeros(0) for s in SPLITS}, task="binary", n_classes=2), channel, names)
         out.federation = fed  # (ends the session at the parties on close, also after a failure)
         ids = frame[dep.id_column].to_numpy(dtype=str)
-        common = intersect([fed.proxy(p) for p in names if p != lp], ids)
+        psi = intersect_all([fed.proxy(p) for p in names if p != lp], ids, cache=PsiCache(dep.state_dir(LABEL_HOLDER)))
+        common, out.psi_seconds, out.psi_cached = psi.ids, psi.seconds, psi.cached
         if not common:
             raise DataError(f"no id in column {dep.id_column!r} is held by every party; check that the files "
                             "use the same ids (compared as text: '007' and '7' differ)")
