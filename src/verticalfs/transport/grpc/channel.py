@@ -193,6 +193,7 @@ class PartyServer:
         grpc = _grpc()
         receive_in = getattr(self.endpoint, "receive_in", None)
         try:
+            reply: bytes | None
             if receive_in is not None:  # the endpoint keeps sessions apart and locks each itself
                 session = dict(context.invocation_metadata()).get("vf-session", "")
                 reply = receive_in(session, sender, data, context.peer())

@@ -118,7 +118,7 @@ class NetworkedParty:
                 node = s.runtime.node
                 if node is None:  # the server starts after set_addresses(), which connects the runtime
                     raise RuntimeError("set_addresses() first")
-                reply = node.receive(sender, data)
+                reply: bytes | None = node.receive(sender, data)
                 s.last = time.monotonic()
                 if s.runtime.session_over:
                     self._end(s)
@@ -156,7 +156,7 @@ class NetworkedParty:
         if not sid:
             base.session_over = False
             return base
-        rt = copy.copy(base)  # the file read at start, the policy, the scoring models: shared
+        rt: Any = copy.copy(base)  # the file read at start, the policy, the scoring models: shared
         rt.data = _fork_data(base.data)
         rt.role, rt.method, rt.node = None, None, None
         rt._reported = 0
