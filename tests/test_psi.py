@@ -80,3 +80,31 @@ def test_cached_until_a_party_changes_its_ids(tmp_path):
     # another peer set is another key: PSI again
     _, led = private_intersection(holder, {"bank": changed}, cache=cache, secrets_=keys)
     assert "PsiRequest" in kinds(led)
+
+
+def test_a_party_without_digests_runs_psi_every_time(tmp_path):
+    """A party of protocol 1.0 does not know IdsDigestRequest: PSI with it each run, never a stale cache."""
+    from verticalfs.exceptions import ProtocolError
+    from verticalfs.names import LABEL_HOLDER
+    from verticalfs.psi import PsiCache, intersect_all
+    from verticalfs.transport.inprocess import InProcessChannel
+    from verticalfs.transport.ledger import Ledger
+    from verticalfs.transport.node import Node, PartyProxy
+
+    channel = InProcessChannel()
+    ids = [f"c{i}" for i in range(10, 40)]
+
+    def old_party(sender, msg, at, node):
+        if isinstance(msg, PsiRequest):
+            return PsiServer(ids).reply(msg)
+        raise ProtocolError(f"party 'old' received {type(msg).__name__} from {sender!r} before any Join")
+
+    channel.register(Node("old", channel, Ledger(), old_party))
+    holder = Node(LABEL_HOLDER, channel, Ledger())
+    channel.register(holder)
+    cache = PsiCache(tmp_path)
+    for _ in range(2):
+        out = intersect_all([PartyProxy(holder, "old")], [f"c{i}" for i in range(30)], cache=cache)
+        assert out.ids == [f"c{i}" for i in range(10, 30)] and out.cached == []
+    assert [r.kind for r in holder.ledger.records()].count("PsiRequest") == 2
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from verticalfs.exceptions import ConfigError, TransportError
+from verticalfs.exceptions import ConfigError, ProtocolError, TransportError
 from verticalfs.transport.messages import At, message
 
 #: false-positive rate of the server's setup (RAW: exact, no Bloom filter)
@@ -228,7 +228,10 @@ def intersect_all(proxies: Sequence, ids: Sequence, *, cache: PsiCache | None = 
     mine = holder_digest(current) if cache is not None else ""
     if cache is not None:
         for proxy in proxies:
-            digests[proxy.name] = str(proxy.request(IdsDigestRequest(), SETUP, expect=IdsDigest).digest)
+            try:
+                digests[proxy.name] = str(proxy.request(IdsDigestRequest(), SETUP, expect=IdsDigest).digest)
+            except ProtocolError:  # a party of protocol 1.0 has no digest: PSI every time with it
+                continue
             hit = cache.get(mine, proxy.name, digests[proxy.name], peers, len(current))
             if hit is not None:
                 found[proxy.name] = hit
@@ -242,7 +245,8 @@ def intersect_all(proxies: Sequence, ids: Sequence, *, cache: PsiCache | None = 
         found.update({p.name: intersect_with(p, current) for p in todo})
     if cache is not None:
         for p in todo:
-            cache.put(mine, p.name, digests[p.name], peers, found[p.name])
+            if p.name in digests:
+                cache.put(mine, p.name, digests[p.name], peers, found[p.name])
     keep = np.ones(len(current), dtype=bool)
     for idx in found.values():
         held = np.zeros(len(current), dtype=bool)
