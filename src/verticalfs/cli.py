@@ -439,7 +439,10 @@ def run_cmd(
             stage = f"running {method} over {deployment}"
             res = run_deployment(dep, method, seed=seed, params=params, codec=codec, progress=progress,
                                  save_model=save_model, checkpoint_dir=checkpoints, resume=resume)
-            err.print(f"aligned {res.info['deployment']['n_aligned']} rows by private set intersection: "
+            cached = res.info["deployment"].get("psi_cached") or []
+            err.print(f"aligned {res.info['deployment']['n_aligned']} rows by private set intersection "
+                      f"({res.timings.get('psi_s', 0.0):.1f} s"
+                      + (f"; unchanged ids, result reused for {', '.join(cached)}" if cached else "") + "): "
                       + ", ".join(f"{p} kept {r['rows_kept']} of {r['rows_in_file']}"
                                   for p, r in res.info["deployment"]["rows"].items()),
                       soft_wrap=True, highlight=False, markup=False)
@@ -553,7 +556,8 @@ def _predict_deployed(config: Path, model: Path, out: Path, party_file, insecure
     write_predictions(res, out, dep.id_column)
     c = res["communication"]
     err.print("scoring files: " + ", ".join(f"{p} holds {n} rows" for p, n in res["rows"].items())
-              + f"; {len(res['ids'])} ids held by every party (private set intersection)",
+              + f"; {len(res['ids'])} ids held by every party (private set intersection, {res['psi_s']:.1f} s"
+              + (f"; reused for {', '.join(res['psi_cached'])}" if res["psi_cached"] else "") + ")",
               soft_wrap=True, highlight=False, markup=False)
     console.print(f"{len(res['ids'])} predictions ({res['method']}) written to [bold]{out}[/]; "
                   f"{c['total_bytes'] / 1e3:.1f} kB in {c['messages']} messages "

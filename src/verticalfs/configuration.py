@@ -92,6 +92,12 @@ class PartyPolicy(_Model):
     max_psi_ids: int = Field(10_000_000, ge=1, description="The most ids in one PSI request or `Align`.")
     max_message_mb: float = Field(256.0, gt=0, le=2047, description="The largest message the party accepts, in "
                                   "MiB (its gRPC receive limit): a larger one is refused before it is buffered.")
+    max_sessions: int = Field(4, ge=1, description="Label-holder runs (sessions: a training run, a `predict`, a "
+                              "`serve-model`) the party serves at once, each with its own state; another is "
+                              "refused as busy, naming the session that holds the party.")
+    session_idle_s: float = Field(900.0, gt=0, description="Seconds after which a session without any message "
+                                  "is forgotten (a label holder that died without ending its run), freeing its "
+                                  "place.")
 
     @classmethod
     def permissive(cls) -> PartyPolicy:

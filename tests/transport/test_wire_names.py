@@ -138,6 +138,9 @@ GOLDEN: list[tuple[str, int]] = [
     ("core.ScoringPsi", 16821),
     ("core.StageIds", 39834),
     ("core.IdsStaged", 348),
+    ("core.EndSession", 45165),
+    ("core.IdsDigestRequest", 1222),
+    ("core.IdsDigest", 61230),
 ]
 
 WHY = ("the list of wire names in tests/transport/test_wire_names.py is golden: a peer running the previous "

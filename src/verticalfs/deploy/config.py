@@ -166,6 +166,11 @@ class Deployment:
         for n in names:
             check_private(self.tls(n).key)
 
+    def state_dir(self, name: str) -> Path:
+        """The working folder of party ``name`` (or of the label holder, ``active``) on its own host:
+        ``state/<name>`` beside the deployment file (the PSI cache, a party's digest secret)."""
+        return self.path.parent / "state" / name
+
     def checkpoint_dir(self, name: str) -> Path | None:
         return None if self.checkpoints is None else self.checkpoints / name
 
