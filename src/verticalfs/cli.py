@@ -374,7 +374,9 @@ def run_cmd(
     data_dir: Path = DataDir,
     out: Path = O(None, "--out", "-o", help="Write the result JSON here (atomically)."),
     save_model: Path = O(None, "--save-model", help="Save the trained model in this folder: each party's part (preprocessing, model, selection) in its own file, the label holder's, a manifest; `verticalfs predict` uses it."),
-    progress: bool = O(True, "--progress/--no-progress", help="Show a progress bar."),
+    progress: bool = O(True, "--progress/--no-progress", help="Show progress on standard error: a bar on a terminal, "
+                       "otherwise (a file or a pipe) one line per epoch or stage with elapsed time, ETA and MB sent."),
+    quiet: bool = O(False, "--quiet", "-q", help="No progress output (the same as --no-progress)."),
     checkpoints: Path = O(None, "--checkpoints", help="Checkpoint every training epoch in this folder (in-process parties in its parties/ subfolder; networked parties in their own `checkpoints` folder); removed when the run completes."),
     insecure: bool = O(False, "--insecure", help="With a deployment file: no TLS (messages in the clear, no party authenticated). Local experiments only."),
     resume: bool = O(False, "--resume", help="Continue the interrupted run whose checkpoints are in --checkpoints (or the deployment's folder), with the same options."),
@@ -384,6 +386,7 @@ def run_cmd(
     from verticalfs.options import check_epochs, check_out, check_seed
 
     deployment = ctx.meta.get("deployment")
+    progress = progress and not quiet
     opts = _data_options(**_data_kwargs(locals()))
     resolved = {k: (str(v) if isinstance(v, Path) else v) for k, v in locals().items()
                 if k not in ("opts", "check_out", "check_seed", "check_epochs", "ctx")}
@@ -674,13 +677,15 @@ def compare_cmd(
     max_file_mb: float = OPT_MAX_FILE,
     strip_ids: bool = OPT_STRIP_IDS,
     data_dir: Path = DataDir,
-    progress: bool = O(True, "--progress/--no-progress"),
+    progress: bool = O(True, "--progress/--no-progress", help="Show progress on standard error (see `run --help`)."),
+    quiet: bool = O(False, "--quiet", "-q", help="No progress output (the same as --no-progress)."),
 ) -> None:
     """Run several methods on the same data and seeds: a table, results.json and a plot of accuracy against MB."""
     from verticalfs.compare import compare, write_compare
     from verticalfs.methods import registry
     from verticalfs.options import check_epochs, check_out, parse_seeds
 
+    progress = progress and not quiet
     opts = _data_options(**_data_kwargs(locals()))
     names = [m.strip() for m in methods.split(",") if m.strip()]
     try:

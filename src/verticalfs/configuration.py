@@ -214,7 +214,9 @@ class RunFile(_Model):
     data_dir: FilePath | None = Field(None, description="Folder with the benchmark data sets.")
     out: FilePath | None = Field(None, description="Write the result JSON here.")
     save_model: FilePath | None = Field(None, description="Save the trained model in this folder.")
-    progress: bool = Field(True, description="Show a progress bar.")
+    progress: bool = Field(True, description="Show progress on standard error: a bar on a terminal, one line per "
+                           "epoch or stage (elapsed, ETA, MB sent) otherwise.")
+    quiet: bool = Field(False, description="No progress output (the same as `progress = false`).")
     checkpoints: FilePath | None = Field(None, description="Checkpoint every training epoch in this folder.")
     insecure: bool = Field(False, description="With a deployment file only: no TLS.")
     resume: bool = Field(False, description="Continue the interrupted run in `checkpoints`.")
