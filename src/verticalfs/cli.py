@@ -885,6 +885,8 @@ def party_serve(
     policy: Path = typer.Option(None, "--policy", help="A policy file only this party reads (TOML: the keys of "
                                 "[parties.<name>.policy], docs/reference/configuration.md); its keys replace the "
                                 "deployment file's."),
+    max_file_mb: float = typer.Option(None, "--max-file-mb", help="The largest file this party reads, in MiB (on "
+                                      "disk and decompressed); default: the deployment file's max_file_mb (1024)."),
 ) -> None:
     """Serve one party: read and check only its own file, listen on its address, answer the label holder.
 
@@ -919,7 +921,10 @@ def party_serve(
         from verticalfs.deploy.holder import party_policy, serve_party
 
         effective = party_policy(dep, name, policy)
-        party = serve_party(dep, name, checkpoint_dir=checkpoints, policy=effective).start()
+        if max_file_mb is not None and not max_file_mb > 0:
+            raise ConfigError(f"--max-file-mb must be > 0, got {max_file_mb}")
+        party = serve_party(dep, name, checkpoint_dir=checkpoints, policy=effective,
+                            max_bytes=None if max_file_mb is None else int(max_file_mb * 2**20)).start()
     except VerticalFSError as exc:
         _fail(exc)
     rt = party.runtime

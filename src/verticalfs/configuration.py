@@ -164,6 +164,9 @@ class DeploymentFile(_Model):
     connect_timeout: float = Field(10.0, gt=0, description="Seconds to wait for a party to be reachable.")
     checkpoints: FilePath | None = Field(None, description="A folder: each party keeps its checkpoints in "
                                          "`<folder>/<party>` (relative to this file).")
+    max_file_mb: float = Field(1024.0, gt=0, description="The most megabytes a party's file may hold, on disk and "
+                               "decompressed (`.csv.gz`, Parquet); a larger file is refused before it is read. "
+                               "`party serve --max-file-mb` overrides it on one host.")
 
 
 # ------------------------------------------------------------------------------ run options
