@@ -170,6 +170,9 @@ class DeploymentFile(_Model):
     connect_timeout: float = Field(10.0, gt=0, description="Seconds to wait for a party to be reachable.")
     checkpoints: FilePath | None = Field(None, description="A folder: each party keeps its checkpoints in "
                                          "`<folder>/<party>` (relative to this file).")
+    max_file_mb: float = Field(1024.0, gt=0, description="The most megabytes a party's file may hold, on disk and "
+                               "decompressed (`.csv.gz`, Parquet); a larger file is refused before it is read. "
+                               "`party serve --max-file-mb` overrides it on one host.")
 
 
 # ------------------------------------------------------------------------------ run options
@@ -220,7 +223,9 @@ class RunFile(_Model):
     data_dir: FilePath | None = Field(None, description="Folder with the benchmark data sets.")
     out: FilePath | None = Field(None, description="Write the result JSON here.")
     save_model: FilePath | None = Field(None, description="Save the trained model in this folder.")
-    progress: bool = Field(True, description="Show a progress bar.")
+    progress: bool = Field(True, description="Show progress on standard error: a bar on a terminal, one line per "
+                           "epoch or stage (elapsed, ETA, MB sent) otherwise.")
+    quiet: bool = Field(False, description="No progress output (the same as `progress = false`).")
     checkpoints: FilePath | None = Field(None, description="Checkpoint every training epoch in this folder.")
     insecure: bool = Field(False, description="With a deployment file only: no TLS.")
     resume: bool = Field(False, description="Continue the interrupted run in `checkpoints`.")

@@ -74,6 +74,12 @@ class Deployment:
     val_size: float = 0.1
     connect_timeout: float = 10.0
     checkpoints: Path | None = None
+    max_file_mb: float = 1024.0
+
+    @property
+    def max_bytes(self) -> int:
+        """``max_file_mb`` in bytes: the largest party file that is read."""
+        return int(self.max_file_mb * 2**20)
 
     # ----------------------------------------------------------------- reading
     @classmethod
@@ -127,7 +133,8 @@ class Deployment:
                   id_column=conf.id_column, parties=parties, certs=certs, insecure=conf.insecure,
                   task=conf.task, na_values=None if na is None else list(na), delimiter=conf.delimiter,
                   encoding=conf.encoding, scaling=conf.scaling, impute=conf.impute, test_size=conf.test_size,
-                  val_size=conf.val_size, connect_timeout=conf.connect_timeout, checkpoints=rel(conf.checkpoints))
+                  val_size=conf.val_size, connect_timeout=conf.connect_timeout, checkpoints=rel(conf.checkpoints),
+                  max_file_mb=conf.max_file_mb)
         out._check(where)
         return out
 

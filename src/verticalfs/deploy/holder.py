@@ -126,10 +126,11 @@ def end_session(fed, parties) -> None:
             pass
 
 
-def serve_party(dep: Deployment, name: str, *, max_bytes: int = 1 << 30, checkpoint_dir=None, policy=None):
+def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None, checkpoint_dir=None, policy=None):
     """The :class:`~verticalfs.transport.grpc.party.NetworkedParty` of party ``name`` (not started):
     its file read and checked now; its checkpoints in ``checkpoint_dir`` (default: the deployment's);
-    its ``policy`` (default: its ``[parties.<name>.policy]``, see :func:`party_policy`)."""
+    its ``policy`` (default: its ``[parties.<name>.policy]``, see :func:`party_policy`); files up to
+    ``max_bytes`` (default: the deployment's ``max_file_mb``)."""
     from verticalfs.transport.grpc.party import NetworkedParty
 
     e = dep.party(name)
@@ -138,7 +139,7 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int = 1 << 30, checkpo
     runtime = DeployedParty(name, e.file, id_column=dep.id_column,
                             label_column=dep.label_column if name == dep.label_party else None,
                             categorical=e.categorical, na_values=dep.na_values, delimiter=dep.delimiter,
-                            encoding=dep.encoding, max_bytes=max_bytes,
+                            encoding=dep.encoding, max_bytes=dep.max_bytes if max_bytes is None else max_bytes,
                             checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(name),
                             policy=policy, state_dir=dep.state_dir(name))
     from verticalfs.deploy.scoring import enable_scoring, model_root, scoring_path
@@ -173,7 +174,7 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
     entry = dep.party(lp)
     dep.check_keys(LABEL_HOLDER, lp)
     frame = _read_frames({lp: entry.file}, id_column=dep.id_column, na_values=dep.na_values,
-                         delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=1 << 30)[lp]
+                         delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=dep.max_bytes)[lp]
     if dep.label_column not in frame.columns:
         cols = [c for c in frame.columns if c != dep.id_column]
         raise DataError(f"party {lp!r}: label column {dep.label_column!r} is not in {str(entry.file)!r}; its "

@@ -212,7 +212,7 @@ class DeployedModel:
         dep = self.dep
         lp = dep.label_party
         f = _read_frames({lp: scoring_path(dep, lp)}, id_column=dep.id_column, na_values=dep.na_values,
-                         delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=1 << 30)[lp]
+                         delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=dep.max_bytes)[lp]
         return f[dep.id_column].to_numpy(dtype=str)
 
     def intersect(self) -> np.ndarray:
