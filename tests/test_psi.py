@@ -52,6 +52,74 @@ def test_empty_and_disjoint():
     assert out == []
 
 
+def test_cached_until_a_party_changes_its_ids(tmp_path):
+    """PSI once (openmined-psi here; the cache is the same for either engine): a second run on the
+    same ids reuses every party's result (no PSI message); a party whose ids changed runs PSI again,
+    the other is still reused, and the result is the new intersection."""
+    from verticalfs.psi import PsiCache
+
+    holder = [f"c{i}" for i in range(200)]
+    bank, telecom = [f"c{i}" for i in range(50, 400)], [f"c{i}" for i in range(0, 300, 3)]
+    keys = {"bank": b"b" * 32, "telecom": b"t" * 32}
+    cache = PsiCache(tmp_path / "state")
+
+    def kinds(ledger):
+        return [r.kind for r in ledger.records()]
+
+    first, led = private_intersection(holder, {"bank": bank, "telecom": telecom}, cache=cache, secrets_=keys,
+                                   engine="openmined")
+    assert first == [h for h in holder if int(h[1:]) >= 50 and int(h[1:]) % 3 == 0]
+    assert kinds(led).count("PsiRequest") == 2
+    again, led = private_intersection(holder, {"bank": bank, "telecom": telecom}, cache=cache, secrets_=keys,
+                                   engine="openmined")
+    assert again == first and "PsiRequest" not in kinds(led)  # only the digests crossed
+    # the cache holds positions in the label holder's own ids of what PSI revealed, nothing of the parties'
+    files = sorted((tmp_path / "state").iterdir())
+    assert [f.name.split("-")[0] for f in files] == ["bank", "telecom"]
+    for f, ids in zip(files, (bank, telecom), strict=True):
+        assert np.load(f, allow_pickle=False).tolist() == [i for i, h in enumerate(holder) if h in set(ids)]
+    assert all(oct(f.stat().st_mode & 0o777) == "0o600" for f in files)
+    changed = [*bank[10:], "c6"]  # the bank's file changed: c6 now held, c50..c59 gone
+    out, led = private_intersection(holder, {"bank": changed, "telecom": telecom}, cache=cache, secrets_=keys,
+                                   engine="openmined")
+    assert out == [h for h in holder if h in set(changed) & set(telecom)]
+    assert "c6" in out and "c51" not in out
+    assert [r.receiver for r in led.records() if r.kind == "PsiRequest"] == ["bank"]
+    # another peer set is another key: PSI again
+    _, led = private_intersection(holder, {"bank": changed}, cache=cache, secrets_=keys,
+                                   engine="openmined")
+    assert "PsiRequest" in kinds(led)
+
+
+def test_a_party_without_digests_runs_psi_every_time(tmp_path):
+    """A party of protocol 1.0 does not know IdsDigestRequest: PSI with it each run, never a stale cache."""
+    from verticalfs.exceptions import ProtocolError
+    from verticalfs.names import LABEL_HOLDER
+    from verticalfs.psi import PsiCache, intersect_all
+    from verticalfs.transport.inprocess import InProcessChannel
+    from verticalfs.transport.ledger import Ledger
+    from verticalfs.transport.node import Node, PartyProxy
+
+    channel = InProcessChannel()
+    ids = [f"c{i}" for i in range(10, 40)]
+
+    def old_party(sender, msg, at, node):
+        if isinstance(msg, PsiRequest):
+            return PsiServer(ids).reply(msg)
+        raise ProtocolError(f"party 'old' received {type(msg).__name__} from {sender!r} before any Join")
+
+    channel.register(Node("old", channel, Ledger(), old_party))
+    holder = Node(LABEL_HOLDER, channel, Ledger())
+    channel.register(holder)
+    cache = PsiCache(tmp_path)
+    for _ in range(2):
+        out = intersect_all([PartyProxy(holder, "old")], [f"c{i}" for i in range(30)], cache=cache,
+                            engine="openmined")  # a party of protocol 1.0 knows openmined-psi only
+        assert out.ids == [f"c{i}" for i in range(10, 30)] and out.cached == []
+    assert [r.kind for r in holder.ledger.records()].count("PsiRequest") == 2
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
 # ------------------------------------------------------------------ ristretto255 (libsodium)
 def _both():
     from verticalfs.psi import installed

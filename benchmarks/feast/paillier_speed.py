@@ -3,6 +3,11 @@ threads, measured in one run.
 
     python benchmarks/feast/paillier_speed.py [--bits 2048] [--n 300] [--repeat 3] [--json out.json]
 
+Its successor for the question "how close is each operation to its limit on one core, at full
+randomness" is ``benchmarks/crypto/paillier_bench.py`` (owner and non-owner encryption, re-randomisation,
+decryption, the background pool, python-paillier and HEU, and the bounds, in one run). This script
+stays for the table of every back end with both kinds of randomness and both thread settings.
+
 Rows: each back end (``python``, ``phe``, ``pypaillier``, ``heu``; those not installed are listed
 as such) with each randomness it can draw (``full``: ``r**n`` with ``r`` uniform, Paillier 1999;
 ``short``: ``h_s**a`` with a ``ceil(bits/2)``-bit exponent, Damgård-Jurik-Nielsen 2010; see

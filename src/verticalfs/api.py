@@ -273,7 +273,7 @@ def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_c
         fed.collect_peer_traffic()  # party-to-party messages, recorded at the parties
     elapsed = time.perf_counter() - t0
     if ck is not None:
-        ck.clear()
+        ck.clear(fed, fed.party_names)  # at the parties too (their own folders)
     node.flush()  # the label holder's work after its last message
     if save_model is not None:
         _save_model(m, fed, save_model, params=vars(m.params))
@@ -304,7 +304,7 @@ def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_c
         history=list(m.history_),
         timings={"total_seconds": elapsed, "seconds_per_epoch": elapsed / n_epochs,
                  "python": platform.python_version()},
-        info=dict(m.info_),
+        info={**dict(m.info_), **({"resumed_from": ck.resumed_from} if ck is not None and ck.resumed_from else {})},
         estimates=estimates,
         warnings=notes,
         method_obj=m,

@@ -374,7 +374,9 @@ def run_cmd(
     data_dir: Path = DataDir,
     out: Path = O(None, "--out", "-o", help="Write the result JSON here (atomically)."),
     save_model: Path = O(None, "--save-model", help="Save the trained model in this folder: each party's part (preprocessing, model, selection) in its own file, the label holder's, a manifest; `verticalfs predict` uses it."),
-    progress: bool = O(True, "--progress/--no-progress", help="Show a progress bar."),
+    progress: bool = O(True, "--progress/--no-progress", help="Show progress on standard error: a bar on a terminal, "
+                       "otherwise (a file or a pipe) one line per epoch or stage with elapsed time, ETA and MB sent."),
+    quiet: bool = O(False, "--quiet", "-q", help="No progress output (the same as --no-progress)."),
     checkpoints: Path = O(None, "--checkpoints", help="Checkpoint every training epoch in this folder (in-process parties in its parties/ subfolder; networked parties in their own `checkpoints` folder); removed when the run completes."),
     insecure: bool = O(False, "--insecure", help="With a deployment file: no TLS (messages in the clear, no party authenticated). Local experiments only."),
     resume: bool = O(False, "--resume", help="Continue the interrupted run whose checkpoints are in --checkpoints (or the deployment's folder), with the same options."),
@@ -384,6 +386,7 @@ def run_cmd(
     from verticalfs.options import check_epochs, check_out, check_seed
 
     deployment = ctx.meta.get("deployment")
+    progress = progress and not quiet
     opts = _data_options(**_data_kwargs(locals()))
     resolved = {k: (str(v) if isinstance(v, Path) else v) for k, v in locals().items()
                 if k not in ("opts", "check_out", "check_seed", "check_epochs", "ctx")}
@@ -439,7 +442,10 @@ def run_cmd(
             stage = f"running {method} over {deployment}"
             res = run_deployment(dep, method, seed=seed, params=params, codec=codec, progress=progress,
                                  save_model=save_model, checkpoint_dir=checkpoints, resume=resume)
-            err.print(f"aligned {res.info['deployment']['n_aligned']} rows by private set intersection: "
+            cached = res.info["deployment"].get("psi_cached") or []
+            err.print(f"aligned {res.info['deployment']['n_aligned']} rows by private set intersection "
+                      f"({res.timings.get('psi_s', 0.0):.1f} s"
+                      + (f"; unchanged ids, result reused for {', '.join(cached)}" if cached else "") + "): "
                       + ", ".join(f"{p} kept {r['rows_kept']} of {r['rows_in_file']}"
                                   for p, r in res.info["deployment"]["rows"].items()),
                       soft_wrap=True, highlight=False, markup=False)
@@ -553,7 +559,8 @@ def _predict_deployed(config: Path, model: Path, out: Path, party_file, insecure
     write_predictions(res, out, dep.id_column)
     c = res["communication"]
     err.print("scoring files: " + ", ".join(f"{p} holds {n} rows" for p, n in res["rows"].items())
-              + f"; {len(res['ids'])} ids held by every party (private set intersection)",
+              + f"; {len(res['ids'])} ids held by every party (private set intersection, {res['psi_s']:.1f} s"
+              + (f"; reused for {', '.join(res['psi_cached'])}" if res["psi_cached"] else "") + ")",
               soft_wrap=True, highlight=False, markup=False)
     console.print(f"{len(res['ids'])} predictions ({res['method']}) written to [bold]{out}[/]; "
                   f"{c['total_bytes'] / 1e3:.1f} kB in {c['messages']} messages "
@@ -674,13 +681,15 @@ def compare_cmd(
     max_file_mb: float = OPT_MAX_FILE,
     strip_ids: bool = OPT_STRIP_IDS,
     data_dir: Path = DataDir,
-    progress: bool = O(True, "--progress/--no-progress"),
+    progress: bool = O(True, "--progress/--no-progress", help="Show progress on standard error (see `run --help`)."),
+    quiet: bool = O(False, "--quiet", "-q", help="No progress output (the same as --no-progress)."),
 ) -> None:
     """Run several methods on the same data and seeds: a table, results.json and a plot of accuracy against MB."""
     from verticalfs.compare import compare, write_compare
     from verticalfs.methods import registry
     from verticalfs.options import check_epochs, check_out, parse_seeds
 
+    progress = progress and not quiet
     opts = _data_options(**_data_kwargs(locals()))
     names = [m.strip() for m in methods.split(",") if m.strip()]
     try:
@@ -880,6 +889,8 @@ def party_serve(
     policy: Path = typer.Option(None, "--policy", help="A policy file only this party reads (TOML: the keys of "
                                 "[parties.<name>.policy], docs/reference/configuration.md); its keys replace the "
                                 "deployment file's."),
+    max_file_mb: float = typer.Option(None, "--max-file-mb", help="The largest file this party reads, in MiB (on "
+                                      "disk and decompressed); default: the deployment file's max_file_mb (1024)."),
 ) -> None:
     """Serve one party: read and check only its own file, listen on its address, answer the label holder.
 
@@ -914,7 +925,10 @@ def party_serve(
         from verticalfs.deploy.holder import party_policy, serve_party
 
         effective = party_policy(dep, name, policy)
-        party = serve_party(dep, name, checkpoint_dir=checkpoints, policy=effective).start()
+        if max_file_mb is not None and not max_file_mb > 0:
+            raise ConfigError(f"--max-file-mb must be > 0, got {max_file_mb}")
+        party = serve_party(dep, name, checkpoint_dir=checkpoints, policy=effective,
+                            max_bytes=None if max_file_mb is None else int(max_file_mb * 2**20)).start()
     except VerticalFSError as exc:
         _fail(exc)
     rt = party.runtime

@@ -92,6 +92,12 @@ class PartyPolicy(_Model):
     max_psi_ids: int = Field(10_000_000, ge=1, description="The most ids in one PSI request or `Align`.")
     max_message_mb: float = Field(256.0, gt=0, le=2047, description="The largest message the party accepts, in "
                                   "MiB (its gRPC receive limit): a larger one is refused before it is buffered.")
+    max_sessions: int = Field(4, ge=1, description="Label-holder runs (sessions: a training run, a `predict`, a "
+                              "`serve-model`) the party serves at once, each with its own state; another is "
+                              "refused as busy, naming the session that holds the party.")
+    session_idle_s: float = Field(900.0, gt=0, description="Seconds after which a session without any message "
+                                  "is forgotten (a label holder that died without ending its run), freeing its "
+                                  "place.")
 
     @classmethod
     def permissive(cls) -> PartyPolicy:
@@ -169,6 +175,9 @@ class DeploymentFile(_Model):
         "answers either; scoring files are intersected with openmined.")
     checkpoints: FilePath | None = Field(None, description="A folder: each party keeps its checkpoints in "
                                          "`<folder>/<party>` (relative to this file).")
+    max_file_mb: float = Field(1024.0, gt=0, description="The most megabytes a party's file may hold, on disk and "
+                               "decompressed (`.csv.gz`, Parquet); a larger file is refused before it is read. "
+                               "`party serve --max-file-mb` overrides it on one host.")
 
 
 # ------------------------------------------------------------------------------ run options
@@ -219,7 +228,9 @@ class RunFile(_Model):
     data_dir: FilePath | None = Field(None, description="Folder with the benchmark data sets.")
     out: FilePath | None = Field(None, description="Write the result JSON here.")
     save_model: FilePath | None = Field(None, description="Save the trained model in this folder.")
-    progress: bool = Field(True, description="Show a progress bar.")
+    progress: bool = Field(True, description="Show progress on standard error: a bar on a terminal, one line per "
+                           "epoch or stage (elapsed, ETA, MB sent) otherwise.")
+    quiet: bool = Field(False, description="No progress output (the same as `progress = false`).")
     checkpoints: FilePath | None = Field(None, description="Checkpoint every training epoch in this folder.")
     insecure: bool = Field(False, description="With a deployment file only: no TLS.")
     resume: bool = Field(False, description="Continue the interrupted run in `checkpoints`.")

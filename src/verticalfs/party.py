@@ -57,6 +57,7 @@ from verticalfs.transport.messages import (
     Ack,
     At,
     Coded,
+    EndSession,
     Hello,
     HelloRequest,
     Join,
@@ -372,6 +373,7 @@ class PartyRuntime:
         self.psi_requests = 0  # PSI requests answered (bounded by the policy's max_psi_requests)
         self._psi: PsiParty | None = None  # this party's answers to PSI (either engine)
         self._reported = 0  # peer-traffic records already reported to the label holder
+        self.session_over = False  # set by EndSession: the label holder's run is over
 
     def connect(self, channel: Channel, ledger: Ledger) -> Node:
         """Attach a messaging node on ``channel`` (the node is the channel's endpoint for this party)."""
@@ -394,6 +396,11 @@ class PartyRuntime:
             if sender != LABEL_HOLDER:
                 raise ProtocolError(f"party {self.name!r} accepts Persist only from the label holder")
             return party_persist(self, msg)
+        if t is EndSession:  # the networked party then drops this session's state (transport/grpc/party.py)
+            if sender != LABEL_HOLDER:
+                raise ProtocolError(f"party {self.name!r} accepts EndSession only from the label holder")
+            self.session_over = True
+            return Ack()
         if t is TrafficRequest:
             if sender != LABEL_HOLDER:
                 raise ProtocolError(f"party {self.name!r} reports its traffic only to the label holder")

@@ -23,10 +23,19 @@ so where a matching id sits in the party's file does not leak. Every message is 
 message (phase ``setup``), so its bytes are on the ledger, and every value decoded from the peer is
 checked (lengths, counts, valid group encodings) before use.
 
-With several parties the label holder narrows its set party by party (its ids ∩ party 1, then that
-∩ party 2, ...), so it learns the intersection with each party of the ids still in at that point,
-and the feature parties learn the sizes of those sets. The final intersection is what every party
-aligns on; no feature party learns another party's ids.
+With several parties the label holder runs PSI with all of them at once (one thread each, so the
+set-up costs the slowest party, not the sum): it learns its intersection with each party, and every
+feature party learns how many ids the label holder has. The intersection of those is what every
+party aligns on; no feature party learns another party's ids.
+
+PSI once (:class:`PsiCache`): before PSI the label holder asks each party for the *digest* of its
+ids (:class:`IdsDigestRequest`): a keyed hash (HMAC-SHA256 with a secret the party keeps in its own
+working folder) of its id set, which tells whether the set changed and nothing about the ids. The
+label holder keeps each party's PSI result in its own working folder, keyed by the digest of its
+own ids (in order), the party's name and digest, and the set of parties of the run; a later run, a
+``--resume`` or a prediction on the same files takes the result from there, and a changed file (a
+new digest) runs PSI again. A cache file holds positions in the label holder's own ids of those the
+party holds (what PSI revealed to it, nothing more), written atomically, readable by its owner only.
 
 Choose the engine with ``engine=`` (``"auto"``: ristretto255 if ``rbcl`` is installed, else
 openmined-psi) or the deployment file's ``psi_engine``; a party answers either.
@@ -35,16 +44,23 @@ openmined-psi) or the deployment file's ``psi_engine``; a party answers either.
 from __future__ import annotations
 
 import hashlib
+import hmac
+import io
+import json
 import math
 import os
+import secrets
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from verticalfs.exceptions import ConfigError, TransportError
+from verticalfs.exceptions import ConfigError, ProtocolError, TransportError
 from verticalfs.transport.messages import At, message
 
 #: false-positive rate of the server's setup (RAW: exact, no Bloom filter)
@@ -122,6 +138,93 @@ class PsiChunkReply:
 
 PSI_OPENS = (PsiRequest, PsiOpen)  # the requests a party's policy counts
 PSI_KINDS = (PsiRequest, PsiOpen, PsiChunk)  # every request a party answers for PSI
+
+
+@message("core.IdsDigestRequest")
+class IdsDigestRequest:
+    """Label holder -> party, phase ``setup``: the digest of your ids (of your scoring file with
+    ``scoring``), to reuse an earlier PSI result while they are unchanged."""
+
+    scoring: bool = False
+
+
+@message("core.IdsDigest")
+class IdsDigest:
+    """Party -> label holder: HMAC-SHA256 of its id set under a secret of its own (hex)."""
+
+    digest: str
+
+
+def _hashes(ids: Sequence) -> np.ndarray:
+    """A 64-bit hash per id (as text), vectorised (pandas' SipHash with its fixed key)."""
+    import pandas as pd
+
+    return pd.util.hash_array(np.asarray(_as_text(ids), dtype=object))
+
+
+def ids_digest(ids: Sequence, secret: bytes) -> str:
+    """The digest of an id *set* (order-free) under ``secret``: what a party answers :class:`IdsDigestRequest` with."""
+    return hmac.new(secret, np.sort(_hashes(ids)).tobytes(), hashlib.sha256).hexdigest()
+
+
+def holder_digest(ids: Sequence) -> str:
+    """The digest of the label holder's ids *in order* (a cached result holds positions in them)."""
+    return hashlib.sha256(_hashes(ids).tobytes()).hexdigest()
+
+
+def party_secret(folder: str | Path | None) -> bytes:
+    """The party's digest secret: ``psi.key`` in its working ``folder`` (made on first use, mode
+    0600), or a fresh one for this process without a folder (then nothing is reused across runs)."""
+    if folder is None:
+        return secrets.token_bytes(32)
+    from verticalfs.utils.io import write_bytes_atomic
+
+    path = Path(folder) / "psi.key"
+    if not path.is_file():
+        Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_bytes_atomic(path, secrets.token_bytes(32).hex().encode(), mode=0o600)
+    return bytes.fromhex(path.read_text().strip())
+
+
+class PsiCache:
+    """The label holder's PSI results, one file per party and key, in ``folder`` (see the module docstring)."""
+
+    VERSION = "psi-cache/1"
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    def _path(self, holder: str, party: str, digest: str, peers: Sequence[str]) -> Path:
+        key = json.dumps([self.VERSION, holder, party, digest, sorted(peers)])
+        return self.folder / f"{party}-{hashlib.sha256(key.encode()).hexdigest()[:32]}.npy"
+
+    def get(self, holder: str, party: str, digest: str, peers: Sequence[str], n: int) -> np.ndarray | None:
+        path = self._path(holder, party, digest, peers)
+        try:
+            idx = np.load(path, allow_pickle=False)
+        except (OSError, ValueError):
+            return None
+        if idx.dtype != np.int64 or idx.ndim != 1 or (idx.size and (idx.min() < 0 or idx.max() >= n)):
+            return None  # not one of ours: PSI again
+        return idx
+
+    def put(self, holder: str, party: str, digest: str, peers: Sequence[str], idx: np.ndarray) -> None:
+        from verticalfs.utils.io import write_bytes_atomic
+
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(idx, dtype=np.int64), allow_pickle=False)
+        write_bytes_atomic(self._path(holder, party, digest, peers), buf.getvalue(), mode=0o600)
+
+
+@dataclass
+class Intersection:
+    """The ids every party holds (label holder's order), PSI's wall time, and the parties whose
+    result came from the cache."""
+
+    ids: list[str]
+    seconds: float
+    cached: list[str] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------ engines
@@ -440,7 +543,6 @@ def _intersect_openmined(proxy, ids: Sequence) -> np.ndarray:
     return np.unique(np.asarray(idx, dtype=np.int64))
 
 
-# ------------------------------------------------------------------------------ the label holder
 def intersect_with(proxy, ids: Sequence, *, engine: str | None = None, chunk: int = CHUNK,
                    workers: int | None = None, parallel: str = "threads") -> np.ndarray:
     """The label holder's side with one party (``proxy``): the sorted indices into ``ids`` of those
@@ -452,24 +554,75 @@ def intersect_with(proxy, ids: Sequence, *, engine: str | None = None, chunk: in
     return _intersect_stream(proxy, ids, chunk=chunk, workers=workers, parallel=parallel)
 
 
-def intersect(proxies: Sequence, ids: Sequence, *, engine: str | None = None, **kw) -> list[str]:
+def intersect(proxies: Sequence, ids: Sequence, *, cache: PsiCache | None = None, engine: str | None = None,
+              **kw: Any) -> list[str]:
     """The ids (as text) that the label holder and every party behind ``proxies`` hold, in the
-    label holder's order, narrowed party by party (see the module docstring for what each learns)."""
+    label holder's order (see the module docstring for what each learns)."""
+    return intersect_all(proxies, ids, cache=cache, engine=engine, **kw).ids
+
+
+def intersect_all(proxies: Sequence, ids: Sequence, *, cache: PsiCache | None = None,
+                  concurrent: bool = True, engine: str | None = None, **kw: Any) -> Intersection:
+    """:func:`intersect` with its wall time and which parties' results came from ``cache``: PSI with
+    every party not cached at once (``concurrent``; one thread each), the results cached. ``engine``
+    and ``kw``: see :func:`intersect_with`."""
+    t0 = time.perf_counter()
     current = _as_text(ids)
     if len(set(current)) != len(current):
         raise ConfigError("the label holder's ids are not unique; PSI needs one row per id")
     engine = resolve_engine(engine)
-    for proxy in proxies:
-        keep = intersect_with(proxy, current, engine=engine, **kw)
-        current = [current[i] for i in keep]
-    return current
+    found: dict[str, np.ndarray] = {}
+    digests: dict[str, str] = {}
+    peers = [p.name for p in proxies]
+    mine = holder_digest(current) if cache is not None else ""
+    if cache is not None:
+        for proxy in proxies:
+            try:
+                digests[proxy.name] = str(proxy.request(IdsDigestRequest(), SETUP, expect=IdsDigest).digest)
+            except ProtocolError:  # a party of protocol 1.0 has no digest: PSI every time with it
+                continue
+            hit = cache.get(mine, proxy.name, digests[proxy.name], peers, len(current))
+            if hit is not None:
+                found[proxy.name] = hit
+    cached = list(found)
+    todo = [p for p in proxies if p.name not in found]
+    if concurrent and len(todo) > 1:
+        with ThreadPoolExecutor(len(todo), thread_name_prefix="verticalfs-psi") as pool:
+            runs = {p.name: pool.submit(intersect_with, p, current, engine=engine, **kw) for p in todo}
+            found.update({name: f.result() for name, f in runs.items()})
+    else:
+        found.update({p.name: intersect_with(p, current, engine=engine, **kw) for p in todo})
+    if cache is not None:
+        for p in todo:
+            if p.name in digests:
+                cache.put(mine, p.name, digests[p.name], peers, found[p.name])
+    keep = np.ones(len(current), dtype=bool)
+    for idx in found.values():
+        held = np.zeros(len(current), dtype=bool)
+        held[idx] = True
+        keep &= held
+    return Intersection(ids=[current[i] for i in np.flatnonzero(keep)], seconds=time.perf_counter() - t0,
+                        cached=cached)
 
 
-def private_intersection(holder_ids: Sequence, party_ids: Mapping[str, Sequence], *, engine: str | None = None,
-                         **kw) -> tuple[list[str], object]:
-    """PSI in one process over the metered in-process channel (the same messages as networked).
+def answer(msg: Any, ids: Sequence, secret: bytes, *, party: str, psi: PsiParty | None = None) -> Any:
+    """A party's answer to a PSI message over its ``ids`` (:class:`IdsDigestRequest`, or any of
+    :data:`PSI_KINDS` through ``psi``, the party's :class:`PsiParty`, which keeps a streamed run's state)."""
+    if type(msg) is IdsDigestRequest:
+        return IdsDigest(digest=ids_digest(ids, secret))
+    if isinstance(msg, PSI_KINDS):
+        return (psi or PsiParty(ids)).reply(msg)
+    raise TransportError(f"party {party!r}: unexpected {type(msg).__name__} during PSI")
 
-    Returns the intersection (label holder's order) and the ledger of the PSI messages.
+
+def private_intersection(holder_ids: Sequence, party_ids: Mapping[str, Sequence], *,
+                         cache: PsiCache | None = None, secrets_: Mapping[str, bytes] | None = None,
+                         engine: str | None = None, **kw: Any) -> tuple[list[str], object]:
+    """PSI in one process over the metered in-process channel (the same messages as networked;
+    the parties one after the other, so that the ledger's order is fixed).
+
+    Returns the intersection (label holder's order) and the ledger of the PSI messages. With
+    ``cache`` (and each party's digest secret in ``secrets_``), results are reused as networked.
     """
     from verticalfs.names import LABEL_HOLDER
     from verticalfs.transport.inprocess import InProcessChannel
@@ -478,15 +631,17 @@ def private_intersection(holder_ids: Sequence, party_ids: Mapping[str, Sequence]
 
     channel, ledger = InProcessChannel(), Ledger()
     for name, ids in party_ids.items():
-        server = PsiParty(ids)
+        secret = (secrets_ or {}).get(name) or os.urandom(32)
+        party = PsiParty(ids)
 
-        def handle(sender, msg, at, node, server=server):
-            if not isinstance(msg, PSI_KINDS) or sender != LABEL_HOLDER:
+        def handle(sender, msg, at, node, ids=ids, secret=secret, name=name, psi=party):
+            if sender != LABEL_HOLDER:
                 raise TransportError(f"unexpected {type(msg).__name__} from {sender!r} during PSI")
-            return server.reply(msg)
+            return answer(msg, ids, secret, party=name, psi=psi)
 
         channel.register(Node(name, channel, Ledger(), handle))
     holder = Node(LABEL_HOLDER, channel, ledger)
     channel.register(holder)
-    out = intersect([PartyProxy(holder, p) for p in party_ids], holder_ids, engine=engine, **kw)
-    return out, ledger
+    out = intersect_all([PartyProxy(holder, p) for p in party_ids], holder_ids, cache=cache, concurrent=False,
+                        engine=engine, **kw)
+    return out.ids, ledger

@@ -408,7 +408,9 @@ class TestRandomness:
         ``r``), so it has exactly ``r**n``'s distribution."""
         import verticalfs.crypto.parallel as mod
 
-        pub, priv = generate_keypair(512, backend="python", insecure=True)
+        # safe primes would take the fixed-base route (TestFixedBase); this is the route of other keys
+        pub, priv = generate_keypair(512, backend="python", insecure=True, safe_primes=False)
+        assert not priv.fixed_base_tables()
         p, q, n = priv.p, priv.q, pub.n
         rs = [2, 3, 65537, n - 2, 1 + secrets.randbelow(n - 1)]
         draws = [v for r in rs for v in (pow(r % p, q, p), pow(r % q, p, q))]
@@ -474,12 +476,15 @@ class TestParallel:
     def test_decrypt_and_obfuscators_on_two_workers(self, two, small):
         pub, priv = small
         x = np.arange(-20, 21)
-        e = EncryptedArray.encrypt(priv, x)  # 41 obfuscators: shared between the workers
+        e = EncryptedArray.encrypt(priv, x)  # safe primes: fixed-base tables, in this process
+        assert two._pool is None
+        assert e.decrypt_mantissas(priv).tolist() == x.tolist()  # 41 decryptions: shared
         assert two._pool is not None
-        assert e.decrypt_mantissas(priv).tolist() == x.tolist()
         serial = two.crt_decrypt((priv._P, priv._Q, priv._p2, priv._q2, priv._hp, priv._hq, priv._pinv_q),
                                  e.ciphertexts())
         assert priv.decrypt_residues(e.ciphertexts()) == serial
+        # keys without safe primes draw s**p on the workers
+        pub, priv = generate_keypair(512, backend="python", insecure=True, safe_primes=False)
         rn = pub.backend.random_rn(pub, 30, priv)
         assert len(rn) == 30 and len(set(map(int, rn))) == 30  # each worker draws its own
         assert priv.decrypt_residues(rn) == [0] * 30

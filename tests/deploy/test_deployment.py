@@ -149,10 +149,14 @@ def test_networked_run_equals_in_process(site, servers, method, params):
     for p in ref.selection["parties"]:
         assert net.selection["parties"][p]["kept_columns"] == ref.selection["parties"][p]["kept_columns"]
     assert _method_traffic(net) == _method_traffic(ref)
+    # the ids were intersected privately, or (unchanged files) the label holder reused its earlier result
     from verticalfs.psi import resolve_engine  # psi_engine = "auto": ristretto255 where rbcl is installed
 
     psi_kind = {"ristretto255": "PsiChunk", "openmined": "PsiRequest"}[resolve_engine()]
-    assert net.communication["by_kind"].get(psi_kind, 0) > 0  # the ids were intersected privately
+    cached = net.info["deployment"]["psi_cached"]
+    assert (net.communication["by_kind"].get(psi_kind, 0) > 0 and cached == []) or (
+        cached == ["telecom", "insurer"] and psi_kind not in net.communication["by_kind"])
+    assert net.timings["psi_s"] > 0 and net.timings["psi_s"] < net.timings["total_seconds"] + 60
     rows = net.info["deployment"]["rows"]
     n = net.info["deployment"]["n_aligned"]
     held = [set(pd.read_csv(site / f"{p}.csv", dtype={"customer_id": str})["customer_id"]) for p in PARTIES]
@@ -194,6 +198,40 @@ def test_kill_and_resume(site, servers):
     assert res.metrics == pytest.approx(ref.metrics, abs=0, rel=0)
     assert [h["roc_auc"] for h in res.history] == [h["roc_auc"] for h in ref.history]
     assert not latest.exists()  # a finished run leaves no checkpoint to resume
+    # --resume did not redo PSI (the files did not change): the label holder's cached results
+    assert res.info["deployment"]["psi_cached"] == ["telecom", "insurer"]
+    assert "PsiRequest" not in res.communication["by_kind"] and "psi_s" in res.timings
+    assert "result reused for telecom, insurer" in done.stderr
+    resumed_at = res.info["resumed_from"]["epoch"]
+    assert f"after epoch {resumed_at}" in done.stderr and resumed_at >= 2
+    # nor any party: each deleted its checkpoints of the completed runs in its own folder
+    assert not list((site / "ck").rglob("*.pt")), sorted((site / "ck").rglob("*.pt"))
+
+
+def test_two_runs_at_once(site, servers, tmp_path):
+    """Two label-holder runs against the same party processes at the same time (a second bank process
+    starts while the first trains): each ends with the metrics it has alone, neither disturbs the other."""
+    from verticalfs.deploy.holder import run_deployment
+
+    first = {"epochs": 6, "batch_size": 32, "hidden": (16, 8)}
+    second = {"epochs": 2, "batch_size": 64, "hidden": (8,)}
+    cmd = [sys.executable, "-m", "verticalfs", "run", "--config", str(site / "deployment.toml"), "-m", "vfl",
+           "--no-progress", "--out", str(tmp_path / "first.json"),
+           *[a for k, v in first.items() for a in ("-p", f"{k}={v if not isinstance(v, tuple) else ','.join(map(str, v))}")]]
+    latest = site / "ck" / "active" / "latest.json"
+    holder = subprocess.Popen(cmd, cwd=site, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while not (latest.is_file() and json.loads(latest.read_text())["epochs"] >= 1):  # the first run is training
+        assert holder.poll() is None, holder.communicate()
+        assert time.monotonic() - t0 < 120
+        time.sleep(0.02)
+    net = run_deployment(site / "deployment.toml", "vfl", seed=0, params=second, checkpoint_dir=tmp_path / "ck")
+    out, err = holder.communicate(timeout=300)
+    assert holder.returncode == 0, out + err
+    assert net.metrics == _in_process(site, "vfl", second).metrics
+    res = verticalfs.RunResult.load(tmp_path / "first.json")
+    assert res.metrics == _in_process(site, "vfl", first).metrics
+    assert res.info["deployment"]["session"] != net.info["deployment"]["session"]
 
 
 def test_unreachable_party_named(site, tmp_path):

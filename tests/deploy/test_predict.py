@@ -147,10 +147,13 @@ def test_federated_predict_equals_in_process(site, models, serve_process, method
     c = net["communication"]
     assert c["by_phase"]["predict"] > 0 and "eval" not in c["by_phase"]  # inference is metered as such
     kinds = set(c["by_kind"])
-    assert {"OpenModel", "ScoringPsi", "StageIds"} <= kinds
+    assert {"OpenModel", "StageIds", "IdsDigestRequest"} <= kinds
+    # PSI over the scoring files ran, or its result was reused (the same files as an earlier prediction)
+    assert ("ScoringPsi" in kinds) != (net["psi_cached"] == ["telecom", "insurer"])
     # only what the method sends at inference crosses: embeddings of a split model. Under the parties'
     # default policy (release_columns = false) feast trains as feast+vfl, so no column crosses either
-    sent = kinds - {"OpenModel", "ModelOpened", "ScoringPsi", "PsiReply", "StageIds", "IdsStaged"}
+    sent = kinds - {"OpenModel", "ModelOpened", "ScoringPsi", "PsiReply", "StageIds", "IdsStaged",
+                    "IdsDigestRequest", "IdsDigest"}
     assert sent == {"EmbedRequest", "Embeddings"}, sent
     # what the parties sent equals the in-process prediction's (the requests name a session's own split)
     reply = "Embeddings"

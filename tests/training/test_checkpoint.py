@@ -44,7 +44,7 @@ def _interrupted(data, method, params, folder, after: int) -> None:
     # state outside modules: a party's gate logits are a Parameter of the role itself (its optimiser's)
     ("sefs", {"epochs": 3, "ss_epochs": 2, "batch_size": 64, "hidden": (16, 8), "lam": 0.01}, 2),
 ])
-def test_resume_ends_as_uninterrupted(data, tmp_path, method, params, after):
+def test_resume_ends_as_uninterrupted(data, tmp_path, method, params, after, capsys):
     full = verticalfs.run(method, data, seed=0, params=params)
     _interrupted(data, method, params, tmp_path, after)
     latest = json.loads((tmp_path / "latest.json").read_text())
@@ -53,13 +53,19 @@ def test_resume_ends_as_uninterrupted(data, tmp_path, method, params, after):
     # checkpoint that every side finished
     party_dir = next((tmp_path / "parties").iterdir()) / latest["run"]
     (party_dir / "s9-e99.pt").write_bytes(b"\x80half")
+    capsys.readouterr()
     res = verticalfs.run(method, data, seed=0, params=params, checkpoint_dir=tmp_path, resume=True)
+    # the resume says where it continues from
+    assert f"after epoch {latest['epochs']}" in capsys.readouterr().err
+    assert res.info["resumed_from"]["epoch"] == latest["epochs"]
     assert res.metrics == full.metrics
     assert res.selection["n_kept"] == full.selection["n_kept"]
     assert [h.get("roc_auc") for h in res.history] == [h.get("roc_auc") for h in full.history]
     phases = {k: v for k, v in res.communication["by_phase"].items() if k != "checkpoint"}
     assert phases == full.communication["by_phase"]  # the ledger as if never interrupted
     assert not (tmp_path / "latest.json").exists()
+    # a completed run leaves no checkpoint behind, at the label holder or at any party
+    assert not any(f.is_file() for f in tmp_path.rglob("*")), sorted(tmp_path.rglob("*"))
 
 
 def test_resume_refuses_another_run(data, tmp_path):

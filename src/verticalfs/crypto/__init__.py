@@ -2,6 +2,8 @@
 
 - :func:`generate_keypair` -> :class:`PublicKey`, :class:`PrivateKey` (2048 bits unless
   ``insecure=True``);
+- :meth:`PublicKey.start_pool` -> :class:`ObfuscatorPool`: obfuscators ``r**n`` drawn in a background
+  thread during idle time, consumed first by encryption and re-randomisation;
 - :class:`EncryptedArray`: numpy-shaped ciphertexts with fixed-point encoding
   (:mod:`verticalfs.crypto.encoding`), homomorphic ``+``, ``*`` (plaintext), ``sum``, ``dot``,
   ``group_sum`` and fixed-width serialisation;
@@ -18,7 +20,7 @@ This package imports nothing from the transport, training or method code.
 from verticalfs.crypto.array import EncryptedArray, unpack_slots
 from verticalfs.crypto.backends import AUTO_ORDER, available_backends, backend_info, get_backend
 from verticalfs.crypto.encoding import DEFAULT_PLAIN_PRECISION, DEFAULT_PRECISION
-from verticalfs.crypto.keys import MIN_SECURE_BITS, PrivateKey, PublicKey, generate_keypair
+from verticalfs.crypto.keys import MIN_SECURE_BITS, ObfuscatorPool, PrivateKey, PublicKey, generate_keypair
 from verticalfs.crypto.packing import (
     HIDING_FLOOR,
     PackedEncryptedArray,
@@ -36,6 +38,7 @@ __all__ = [
     "HIDING_FLOOR",
     "MIN_SECURE_BITS",
     "EncryptedArray",
+    "ObfuscatorPool",
     "PackedEncryptedArray",
     "PrivateKey",
     "PublicKey",

@@ -18,12 +18,14 @@ every back end and runs in the shared layer (gmpy2 when installed).
 Back ends (``backend=`` names):
 
 ``python``
-    Pure Python (``pow``, or ``gmpy2.powmod`` when gmpy2 is installed); keys from
-    :func:`~verticalfs.crypto._bigint.random_prime`. The key holder computes its obfuscators with
-    the CRT as ``s_p**p mod p**2`` and ``s_q**q mod q**2`` (``s_p``, ``s_q`` uniform below ``p``,
-    ``q``): exactly the distribution of ``r**n``, with half-length exponents on half-length moduli
-    (see :class:`~verticalfs.crypto.keys.PrivateKey`; the timings are in
-    ``benchmarks/fedsdg_fs/README.md``). Dependency-free fallback.
+    Pure Python (``pow``, or ``gmpy2.powmod`` when gmpy2 is installed); keys of safe primes
+    (:func:`~verticalfs.crypto._bigint.random_safe_prime`, :func:`generate_safe_primes`). The key
+    holder makes its obfuscators mod ``p**2`` and ``q**2`` and joins them by the CRT: with safe
+    primes ``h_p**a`` by fixed-base tables (a generator ``h_p`` of the group ``r**n mod p**2`` is
+    uniform in, ``a`` uniform), otherwise ``s_p**p mod p**2`` with ``s_p`` uniform below ``p``;
+    both exactly the distribution of ``r**n`` (see
+    :meth:`~verticalfs.crypto.keys.PrivateKey.holder_obfuscators`; the rates are in
+    ``benchmarks/crypto/RESULTS.md``). Dependency-free fallback.
 ``phe``
     python-paillier (GPL-3.0; imported only when this back end is asked for): its key generation,
     ``raw_encrypt(0)`` for obfuscators and ``raw_decrypt``. The reference implementation.
@@ -68,7 +70,12 @@ close for all back ends (0.78-1.0x python-paillier's own ``decrypt`` in the run 
 
 ``auto`` is the fastest back end available for the key that draws the requested randomness
 (:data:`AUTO_ORDER`, from the measured rates of ``benchmarks/feast/paillier_speed.py``): with
-``full``, that is ``python`` (``phe`` is GPL and never chosen automatically).
+``full``, that is ``python`` (``phe`` is GPL and never chosen automatically). HEU's schemas that
+draw full randomness (``FPaillier``; ``IPCL``) are not faster than ``python`` at it: with the
+primes, ``python``'s fixed-base obfuscators are several times faster than any of HEU's
+encryptions, and HEU's decryption is no faster than the CRT decryption with gmpy2 (the same two
+exponentiations); ``benchmarks/crypto/paillier_bench.py`` measures them in one run. So the secure paths
+keep ``python`` with full randomness, and ``heu`` stays the choice for ``short`` randomness.
 """
 
 from __future__ import annotations
@@ -79,8 +86,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from verticalfs.crypto import parallel
-from verticalfs.crypto._bigint import HAVE_GMPY2, invert, mpz, powmod, random_below, random_prime
+from verticalfs.crypto._bigint import HAVE_GMPY2, invert, mpz, powmod, random_below, random_prime, random_safe_prime
 from verticalfs.exceptions import CryptoError
 
 if TYPE_CHECKING:  # the keys import this module; the annotations only name them
@@ -176,6 +182,15 @@ class Backend:
         return None
 
 
+def generate_safe_primes(bits: int) -> tuple[int, int, None]:
+    """``(p, q, None)``: distinct safe primes with ``p * q`` of exactly ``bits`` bits."""
+    p = random_safe_prime(bits // 2)
+    while True:
+        q = random_safe_prime(bits - bits // 2)
+        if q != p:
+            return p, q, None
+
+
 class PythonBackend(Backend):
     name = "python"
     licence = "built in (uses gmpy2, LGPL-3.0-or-later, when installed)"
@@ -210,8 +225,8 @@ class PythonBackend(Backend):
                     out.append(v + q2 * ((u - v) * q2inv % p2))
                 return out
             return [powmod(hs, mpz(random_below(top)), N2) for _ in range(k)]
-        if priv is not None:  # the key holder: s_p^p mod p^2 and s_q^q mod q^2, then the CRT
-            return parallel.obfuscators(priv._rn_crt, k)  # see PrivateKey.__init__
+        if priv is not None:  # the key holder: mod p^2 and q^2 (fixed-base tables or s^p), then the CRT
+            return priv.holder_obfuscators(k)  # see PrivateKey.holder_obfuscators
         N, N2 = pub._n_big, pub._n2_big
         return [powmod(mpz(random_below(n)), N, N2) for _ in range(k)]
 

@@ -75,6 +75,12 @@ class Deployment:
     connect_timeout: float = 10.0
     checkpoints: Path | None = None
     psi_engine: str = "auto"
+    max_file_mb: float = 1024.0
+
+    @property
+    def max_bytes(self) -> int:
+        """``max_file_mb`` in bytes: the largest party file that is read."""
+        return int(self.max_file_mb * 2**20)
 
     # ----------------------------------------------------------------- reading
     @classmethod
@@ -129,7 +135,7 @@ class Deployment:
                   task=conf.task, na_values=None if na is None else list(na), delimiter=conf.delimiter,
                   encoding=conf.encoding, scaling=conf.scaling, impute=conf.impute, test_size=conf.test_size,
                   val_size=conf.val_size, connect_timeout=conf.connect_timeout, checkpoints=rel(conf.checkpoints),
-                  psi_engine=conf.psi_engine)
+                  max_file_mb=conf.max_file_mb, psi_engine=conf.psi_engine)
         out._check(where)
         return out
 
@@ -167,6 +173,11 @@ class Deployment:
 
         for n in names:
             check_private(self.tls(n).key)
+
+    def state_dir(self, name: str) -> Path:
+        """The working folder of party ``name`` (or of the label holder, ``active``) on its own host:
+        ``state/<name>`` beside the deployment file (the PSI cache, a party's digest secret)."""
+        return self.path.parent / "state" / name
 
     def checkpoint_dir(self, name: str) -> Path | None:
         return None if self.checkpoints is None else self.checkpoints / name

@@ -6,7 +6,8 @@
    served by this process on the label party's address like any other party);
 2. connects to every party (an unreachable one is an error naming it and its address within
    ``connect_timeout``);
-3. intersects the ids with each feature party by ECDH-PSI (:mod:`verticalfs.psi`, phase ``setup``);
+3. intersects the ids with every feature party at once by ECDH-PSI (:mod:`verticalfs.psi`, phase
+   ``setup``), or takes a party's result from the label holder's cache while its ids are unchanged;
 4. orders the intersection as the in-process path does, codes the labels, draws the split
    (:func:`~verticalfs.data.vertical.split_indices`, stratified, with the run's seed) and sends
    each party :class:`~verticalfs.deploy.party.Align` (the aligned ids and each row's split),
@@ -48,6 +49,9 @@ class Connected:
     local: Any = None  # the label party's own feature block, served here
     channel: Any = None
     policies: dict[str, dict] = field(default_factory=dict)  # party -> the policy it reported
+    session: str = ""  # this run's session id at the parties (transport/grpc/party.py)
+    psi_seconds: float = 0.0  # wall time of the private set intersection (all parties at once)
+    psi_cached: list[str] = field(default_factory=list)  # parties whose intersection came from the cache
 
     def summary(self) -> str:
         lines = [f"{self.n_aligned} rows in every party's file (private set intersection):"]
@@ -57,15 +61,76 @@ class Connected:
 
     def close(self) -> None:
         if self.channel is not None:
+            if self.federation is not None:
+                end_session(self.federation, self.federation.party_names)
             self.channel.close()
         if self.local is not None:
-            self.local.stop()
+            stop_own_block(self.local)
 
 
-def serve_party(dep: Deployment, name: str, *, max_bytes: int = 1 << 30, checkpoint_dir=None, policy=None):
+def serve_own_block(dep: Deployment):
+    """The label party's own feature block, served by this process on its address (started); ``None``
+    when another process on this host serves it already (another run of the label party, or a
+    standing ``party serve`` of it): this run then uses that one, its session kept apart there."""
+    import sys
+
+    from verticalfs.exceptions import TransportError
+
+    try:
+        return serve_party(dep, dep.label_party).start()
+    except TransportError as exc:
+        if "cannot listen" not in str(exc):
+            raise
+        lp = dep.label_party
+        sys.stderr.write(f"party {lp}'s own columns are served at {dep.party(lp).listen} by another process (another "
+                         "run of this label party, or its `party serve`): this run uses it\n")
+        return None
+
+
+def stop_own_block(local) -> None:
+    """Stop the label party's block served here, once the runs of other processes that use it (their
+    sessions) have ended or gone idle (``session_idle_s``)."""
+    import sys
+    import time
+
+    told = False
+    while True:
+        now = time.monotonic()
+        live = [s for s in list(local.sessions.values()) if s.id and now - s.last < local.session_idle_s]
+        if not live:
+            break
+        if not told:
+            sys.stderr.write(f"waiting for {len(live)} other run(s) using party {local.name}'s columns served by this "
+                             f"process to end ({'; '.join(s.describe() for s in live)})\n")
+            told = True
+        time.sleep(0.2)
+    local.stop()
+
+
+def new_session() -> str:
+    """A session id for one run at the parties (chosen by the label holder)."""
+    import secrets
+
+    return secrets.token_hex(6)
+
+
+def end_session(fed, parties) -> None:
+    """Tell each party the run is over (it frees the session's place); a party already gone is skipped."""
+    from verticalfs.exceptions import VerticalFSError
+    from verticalfs.transport.messages import Ack, EndSession
+
+    for p in parties:
+        try:
+            fed.proxy(p).request(EndSession(), SETUP, expect=Ack)
+        except VerticalFSError:
+            pass
+
+
+def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None, checkpoint_dir=None, policy=None):
     """The :class:`~verticalfs.transport.grpc.party.NetworkedParty` of party ``name`` (not started):
     its file read and checked now; its checkpoints in ``checkpoint_dir`` (default: the deployment's);
-    its ``policy`` (default: its ``[parties.<name>.policy]``, see :func:`party_policy`)."""
+    its ``policy`` (default: its ``[parties.<name>.policy]``, see :func:`party_policy`); files up to
+    ``max_bytes`` (default: the deployment's ``max_file_mb``)."""
     from verticalfs.transport.grpc.party import NetworkedParty
 
     e = dep.party(name)
@@ -74,9 +139,9 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int = 1 << 30, checkpo
     runtime = DeployedParty(name, e.file, id_column=dep.id_column,
                             label_column=dep.label_column if name == dep.label_party else None,
                             categorical=e.categorical, na_values=dep.na_values, delimiter=dep.delimiter,
-                            encoding=dep.encoding, max_bytes=max_bytes,
+                            encoding=dep.encoding, max_bytes=dep.max_bytes if max_bytes is None else max_bytes,
                             checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(name),
-                            policy=policy)
+                            policy=policy, state_dir=dep.state_dir(name))
     from verticalfs.deploy.scoring import enable_scoring, model_root, scoring_path
 
     enable_scoring(runtime, model_dir=model_root(dep, name), scoring_path=scoring_path(dep, name),
@@ -102,32 +167,35 @@ def party_policy(dep: Deployment, name: str, override=None):
 
 def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None) -> Connected:
     """Steps 1-5 of the module docstring."""
-    from verticalfs.psi import intersect
+    from verticalfs.psi import PsiCache, intersect_all
     from verticalfs.transport.grpc.channel import GrpcChannel
 
     lp = dep.label_party
     entry = dep.party(lp)
     dep.check_keys(LABEL_HOLDER, lp)
     frame = _read_frames({lp: entry.file}, id_column=dep.id_column, na_values=dep.na_values,
-                         delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=1 << 30)[lp]
+                         delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=dep.max_bytes)[lp]
     if dep.label_column not in frame.columns:
         cols = [c for c in frame.columns if c != dep.id_column]
         raise DataError(f"party {lp!r}: label column {dep.label_column!r} is not in {str(entry.file)!r}; its "
                         f"columns are {cols}. Fix label_column or label_party in {str(dep.path)!r}")
     own_features = [c for c in frame.columns if c not in (dep.id_column, dep.label_column)]
     names = [p for p in dep.parties if p != lp or own_features]
-    out = Connected(federation=None, data=None)  # type: ignore[arg-type]
+    out = Connected(federation=None, data=None, session=new_session())  # type: ignore[arg-type]
     try:
         if own_features:
-            out.local = serve_party(dep, lp).start()
+            out.local = serve_own_block(dep)
         channel = GrpcChannel(LABEL_HOLDER, dep.addresses, tls=dep.tls(LABEL_HOLDER), insecure=dep.insecure,
                               connect_timeout=dep.connect_timeout, call_timeout=call_timeout,
-                              max_message_bytes=entry.policy.max_message_bytes)
+                              max_message_bytes=entry.policy.max_message_bytes, session=out.session)
         out.channel = channel
         channel.wait_ready(names)
         fed = Federation(LabelData(y={s: np.zeros(0) for s in SPLITS}, task="binary", n_classes=2), channel, names)
+        out.federation = fed  # (ends the session at the parties on close, also after a failure)
         ids = frame[dep.id_column].to_numpy(dtype=str)
-        common = intersect([fed.proxy(p) for p in names if p != lp], ids, engine=dep.psi_engine)
+        psi = intersect_all([fed.proxy(p) for p in names if p != lp], ids, cache=PsiCache(dep.state_dir(LABEL_HOLDER)),
+                           engine=dep.psi_engine)
+        common, out.psi_seconds, out.psi_cached = psi.ids, psi.seconds, psi.cached
         if not common:
             raise DataError(f"no id in column {dep.id_column!r} is held by every party; check that the files "
                             "use the same ids (compared as text: '007' and '7' differ)")
@@ -242,7 +310,9 @@ def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
                   checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(LABEL_HOLDER),
                   resume=resume)
         res.info["deployment"] = {"file": str(dep.path), "n_aligned": conn.n_aligned, "rows": conn.rows,
-                                  "policies": conn.policies}
+                                  "policies": conn.policies, "session": conn.session,
+                                  "psi_cached": conn.psi_cached}
+        res.timings["psi_s"] = conn.psi_seconds  # apart from the method's time (total_seconds)
         res.info["trained_as"] = method
         if why is not None:
             res.info["trained_as_reason"] = why

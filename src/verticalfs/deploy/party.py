@@ -31,6 +31,7 @@ from verticalfs.exceptions import DataError, ProtocolError
 from verticalfs.methods import registry
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.party import LocalData, PartyRuntime
+from verticalfs.psi import IdsDigest, IdsDigestRequest
 from verticalfs.transport.messages import message
 
 
@@ -94,7 +95,7 @@ class DeployedParty(PartyRuntime):
     def __init__(self, name: str, path: str | Path, *, id_column: str = "id", label_column: str | None = None,
                  categorical: Sequence[str] | str = (), na_values=None, delimiter: str = ",",
                  encoding: str = "utf-8", max_bytes: int = 1 << 30, allowed_methods=None,
-                 checkpoint_dir=None, policy=None) -> None:
+                 checkpoint_dir=None, policy=None, state_dir=None) -> None:
         path = Path(path)
         frame = _read_frames({name: path}, id_column=id_column, na_values=na_values, delimiter=delimiter,
                              encoding=encoding, max_bytes=max_bytes)[name]
@@ -117,8 +118,33 @@ class DeployedParty(PartyRuntime):
                          checkpoint_dir=checkpoint_dir, policy=PartyPolicy() if policy is None else policy)
         self.aligned = False
         self.scoring_enabled = False  # set by verticalfs.deploy.predict.enable_scoring
+        #: the party's working folder (its PSI digest secret, ``psi.key``)
+        self.state_dir = None if state_dir is None else Path(state_dir)
+        self._digests: dict[tuple[bool, int], str] = {}
+
+    def _digest(self, scoring: bool) -> IdsDigest:
+        """The keyed digest of the ids of its training file (or scoring file), computed once per file version."""
+        from verticalfs.psi import ids_digest, party_secret
+
+        if scoring and not self.scoring_enabled:
+            raise ProtocolError(f"party {self.name!r} has no scoring file")
+        version = 0
+        if scoring:
+            f = self.scoring_file()
+            f.refresh()
+            version = f.version
+        key = (scoring, version)
+        if key not in self._digests:
+            if getattr(self, "_secret", None) is None:
+                self._secret = party_secret(self.state_dir)
+            self._digests[key] = ids_digest(self.scoring_file().ids if scoring else self.ids, self._secret)
+        return IdsDigest(digest=self._digests[key])
 
     def handle(self, sender, msg, at, node):
+        if type(msg) is IdsDigestRequest:
+            if sender != LABEL_HOLDER:
+                raise ProtocolError(f"party {self.name!r} tells the digest of its ids only to the label holder")
+            return self._digest(bool(msg.scoring))
         if self.scoring_enabled and is_scoring(msg, at):  # a saved model's inference (deploy/predict.py)
             return scoring_handle(self, sender, msg, at, node)
         if type(msg) is Align or type(msg) is PolicyQuery:

@@ -80,10 +80,12 @@ class _PhaseProxy:
         return At("predict", at.round, at.step) if at.phase == "eval" else at
 
     def request(self, msg: Any, at: At, expect=None) -> Any:
-        from verticalfs.psi import PsiRequest
+        from verticalfs.psi import IdsDigestRequest, PsiRequest
 
         if type(msg) is PsiRequest:
             msg = ScoringPsi(request=msg.request, n=msg.n)
+        elif type(msg) is IdsDigestRequest:
+            msg = IdsDigestRequest(scoring=True)
         return self._proxy.request(msg, self._at(at), expect=expect)
 
     def send(self, msg: Any, at: At) -> None:
@@ -140,7 +142,7 @@ class DeployedModel:
     def __init__(self, dep, model_dir: str | Path, *, call_timeout: float | None = None,
                  expected_sha256: str | None = None) -> None:
         from verticalfs.data.vertical import LabelData
-        from verticalfs.deploy.holder import serve_party
+        from verticalfs.deploy.holder import serve_own_block
         from verticalfs.federation import Federation
         from verticalfs.methods import registry
         from verticalfs.model import read_manifest
@@ -175,13 +177,14 @@ class DeployedModel:
         self.local = None
         self.channel = None
         self._lock = threading.Lock()
-        self._session = secrets.token_hex(4)  # names this session's staged splits at the parties
+        self._session = secrets.token_hex(6)  # this session at the parties, and its staged splits' names
         self._pool = ThreadPoolExecutor(max(len(self.parties), 1), thread_name_prefix="verticalfs-fan-out")
         try:
             if lp in self.parties:
-                self.local = serve_party(dep, lp).start()
+                self.local = serve_own_block(dep)
             self.channel = GrpcChannel(LABEL_HOLDER, dep.addresses, tls=dep.tls(LABEL_HOLDER), insecure=dep.insecure,
-                                       connect_timeout=dep.connect_timeout, call_timeout=call_timeout)
+                                       connect_timeout=dep.connect_timeout, call_timeout=call_timeout,
+                                       session=self._session)
             self.channel.wait_ready(self.parties)
             self.fed = Federation(self._labels("predict", 0), self.channel, self.parties)
             self.view = _PredictFederation(self.fed)
@@ -209,18 +212,22 @@ class DeployedModel:
         dep = self.dep
         lp = dep.label_party
         f = _read_frames({lp: scoring_path(dep, lp)}, id_column=dep.id_column, na_values=dep.na_values,
-                         delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=1 << 30)[lp]
+                         delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=dep.max_bytes)[lp]
         return f[dep.id_column].to_numpy(dtype=str)
 
     def intersect(self) -> np.ndarray:
         """The ids every party of the model holds (PSI over the scoring files), in the natural order."""
         from verticalfs.data.user import _sort_ids
-        from verticalfs.psi import intersect
+        from verticalfs.psi import PsiCache, intersect_all
 
         ids = self._own_ids()
         others = [self.view.proxy(p) for p in self.parties if p != self.dep.label_party]
         # ScoringPsi carries openmined-psi's request (the scoring file's ids): that engine here
-        common = intersect(others, ids, engine="openmined") if others else [str(i) for i in ids]
+        psi = intersect_all(others, ids, cache=PsiCache(self.dep.state_dir(LABEL_HOLDER)),
+                            engine="openmined") if others else None
+        common = psi.ids if psi is not None else [str(i) for i in ids]
+        self.psi_seconds = 0.0 if psi is None else psi.seconds
+        self.psi_cached = [] if psi is None else psi.cached
         self.known = _sort_ids(np.asarray(common, dtype=str)) if common else np.zeros(0, dtype=str)
         self._known_set = set(self.known.tolist())
         return self.known
@@ -303,14 +310,22 @@ class DeployedModel:
             prediction=np.concatenate([q.prediction for q in parts]), unknown=[u for q in parts for u in q.unknown])
         return {"ids": s.ids, "prediction": s.prediction, "probabilities": s.probabilities, "classes": self.classes,
                 "communication": self.fed.ledger.summary(), "method": self.manifest["method"],
-                "unknown": s.unknown, "rows": dict(self.rows), "seconds": time.perf_counter() - t0, "warnings": []}
+                "unknown": s.unknown, "rows": dict(self.rows), "seconds": time.perf_counter() - t0, "warnings": [],
+                "psi_s": self.psi_seconds, "psi_cached": list(self.psi_cached)}
 
     def close(self) -> None:
         if self.channel is not None:
+            fed = getattr(self, "fed", None)
+            if fed is not None:
+                from verticalfs.deploy.holder import end_session
+
+                end_session(fed, self.parties)
             self.channel.close()
             self.channel = None
         if self.local is not None:
-            self.local.stop()
+            from verticalfs.deploy.holder import stop_own_block
+
+            stop_own_block(self.local)
             self.local = None
         self._pool.shutdown(wait=False)
 

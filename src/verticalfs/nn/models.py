@@ -9,6 +9,7 @@ messages shrink too.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -133,9 +134,13 @@ def init_weights(module: nn.Module, init: str = "torch") -> nn.Module:
     return module
 
 
+_SEEDED = threading.RLock()
+
+
 def seeded(seed: int, build: Callable[[], _T]) -> _T:
-    """Call ``build()`` with torch's global RNG seeded by ``seed``, restoring the RNG afterwards."""
-    with torch.random.fork_rng(devices=[]):
+    """Call ``build()`` with torch's global RNG seeded by ``seed``, restoring the RNG afterwards (one
+    thread at a time: a party serving two sessions builds their models in two threads)."""
+    with _SEEDED, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return build()
 

@@ -39,6 +39,7 @@ import json
 import os
 import random
 import shutil
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,10 +149,13 @@ def party_persist(runtime: PartyRuntime, msg: Persist) -> Ack:
     if folder is None:
         raise ProtocolError(f"party {runtime.name!r} has no checkpoint folder; start it with one "
                             "(`checkpoints` in the deployment file, or checkpoint_dir=...)")
+    run_dir = Path(folder) / _safe(str(msg.run), "run id")
+    if msg.action == "clear":  # the run completed: its checkpoints are no longer needed
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return Ack()
     role = runtime.role
     if role is None:
         raise ProtocolError(f"party {runtime.name!r} has no role to checkpoint")
-    run_dir = Path(folder) / _safe(str(msg.run), "run id")
     path = run_dir / f"{_safe(str(msg.tag), 'checkpoint tag')}.pt"
     if msg.action == "save":
         state = {k: v for k, v in vars(role).items() if k not in _NOT_STATE}
@@ -173,7 +177,7 @@ def party_persist(runtime: PartyRuntime, msg: Persist) -> Ack:
         _restore_attrs(role, saved["role"], keys, f"party {runtime.name!r}")
         set_rng_state(_state.restore_into(None, saved["rng"], keys))
         return Ack()
-    raise ProtocolError(f"unknown checkpoint action {msg.action!r}; use 'save' or 'load'")
+    raise ProtocolError(f"unknown checkpoint action {msg.action!r}; use 'save', 'load' or 'clear'")
 
 
 # ---------------------------------------------------------------------------- the label holder's side
@@ -195,6 +199,7 @@ class Checkpointer:
         self.run_id = run_id
         self.segment = -1  # loop segments (SplitTrainer.fit calls) started so far
         self.target: dict[str, Any] | None = None
+        self.resumed_from: dict[str, Any] | None = None
         if resume:
             latest = self.folder / "latest.json"
             if not latest.is_file():
@@ -205,6 +210,14 @@ class Checkpointer:
                 raise ConfigError(f"the checkpoint in {str(self.folder)!r} is of another run (method, parameters, seed, "
                                   "codec, parties or rows differ); resume with the same options, or start afresh "
                                   "without --resume")
+            done = int(self.target["epochs"])
+            seg = int(self.target["segment"])
+            where = f" of loop segment {seg + 1}" if seg else ""
+            #: what the resumed run continues from (also in the result's ``info["resumed_from"]``)
+            self.resumed_from = {"epoch": done, "segment": seg, "tag": str(self.target["tag"])}
+            sys.stderr.write(f"resuming from the checkpoint after epoch {done}{where} in {str(self.folder)!r}: "
+                             f"continuing with epoch {done + 1}\n")
+            sys.stderr.flush()
 
     @property
     def replaying(self) -> bool:
@@ -251,8 +264,12 @@ class Checkpointer:
         trainer.fed.ledger.restore(_state.restore_into(None, blob["ledger"], keys))
         set_rng_state(_state.restore_into(None, blob["rng"], keys))
 
-    def clear(self) -> None:
-        """The run finished: its checkpoints are no longer needed."""
+    def clear(self, fed: Any = None, parties: Iterable[str] = ()) -> None:
+        """The run finished: its checkpoints are no longer needed, at the label holder and (with
+        ``fed``) at every party in ``parties`` (a ``Persist(action="clear")`` each)."""
+        if fed is not None:
+            for p in parties:
+                fed.proxy(p).request(Persist(action="clear", run=self.run_id, tag=""), At(PHASE), expect=Ack)
         shutil.rmtree(self.folder / self.run_id, ignore_errors=True)
         (self.folder / "latest.json").unlink(missing_ok=True)
 

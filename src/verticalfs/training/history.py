@@ -44,44 +44,127 @@ class Callback:
 
     def on_train_end(self, trainer: SplitTrainer) -> None: ...
 
+    def on_stage_step(self, trainer: Any, stage: str, done: int, total: int) -> None:
+        """A step of a long stage that is not an epoch (ICAFS's synthesis): ``done`` of ``total``."""
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
 
 class ProgressCallback(Callback):
-    """A rich progress bar over epochs showing the latest test metric and megabytes sent."""
+    """Progress of a run on standard error: a rich progress bar on a terminal; otherwise (output to a
+    file or a pipe, where a bar draws nothing) one plain line per epoch or stage step with the time
+    elapsed, an ETA, the latest test metric and the megabytes sent so far.
 
-    def __init__(self, description: str = "training", metric: str = "accuracy") -> None:
+    Lines are printed at most every ``min_interval`` seconds (the first and the last step of a phase
+    always), so a run of thousands of short epochs does not flood a log; ``lines=True`` forces them
+    on a terminal too, ``lines=False`` forces the bar.
+    """
+
+    def __init__(self, description: str = "training", metric: str = "accuracy", *, lines: bool | None = None,
+                 min_interval: float = 1.0, stream: Any = None) -> None:
         self.description = description
         self.metric = metric
+        self.min_interval = float(min_interval)
+        self._stream = stream
+        self._lines = lines
         self._progress: Progress | None = None
         self._task: TaskID | None = None
+        self._phase = ""
+        self._epochs = 0
+        self._done = 0
+        self._t0 = 0.0
+        self._last = float("-inf")
+        self._stage: tuple[str, float] | None = None
+
+    def _use_lines(self) -> bool:
+        if self._lines is not None:
+            return self._lines
+        import sys
+
+        stream = self._stream or sys.stderr
+        return not (hasattr(stream, "isatty") and stream.isatty())
+
+    def _line(self, text: str) -> None:
+        import sys
+
+        stream = self._stream or sys.stderr
+        print(f"[{self.description}] {text}", file=stream, flush=True)
+
+    def _due(self, last: bool) -> bool:
+        import time
+
+        now = time.monotonic()
+        if last or self._done <= 1 or now - self._last >= self.min_interval:
+            self._last = now
+            return True
+        return False
+
+    def _timing(self, done: int, total: int, t0: float) -> str:
+        import time
+
+        elapsed = time.monotonic() - t0
+        eta = elapsed / done * (total - done) if done else float("nan")
+        return f"{_clock(elapsed)} elapsed" + (f", ETA {_clock(eta)}" if done < total and eta == eta else "")
 
     def on_train_begin(self, trainer: SplitTrainer, epochs: int, phase: str) -> None:
+        import time
+
+        self._phase, self._epochs, self._done = phase, int(epochs), 0
+        self._t0, self._last = time.monotonic(), float("-inf")
+        if self._use_lines():
+            self._line(f"{phase}: {epochs} epoch(s)")
+            return
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
             Progress,
             TextColumn,
             TimeElapsedColumn,
+            TimeRemainingColumn,
         )
 
         self._progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), transient=True,
+            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(), transient=True,
+            console=Console(stderr=True),
         )
         self._progress.start()
         self._task = self._progress.add_task(f"{self.description} ({phase})", total=epochs, info="")
 
-    def on_epoch_end(self, trainer: SplitTrainer, entry: dict[str, Any]) -> None:
-        if self._progress is None or self._task is None:  # (both are set together)
-            return
+    def _info(self, entry: dict[str, Any]) -> str:
         m = entry.get(self.metric)
         info = f"{self.metric}={m:.4f} " if isinstance(m, float) else ""
-        info += f"{entry.get('bytes', 0) / 1e6:.2f} MB"
-        self._progress.update(self._task, advance=1, info=info)
+        return info + f"{entry.get('bytes', 0) / 1e6:.2f} MB"
+
+    def on_epoch_end(self, trainer: SplitTrainer, entry: dict[str, Any]) -> None:
+        self._done += 1
+        if self._progress is None or self._task is None:  # (both are set together)
+            if self._use_lines() and self._due(self._done >= self._epochs):
+                self._line(f"{self._phase} epoch {self._done}/{self._epochs}: "
+                           f"{self._timing(self._done, self._epochs, self._t0)}; {self._info(entry)} sent")
+            return
+        self._progress.update(self._task, advance=1, info=self._info(entry))
 
     def on_train_end(self, trainer: SplitTrainer) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+    def on_stage_step(self, trainer: Any, stage: str, done: int, total: int) -> None:
+        import time
+
+        if self._stage is None or self._stage[0] != stage or done <= 1:
+            self._stage = (stage, time.monotonic())
+            self._last = float("-inf")
+        self._done = done
+        if self._use_lines() and self._due(done >= total):
+            ledger = getattr(trainer, "ledger", None)
+            sent = f"; {ledger.total_bytes / 1e6:.2f} MB sent" if ledger is not None else ""
+            self._line(f"{stage} step {done}/{total}: {self._timing(done, total, self._stage[1])}{sent}")
 
 
 NON_METRIC_KEYS = frozenset({"epoch", "phase", "bytes", "bytes_total", "train_loss", "spurious_removed",

@@ -58,7 +58,7 @@ else:  # typing.dataclass_transform is Python 3.11+; it only informs type checke
 #: :class:`Join`; separate from the package version. Bump the minor for a compatible addition (a new
 #: message kind, say), the major for anything an older peer would misread (a kind's fields, ids,
 #: encodings): a peer with another major is refused.
-PROTOCOL_VERSION: tuple[int, int] = (1, 1)  # 1.1: the streamed PSI kinds (core.PsiOpen, ...)
+PROTOCOL_VERSION: tuple[int, int] = (1, 1)  # 1.1: PSI digests, EndSession, the streamed PSI kinds
 
 # message classes are typed type[Any]: their _vf_* attributes are set by @message
 _REGISTRY: dict[int, type[Any]] = {}  # kind id -> class
@@ -429,9 +429,16 @@ class TrafficReport:
 @message("core.Persist")
 class Persist:
     """Label holder -> party, phase ``checkpoint``: ``save`` your state as checkpoint ``tag`` of run
-    ``run``, or ``load`` it (:mod:`verticalfs.training.checkpoint`). The party writes in its own
-    checkpoint folder; nothing but this request and an :class:`Ack` crosses."""
+    ``run``, ``load`` it, or ``clear`` the run's checkpoints once it completed
+    (:mod:`verticalfs.training.checkpoint`). The party writes in its own checkpoint folder; nothing
+    but this request and an :class:`Ack` crosses."""
 
     action: str
     run: str
     tag: str
+
+
+@message("core.EndSession")
+class EndSession:
+    """Label holder -> party: the run of this session (the call's ``vf-session``) is over; the
+    party forgets the session's state and frees its place (``max_sessions`` of its policy)."""

@@ -24,6 +24,7 @@ time spent waiting for a party is not counted there (it is that party's).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
@@ -63,6 +64,7 @@ class Node:
         self._hub = name == LABEL_HOLDER
         self._clock = perf_counter()  # the label holder's: end of its last exchange
         self._last_at: At | None = None
+        self._records = threading.Lock()  # requests from several threads record one at a time
         #: the most values a received run-length coded (expanding) array may decode to: the shape
         #: this party expects where it knows it; ``None``: bounded by the message's size
         #: (:func:`~verticalfs.transport.serde.expansion_limit`)
@@ -89,22 +91,26 @@ class Node:
 
     # ------------------------------------------------------------------ sending
     def request(self, receiver: str, msg: Any, at: At) -> Any:
-        """Send ``msg`` to ``receiver`` at ``at``; return its decoded reply."""
+        """Send ``msg`` to ``receiver`` at ``at``; return its decoded reply. Several threads may
+        request at once (e.g. PSI with every party): the records are then in completion order."""
         if self._hub:
-            self.mark(at)
+            with self._records:
+                self.mark(at)
         data, payload = encode_at(msg, at)
         led = self.ledger
         meter = self._hub or receiver != LABEL_HOLDER
-        if meter:
-            led.record(self.name, receiver, at.phase, type(msg).__name__, at.round, at.step, payload,
-                       len(data) - payload)
+        with self._records:
+            if meter:
+                led.record(self.name, receiver, at.phase, type(msg).__name__, at.round, at.step, payload,
+                           len(data) - payload)
         raw = self.channel.call(self.name, receiver, data)
         reply, rat, rpay = decode_at(raw, self.max_elements)
-        if meter:
-            led.record(receiver, self.name, rat.phase, type(reply).__name__, rat.round, rat.step, rpay,
-                       len(raw) - rpay)
-        if self._hub:
-            self._clock = perf_counter()
+        with self._records:
+            if meter:
+                led.record(receiver, self.name, rat.phase, type(reply).__name__, rat.round, rat.step, rpay,
+                           len(raw) - rpay)
+            if self._hub:
+                self._clock = perf_counter()
         return reply
 
     def send(self, receiver: str, msg: Any, at: At) -> None:

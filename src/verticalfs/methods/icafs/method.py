@@ -271,6 +271,8 @@ class ICAFSTrainer(SplitTrainer):
             C.backward(GC)
             hs.opt_g.step()
             losses.append((loss_d.item(), loss_g.item()))
+            for cb in self.callbacks:
+                cb.on_stage_step(self, "synthesis", t + 1, int(p.synth_steps))
         # the synthetic rows (line 17): labels at the training class frequencies
         at = At("pretrain", int(p.synth_steps))
         y_syn = hs.labels(n_syn)

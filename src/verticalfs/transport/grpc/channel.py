@@ -15,7 +15,10 @@ a channel takes replies of at most its ``max_message_bytes``. The bytes are exac
 :mod:`verticalfs.transport.serde` produced: the ledger records the same payload and overhead as
 in-process (gRPC's framing and TLS come on top and are not on the ledger).
 
-Who is talking: each call carries the sender's name (``vf-sender`` metadata). With TLS (the
+Who is talking: each call carries the sender's name (``vf-sender`` metadata) and, when the label
+holder chose one, its run's session id (``vf-session``): an endpoint with ``receive_in`` keeps each
+session's state apart and locks per session (:class:`~verticalfs.transport.grpc.party.NetworkedParty`),
+any other endpoint handles one message at once. With TLS (the
 default) the server accepts it only if the peer's certificate, signed by the agreed CA, names
 that sender, and only senders in its ``peers`` list; the client checks the server's certificate
 names the party it meant to reach. A handler's error is sent back with its type and message and
@@ -26,6 +29,7 @@ seconds, never a hang.
 
 from __future__ import annotations
 
+import copy
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -52,9 +56,11 @@ _GRPC_CAP = (1 << 31) - 1
 _OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
             ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
             ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)]
-#: the server accepts the clients' keep-alive pings (every 10 s) also while a handler computes
+#: the server accepts the clients' keep-alive pings (every 10 s) also while a handler computes; it binds
+#: its port alone (gRPC's default SO_REUSEPORT lets a second process bind the same port, and the kernel
+#: then splits the connections between the two: a second `party serve` or label holder took half)
 _SERVER_OPTIONS = [*_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-                   ("grpc.http2.max_ping_strikes", 0)]
+                   ("grpc.http2.max_ping_strikes", 0), ("grpc.so_reuseport", 0)]
 
 
 def _limited(options: list[tuple[str, Any]], max_receive: int) -> list[tuple[str, Any]]:
@@ -143,12 +149,15 @@ class PartyServer:
         handlers = {"Exchange": grpc.stream_stream_rpc_method_handler(self._exchange),
                     "Call": grpc.unary_unary_rpc_method_handler(self._call)}
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-        if tls is not None:
-            ca, cert, key = tls.read()
-            creds = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
-            self.port = self._server.add_secure_port(address, creds)
-        else:
-            self.port = self._server.add_insecure_port(address)
+        try:
+            if tls is not None:
+                ca, cert, key = tls.read()
+                creds = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
+                self.port = self._server.add_secure_port(address, creds)
+            else:
+                self.port = self._server.add_insecure_port(address)
+        except RuntimeError:  # gRPC's "Failed to bind"
+            self.port = 0
         if self.port == 0:
             raise TransportError(f"party {endpoint.name!r} cannot listen on {address!r} (in use or not an address "
                                  "of this host)")
@@ -182,9 +191,15 @@ class PartyServer:
 
     def _handle(self, context: Any, sender: str, op: str, data: bytes) -> bytes | None:
         grpc = _grpc()
+        receive_in = getattr(self.endpoint, "receive_in", None)
         try:
-            with self._lock:
-                reply = self.endpoint.receive(sender, data)
+            reply: bytes | None
+            if receive_in is not None:  # the endpoint keeps sessions apart and locks each itself
+                session = dict(context.invocation_metadata()).get("vf-session", "")
+                reply = receive_in(session, sender, data, context.peer())
+            else:
+                with self._lock:
+                    reply = self.endpoint.receive(sender, data)
         except _exc.VerticalFSError as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - reported to the caller with its type, never a silent hang
@@ -244,11 +259,13 @@ class GrpcChannel(Channel):
         closed connection, or by keep-alive pings within about 15 s).
     max_message_bytes : int
         The largest reply accepted (default :data:`MAX_MESSAGE_BYTES`).
+    session : str, optional
+        The run's session id, sent with every call (``vf-session``; see :meth:`for_session`).
     """
 
     def __init__(self, name: str, addresses: Mapping[str, str], *, tls: TLSFiles | None, insecure: bool = False,
                  connect_timeout: float = 10.0, call_timeout: float | None = None,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, session: str | None = None) -> None:
         grpc = _grpc()
         if tls is None and not insecure:
             raise ConfigError(f"{name!r}: no TLS material; give the CA, certificate and key, or --insecure for a "
@@ -268,6 +285,14 @@ class GrpcChannel(Channel):
         self._channels: dict[str, Any] = {}
         self._calls: dict[str, tuple[Any, Any]] = {}  # (streaming, unary) callables per party
         self._lock = threading.Lock()
+        self.session = session
+
+    def for_session(self, session: str) -> GrpcChannel:
+        """This channel's connections, its calls tagged with ``session`` (a party's messages to its
+        peers within one of the label holder's runs). Close the channel it came from, not this view."""
+        view = copy.copy(self)  # shares the connections, the callables and their lock
+        view.session = session
+        return view
 
     def _call(self, receiver: str) -> tuple[Any, Any]:
         call = self._calls.get(receiver)
@@ -305,7 +330,9 @@ class GrpcChannel(Channel):
     def _exchange(self, op: str, sender: str, receiver: str, data: bytes) -> bytes | None:
         grpc = _grpc()
         stream, unary = self._call(receiver)
-        md = (("vf-sender", sender), ("vf-op", op), ("vf-size", str(len(data))))
+        md: tuple[tuple[str, str], ...] = (("vf-sender", sender), ("vf-op", op), ("vf-size", str(len(data))))
+        if self.session:
+            md += (("vf-session", self.session),)
         try:
             if len(data) <= CHUNK:  # one gRPC message each way (a post's reply is empty)
                 reply = unary(data, metadata=md, timeout=self.call_timeout)

@@ -1,10 +1,28 @@
-"""One feature party as a networked process: its runtime behind a :class:`PartyServer`."""
+"""One feature party as a networked process: its runtime behind a :class:`PartyServer`.
+
+Sessions: every label-holder run (a training run, a ``predict``, a ``serve-model``) carries a
+session id that the label holder chooses (``vf-session`` on each call, see
+:mod:`.channel`). The party keeps each session's state apart: a session gets its own copy of the
+runtime (its aligned rows, its role, its messaging node and peer ledger; the file read at start,
+the policy, its PSI counts and the open scoring models are shared), and its own lock, so two runs
+proceed side by side and neither resets the other. At most the policy's ``max_sessions`` are kept
+at once: a run beyond them is refused before any work with "busy with session X, started at T by
+<sender> (<address>)". A session ends with the label holder's ``EndSession``, or is forgotten after
+``session_idle_s`` without a message (a label holder that died). Calls without a session id (a
+bare channel, e.g. tests and the network benchmark) share the runtime itself, as one session.
+"""
 
 from __future__ import annotations
 
+import copy
+import sys
+import threading
+import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+from verticalfs.exceptions import ProtocolError, TransportError
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.transport.grpc.channel import MAX_MESSAGE_BYTES, GrpcChannel, PartyServer
 from verticalfs.transport.grpc.tls import TLSFiles
@@ -12,6 +30,36 @@ from verticalfs.transport.ledger import Ledger
 
 if TYPE_CHECKING:
     from verticalfs.party import PartyRuntime
+
+#: sessions a party keeps at once without a policy (the policy's ``max_sessions``)
+MAX_SESSIONS = 4
+#: seconds without a message after which a session is forgotten (the policy's ``session_idle_s``)
+SESSION_IDLE_S = 900.0
+
+
+@dataclass
+class Session:
+    """One label-holder run at this party: its runtime, its lock, who started it and when."""
+
+    id: str
+    runtime: Any
+    by: str
+    peer: str
+    started: float = field(default_factory=time.time)  # wall clock, for the busy message
+    last: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started))
+        return f"session {self.id or '(none)'}, started at {when} by {self.by} ({self.peer})"
+
+
+def _fork_data(data: Any) -> Any:
+    """A session's own view of a party's LocalData: the same tensors, its own kept features and splits."""
+    out = copy.copy(data)
+    out._X_all = dict(data._X_all)
+    out._X = dict(data._X)
+    return out
 
 
 class NetworkedParty:
@@ -38,8 +86,14 @@ class NetworkedParty:
         self._tls, self._insecure, self._timeout = tls, insecure, connect_timeout
         self.channel: GrpcChannel | None = None
         self.name = runtime.name  # before the server, which names this party (e.g. in the insecure warning)
+        self.max_sessions = MAX_SESSIONS if policy is None else int(policy.max_sessions)
+        self.session_idle_s = SESSION_IDLE_S if policy is None else float(policy.session_idle_s)
+        self.sessions: dict[str, Session] = {}
+        self._sessions_lock = threading.Lock()
+        # a worker per session and one for its party-to-party messages, plus one to refuse the next run
         self.server = PartyServer(self, address, tls=tls, peers={LABEL_HOLDER, *peers}, insecure=insecure,
-                                  max_message_bytes=self.max_message_bytes)
+                                  max_message_bytes=self.max_message_bytes,
+                                  max_workers=max(4, 2 * self.max_sessions + 1))
         if addresses is not None:
             self.set_addresses(addresses)
 
@@ -52,13 +106,77 @@ class NetworkedParty:
         self.runtime.connect(self.channel, self.ledger)
 
     def receive(self, sender: str, data: bytes) -> bytes | None:
+        """One message without a session id (the runtime itself)."""
+        return self.receive_in("", sender, data, "")
+
+    def receive_in(self, session: str, sender: str, data: bytes, peer: str) -> bytes | None:
+        """One message of ``session`` (the :class:`PartyServer` calls this, unlocked)."""
+        s = self._session(session, sender, peer)
         try:
-            node = self.runtime.node
-            if node is None:  # the server starts after set_addresses(), which connects the runtime
-                raise RuntimeError("set_addresses() first")
-            return node.receive(sender, data)
+            with s.lock:
+                s.last = time.monotonic()
+                node = s.runtime.node
+                if node is None:  # the server starts after set_addresses(), which connects the runtime
+                    raise RuntimeError("set_addresses() first")
+                reply: bytes | None = node.receive(sender, data)
+                s.last = time.monotonic()
+                if s.runtime.session_over:
+                    self._end(s)
+                return reply
         finally:
             self.trimmer.touch()
+
+    def _session(self, sid: str, sender: str, peer: str) -> Session:
+        """The session ``sid``, started now if the label holder asks and there is room."""
+        with self._sessions_lock:
+            s = self.sessions.get(sid)
+            if s is not None:
+                return s
+            if sid and sender != LABEL_HOLDER:  # a peer's message belongs to a run the label holder started here
+                raise ProtocolError(f"party {self.name!r} has no session {sid!r} (a message from {sender!r}); "
+                                    "only the label holder starts one")
+            now = time.monotonic()
+            for old in [o for o in self.sessions.values() if now - o.last > self.session_idle_s]:
+                if not old.lock.locked():
+                    self._log(f"forgets {old.describe()}: no message for {now - old.last:.0f} s "
+                              f"(session_idle_s = {self.session_idle_s:g})")
+                    del self.sessions[old.id]
+            if len(self.sessions) >= self.max_sessions:
+                held = "; ".join(o.describe() for o in sorted(self.sessions.values(), key=lambda o: o.started))
+                self._log(f"refuses session {sid!r} of {sender} ({peer}): busy")
+                raise TransportError(f"party {self.name!r} is busy with {held}; it serves at most "
+                                     f"{self.max_sessions} session(s) at once (max_sessions of its [policy]): run "
+                                     "again when that run has ended")
+            s = Session(sid, self._runtime_for(sid), sender, peer)
+            self.sessions[sid] = s
+            return s
+
+    def _runtime_for(self, sid: str) -> Any:
+        base = self.runtime
+        if not sid:
+            base.session_over = False
+            return base
+        rt: Any = copy.copy(base)  # the file read at start, the policy, the scoring models: shared
+        rt.data = _fork_data(base.data)
+        rt.role, rt.method, rt.node = None, None, None
+        rt._reported = 0
+        rt.session_over = False
+        if hasattr(base, "aligned"):
+            rt.aligned = False
+        rt.count_request = base.count_request  # the policy's PSI and Align limits count every session
+        if self.channel is None:
+            raise RuntimeError("set_addresses() first")
+        rt.connect(self.channel.for_session(sid), Ledger(compute_rounds=False))
+        return rt
+
+    def _end(self, s: Session) -> None:
+        with self._sessions_lock:
+            if self.sessions.get(s.id) is s:
+                del self.sessions[s.id]
+
+    def _log(self, text: str) -> None:
+        sys.stderr.write(f"party {self.name}: {text}\n")
+        sys.stderr.flush()
 
     def start(self) -> NetworkedParty:
         if self.runtime.node is None:

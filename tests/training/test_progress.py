@@ -1,0 +1,56 @@
+"""Progress a user can see when the output is not a terminal (issue 42, item 4)."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+
+from verticalfs.api import build_data, run
+from verticalfs.training.history import ProgressCallback
+
+
+def test_lines_report_each_epoch_with_elapsed_eta_and_bytes(monkeypatch):
+    out = io.StringIO()
+    cb = ProgressCallback("vfl", lines=True, min_interval=0.0, stream=out)
+    monkeypatch.setattr("verticalfs.api.ProgressCallback", lambda *a, **k: cb)
+    data = build_data("breast_cancer", parties=2, seed=0)
+    run("vfl", data, seed=0, params={"epochs": 3, "embedding_dim": 4}, progress=True)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[vfl] train: 3 epoch(s)"
+    epochs = [ln for ln in lines if " epoch " in ln and "/3" in ln]
+    assert [re.search(r"epoch (\d)/3", ln).group(1) for ln in epochs] == ["1", "2", "3"]
+    assert all("elapsed" in ln and " MB sent" in ln and "accuracy=" in ln for ln in epochs)
+    assert all("ETA" in ln for ln in epochs[:-1]) and "ETA" not in epochs[-1]  # nothing left at the end
+
+
+def test_lines_are_throttled_but_first_and_last_kept():
+    out = io.StringIO()
+    cb = ProgressCallback("m", lines=True, min_interval=3600.0, stream=out)
+    cb.on_train_begin(None, 50, "train")
+    for e in range(50):
+        cb.on_epoch_end(None, {"bytes": 1_000_000 * (e + 1)})
+    epochs = [ln for ln in out.getvalue().splitlines() if "epoch " in ln and "epoch(s)" not in ln]
+    assert len(epochs) == 2 and "epoch 1/50" in epochs[0] and "epoch 50/50" in epochs[1]
+    assert "50.00 MB sent" in epochs[1]
+
+
+def test_stage_steps_print_lines():
+    out = io.StringIO()
+    cb = ProgressCallback("icafs", lines=True, min_interval=0.0, stream=out)
+    for t in range(1, 4):
+        cb.on_stage_step(None, "synthesis", t, 3)
+    assert [ln.split(":")[0] for ln in out.getvalue().splitlines()] == [
+        "[icafs] synthesis step 1/3", "[icafs] synthesis step 2/3", "[icafs] synthesis step 3/3"]
+
+
+def test_cli_to_a_pipe_prints_lines_on_stderr_and_quiet_silences_them(tmp_path):
+    cmd = [sys.executable, "-m", "verticalfs", "run", "-m", "vfl", "-d", "breast_cancer", "-k", "2", "-e", "2",
+           "--param", "embedding_dim=4"]
+    loud = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert loud.returncode == 0, loud.stderr
+    assert "[vfl] train epoch 2/2" in loud.stderr and "[vfl]" not in loud.stdout
+    quiet = subprocess.run(cmd + ["--quiet"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "[vfl]" not in quiet.stderr
