@@ -174,6 +174,11 @@ class DeploymentFile(_Model):
                                "decompressed (`.csv.gz`, Parquet); a larger file is refused before it is read. "
                                "`party serve --max-file-mb` overrides it on one host.")
 
+    @property
+    def max_file_bytes(self) -> int:
+        """``max_file_mb`` in bytes."""
+        return int(self.max_file_mb * 2**20)
+
 
 # ------------------------------------------------------------------------------ run options
 _Scalar = Union[str, int, float, bool]  # noqa: UP007 - a runtime alias

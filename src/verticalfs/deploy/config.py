@@ -75,11 +75,7 @@ class Deployment:
     connect_timeout: float = 10.0
     checkpoints: Path | None = None
     max_file_mb: float = 1024.0
-
-    @property
-    def max_bytes(self) -> int:
-        """``max_file_mb`` in bytes: the largest party file that is read."""
-        return int(self.max_file_mb * 2**20)
+    max_bytes: int = 1 << 30  # max_file_mb in bytes: the largest party file that is read
 
     # ----------------------------------------------------------------- reading
     @classmethod
@@ -134,7 +130,7 @@ class Deployment:
                   task=conf.task, na_values=None if na is None else list(na), delimiter=conf.delimiter,
                   encoding=conf.encoding, scaling=conf.scaling, impute=conf.impute, test_size=conf.test_size,
                   val_size=conf.val_size, connect_timeout=conf.connect_timeout, checkpoints=rel(conf.checkpoints),
-                  max_file_mb=conf.max_file_mb)
+                  max_file_mb=conf.max_file_mb, max_bytes=conf.max_file_bytes)
         out._check(where)
         return out
 
