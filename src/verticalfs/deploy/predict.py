@@ -141,7 +141,7 @@ class DeployedModel:
         The label holder's folder of the model (its manifest and ``active.pt``); the parties are
         sent its name only.
     call_timeout : float, optional
-        Deadline of one exchange with a party.
+        Deadline of one per-batch exchange with a party (default: the deployment file's ``call_timeout``).
     expected_sha256 : str, optional
         The manifest's SHA-256 printed when the model was saved: another manifest is refused.
     """
@@ -154,7 +154,6 @@ class DeployedModel:
         from verticalfs.methods import registry
         from verticalfs.model import read_manifest
         from verticalfs.model_files import load
-        from verticalfs.transport.grpc.channel import GrpcChannel
 
         self.dep = dep
         model_dir = Path(model_dir)
@@ -188,8 +187,7 @@ class DeployedModel:
         try:
             if lp in self.parties:
                 self.local = serve_party(dep, lp).start()
-            self.channel = GrpcChannel(LABEL_HOLDER, dep.addresses, tls=dep.tls(LABEL_HOLDER), insecure=dep.insecure,
-                                       connect_timeout=dep.connect_timeout, call_timeout=call_timeout)
+            self.channel = dep.channel(call_timeout=call_timeout)
             self.channel.wait_ready(self.parties)
             self.fed = Federation(self._labels("predict", 0), self.channel, self.parties)
             self.view = _PredictFederation(self.fed)

@@ -473,16 +473,18 @@ def _retriable(err: Any) -> bool:
 
 #: OpenSSL's verification messages and alerts, as what they mean for a deployment
 _TLS_CAUSES = (
-    ("unable to get local issuer", "its certificate is not signed by this party's CA (unknown CA: the two use "
+    ("unable to get local issuer", "unknown CA: its certificate is not signed by this party's CA (the two use "
                                    "different ca.pem files)"),
-    ("self-signed certificate", "its certificate is not signed by this party's CA (unknown CA: the two use "
+    ("self-signed certificate", "unknown CA: its certificate is not signed by this party's CA (the two use "
                                 "different ca.pem files)"),
-    ("self signed certificate", "its certificate is not signed by this party's CA (unknown CA: the two use "
+    ("self signed certificate", "unknown CA: its certificate is not signed by this party's CA (the two use "
                                 "different ca.pem files)"),
-    ("certificate signature failure", "its certificate's signature does not verify with this party's CA (unknown CA)"),
-    ("certificate has expired", "its certificate has expired (sign a new one: `verticalfs certs sign`)"),
-    ("certificate is not yet valid", "its certificate is not valid yet (check both hosts' clocks)"),
-    ("hostname mismatch", "its certificate does not name the party it was meant to be (wrong party name)"),
+    ("certificate signature failure", "unknown CA: its certificate's signature does not verify with this party's CA "
+                                      "(the two use different ca.pem files)"),
+    ("certificate has expired", "expired certificate: its certificate has expired (sign a new one: "
+                                "`verticalfs certs sign`)"),
+    ("certificate is not yet valid", "certificate not yet valid (check both hosts' clocks)"),
+    ("hostname mismatch", "wrong party name: its certificate does not name the party it was meant to be"),
     ("alert_unknown_ca", "it refused this party's certificate: unknown CA (the two use different ca.pem files)"),
     ("alert_certificate_expired", "it refused this party's certificate: expired (sign a new one)"),
     ("alert_bad_certificate", "it refused this party's certificate (bad certificate: not signed by its CA, or "
