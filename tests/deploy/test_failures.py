@@ -35,9 +35,9 @@ from verticalfs.transport.grpc.channel import DROP_REPLY_ENV  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("deploy_failures")]
 PARAMS = {"epochs": 2, "batch_size": 64, "hidden": (16, 8)}
-#: telecom's calls whose replies are dropped: its 12th and 13th of the first run, a training batch's
-#: EmbedRequest and its Gradients post (after PSI, Align, PolicyQuery, Hello, Join)
-DROPPED = (12, 13)
+#: the messages to telecom whose replies are lost (in the first run): a training batch's embeddings
+#: request, and another batch's gradients (a Gradients post handled twice steps telecom's model twice)
+DROPPED = ("EmbedRequest:3", "Gradients:5")
 
 
 def _start(site: Path, name: str, env: dict | None = None, config: Path | None = None) -> subprocess.Popen:
@@ -63,7 +63,7 @@ def site(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def servers(site):
-    started = {"telecom": _start(site, "telecom", {DROP_REPLY_ENV: ",".join(map(str, DROPPED))}),
+    started = {"telecom": _start(site, "telecom", {DROP_REPLY_ENV: ",".join(DROPPED)}),
                "insurer": _start(site, "insurer")}
     procs = {p: _listening(proc, p) for p, proc in started.items()}
     yield procs

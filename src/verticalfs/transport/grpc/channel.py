@@ -63,8 +63,9 @@ CALL_TIMEOUT = 30.0
 RETRIES, RETRY_BACKOFF = 3, 0.2
 #: fan-out modes of :class:`GrpcChannel`
 FAN_OUT = ("concurrent", "sequential")
-#: test-only fault injection: ``VERTICALFS_TEST_DROP_REPLY=3,7`` makes a party server handle its
-#: 3rd and 7th call and then drop the reply (the caller sees a lost connection and retries)
+#: test-only fault injection: ``VERTICALFS_TEST_DROP_REPLY=Gradients:3,EmbedRequest:5`` makes a party
+#: server handle the 3rd Gradients message and the 5th EmbedRequest it receives and then drop their
+#: replies (the caller sees a lost connection and retries)
 DROP_REPLY_ENV = "VERTICALFS_TEST_DROP_REPLY"
 _OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
             ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
@@ -157,9 +158,8 @@ class PartyServer:
         #: the last reply per (sender, channel nonce): a repeated call (same ``vf-call`` id, sent
         #: again after its reply was lost) is answered from here, never handled twice
         self._replies: dict[tuple[str, str], tuple[str, bytes | None]] = {}
-        self._n_calls = 0
-        drop = os.environ.get(DROP_REPLY_ENV, "")
-        self._drop = {int(x) for x in drop.split(",") if x.strip().isdigit()}  # test-only fault injection
+        self._drop = _drop_spec(os.environ.get(DROP_REPLY_ENV, ""))  # test-only fault injection
+        self._seen_kinds: dict[str, int] = {}
         self.max_message_bytes = int(max_message_bytes)
         # one gRPC message is at most a chunk (a longer message is streamed), and never over the limit
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers),
@@ -224,18 +224,26 @@ class PartyServer:
                         self._replies[(sender, nonce)] = (call_id, reply)
                         while len(self._replies) > 16:  # a few label-holder channels at once
                             del self._replies[next(iter(self._replies))]
-                    self._n_calls += 1
-                    drop = self._n_calls in self._drop
+                    if self._drop:
+                        drop = self._fault(data)
         except _exc.VerticalFSError as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - reported to the caller with its type, never a silent hang
             context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
         if drop:  # test-only: handled, its reply lost on the way back
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"injected fault: reply {self._n_calls} of "
-                          f"{self.endpoint.name!r} dropped ({DROP_REPLY_ENV})")
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"injected fault: {self.endpoint.name!r} dropped its reply to "
+                          f"{call_id} ({DROP_REPLY_ENV})")
         if op == "call" and reply is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"ProtocolError: {self.endpoint.name!r} has no reply")
         return reply
+
+    def _fault(self, data: bytes) -> bool:
+        """Test-only (:data:`DROP_REPLY_ENV`): is this the n-th message of a kind whose reply is dropped?"""
+        from verticalfs.transport.serde import decode
+
+        kind = type(decode(data).msg).__name__
+        self._seen_kinds[kind] = n = self._seen_kinds.get(kind, 0) + 1
+        return (kind, n) in self._drop
 
     def _call(self, request: bytes, context: Any) -> bytes:
         """The fast path: a request of at most :data:`CHUNK` bytes in one gRPC message."""
@@ -461,6 +469,16 @@ class GrpcChannel(Channel):
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
+
+
+def _drop_spec(text: str) -> set[tuple[str, int]]:
+    """``"Gradients:3,EmbedRequest:5"`` as ``{("Gradients", 3), ("EmbedRequest", 5)}`` (:data:`DROP_REPLY_ENV`)."""
+    out = set()
+    for item in text.split(","):
+        kind, _, n = item.strip().partition(":")
+        if kind and n.isdigit():
+            out.add((kind, int(n)))
+    return out
 
 
 def _retriable(err: Any) -> bool:
