@@ -225,11 +225,26 @@ class PartyProxy:
         return f"PartyProxy({self.name!r})"
 
 
-def _route(proxy: Any) -> tuple[Node, str, Callable[[Any, At], tuple[Any, At]]] | None:
-    """Where ``proxy``'s messages go (its node, its party, and how it rewrites a message and its
-    position), or ``None`` for a proxy that sends no messages through a node (a local reference)."""
-    route = getattr(proxy, "route", None)
-    return None if route is None else route()  # type: ignore[no-any-return]
+_Route = tuple[Node, str, Callable[[Any, At], tuple[Any, At]]]
+
+
+def _one_node(items: Sequence[tuple[Any, Any]], at: At) -> tuple[Node, list[tuple[str, Any]], At] | None:
+    """If every proxy of ``items`` (``(proxy, msg)``) sends through the same node and its messages
+    land at the same position: that node, the ``(party, msg)`` pairs as it sends them, and the
+    position; else ``None`` (e.g. a local reference's proxies, which send no messages)."""
+    routes: list[_Route] = []
+    for px, _ in items:
+        route = getattr(px, "route", None)
+        if route is None:
+            return None
+        routes.append(route())
+    if not routes or any(r[0] is not routes[0][0] for r in routes):
+        return None
+    rewritten = [r[2](m, at) for r, (_, m) in zip(routes, items, strict=True)]
+    positions = {a for _, a in rewritten}
+    if len(positions) != 1:
+        return None
+    return routes[0][0], [(r[1], m) for r, (m, _) in zip(routes, rewritten, strict=True)], positions.pop()
 
 
 def _check_reply(name: str, msg: Any, reply: Any, expect: type | tuple[type, ...] | None) -> Any:
@@ -248,29 +263,20 @@ def request_all(requests: Sequence[tuple[Any, Any]], at: At,
     concurrent channel, recorded in the order given); any other proxy (a local reference's) is
     asked in turn.
     """
-    routes = [_route(px) for px, _ in requests]
-    node = routes[0][0] if routes and routes[0] is not None else None
-    if node is None or any(r is None or r[0] is not node for r in routes):
+    one = _one_node(requests, at)
+    if one is None:
         return [px.request(m, at, expect=expect) for px, m in requests]
-    rewritten = [r[2](m, at) for r, (_, m) in zip(routes, requests, strict=True)]  # type: ignore[index]
-    ats = {a for _, a in rewritten}
-    if len(ats) != 1:
-        return [px.request(m, at, expect=expect) for px, m in requests]
-    replies = node.request_all([(r[1], m) for r, (m, _) in zip(routes, rewritten, strict=True)],  # type: ignore[index]
-                               ats.pop())
+    node, pairs, where = one
+    replies = node.request_all(pairs, where)
     return [_check_reply(px.name, m, rep, expect) for (px, m), rep in zip(requests, replies, strict=True)]
 
 
 def send_all(messages: Sequence[tuple[Any, Any]], at: At) -> None:
     """Send each one-way ``(proxy, msg)`` at ``at`` (see :func:`request_all`)."""
-    routes = [_route(px) for px, _ in messages]
-    node = routes[0][0] if routes and routes[0] is not None else None
-    if node is not None and all(r is not None and r[0] is node for r in routes):
-        rewritten = [r[2](m, at) for r, (_, m) in zip(routes, messages, strict=True)]  # type: ignore[index]
-        ats = {a for _, a in rewritten}
-        if len(ats) == 1:
-            node.send_all([(r[1], m) for r, (m, _) in zip(routes, rewritten, strict=True)],  # type: ignore[index]
-                          ats.pop())
-            return
-    for px, m in messages:
-        px.send(m, at)
+    one = _one_node(messages, at)
+    if one is None:
+        for px, m in messages:
+            px.send(m, at)
+        return
+    node, pairs, where = one
+    node.send_all(pairs, where)
