@@ -204,10 +204,12 @@ def epoch_times(data_dir, certs: Path, epochs: int, rounds: int = 3) -> dict:
     times: dict[str, list[float]] = {"in_process": [], "sequential": [], "concurrent": []}
     try:
         # interleaved rounds (in-process, sequential, concurrent; the same party processes): a shared
-        # machine's load changes within a minute, so each figure is a median over rounds
-        for _ in range(rounds):
+        # machine's load changes within a minute, so each figure is a median over rounds; round 0
+        # warms up (the parties' first messages import and build their roles) and is not counted
+        for k in range(rounds + 1):
             local = verticalfs.run("vfl", data, seed=0, params=params)
-            times["in_process"].append(local.timings["seconds_per_epoch"])
+            if k:
+                times["in_process"].append(local.timings["seconds_per_epoch"])
             for mode in ("sequential", "concurrent"):
                 channel = GrpcChannel(LABEL_HOLDER, parties.addresses, tls=TLSFiles.in_folder(certs, LABEL_HOLDER),
                                       fan_out=mode)
@@ -215,10 +217,11 @@ def epoch_times(data_dir, certs: Path, epochs: int, rounds: int = 3) -> dict:
                                      federation=Federation(data.labels, channel, data.party_names))
                 channel.close()
                 assert net.metrics == local.metrics, f"networked ({mode}) and in-process vfl differ"
-                times[mode].append(net.timings["seconds_per_epoch"])
+                if k:
+                    times[mode].append(net.timings["seconds_per_epoch"])
     finally:
         parties.stop()
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = {m: statistics.median(v) for m, v in times.items()}
     return {"rows": data.n_samples("train"), "in_process": med["in_process"], "sequential": med["sequential"],
             "networked": med["concurrent"], "ledger": net.communication["total_bytes"], "times": times,
             "wire": net.communication.get("wire_bytes"), "messages": net.communication["messages"]}
@@ -290,6 +293,11 @@ def main() -> None:
             wire = "n/a" if e["wire"] is None else f"{e['wire'] / 1e6:.2f} MB ({e['wire'] / e['ledger']:.3f}x the ledger)"
             print(f"  ledger {e['ledger'] / 1e6:.2f} MB in {e['messages']} messages; on the wire {wire}")
             print("  per round: " + "; ".join(f"{k} " + " ".join(f"{t:.3f}" for t in v) for k, v in e["times"].items()))
+            best = {k: min(v) for k, v in e["times"].items()}
+            print(f"  best of {args.rounds}: in-process {best['in_process']:.3f}, sequential {best['sequential']:.3f} "
+                  f"(ratio {best['sequential'] / best['in_process']:.2f}), concurrent {best['concurrent']:.3f} "
+                  f"(ratio {best['concurrent'] / best['in_process']:.2f})")
+            print(f"  load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         if "psi" in parts:
             print("\nPSI (ECDH, openmined-psi), half of the ids shared, the party in its own process")
         for n in (int(x) for x in args.psi.split(",") if x and "psi" in parts):
