@@ -151,3 +151,19 @@ def test_an_unreachable_party_is_named_before_anything_is_sent(servers):
         channel.close()
     assert sum(len(v) for v in handler.spans.values()) == n  # no party was sent anything
     assert len(node.ledger) == 0
+
+
+def test_a_batch_call_has_a_deadline_and_a_setup_call_has_none(servers):
+    """``call_timeout`` bounds a per-batch call (phase train) and names the party; a set-up call
+    of the same duration is not cut (PSI and set-up may legitimately take minutes)."""
+    certs, handler, addresses = servers
+    channel = GrpcChannel(LABEL_HOLDER, addresses, tls=TLSFiles.in_folder(certs, LABEL_HOLDER), call_timeout=0.1)
+    node = Node(LABEL_HOLDER, channel, Ledger())
+    try:
+        channel.wait_ready(["p1"])
+        with pytest.raises(TransportError, match=r"party 'p1' at 127\.0\.0\.1:\d+ did not answer within 0\.1 s"):
+            node.request("p1", EmbedRequest("train", 1, 2, True), AT)  # p1 takes 0.3 s
+        rep = node.request("p1", EmbedRequest("train", 1, 2, True), At("setup"))
+        assert isinstance(rep, Embeddings)
+    finally:
+        channel.close()
