@@ -67,6 +67,9 @@ FAN_OUT = ("concurrent", "sequential")
 #: server handle the 3rd Gradients message and the 5th EmbedRequest it receives and then drop their
 #: replies (the caller sees a lost connection and retries)
 DROP_REPLY_ENV = "VERTICALFS_TEST_DROP_REPLY"
+#: a party server keeps the last reply of this many callers' channels (a few label-holder sessions
+#: and the peers), to answer a repeated call; an older channel's reply is dropped
+_CACHED_CHANNELS = 8
 _OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
             ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
             ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0),
@@ -222,7 +225,7 @@ class PartyServer:
                     if call_id:
                         self._replies.pop((sender, nonce), None)
                         self._replies[(sender, nonce)] = (call_id, reply)
-                        while len(self._replies) > 16:  # a few label-holder channels at once
+                        while len(self._replies) > _CACHED_CHANNELS:  # the oldest channels' last replies go
                             del self._replies[next(iter(self._replies))]
                     if self._drop:
                         drop = self._fault(data)
