@@ -21,7 +21,14 @@ that sender, and only senders in its ``peers`` list; the client checks the serve
 names the party it meant to reach. A handler's error is sent back with its type and message and
 raised at the caller as the same verticalfs exception, naming the party; an unreachable party is
 a :class:`~verticalfs.exceptions.TransportError` naming it and its address within ``connect_timeout``
-seconds, never a hang.
+seconds, never a hang (with the TLS handshake's cause when that is what failed: :func:`tls_failure`).
+
+Failures during a run: a per-batch call has a deadline (``call_timeout``); a hung party is found by
+unanswered keep-alive pings within 5-15 s; a call whose connection dropped before its reply came
+back is sent again with the same id (``vf-call``: the channel's nonce and a sequence number), and
+the party answers a repeated id from its cache of the last reply per caller channel, so nothing is
+computed twice. :meth:`GrpcChannel.call_all` and :meth:`GrpcChannel.post_all` send one message to
+each of several parties at once (``fan_out="concurrent"``, the default).
 """
 
 from __future__ import annotations
