@@ -902,6 +902,7 @@ def party_serve(
     afresh by private set intersection. The label party does not serve: it runs
     `verticalfs run --config deployment.toml -m METHOD`, which serves its own feature columns.
     """
+    import logging
     import signal
     import threading
 
@@ -910,6 +911,11 @@ def party_serve(
     from verticalfs.deploy.config import Deployment
 
     torch.set_num_threads(threads)
+    # refused senders (with their address), retried calls: one timestamped line each on stderr
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"%(asctime)s {name}: %(message)s"))
+    logging.getLogger("verticalfs").addHandler(handler)
+    logging.getLogger("verticalfs").setLevel(logging.INFO)
 
     try:
         from verticalfs.options import check_out

@@ -168,6 +168,15 @@ class DeploymentFile(_Model):
     test_size: float = Field(0.2, ge=0, lt=1, description="Share of the aligned rows held out for testing.")
     val_size: float = Field(0.1, ge=0, lt=1, description="Share of the aligned rows for validation.")
     connect_timeout: float = Field(10.0, gt=0, description="Seconds to wait for a party to be reachable.")
+    call_timeout: float = Field(30.0, gt=0, description="Deadline in seconds of one per-batch call to a party "
+                                "(training, evaluation, prediction); PSI, set-up and selection calls have none. "
+                                "A hung party is detected sooner, by unanswered keep-alive pings (5-15 s).")
+    retries: int = Field(3, ge=0, le=10, description="Times a call whose reply was lost (connection dropped) is "
+                         "sent again, after 0.2 s, 0.4 s, ...; the party answers a repeat from its cache, so a "
+                         "retry never computes twice.")
+    fan_out: Literal["concurrent", "sequential"] = Field(
+        "concurrent", description="Per-batch requests to the parties: all at once (a round costs the slowest "
+        "party) or one after another.")
     psi_engine: Literal["auto", "ristretto255", "openmined"] = Field(
         "auto", description="The private set intersection engine of the training ids (`verticalfs.psi`): "
         "`ristretto255` (libsodium through rbcl, streamed in chunks over both cores), `openmined` "
@@ -178,6 +187,11 @@ class DeploymentFile(_Model):
     max_file_mb: float = Field(1024.0, gt=0, description="The most megabytes a party's file may hold, on disk and "
                                "decompressed (`.csv.gz`, Parquet); a larger file is refused before it is read. "
                                "`party serve --max-file-mb` overrides it on one host.")
+
+    @property
+    def max_file_bytes(self) -> int:
+        """``max_file_mb`` in bytes."""
+        return int(self.max_file_mb * 2**20)
 
 
 # ------------------------------------------------------------------------------ run options

@@ -70,14 +70,14 @@ class PipeChannel(Channel):
         assert reply is None or type(reply) is bytes
         return reply
 
-    def call(self, sender: str, receiver: str, data: bytes) -> bytes:
+    def call(self, sender: str, receiver: str, data: bytes, *, batch: bool = False) -> bytes:
         reply = self._send("call", sender, receiver, data)
         if reply is None:
             raise TransportError(f"{receiver!r} sent no reply")
         self.n_bytes += len(reply)
         return reply
 
-    def post(self, sender: str, receiver: str, data: bytes) -> None:
+    def post(self, sender: str, receiver: str, data: bytes, *, batch: bool = False) -> None:
         if self._send("post", sender, receiver, data) is not None:
             raise TransportError(f"{receiver!r} replied to a one-way message")
 

@@ -73,14 +73,13 @@ class Deployment:
     test_size: float = 0.2
     val_size: float = 0.1
     connect_timeout: float = 10.0
+    call_timeout: float = 30.0
+    retries: int = 3
+    fan_out: str = "concurrent"
     checkpoints: Path | None = None
     psi_engine: str = "auto"
     max_file_mb: float = 1024.0
-
-    @property
-    def max_bytes(self) -> int:
-        """``max_file_mb`` in bytes: the largest party file that is read."""
-        return int(self.max_file_mb * 2**20)
+    max_bytes: int = 1 << 30  # max_file_mb in bytes: the largest party file that is read
 
     # ----------------------------------------------------------------- reading
     @classmethod
@@ -134,8 +133,10 @@ class Deployment:
                   id_column=conf.id_column, parties=parties, certs=certs, insecure=conf.insecure,
                   task=conf.task, na_values=None if na is None else list(na), delimiter=conf.delimiter,
                   encoding=conf.encoding, scaling=conf.scaling, impute=conf.impute, test_size=conf.test_size,
-                  val_size=conf.val_size, connect_timeout=conf.connect_timeout, checkpoints=rel(conf.checkpoints),
-                  max_file_mb=conf.max_file_mb, psi_engine=conf.psi_engine)
+                  val_size=conf.val_size, connect_timeout=conf.connect_timeout, call_timeout=conf.call_timeout,
+                  retries=conf.retries, fan_out=conf.fan_out, checkpoints=rel(conf.checkpoints),
+                  max_file_mb=conf.max_file_mb, max_bytes=conf.max_file_bytes,
+                  psi_engine=conf.psi_engine)
         out._check(where)
         return out
 
@@ -178,6 +179,17 @@ class Deployment:
         """The working folder of party ``name`` (or of the label holder, ``active``) on its own host:
         ``state/<name>`` beside the deployment file (the PSI cache, a party's digest secret)."""
         return self.path.parent / "state" / name
+
+    def channel(self, name: str = LABEL_HOLDER, *, call_timeout: float | None = None, **kw: Any):
+        """The :class:`~verticalfs.transport.grpc.channel.GrpcChannel` of ``name`` (the label holder by
+        default) to every party, with this file's TLS, timeouts, retries and fan-out (``call_timeout``
+        overrides the file's)."""
+        from verticalfs.transport.grpc.channel import GrpcChannel
+
+        return GrpcChannel(name, self.addresses, tls=self.tls(name), insecure=self.insecure,
+                           connect_timeout=self.connect_timeout,
+                           call_timeout=self.call_timeout if call_timeout is None else call_timeout,
+                           retries=self.retries, fan_out=self.fan_out, **kw)
 
     def checkpoint_dir(self, name: str) -> Path | None:
         return None if self.checkpoints is None else self.checkpoints / name

@@ -168,7 +168,6 @@ def party_policy(dep: Deployment, name: str, override=None):
 def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None) -> Connected:
     """Steps 1-5 of the module docstring."""
     from verticalfs.psi import PsiCache, intersect_all
-    from verticalfs.transport.grpc.channel import GrpcChannel
 
     lp = dep.label_party
     entry = dep.party(lp)
@@ -185,9 +184,8 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
     try:
         if own_features:
             out.local = serve_own_block(dep)
-        channel = GrpcChannel(LABEL_HOLDER, dep.addresses, tls=dep.tls(LABEL_HOLDER), insecure=dep.insecure,
-                              connect_timeout=dep.connect_timeout, call_timeout=call_timeout,
-                              max_message_bytes=entry.policy.max_message_bytes, session=out.session)
+        channel = dep.channel(call_timeout=call_timeout, max_message_bytes=entry.policy.max_message_bytes,
+                              session=out.session)
         out.channel = channel
         channel.wait_ready(names)
         fed = Federation(LabelData(y={s: np.zeros(0) for s in SPLITS}, task="binary", n_classes=2), channel, names)

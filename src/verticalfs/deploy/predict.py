@@ -40,7 +40,6 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +59,7 @@ from verticalfs.deploy.scoring import (
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.transport.messages import At
+from verticalfs.transport.node import request_all
 
 # ------------------------------------------------------------------------- label-holder side
 #: ids per round to the parties in batch prediction (bounds the size of one message)
@@ -79,17 +79,26 @@ class _PhaseProxy:
     def _at(self, at: At) -> At:
         return At("predict", at.round, at.step) if at.phase == "eval" else at
 
-    def request(self, msg: Any, at: At, expect=None) -> Any:
+    def _rewrite(self, msg: Any, at: At) -> tuple[Any, At]:
         from verticalfs.psi import IdsDigestRequest, PsiRequest
 
         if type(msg) is PsiRequest:
             msg = ScoringPsi(request=msg.request, n=msg.n)
         elif type(msg) is IdsDigestRequest:
             msg = IdsDigestRequest(scoring=True)
-        return self._proxy.request(msg, self._at(at), expect=expect)
+        return msg, self._at(at)
+
+    def request(self, msg: Any, at: At, expect=None) -> Any:
+        msg, at = self._rewrite(msg, at)
+        return self._proxy.request(msg, at, expect=expect)
 
     def send(self, msg: Any, at: At) -> None:
-        self._proxy.send(msg, self._at(at))
+        self._proxy.send(*self._rewrite(msg, at))
+
+    def route(self):
+        """For :func:`~verticalfs.transport.node.request_all`: the party's proxy's node, this proxy's rewriting."""
+        node, name, _ = self._proxy.route()
+        return node, name, self._rewrite
 
 
 class _PredictFederation:
@@ -134,7 +143,7 @@ class DeployedModel:
         The label holder's folder of the model (its manifest and ``active.pt``); the parties are
         sent its name only.
     call_timeout : float, optional
-        Deadline of one exchange with a party.
+        Deadline of one per-batch exchange with a party (default: the deployment file's ``call_timeout``).
     expected_sha256 : str, optional
         The manifest's SHA-256 printed when the model was saved: another manifest is refused.
     """
@@ -147,7 +156,6 @@ class DeployedModel:
         from verticalfs.methods import registry
         from verticalfs.model import read_manifest
         from verticalfs.model_files import load
-        from verticalfs.transport.grpc.channel import GrpcChannel
 
         self.dep = dep
         model_dir = Path(model_dir)
@@ -178,13 +186,10 @@ class DeployedModel:
         self.channel = None
         self._lock = threading.Lock()
         self._session = secrets.token_hex(6)  # this session at the parties, and its staged splits' names
-        self._pool = ThreadPoolExecutor(max(len(self.parties), 1), thread_name_prefix="verticalfs-fan-out")
         try:
             if lp in self.parties:
                 self.local = serve_own_block(dep)
-            self.channel = GrpcChannel(LABEL_HOLDER, dep.addresses, tls=dep.tls(LABEL_HOLDER), insecure=dep.insecure,
-                                       connect_timeout=dep.connect_timeout, call_timeout=call_timeout,
-                                       session=self._session)
+            self.channel = dep.channel(call_timeout=call_timeout, session=self._session)
             self.channel.wait_ready(self.parties)
             self.fed = Federation(self._labels("predict", 0), self.channel, self.parties)
             self.view = _PredictFederation(self.fed)
@@ -246,9 +251,9 @@ class DeployedModel:
             lost = np.zeros(len(ask), dtype=bool)
             changed = False
             split = f"{split}-{self._session}"  # this session's own rows at the parties
-            for p, rep in self._fan_out(StageIds(model=self.name, ids=ask, split=split), PREDICT).items():
-                if not isinstance(rep, IdsStaged):
-                    raise ProtocolError(f"party {p!r} answered StageIds with {type(rep).__name__}; expected IdsStaged")
+            stage = StageIds(model=self.name, ids=ask, split=split)
+            reps = request_all([(self.fed.proxy(p), stage) for p in self.parties], PREDICT, expect=IdsStaged)
+            for p, rep in zip(self.parties, reps, strict=True):
                 miss = np.asarray(rep.missing, dtype=np.int64).reshape(-1)
                 if miss.size and (miss.min() < 0 or miss.max() >= len(ask)):
                     raise ProtocolError(f"party {p!r} reported missing positions outside the request")
@@ -264,27 +269,6 @@ class DeployedModel:
             keep = ~lost
             asked = np.asarray(ask, dtype=str)
             return self._scores(asked[keep], probs[keep], unknown + asked[lost].tolist())
-
-    def _fan_out(self, msg: Any, at: At) -> dict[str, Any]:
-        """``msg`` to every party of the model at once (their exchanges overlap, so a round costs the
-        slowest party); encoded, metered and decoded here, in order, as the node does for one."""
-        from verticalfs.transport.serde import decode_at, encode_at
-
-        node, led = self.fed.node, self.fed.ledger
-        node.mark(at)
-        data, payload = encode_at(msg, at)
-        kind = type(msg).__name__
-        for p in self.parties:
-            led.record(LABEL_HOLDER, p, at.phase, kind, at.round, at.step, payload, len(data) - payload)
-        futures = {p: self._pool.submit(self.channel.call, LABEL_HOLDER, p, data) for p in self.parties}
-        out = {}
-        for p, fut in futures.items():
-            raw = fut.result()
-            reply, rat, rpay = decode_at(raw, node.max_elements)
-            led.record(p, LABEL_HOLDER, rat.phase, type(reply).__name__, rat.round, rat.step, rpay, len(raw) - rpay)
-            out[p] = reply
-        node.reset_clock()
-        return out
 
     def _empty(self) -> np.ndarray:
         return np.zeros(0) if self.task == "regression" else np.zeros((0, len(self.classes)))
@@ -327,7 +311,6 @@ class DeployedModel:
 
             stop_own_block(self.local)
             self.local = None
-        self._pool.shutdown(wait=False)
 
     def __enter__(self) -> DeployedModel:
         return self

@@ -73,6 +73,7 @@ from verticalfs.transport.messages import (
     message_from_dict,
     message_to_dict,
 )
+from verticalfs.transport.node import request_all, send_all
 
 if TYPE_CHECKING:
     from verticalfs.federation import Federation, LocalFederation
@@ -666,8 +667,8 @@ class SplitTrainer:
         """
         req = EmbedRequest(split, epoch, batch, True)
         fed = self.fed
-        return [self.decode_forward(p, fed.proxy(p).request(req, at, expect=Embeddings), n_rows)
-                for p in self.parties]
+        reps = request_all([(fed.proxy(p), req) for p in self.parties], at, expect=Embeddings)
+        return [self.decode_forward(p, rep, n_rows) for p, rep in zip(self.parties, reps, strict=True)]
 
     def backward_batch(self, G: np.ndarray, at: At) -> None:
         """Send every training party the gradient of its block of ``G``.
@@ -684,11 +685,12 @@ class SplitTrainer:
         if len(self.parties) == 1:
             fed.proxy(self.parties[0]).send(self.encode_backward(self.parties[0], G), at)
             return
-        start = 0
+        start, out = 0, []
         for p in self.parties:
             stop = start + self.embedding_dims[p]
-            fed.proxy(p).send(self.encode_backward(p, G[:, start:stop]), at)
+            out.append((fed.proxy(p), self.encode_backward(p, G[:, start:stop])))
             start = stop
+        send_all(out, at)
 
     def output(self, H: np.ndarray) -> np.ndarray:
         """The top model's output on concatenated embeddings, as ``prediction_metrics`` takes it."""
@@ -832,8 +834,8 @@ class SplitTrainer:
         at = At(phase, self.epoch)
         n = self.n_samples(split)
         req = EmbedRequest(split, self.epoch, -1, False)
-        blocks = [self.decode_forward(p, self.fed.proxy(p).request(req, at, expect=Embeddings), n)
-                  for p in self.parties]
+        reps = request_all([(self.fed.proxy(p), req) for p in self.parties], at, expect=Embeddings)
+        blocks = [self.decode_forward(p, rep, n) for p, rep in zip(self.parties, reps, strict=True)]
         return np.concatenate(blocks, 1) if len(blocks) > 1 else blocks[0]
 
     def predict(self, split: str, phase: str = "eval") -> np.ndarray:
@@ -942,9 +944,7 @@ class SplitTrainer:
         self._checkpoint_parties("restore")
 
     def _checkpoint_parties(self, action: str) -> None:
-        at = At("eval", self.epoch)
-        for p in self.parties:
-            self.fed.proxy(p).send(Checkpoint(action), at)
+        send_all([(self.fed.proxy(p), Checkpoint(action)) for p in self.parties], At("eval", self.epoch))
 
     def finish(self) -> dict[str, float]:
         """The run's test metrics: the last epoch's, or with ``select`` those of the restored best
@@ -968,8 +968,10 @@ def saved_embeddings(holder: dict[str, Any], fed: Any, split: str) -> np.ndarray
     at = At("eval")
     n = fed.n_samples(split)
     blocks = []
-    for p in holder["parties"]:
-        v = fed.proxy(p).request(EmbedRequest(split, 0, -1, False), at, expect=Embeddings).values
+    req = EmbedRequest(split, 0, -1, False)
+    reps = request_all([(fed.proxy(p), req) for p in holder["parties"]], at, expect=Embeddings)
+    for p, rep in zip(holder["parties"], reps, strict=True):
+        v = rep.values
         if v.shape != (n, holder["embedding_dims"][p]):
             raise ProtocolError(f"party {p!r} sent embeddings of shape {v.shape}, expected "
                                 f"{(n, holder['embedding_dims'][p])}")

@@ -41,7 +41,7 @@ class InProcessChannel(Channel):
         except KeyError:
             raise TransportError(f"no party named {receiver!r} on this channel; parties: {self.parties}") from None
 
-    def call(self, sender: str, receiver: str, data: bytes) -> bytes:
+    def call(self, sender: str, receiver: str, data: bytes, *, batch: bool = False) -> bytes:
         ep = self._endpoint(receiver)
         if self.trace:
             self.messages.append((sender, receiver, data))
@@ -52,7 +52,7 @@ class InProcessChannel(Channel):
             self.messages.append((receiver, sender, reply))
         return reply
 
-    def post(self, sender: str, receiver: str, data: bytes) -> None:
+    def post(self, sender: str, receiver: str, data: bytes, *, batch: bool = False) -> None:
         ep = self._endpoint(receiver)
         if self.trace:
             self.messages.append((sender, receiver, data))

@@ -25,13 +25,13 @@ time spent waiting for a party is not counted there (it is that party's).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any
 
 from verticalfs.exceptions import ProtocolError
 from verticalfs.names import LABEL_HOLDER
-from verticalfs.transport.channel import Channel
+from verticalfs.transport.channel import BATCH_PHASES, Channel
 from verticalfs.transport.ledger import Ledger
 from verticalfs.transport.messages import At, kind_name
 from verticalfs.transport.serde import decode_at, encode_at
@@ -103,7 +103,7 @@ class Node:
             if meter:
                 led.record(self.name, receiver, at.phase, type(msg).__name__, at.round, at.step, payload,
                            len(data) - payload)
-        raw = self.channel.call(self.name, receiver, data)
+        raw = self.channel.call(self.name, receiver, data, batch=at.phase in BATCH_PHASES)
         reply, rat, rpay = decode_at(raw, self.max_elements)
         with self._records:
             if meter:
@@ -121,9 +121,63 @@ class Node:
         if self._hub or receiver != LABEL_HOLDER:
             self.ledger.record(self.name, receiver, at.phase, type(msg).__name__, at.round, at.step,
                                payload, len(data) - payload)
-        self.channel.post(self.name, receiver, data)
+        self.channel.post(self.name, receiver, data, batch=at.phase in BATCH_PHASES)
         if self._hub:
             self._clock = perf_counter()
+
+    # ------------------------------------------------------------------ fan-out
+    def request_all(self, requests: Sequence[tuple[str, Any]], at: At) -> list[Any]:
+        """Send each ``(receiver, msg)`` at ``at``; their decoded replies in the same order.
+
+        Over a channel whose :attr:`~verticalfs.transport.channel.Channel.concurrent` is false (the
+        in-process one) this is :meth:`request` in turn, so everything is recorded exactly as
+        before. Over a concurrent one the requests are encoded here in order, sent at once
+        (:meth:`~verticalfs.transport.channel.Channel.call_all`), and once every reply is in, each
+        request and its reply are recorded in the order given: the ledger is the same whichever
+        party answers first.
+        """
+        if len(requests) < 2 or not self.channel.concurrent:
+            return [self.request(r, m, at) for r, m in requests]
+        if self._hub:
+            self.mark(at)
+        encoded = [encode_at(m, at) for _, m in requests]
+        raws = self.channel.call_all(self.name, [(r, e[0]) for (r, _), e in zip(requests, encoded, strict=True)],
+                                     batch=at.phase in BATCH_PHASES)
+        led = self.ledger
+        out = []
+        decoded = [decode_at(raw, self.max_elements) for raw in raws]
+        with self._records:  # (other threads may record at once: one run's sessions, PSI)
+            for (receiver, msg), (data, payload), raw, (reply, rat, rpay) in zip(requests, encoded, raws, decoded,
+                                                                                  strict=True):
+                if self._hub or receiver != LABEL_HOLDER:
+                    led.record(self.name, receiver, at.phase, type(msg).__name__, at.round, at.step, payload,
+                               len(data) - payload)
+                    led.record(receiver, self.name, rat.phase, type(reply).__name__, rat.round, rat.step, rpay,
+                               len(raw) - rpay)
+                out.append(reply)
+            if self._hub:
+                self._clock = perf_counter()
+        return out
+
+    def send_all(self, messages: Sequence[tuple[str, Any]], at: At) -> None:
+        """Send each one-way ``(receiver, msg)`` at ``at`` (at once over a concurrent channel, recorded
+        in the order given; in turn otherwise, see :meth:`request_all`)."""
+        if len(messages) < 2 or not self.channel.concurrent:
+            for r, m in messages:
+                self.send(r, m, at)
+            return
+        if self._hub:
+            self.mark(at)
+        encoded = [encode_at(m, at) for _, m in messages]
+        self.channel.post_all(self.name, [(r, e[0]) for (r, _), e in zip(messages, encoded, strict=True)],
+                              batch=at.phase in BATCH_PHASES)
+        with self._records:
+            for (receiver, msg), (data, payload) in zip(messages, encoded, strict=True):
+                if self._hub or receiver != LABEL_HOLDER:
+                    self.ledger.record(self.name, receiver, at.phase, type(msg).__name__, at.round, at.step,
+                                       payload, len(data) - payload)
+            if self._hub:
+                self._clock = perf_counter()
 
     # ---------------------------------------------------------------- receiving
     def receive(self, sender: str, data: bytes) -> bytes | None:
@@ -146,6 +200,10 @@ class Node:
         return out
 
 
+def _as_is(msg: Any, at: At) -> tuple[Any, At]:
+    return msg, at
+
+
 class PartyProxy:
     """The label holder's handle on one party: every call carries its protocol position.
 
@@ -162,16 +220,72 @@ class PartyProxy:
     def request(self, msg: Any, at: At, expect: type | tuple[type, ...] | None = None) -> Any:
         """Send ``msg`` at ``at`` and return the reply; with ``expect``, a reply of another kind is a
         :class:`~verticalfs.exceptions.ProtocolError` naming the party."""
-        reply = self._node.request(self.name, msg, at)
-        if expect is not None and not isinstance(reply, expect):
-            want = " or ".join(k.__name__ for k in (expect if isinstance(expect, tuple) else (expect,)))
-            raise ProtocolError(f"party {self.name!r} answered {kind_name(msg)} with {kind_name(reply)}; "
-                                f"expected {want}")
-        return reply
+        return _check_reply(self.name, msg, self._node.request(self.name, msg, at), expect)
 
     def send(self, msg: Any, at: At) -> None:
         """Send the one-way message ``msg`` at ``at``."""
         self._node.send(self.name, msg, at)
 
+    def route(self) -> tuple[Node, str, Callable[[Any, At], tuple[Any, At]]]:
+        """For :func:`request_all`: this proxy's node and party, its messages sent as they are."""
+        return self._node, self.name, _as_is
+
     def __repr__(self) -> str:
         return f"PartyProxy({self.name!r})"
+
+
+_Route = tuple[Node, str, Callable[[Any, At], tuple[Any, At]]]
+
+
+def _one_node(items: Sequence[tuple[Any, Any]], at: At) -> tuple[Node, list[tuple[str, Any]], At] | None:
+    """If every proxy of ``items`` (``(proxy, msg)``) sends through the same node and its messages
+    land at the same position: that node, the ``(party, msg)`` pairs as it sends them, and the
+    position; else ``None`` (e.g. a local reference's proxies, which send no messages)."""
+    routes: list[_Route] = []
+    for px, _ in items:
+        route = getattr(px, "route", None)
+        if route is None:
+            return None
+        routes.append(route())
+    if not routes or any(r[0] is not routes[0][0] for r in routes):
+        return None
+    rewritten = [r[2](m, at) for r, (_, m) in zip(routes, items, strict=True)]
+    positions = {a for _, a in rewritten}
+    if len(positions) != 1:
+        return None
+    return routes[0][0], [(r[1], m) for r, (m, _) in zip(routes, rewritten, strict=True)], positions.pop()
+
+
+def _check_reply(name: str, msg: Any, reply: Any, expect: type | tuple[type, ...] | None) -> Any:
+    if expect is not None and not isinstance(reply, expect):
+        want = " or ".join(k.__name__ for k in (expect if isinstance(expect, tuple) else (expect,)))
+        raise ProtocolError(f"party {name!r} answered {kind_name(msg)} with {kind_name(reply)}; expected {want}")
+    return reply
+
+
+def request_all(requests: Sequence[tuple[Any, Any]], at: At,
+                expect: type | tuple[type, ...] | None = None) -> list[Any]:
+    """The fan-out seam for algorithm code: send each ``(proxy, msg)`` at ``at``; the replies in the
+    same order (with ``expect``, a reply of another kind is a :class:`ProtocolError` naming its party).
+
+    Proxies of one label holder's node go through :meth:`Node.request_all` (at once over a
+    concurrent channel, recorded in the order given); any other proxy (a local reference's) is
+    asked in turn.
+    """
+    one = _one_node(requests, at)
+    if one is None:
+        return [px.request(m, at, expect=expect) for px, m in requests]
+    node, pairs, where = one
+    replies = node.request_all(pairs, where)
+    return [_check_reply(px.name, m, rep, expect) for (px, m), rep in zip(requests, replies, strict=True)]
+
+
+def send_all(messages: Sequence[tuple[Any, Any]], at: At) -> None:
+    """Send each one-way ``(proxy, msg)`` at ``at`` (see :func:`request_all`)."""
+    one = _one_node(messages, at)
+    if one is None:
+        for px, m in messages:
+            px.send(m, at)
+        return
+    node, pairs, where = one
+    node.send_all(pairs, where)

@@ -53,6 +53,7 @@ from verticalfs.transport.messages import (
     message,
     tensor_field,
 )
+from verticalfs.transport.node import request_all
 
 
 @message("baselines.CompFSSpec")
@@ -339,7 +340,7 @@ class CompFSTrainer(SplitTrainer):
         d = sum(self.n_features.values())
         n, root = self.n, math.sqrt(d)
         req = EmbedRequest("train", epoch, b, True)
-        msgs = [self.fed.proxy(q).request(req, at, expect=CompFSEmbeddings) for q in self.parties]
+        msgs = request_all([(self.fed.proxy(q), req) for q in self.parties], at, expect=CompFSEmbeddings)
         blocks = [torch.from_numpy(self.decode_forward(q, m, len(rows))).requires_grad_(True)
                   for q, m in zip(self.parties, msgs, strict=True)]
         sums = [self._stat(q, m.sums, (n,)) for q, m in zip(self.parties, msgs, strict=True)]

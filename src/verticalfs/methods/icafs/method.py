@@ -65,6 +65,7 @@ from verticalfs.training.batches import BatchPlan
 from verticalfs.training.history import derive_seed
 from verticalfs.training.split import SplitTrainer, TrainConfig, saved_embeddings
 from verticalfs.transport.messages import At
+from verticalfs.transport.node import request_all, send_all
 
 VARIANTS = ("icafs", "fixed-temp", "embedding", "no-fs")
 
@@ -243,8 +244,8 @@ class ICAFSTrainer(SplitTrainer):
             yf = hs.labels(B)
             with torch.no_grad():
                 codes = hs.split(hs.codes(yf, train=True))
-            reps = [px.request(CriticRequest(rows=rows, codes=codes[k]), at, expect=CriticFeatures)
-                    for k, px in enumerate(proxies)]
+            reps = request_all([(px, CriticRequest(rows=rows, codes=codes[k])) for k, px in enumerate(proxies)], at,
+                               expect=CriticFeatures)
             Hr = hs.features([r.real for r in reps], B, "critic features of real rows")
             Hf = hs.features([r.fake for r in reps], B, "critic features of synthetic rows")
             loss_d = hs.critic_loss(Hr, y[rows], Hf, yf)
@@ -252,20 +253,19 @@ class ICAFSTrainer(SplitTrainer):
             loss_d.backward()
             hs.opt_d.step()
             gr, gf = hs.split_grad(Hr.grad), hs.split_grad(Hf.grad)
-            for k, px in enumerate(proxies):
-                px.send(CriticGradients(real=gr[k], fake=gf[k]), at)
+            send_all([(px, CriticGradients(real=gr[k], fake=gf[k])) for k, px in enumerate(proxies)], at)
             # generator step (lines 7, 9 and 13, 15)
             yg = hs.labels(B)
             C = hs.codes(yg, train=True)
             codes = hs.split(C)
-            reps = [px.request(GeneratorRequest(codes=codes[k]), at, expect=CriticFeatures)
-                    for k, px in enumerate(proxies)]
+            reps = request_all([(px, GeneratorRequest(codes=codes[k])) for k, px in enumerate(proxies)], at,
+                               expect=CriticFeatures)
             Hf = hs.features([r.fake for r in reps], B, "critic features of synthetic rows")
             loss_g = hs.generator_loss(Hf, yg)
             loss_g.backward()
             g = hs.split_grad(Hf.grad)
-            back = [px.request(GeneratorGradients(fake=g[k]), at, expect=CodeGradients).codes
-                    for k, px in enumerate(proxies)]
+            back = [r.codes for r in request_all([(px, GeneratorGradients(fake=g[k])) for k, px in enumerate(proxies)],
+                                                 at, expect=CodeGradients)]
             GC = torch.cat([_block(c, (B, p.code_dim), "code gradients", q) for q, c in zip(self.parties, back, strict=True)], 1)
             hs.opt_g.zero_grad(set_to_none=True)
             C.backward(GC)

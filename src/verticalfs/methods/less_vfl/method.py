@@ -77,6 +77,7 @@ from verticalfs.methods.registry import register
 from verticalfs.training.history import derive_seed
 from verticalfs.training.split import SplitTrainer, TrainConfig
 from verticalfs.transport.messages import At, Embeddings, EmbedRequest
+from verticalfs.transport.node import request_all, send_all
 
 # Defaults chosen by the grid search on phishing (3 parties, 50 % noise) documented in
 # benchmarks/less_vfl/README.md ("Choosing the defaults").
@@ -434,8 +435,8 @@ class _StagedLasso(Method):
         if self.component_selection:
             req = EmbedRequest("train", trainer.epoch, -1, False)
             n = trainer.n_samples("train")
-            embs = {q: trainer.decode_forward(q, fed.proxy(q).request(req, at, expect=Embeddings), n)
-                    for q in parties}
+            reps = request_all([(fed.proxy(q), req) for q in parties], at, expect=Embeddings)
+            embs = {q: trainer.decode_forward(q, rep, n) for q, rep in zip(parties, reps, strict=True)}
             H = torch.cat([torch.from_numpy(np.asarray(embs[q], dtype=np.float32)) for q in parties], 1)
             lambdas_s = tuple(p.lambdas_s) or (p.lambda_s,)
             new_top, cols, rep = component_selection(
@@ -465,18 +466,27 @@ class _StagedLasso(Method):
         t0 = clock()
         by_val = p.choose_m == "val" and len(lambdas_m) > 1 and "val" in trainer.y
         replies = {}
+        msgs = {}
         for q in parties:
-            msg = SelectFeatures(
+            msgs[q] = SelectFeatures(
                 components=np.asarray(K[q], dtype=np.int64), lambdas=tuple(float(v) for v in lambdas_m),
                 lr=float(p.lr_m), epochs=int(p.select_epochs_m), batch_size=int(p.select_batch_size or p.batch_size),
                 seed=derive_seed(self.seed, "less-vfl", "stage3", q), tol=float(p.tol_m),
                 normalize=bool(p.normalize_m), center=bool(p.center), patience=int(p.select_patience),
                 rtol=float(p.select_rtol), solver=str(p.solver), max_iter=int(p.max_iter),
                 max_rows=int(p.max_rows), refit=str(p.refit), report_val=bool(by_val and len(K[q]) > 0))
-            if msg.report_val:
-                replies[q] = fed.proxy(q).request(msg, at, expect=CandidateEmbeddings)
-            else:
-                fed.proxy(q).send(msg, at)
+        # every party selects at once (the same order of messages as one after another otherwise)
+        if all(m.report_val for m in msgs.values()):
+            replies = dict(zip(parties, request_all([(fed.proxy(q), msgs[q]) for q in parties], at,
+                                                    expect=CandidateEmbeddings), strict=True))
+        elif not any(m.report_val for m in msgs.values()):
+            send_all([(fed.proxy(q), msgs[q]) for q in parties], at)
+        else:
+            for q, msg in msgs.items():
+                if msg.report_val:
+                    replies[q] = fed.proxy(q).request(msg, at, expect=CandidateEmbeddings)
+                else:
+                    fed.proxy(q).send(msg, at)
         if replies:
             choice, report = choose_lambda_m_on_val(trainer, fed, new_top, parties, K, replies, lambdas_m,
                                                      float(p.tol_val), at)

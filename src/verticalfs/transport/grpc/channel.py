@@ -24,15 +24,27 @@ that sender, and only senders in its ``peers`` list; the client checks the serve
 names the party it meant to reach. A handler's error is sent back with its type and message and
 raised at the caller as the same verticalfs exception, naming the party; an unreachable party is
 a :class:`~verticalfs.exceptions.TransportError` naming it and its address within ``connect_timeout``
-seconds, never a hang.
+seconds, never a hang (with the TLS handshake's cause when that is what failed: :func:`tls_failure`).
+
+Failures during a run: a per-batch call has a deadline (``call_timeout``); a hung party is found by
+unanswered keep-alive pings within 5-15 s; a call whose connection dropped before its reply came
+back is sent again with the same id (``vf-call``: the channel's nonce and a sequence number), and
+the party answers a repeated id from its cache of the last reply per caller channel, so nothing is
+computed twice. :meth:`GrpcChannel.call_all` and :meth:`GrpcChannel.post_all` send one message to
+each of several parties at once (``fan_out="concurrent"``, the default).
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
+import logging
+import os
+import secrets
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -41,6 +53,8 @@ from verticalfs.exceptions import ConfigError, ProtocolError, TransportError
 from verticalfs.transport.channel import Channel, Endpoint
 from verticalfs.transport.grpc.tls import TLSFiles
 from verticalfs.transport.grpc.wire import tcp_bytes
+
+log = logging.getLogger("verticalfs.transport")
 
 SERVICE = "verticalfs.Transport"
 METHOD = f"/{SERVICE}/Exchange"
@@ -53,9 +67,24 @@ CHUNK = 1 << 20
 MAX_MESSAGE_BYTES = 256 << 20
 #: gRPC's own cap on one message (bytes): nothing may be set above it
 _GRPC_CAP = (1 << 31) - 1
+#: the deadline of a per-batch call by default (seconds; ``call_timeout`` of the deployment file)
+CALL_TIMEOUT = 30.0
+#: a lost connection or a reply that never came back (``UNAVAILABLE``) is retried this many times,
+#: after RETRY_BACKOFF, twice that, ... seconds; the party answers a repeated call from its cache
+RETRIES, RETRY_BACKOFF = 3, 0.2
+#: fan-out modes of :class:`GrpcChannel`
+FAN_OUT = ("concurrent", "sequential")
+#: test-only fault injection: ``VERTICALFS_TEST_DROP_REPLY=Gradients:3,EmbedRequest:5`` makes a party
+#: server handle the 3rd Gradients message and the 5th EmbedRequest it receives and then drop their
+#: replies (the caller sees a lost connection and retries)
+DROP_REPLY_ENV = "VERTICALFS_TEST_DROP_REPLY"
+#: a party server keeps the last reply of this many callers' channels (a few label-holder sessions
+#: and the peers), to answer a repeated call; an older channel's reply is dropped
+_CACHED_CHANNELS = 8
 _OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
             ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
-            ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)]
+            ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.http2.ping_timeout_ms", 5_000)]
 #: the server accepts the clients' keep-alive pings (every 10 s) also while a handler computes; it binds
 #: its port alone (gRPC's default SO_REUSEPORT lets a second process bind the same port, and the kernel
 #: then splits the connections between the two: a second `party serve` or label holder took half)
@@ -142,6 +171,11 @@ class PartyServer:
         self.peers = frozenset(peers)
         self.tls = tls
         self._lock = threading.Lock()
+        #: the last reply per (sender, channel nonce): a repeated call (same ``vf-call`` id, sent
+        #: again after its reply was lost) is answered from here, never handled twice
+        self._replies: dict[tuple[str, str], tuple[str, bytes | None]] = {}
+        self._drop = _drop_spec(os.environ.get(DROP_REPLY_ENV, ""))  # test-only fault injection
+        self._seen_kinds: dict[str, int] = {}
         self.max_message_bytes = int(max_message_bytes)
         # one gRPC message is at most a chunk (a longer message is streamed), and never over the limit
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers),
@@ -174,39 +208,69 @@ class PartyServer:
         self._server.stop(grace).wait()
 
     def _check_sender(self, context: Any) -> tuple[str, str]:
-        grpc = _grpc()
         md = dict(context.invocation_metadata())
         sender, op = md.get("vf-sender", ""), md.get("vf-op", "")
         if self.tls is not None:
             names = {n.decode() for n in context.auth_context().get("x509_common_name", [])}
             if sender not in names:
-                context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                              f"PermissionError: the sender claims to be {sender!r} but its certificate names "
-                              f"{sorted(names)}")
+                self._refuse(context, f"the sender claims to be {sender!r} but its certificate names {sorted(names)}")
         if sender not in self.peers:
-            context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                          f"PermissionError: {sender!r} is not a peer of party {self.endpoint.name!r} "
-                          f"(its peers: {sorted(self.peers)})")
+            self._refuse(context, f"{sender!r} is not a peer of party {self.endpoint.name!r} "
+                                  f"(its peers: {sorted(self.peers)})")
         return sender, op
+
+    def _refuse(self, context: Any, why: str) -> None:
+        """Refuse a sender: logged here with the peer's address, and told to the caller."""
+        log.warning("party %r refused a message from %s: %s", self.endpoint.name, context.peer(), why)
+        context.abort(_grpc().StatusCode.PERMISSION_DENIED, f"PermissionError: {why}")
 
     def _handle(self, context: Any, sender: str, op: str, data: bytes) -> bytes | None:
         grpc = _grpc()
+        md = dict(context.invocation_metadata())
+        call_id = md.get("vf-call", "")
+        nonce, _, _ = call_id.partition(":")
         receive_in = getattr(self.endpoint, "receive_in", None)
+        drop = False
         try:
             reply: bytes | None
-            if receive_in is not None:  # the endpoint keeps sessions apart and locks each itself
-                session = dict(context.invocation_metadata()).get("vf-session", "")
-                reply = receive_in(session, sender, data, context.peer())
+            with self._lock:
+                seen = self._replies.get((sender, nonce)) if call_id else None
+            if seen is not None and seen[0] == call_id:  # a retry: its reply was lost on the way
+                log.warning("party %r: %s sent call %s again (its reply was lost); answered from the cache",
+                            self.endpoint.name, sender, call_id)
+                reply = seen[1]
             else:
+                if receive_in is not None:  # the endpoint keeps sessions apart and locks each itself
+                    reply = receive_in(md.get("vf-session", ""), sender, data, context.peer())
+                else:
+                    with self._lock:
+                        reply = self.endpoint.receive(sender, data)
                 with self._lock:
-                    reply = self.endpoint.receive(sender, data)
+                    if call_id:  # (a channel's calls come one at a time: its nonce keys its last reply)
+                        self._replies.pop((sender, nonce), None)
+                        self._replies[(sender, nonce)] = (call_id, reply)
+                        while len(self._replies) > _CACHED_CHANNELS:  # the oldest channels' last replies go
+                            del self._replies[next(iter(self._replies))]
+                    if self._drop:
+                        drop = self._fault(data)
         except _exc.VerticalFSError as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - reported to the caller with its type, never a silent hang
             context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+        if drop:  # test-only: handled, its reply lost on the way back
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"injected fault: {self.endpoint.name!r} dropped its reply to "
+                          f"{call_id} ({DROP_REPLY_ENV})")
         if op == "call" and reply is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"ProtocolError: {self.endpoint.name!r} has no reply")
         return reply
+
+    def _fault(self, data: bytes) -> bool:
+        """Test-only (:data:`DROP_REPLY_ENV`): is this the n-th message of a kind whose reply is dropped?"""
+        from verticalfs.transport.serde import decode
+
+        kind = type(decode(data).msg).__name__
+        self._seen_kinds[kind] = n = self._seen_kinds.get(kind, 0) + 1
+        return (kind, n) in self._drop
 
     def _call(self, request: bytes, context: Any) -> bytes:
         """The fast path: a request of at most :data:`CHUNK` bytes in one gRPC message."""
@@ -253,10 +317,23 @@ class GrpcChannel(Channel):
     tls : TLSFiles or None
         This party's TLS material (``None`` only with ``insecure=True``).
     connect_timeout : float
-        Seconds to wait for a party to be reachable before a :class:`TransportError` names it.
+        Seconds to wait for a party to be reachable before a :class:`TransportError` names it (and,
+        when the TLS handshake is what failed, its cause: unknown CA, wrong party name, expired).
     call_timeout : float or None
-        Deadline of one exchange (``None``: none; a dead peer is still detected at once by its
-        closed connection, or by keep-alive pings within about 15 s).
+        Deadline of one per-batch exchange (phases ``train``, ``pretrain``, ``eval``,
+        ``predict``; default :data:`CALL_TIMEOUT`; ``None``: none).
+    setup_timeout : float or None
+        Deadline of any other exchange (PSI, set-up, selection; default none). Whatever the
+        deadlines, a dead party is detected at once by its closed connection, and a hung one
+        (stopped, cut off) by unanswered keep-alive pings within 5-15 s.
+    retries : int
+        A call whose connection was lost before its reply came (``UNAVAILABLE``) is sent again up
+        to this many times, after ``backoff``, 2 x ``backoff``, ... seconds. Every call carries a
+        sequence number: the party answers a repeated call with the reply it already computed, so
+        a retry never computes (or advances a party's state) twice.
+    fan_out : "concurrent" or "sequential"
+        How :meth:`call_all` and :meth:`post_all` send one message to several parties: at once
+        (the default: a round costs the slowest party) or one after another (for comparison).
     max_message_bytes : int
         The largest reply accepted (default :data:`MAX_MESSAGE_BYTES`).
     session : str, optional
@@ -264,18 +341,31 @@ class GrpcChannel(Channel):
     """
 
     def __init__(self, name: str, addresses: Mapping[str, str], *, tls: TLSFiles | None, insecure: bool = False,
-                 connect_timeout: float = 10.0, call_timeout: float | None = None,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES, session: str | None = None) -> None:
+                 connect_timeout: float = 10.0, call_timeout: float | None = CALL_TIMEOUT,
+                 setup_timeout: float | None = None, retries: int = RETRIES, backoff: float = RETRY_BACKOFF,
+                 fan_out: str = "concurrent", max_message_bytes: int = MAX_MESSAGE_BYTES,
+                 session: str | None = None) -> None:
         grpc = _grpc()
         if tls is None and not insecure:
             raise ConfigError(f"{name!r}: no TLS material; give the CA, certificate and key, or --insecure for a "
                               "local experiment")
         if tls is None:
             _insecure_warning(name)
+        if fan_out not in FAN_OUT:
+            raise ConfigError(f"fan_out must be one of {FAN_OUT}, got {fan_out!r}")
         self.name = name
         self.addresses = dict(addresses)
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
+        self.setup_timeout = setup_timeout
+        self.retries, self.backoff = max(0, int(retries)), float(backoff)
+        self.fan_out = fan_out
+        self.concurrent = fan_out == "concurrent"
+        self._tls = tls
+        #: every call's id: this channel's nonce and a sequence number (``vf-call`` metadata)
+        self._nonce = secrets.token_hex(8)
+        self._seq = itertools.count(1)
+        self._pool: futures.ThreadPoolExecutor | None = None
         self.max_message_bytes = int(max_message_bytes)
         self._options = _limited(_OPTIONS, self.max_message_bytes)
         self._creds: Any = None
@@ -316,8 +406,11 @@ class GrpcChannel(Channel):
                 grpc.channel_ready_future(ch).result(timeout=self.connect_timeout)
             except grpc.FutureTimeoutError:
                 ch.close()
+                cause = None if self._tls is None else tls_failure(addr, receiver, self._tls)
+                if cause is not None:
+                    raise TransportError(f"party {receiver!r} at {addr}: the TLS handshake failed: {cause}") from None
                 raise TransportError(f"party {receiver!r} at {addr} is not reachable within {self.connect_timeout:g} s "
-                                     "(is `verticalfs party serve` running there, and do the certificates match?)") from None
+                                     "(is `verticalfs party serve` running there?)") from None
             self._channels[receiver] = ch
             self._calls[receiver] = (ch.stream_stream(METHOD), ch.unary_unary(UNARY))
             return self._calls[receiver]
@@ -327,38 +420,79 @@ class GrpcChannel(Channel):
         for p in parties:
             self._call(p)
 
-    def _exchange(self, op: str, sender: str, receiver: str, data: bytes) -> bytes | None:
-        grpc = _grpc()
+    def _attempt(self, receiver: str, op: str, data: bytes, md: tuple[tuple[str, str], ...],
+                 timeout: float | None) -> bytes | None:
         stream, unary = self._call(receiver)
-        md: tuple[tuple[str, str], ...] = (("vf-sender", sender), ("vf-op", op), ("vf-size", str(len(data))))
-        if self.session:
-            md += (("vf-session", self.session),)
-        try:
-            if len(data) <= CHUNK:  # one gRPC message each way (a post's reply is empty)
-                reply = unary(data, metadata=md, timeout=self.call_timeout)
-                return reply if reply or op == "call" else None
-            parts, size = [], 0
-            replies = stream(_chunks(data), metadata=md, timeout=self.call_timeout)
-            for part in replies:
-                size += len(part)
-                if size > self.max_message_bytes:
-                    replies.cancel()
-                    raise TransportError(f"{receiver!r} sent a reply over {self.name!r}'s limit of "
-                                         f"{self.max_message_bytes / 2**20:g} MiB (max_message_mb of its [policy])")
-                parts.append(part)
-        except grpc.RpcError as err:
-            raise _remote_error(err, receiver, self.addresses[receiver]) from None
+        if len(data) <= CHUNK:  # one gRPC message each way (a post's reply is empty)
+            reply: bytes = unary(data, metadata=md, timeout=timeout)
+            return reply if reply or op == "call" else None
+        parts, size = [], 0
+        replies = stream(_chunks(data), metadata=md, timeout=timeout)
+        for part in replies:
+            size += len(part)
+            if size > self.max_message_bytes:
+                replies.cancel()
+                raise TransportError(f"{receiver!r} sent a reply over {self.name!r}'s limit of "
+                                     f"{self.max_message_bytes / 2**20:g} MiB (max_message_mb of its [policy])")
+            parts.append(part)
         return b"".join(parts) if parts else None
 
-    def call(self, sender: str, receiver: str, data: bytes) -> bytes:
-        reply = self._exchange("call", sender, receiver, data)
+    def _exchange(self, op: str, sender: str, receiver: str, data: bytes, batch: bool = False) -> bytes | None:
+        grpc = _grpc()
+        timeout = self.call_timeout if batch else self.setup_timeout
+        md: tuple[tuple[str, str], ...] = (("vf-sender", sender), ("vf-op", op), ("vf-size", str(len(data))),
+                                            ("vf-call", f"{self._nonce}:{next(self._seq)}"))
+        if self.session:
+            md += (("vf-session", self.session),)
+        delay = self.backoff
+        for attempt in range(self.retries + 1):
+            try:
+                return self._attempt(receiver, op, data, md, timeout)
+            except grpc.RpcError as err:
+                if attempt < self.retries and _retriable(err):
+                    log.warning("party %r at %s: %s; retrying in %.1f s (%d of %d)", receiver,
+                                self.addresses[receiver], err.details(), delay, attempt + 1, self.retries)
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
+                raise _remote_error(err, receiver, self.addresses[receiver], timeout) from None
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def call(self, sender: str, receiver: str, data: bytes, *, batch: bool = False) -> bytes:
+        reply = self._exchange("call", sender, receiver, data, batch)
         if reply is None:
             raise ProtocolError(f"{receiver!r} sent no reply to a request from {sender!r}")
         return reply
 
-    def post(self, sender: str, receiver: str, data: bytes) -> None:
-        if self._exchange("post", sender, receiver, data) is not None:
+    def post(self, sender: str, receiver: str, data: bytes, *, batch: bool = False) -> None:
+        if self._exchange("post", sender, receiver, data, batch) is not None:
             raise ProtocolError(f"{receiver!r} replied to a one-way message from {sender!r}")
+
+    def _all(self, fn: Any, sender: str, items: Sequence[tuple[str, bytes]], batch: bool) -> list[Any]:
+        """``fn(sender, receiver, data, batch=batch)`` for every item at once (sequentially when
+        :attr:`fan_out` is ``"sequential"``); the results in order. The first failure is raised as
+        soon as it happens (naming its party), without waiting for the others."""
+        if not self.concurrent or len(items) < 2:
+            return [fn(sender, r, d, batch=batch) for r, d in items]
+        for r, _ in items:  # connect (or fail naming the party) before anything is sent
+            self._call(r)
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = futures.ThreadPoolExecutor(max(2, len(self.addresses)),
+                                                            thread_name_prefix=f"verticalfs-{self.name}-fan-out")
+        pending = [self._pool.submit(fn, sender, r, d, batch=batch) for r, d in items]
+        done, _ = futures.wait(pending, return_when=futures.FIRST_EXCEPTION)
+        for f in pending:  # the first failure in party order among those finished
+            if f in done and f.exception() is not None:
+                raise f.exception()  # type: ignore[misc]
+        return [f.result() for f in pending]
+
+    def call_all(self, sender: str, requests: Sequence[tuple[str, bytes]], *, batch: bool = False) -> list[bytes]:
+        return self._all(self.call, sender, requests, batch)
+
+    def post_all(self, sender: str, messages: Sequence[tuple[str, bytes]], *, batch: bool = False) -> None:
+        self._all(self.post, sender, messages, batch)
 
     def wire_bytes(self) -> int | None:
         """Bytes on the wire so far between this party and the parties it called (TCP payload: verticalfs
@@ -372,9 +506,101 @@ class GrpcChannel(Channel):
             ch.close()
         self._channels.clear()
         self._calls.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
 
 
-def _remote_error(err: Any, receiver: str, address: str) -> Exception:
+def _drop_spec(text: str) -> set[tuple[str, int]]:
+    """``"Gradients:3,EmbedRequest:5"`` as ``{("Gradients", 3), ("EmbedRequest", 5)}`` (:data:`DROP_REPLY_ENV`)."""
+    out = set()
+    for item in text.split(","):
+        kind, _, n = item.strip().partition(":")
+        if kind and n.isdigit():
+            out.add((kind, int(n)))
+    return out
+
+
+def _retriable(err: Any) -> bool:
+    """A lost connection or a lost reply (``UNAVAILABLE``), but not a party that stopped answering
+    keep-alive pings (hung: reported at once) and not an error the party sent."""
+    grpc = _grpc()
+    details = (err.details() or "").lower()
+    return bool(err.code() == grpc.StatusCode.UNAVAILABLE and "ping" not in details and "keepalive" not in details)
+
+
+#: OpenSSL's verification messages and alerts, as what they mean for a deployment
+_TLS_CAUSES = (
+    ("unable to get local issuer", "unknown CA: its certificate is not signed by this party's CA (the two use "
+                                   "different ca.pem files)"),
+    ("self-signed certificate", "unknown CA: its certificate is not signed by this party's CA (the two use "
+                                "different ca.pem files)"),
+    ("self signed certificate", "unknown CA: its certificate is not signed by this party's CA (the two use "
+                                "different ca.pem files)"),
+    ("certificate signature failure", "unknown CA: its certificate's signature does not verify with this party's CA "
+                                      "(the two use different ca.pem files)"),
+    ("certificate has expired", "expired certificate: its certificate has expired (sign a new one: "
+                                "`verticalfs certs sign`)"),
+    ("certificate is not yet valid", "certificate not yet valid (check both hosts' clocks)"),
+    ("hostname mismatch", "wrong party name: its certificate does not name the party it was meant to be"),
+    ("alert_unknown_ca", "it refused this party's certificate: unknown CA (the two use different ca.pem files)"),
+    ("alert_certificate_expired", "it refused this party's certificate: expired (sign a new one)"),
+    ("alert_bad_certificate", "it refused this party's certificate (bad certificate: not signed by its CA, or "
+                              "not naming this party)"),
+    ("alert_certificate_unknown", "it refused this party's certificate (certificate unknown)"),
+    ("alert_decrypt_error", "it refused this party's certificate (its signature does not verify: unknown CA)"),
+    ("alert_handshake_failure", "it refused the handshake (handshake failure)"),
+)
+
+
+def tls_failure(address: str, server_name: str, tls: TLSFiles, timeout: float = 5.0) -> str | None:
+    """Why a TLS handshake with the party ``server_name`` at ``address`` fails, in words (with
+    OpenSSL's own text), or ``None`` if it succeeds or nothing answers there.
+
+    gRPC reports a failed handshake only as a channel that never becomes ready; this repeats the
+    handshake with Python's :mod:`ssl` and the same files, to say which side refused what: the
+    party's certificate not signed by our CA, not naming ``server_name``, or expired; or the party
+    refusing ours (its alert arrives with the first read under TLS 1.3).
+    """
+    import socket
+    import ssl
+
+    host, _, port = address.rpartition(":")
+    try:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.load_verify_locations(cafile=str(tls.ca))
+        ctx.load_cert_chain(str(tls.cert), str(tls.key))
+        ctx.set_alpn_protocols(["h2"])
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        return f"this party's own TLS files do not load ({exc})"
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock, \
+                ctx.wrap_socket(sock, server_hostname=server_name) as s:
+            s.settimeout(timeout)
+            try:
+                s.recv(1)  # the server's HTTP/2 preface, or its alert refusing our certificate
+            except TimeoutError:
+                return None
+    except ssl.SSLCertVerificationError as exc:
+        text = str(exc.verify_message or exc)
+        return _tls_cause(text, f"{server_name!r}'s certificate: {text}")
+    except ssl.SSLError as exc:
+        text = str(exc.reason or exc)
+        return _tls_cause(text, f"TLS error: {exc}")
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _tls_cause(text: str, fallback: str) -> str:
+    low = text.lower()
+    for key, cause in _TLS_CAUSES:
+        if key in low:
+            return f"{cause} [{text}]"
+    return fallback
+
+
+def _remote_error(err: Any, receiver: str, address: str, timeout: float | None = None) -> Exception:
     """A gRPC failure as the verticalfs exception the party raised, or a TransportError naming it."""
     grpc = _grpc()
     code, details = err.code(), err.details() or ""
@@ -392,5 +618,11 @@ def _remote_error(err: Any, receiver: str, address: str) -> Exception:
         return TransportError(f"party {receiver!r} at {address}: a message over a receiver's size limit "
                               f"(max_message_mb of the receiver's [policy]): {details}")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return TransportError(f"party {receiver!r} at {address} did not answer within the deadline")
+        within = "the deadline" if timeout is None else f"{timeout:g} s"
+        return TransportError(f"party {receiver!r} at {address} did not answer within {within} (call_timeout of "
+                              "the deployment file); is it overloaded or hung?")
+    low = details.lower()
+    if code == grpc.StatusCode.UNAVAILABLE and ("ping" in low or "keepalive" in low):
+        return TransportError(f"party {receiver!r} at {address} stopped answering (no reply to keep-alive pings: "
+                              f"its process is hung or stopped, or the network to it is cut) ({details})")
     return TransportError(f"party {receiver!r} at {address} is gone or unreachable ({code.name}: {details})")
