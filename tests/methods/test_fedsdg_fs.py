@@ -11,6 +11,7 @@ import torch
 
 import verticalfs
 from verticalfs.crypto import EncryptedArray, generate_keypair
+from verticalfs.exceptions import CryptoError
 from verticalfs.federation import Federation
 from verticalfs.methods import create
 from verticalfs.methods.fedsdg_fs import gini as G
@@ -121,25 +122,48 @@ def test_gini_by_hand():
     assert g[2] == pytest.approx(4 / 9)
 
 
-def test_algorithm_1_under_paillier_equals_the_clear_computation():
+@pytest.mark.parametrize("c, key_bits", [(3, 512), (12, 512)])
+def test_algorithm_1_under_paillier_equals_the_clear_computation(c, key_bits):
+    """Packed: a row's classes share a ciphertext (7 slots of 65 bits in a 512-bit key: 12
+    classes take two), and the result is the clear Gini score exactly."""
     rng = np.random.default_rng(3)
-    n, d, c, B = 240, 6, 3, 10
+    n, d, B = 240, 6, 10
     y = rng.integers(0, c, n)
     X = rng.normal(size=(n, d))
     X[:, 0] += 2 * y
     X[:, 4] = rng.integers(0, 3, n)  # fewer distinct values than bins: empty bins weigh 0
-    pub, priv = generate_keypair(512, insecure=True)
-    A = EncryptedArray.encrypt(priv, np.eye(c, dtype=np.int64)[y], precision=0)
+    pub, priv = generate_keypair(key_bits, insecure=True)
+    layout = G.LabelLayout.for_key(pub, 64, c)
+    assert layout.slot_bits == 65 and layout.per_row == -(-c // layout.slots)
+    A = G.encrypt_labels(priv, y, layout)
+    assert A.shape == (n, layout.per_row)
     codes = G.bin_codes(X, B)
-    masked, r = G.mask_counts(G.encrypted_counts(A, codes, B), 64)
+    masked, r = G.mask_counts(G.encrypted_counts(A, codes, B), 64, layout)
+    assert masked.shape == (d, B, layout.per_row)
     # the label holder sees only masked counts: none equals a true count
     true = G.class_counts(codes, y, c, B)
-    u = np.asarray(masked.decrypt_mantissas(priv), dtype=object)
+    u = layout.unpack(masked.decrypt_mantissas(priv))
+    assert u.shape == (d, B, c)
     assert np.all(u - true.astype(object) == r) and not np.any(u == true.astype(object))
-    sq = G.squares_of_masked(priv, masked)
-    g = G.encrypted_gini(sq, masked, r, G.bin_sizes(codes, B)).decrypt(priv)
+    sq, cls = G.squares_of_masked(priv, masked, layout)
+    assert sq.shape == (d, B) and cls.shape == (d, B, c - 1)
+    g = G.encrypted_gini(sq, cls, r, G.bin_sizes(codes, B)).decrypt(priv)
     np.testing.assert_allclose(g, G.gini_clear(X, y, c, B), atol=1e-12)
     assert g.argmin() == 0
+
+
+def test_label_layout_packs_and_unpacks_wide_slots_exactly():
+    layout = G.LabelLayout(1021, 64, 20)  # 15 slots of 65 bits, two plaintexts per row
+    rng = np.random.default_rng(0)
+    v = G.random_masks((7, 3, 20), 65)  # every bit of a slot used
+    v[0, 0, :] = (1 << 65) - 1
+    packed = layout.pack(v)
+    assert packed.shape == (7, 3, 2) and all(int(x).bit_length() <= 15 * 65 for x in packed.ravel())
+    assert np.array_equal(layout.unpack(packed), v)
+    small = rng.integers(0, 100, (4, 20))
+    assert np.array_equal(layout.unpack(layout.pack(small)), small.astype(object))
+    with pytest.raises(CryptoError, match="outside its slots"):
+        layout.unpack(np.array([[-1, 0]], dtype=object))
 
 
 # ------------------------------------------------------------------------------------- runs
@@ -171,6 +195,42 @@ def test_secure_and_clear_initialisation_agree_and_set_mu(data):
         role = fed_s.local_runtime(p).role
         mu = role.model.mu.detach().numpy()
         np.testing.assert_allclose(mu, gini_init(sec.gini_[p], 0.5), rtol=1e-6)
+
+
+def many_classes(c: int):
+    """``c`` classes, 240 rows, 8 features over 2 parties (seeded make_classification)."""
+    import pandas as pd
+    from sklearn.datasets import make_classification
+
+    from verticalfs.data.table import Table
+
+    X, y = make_classification(n_samples=240, n_features=8, n_informative=5, n_redundant=2, n_classes=c,
+                               n_clusters_per_class=1, random_state=0)
+    t = Table(name=f"{c}-classes", X=pd.DataFrame(X, columns=[f"x{j}" for j in range(8)]), y=y.astype(np.int64),
+              task="multiclass", class_names=[str(k) for k in range(c)])
+    return verticalfs.build_data(t, parties=2, seed=0)
+
+
+@pytest.mark.parametrize("c, per_row", [(2, 1), (7, 1), (12, 2)])
+def test_algorithm_1_sends_one_ciphertext_per_row_whatever_the_classes(c, per_row):
+    """The ledger: the packed label matrix is ceil(c / 7) ciphertexts a row (7 slots of 65 bits in a
+    512-bit key; 31 in a 2048-bit one), not c; and the scores are the clear ones."""
+    key_bits = 512
+    data = many_classes(c)
+    fed = Federation.in_process(data)
+    sec = create("ms-gini", seed=0, key_bits=key_bits, insecure=True).fit(fed)
+    clr = create("ms-gini", seed=0, secure=False).fit(Federation.in_process(data))
+    n = len(data.labels.y["train"])
+    width = 2 * key_bits // 8  # bytes of one ciphertext
+    labels = [r for r in fed.ledger.records() if r.kind == "GiniLabels"]
+    assert len(labels) == len(data.party_names)
+    for r in labels:  # the payload: n * per_row ciphertexts and the public key (half a ciphertext)
+        assert r.payload // width == n * per_row
+    masked = [r for r in fed.ledger.records() if r.kind == "MaskedCounts"]
+    for r, p in zip(masked, data.party_names, strict=True):  # one ciphertext per (feature, bin), not per class
+        assert r.payload // width == data.party(p).n_features * 10 * per_row
+    for p in data.party_names:
+        np.testing.assert_allclose(sec.info_["gini"][p], clr.info_["gini"][p], atol=1e-12)
 
 
 def test_only_open_components_cross_and_closed_features_leave(data):
