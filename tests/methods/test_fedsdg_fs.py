@@ -122,19 +122,20 @@ def test_gini_by_hand():
     assert g[2] == pytest.approx(4 / 9)
 
 
-@pytest.mark.parametrize("c, key_bits", [(3, 512), (12, 512)])
-def test_algorithm_1_under_paillier_equals_the_clear_computation(c, key_bits):
+@pytest.mark.parametrize("c, source", [(2, "rows"), (3, "cells"), (12, "rows"), (12, "cells")])
+def test_algorithm_1_under_paillier_equals_the_clear_computation(c, source):
     """Packed: a row's classes share a ciphertext (7 slots of 65 bits in a 512-bit key: 12
-    classes take two), and the result is the clear Gini score exactly."""
+    classes take two), and the result is the clear Gini score exactly, with the cross term from
+    either source."""
     rng = np.random.default_rng(3)
     n, d, B = 240, 6, 10
     y = rng.integers(0, c, n)
     X = rng.normal(size=(n, d))
     X[:, 0] += 2 * y
     X[:, 4] = rng.integers(0, 3, n)  # fewer distinct values than bins: empty bins weigh 0
-    pub, priv = generate_keypair(key_bits, insecure=True)
+    pub, priv = generate_keypair(512, insecure=True)
     layout = G.LabelLayout.for_key(pub, 64, c)
-    assert layout.slot_bits == 65 and layout.per_row == -(-c // layout.slots)
+    assert layout.slot_bits == 65 and layout.slots == 7 and layout.per_row == -(-c // 7)
     A = G.encrypt_labels(priv, y, layout)
     assert A.shape == (n, layout.per_row)
     codes = G.bin_codes(X, B)
@@ -145,11 +146,23 @@ def test_algorithm_1_under_paillier_equals_the_clear_computation(c, key_bits):
     u = layout.unpack(masked.decrypt_mantissas(priv))
     assert u.shape == (d, B, c)
     assert np.all(u - true.astype(object) == r) and not np.any(u == true.astype(object))
-    sq, cls = G.squares_of_masked(priv, masked, layout)
-    assert sq.shape == (d, B) and cls.shape == (d, B, c - 1)
-    g = G.encrypted_gini(sq, cls, r, G.bin_sizes(codes, B)).decrypt(priv)
+    sq, cls = G.squares_of_masked(priv, masked, layout, per_class=source == "cells")
+    assert sq.shape == (d, B)
+    sizes = G.bin_sizes(codes, B)
+    if source == "cells":
+        assert cls.shape == (d, B, c - 1)
+        enc = G.encrypted_gini(sq, r, sizes, masked_classes=cls)
+    else:
+        assert cls is None
+        counts = G.encrypted_counts(G.encrypt_class_rows(priv, y, c), codes, B)
+        enc = G.encrypted_gini(sq, r, sizes, class_counts=counts)
+    g = enc.decrypt(priv)
     np.testing.assert_allclose(g, G.gini_clear(X, y, c, B), atol=1e-12)
     assert g.argmin() == 0
+
+
+def test_cross_term_source_is_the_cheaper():
+    assert G.cross_term_source(1000, 5000) == "rows" and G.cross_term_source(5000, 1000) == "cells"
 
 
 def test_label_layout_packs_and_unpacks_wide_slots_exactly():
@@ -197,35 +210,40 @@ def test_secure_and_clear_initialisation_agree_and_set_mu(data):
         np.testing.assert_allclose(mu, gini_init(sec.gini_[p], 0.5), rtol=1e-6)
 
 
-def many_classes(c: int):
-    """``c`` classes, 240 rows, 8 features over 2 parties (seeded make_classification)."""
+def many_classes(c: int, d: int):
+    """``c`` classes, 240 rows, ``d`` features over 2 parties (seeded make_classification)."""
     import pandas as pd
     from sklearn.datasets import make_classification
 
     from verticalfs.data.table import Table
 
-    X, y = make_classification(n_samples=240, n_features=8, n_informative=5, n_redundant=2, n_classes=c,
+    X, y = make_classification(n_samples=240, n_features=d, n_informative=5, n_redundant=2, n_classes=c,
                                n_clusters_per_class=1, random_state=0)
-    t = Table(name=f"{c}-classes", X=pd.DataFrame(X, columns=[f"x{j}" for j in range(8)]), y=y.astype(np.int64),
+    t = Table(name=f"{c}-classes", X=pd.DataFrame(X, columns=[f"x{j}" for j in range(d)]), y=y.astype(np.int64),
               task="multiclass", class_names=[str(k) for k in range(c)])
     return verticalfs.build_data(t, parties=2, seed=0)
 
 
-@pytest.mark.parametrize("c, per_row", [(2, 1), (7, 1), (12, 2)])
-def test_algorithm_1_sends_one_ciphertext_per_row_whatever_the_classes(c, per_row):
+@pytest.mark.parametrize("c, d, per_row, source", [(2, 8, 1, "cells"), (7, 8, 1, "cells"), (12, 8, 2, "cells"),
+                                                    (7, 24, 1, "rows")])
+def test_algorithm_1_sends_one_packed_ciphertext_per_row_whatever_the_classes(c, d, per_row, source):
     """The ledger: the packed label matrix is ceil(c / 7) ciphertexts a row (7 slots of 65 bits in a
-    512-bit key; 31 in a 2048-bit one), not c; and the scores are the clear ones."""
-    key_bits = 512
-    data = many_classes(c)
+    512-bit key; 31 in a 2048-bit one), not c, and the masked counts one per (feature, bin), not c.
+    On a wide table (more cells than rows) the cross term's c - 1 per row join the labels, cheaper
+    than c - 1 per cell afterwards. The scores are the clear ones."""
+    data = many_classes(c, d)
     fed = Federation.in_process(data)
-    sec = create("ms-gini", seed=0, key_bits=key_bits, insecure=True).fit(fed)
+    sec = create("ms-gini", seed=0, key_bits=512, insecure=True).fit(fed)
     clr = create("ms-gini", seed=0, secure=False).fit(Federation.in_process(data))
     n = len(data.labels.y["train"])
-    width = 2 * key_bits // 8  # bytes of one ciphertext
+    assert (n <= d * 10) == (source == "rows")
+    width = 2 * 512 // 8  # bytes of one ciphertext
     labels = [r for r in fed.ledger.records() if r.kind == "GiniLabels"]
     assert len(labels) == len(data.party_names)
-    for r in labels:  # the payload: n * per_row ciphertexts and the public key (half a ciphertext)
-        assert r.payload // width == n * per_row
+    for r in labels:  # the payload: the ciphertexts and the public key (half a ciphertext)
+        assert r.payload // width == n * per_row + (n * (c - 1) if source == "rows" else 0)
+    squares = sum(r.payload for r in fed.ledger.records() if r.kind == "SquaredCounts")
+    assert squares // width == d * 10 * (1 if source == "rows" else c)
     masked = [r for r in fed.ledger.records() if r.kind == "MaskedCounts"]
     for r, p in zip(masked, data.party_names, strict=True):  # one ciphertext per (feature, bin), not per class
         assert r.payload // width == data.party(p).n_features * 10 * per_row

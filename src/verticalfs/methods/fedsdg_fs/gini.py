@@ -27,22 +27,28 @@ its neighbour.
    slot-wise), adds packed masks ``r_{jik}`` (uniform ``mask_bits``-bit integers, one per slot)
    and returns ``[[u]] = [[n + r]]`` re-randomised, ``(d, bins, ceil(c / S))`` ciphertexts;
 3. label holder: decrypts and unpacks ``u`` (:func:`squares_of_masked`), returns
-   ``[[q]] = [[sum_k u_k^2]]`` per (feature, bin) and ``[[u_k]]`` for ``k < c - 1`` one per
-   ciphertext, fresh encryptions under its own key: the cross term ``sum_k r_k u_k`` of step 4 needs
-   one scalar per class, and one Paillier exponent multiplies every slot alike, so a packed
-   ciphertext cannot give it. The last class is not sent: ``sum_k u_k = n_{ji} + sum_k r_k`` is known
-   to the party;
-4. party: ``[[sum_k n^2]] = [[q]] - 2 sum_{k<c-1} (r_k - r_{c-1}) [[u_k]] - 2 r_{c-1} (n_{ji} +
-   sum_k r_k) + sum_k r_k^2`` and ``[[G_j]] = 1 - sum_i [[sum_k n_{jik}^2]] / (N n_{ji})``
-   (:func:`encrypted_gini`), sent back re-randomised;
+   ``[[q]] = [[sum_k u_k^2]]`` per (feature, bin);
+4. party: ``[[sum_k n^2]] = [[q]] - 2 sum_k r_k [[u_k]] + sum_k r_k^2`` and ``[[G_j]] = 1 - sum_i
+   [[sum_k n_{jik}^2]] / (N n_{ji})`` (:func:`encrypted_gini`), sent back re-randomised;
 5. label holder: decrypts ``G_j`` and returns it to the party (Algorithm 1 lines 12-13).
 
-Operation counts (``N`` rows, ``D = d * bins`` cells of a party, ``P = ceil(c / S)``): the label
-holder encrypts ``N P`` once, then per party decrypts ``D P`` and encrypts ``D c`` (its own key:
-the CRT, the cheapest encryption there is), the party re-randomises ``D P`` (a full ``r**n`` under
-another's key, the dearest operation) and ``d``. Before packing: ``N c`` encryptions, ``D c``
-re-randomisations and ``D c`` decryptions (the 20-class run of issue 40 did not finish an epoch
-in 9 minutes).
+The cross term of step 4. ``sum_k r_k u_k`` needs one scalar per class, and one Paillier exponent
+multiplies every slot of a ciphertext alike: a packed ciphertext cannot give it, so the party needs
+``c - 1`` ciphertexts per (feature, bin) with one class each (the last class follows from
+``sum_k n_k = n_{ji}``). Two sources; the label holder takes the one that costs it fewer
+encryptions (:func:`cross_term_source`): ``rows``, ``[[A_{row,k}]]`` for ``k < c - 1`` sent with
+step 1 (``N (c - 1)`` encryptions once; the party sums them per bin like the packed counts), when
+the rows are no more than the parties' (feature, bin) cells together; else ``cells``, ``[[u_k]]``
+sent with step 3 (``D_p (c - 1)`` per party). So the packed label matrix alone, one ciphertext per
+row, is all Algorithm 1 sends of the labels only on tall tables (``cells``); on a wide table the
+label holder sends ``N (ceil(c / S) + c - 1)`` label ciphertexts and the saving is elsewhere.
+
+Operation counts (``N`` rows, ``D = d * bins`` cells of a party, ``P = ceil(c / S)``): the
+dearest operation, a full ``r**n`` under another's key, the party does ``D P + d`` times
+(re-randomisations); the label holder decrypts ``D P + d`` per party and encrypts ``N P`` once, plus
+``min(N, sum_p D_p) (c - 1)`` for the cross term and ``D`` squares per party (its own key: the CRT).
+Before packing: ``N c`` encryptions, ``D c + d`` re-randomisations and ``D c + d`` decryptions
+(the 20-class run of issue 40 did not finish an epoch in 9 minutes).
 
 The label holder learns the masked counts (``mask_bits`` = 64 bits of mask on counts below ``N``:
 statistical distance ``N / 2**64``, i.e. ``mask_bits - bits(N)`` hiding bits, at least 40 by
@@ -216,32 +222,60 @@ def mask_counts(counts: EncryptedArray, bits: int, layout: LabelLayout) -> tuple
     return counts.add_mantissas(layout.pack(r)), r
 
 
-def squares_of_masked(private_key: PrivateKey, masked: EncryptedArray,
-                      layout: LabelLayout) -> tuple[EncryptedArray, EncryptedArray]:
+def encrypt_class_rows(private_key: PrivateKey, y: np.ndarray, n_classes: int) -> EncryptedArray:
+    """Step 1, rows source of the cross term: ``[[A_{row,k}]]`` for ``k < c - 1``, one per ciphertext,
+    ``(N, c - 1)`` (the last class is ``1 - sum_k A_{row,k}``, which the party need not see)."""
+    y = np.asarray(y, dtype=np.int64)
+    return EncryptedArray.encrypt(private_key, np.eye(int(n_classes), dtype=np.int64)[y][:, :-1], precision=0)
+
+
+def squares_of_masked(private_key: PrivateKey, masked: EncryptedArray, layout: LabelLayout,
+                      per_class: bool) -> tuple[EncryptedArray, EncryptedArray | None]:
     """Step 3 (label holder): decrypt ``u`` ``(d, bins, classes)`` from the packed ``[[u]]``; return
-    ``[[sum_k u^2]]`` ``(d, bins)`` and ``[[u_k]]`` ``(d, bins, classes - 1)``, fresh encryptions."""
+    ``[[sum_k u^2]]`` ``(d, bins)`` and, when ``per_class`` (the cells source of the cross term),
+    ``[[u_k]]`` ``(d, bins, classes - 1)``; fresh encryptions."""
     u = layout.unpack(masked.decrypt_mantissas(private_key))
     q = (u * u).sum(axis=-1)
+    if not per_class:
+        return EncryptedArray.encrypt(private_key, q, precision=0), None
     both = EncryptedArray.encrypt(private_key, np.concatenate([q[..., None], u[..., :-1]], axis=-1), precision=0)
     return both[..., 0], both[..., 1:]
 
 
-def encrypted_gini(squares: EncryptedArray, classes: EncryptedArray, r: np.ndarray,
-                   sizes: np.ndarray) -> EncryptedArray:
-    """Step 4 (party): ``[[G_j]]`` ``(d,)`` from ``[[sum_k u^2]]``, ``[[u_k]]`` (``k < c - 1``), its masks
-    ``r`` ``(d, bins, c)`` and bin sizes ``n_{ji}``.
+def encrypted_gini(squares: EncryptedArray, r: np.ndarray, sizes: np.ndarray, *,
+                   masked_classes: EncryptedArray | None = None,
+                   class_counts: EncryptedArray | None = None) -> EncryptedArray:
+    """Step 4 (party): ``[[G_j]]`` ``(d,)`` from ``[[sum_k u^2]]``, its masks ``r`` ``(d, bins, c)``, bin
+    sizes ``n_{ji}`` and one source of the cross term ``sum_k r_k u_k``: ``masked_classes`` =
+    ``[[u_k]]`` from the label holder or ``class_counts`` = ``[[n_k]]`` summed from the rows'
+    ``[[A_{row,k}]]`` (``k < c - 1`` both; the last class follows from ``sum_k n_k = n_{ji}``):
 
-    ``sum_k r_k u_k = sum_{k<c-1} (r_k - r_{c-1}) u_k + r_{c-1} (n_{ji} + sum_k r_k)``, so
+    ``sum_k r_k n_k = sum_{k<c-1} (r_k - r_{c-1}) n_k + r_{c-1} n_{ji}`` and
+    ``sum_k r_k u_k = sum_k r_k n_k + sum_k r_k^2``, so
     ``[[sum_k n^2]] = [[sum_k u^2]] - 2 sum_k r_k [[u_k]] + sum_k r_k^2`` exactly; then
     ``[[G_j]] = 1 - sum_i [[sum_k n^2]] * (1 / (N n_{ji}))`` (empty bins weigh 0).
     """
+    if (masked_classes is None) == (class_counts is None):
+        raise CryptoError("encrypted_gini: give exactly one of masked_classes and class_counts")
     r = np.asarray(r, dtype=object)
     last = r[..., -1]
-    total = np.asarray(sizes, dtype=np.int64).astype(object) + r.sum(axis=-1)  # sum_k u_k
-    cross = classes.mul(r[..., :-1] - last[..., None], precision=0).sum(axis=-1)  # (d, bins)
-    known = last * total
-    sq = (squares + cross.mul(-2, precision=0)).add_mantissas((r * r).sum(axis=-1) - 2 * known)
+    n_i = np.asarray(sizes, dtype=np.int64).astype(object)
+    r2 = (r * r).sum(axis=-1)
+    source = masked_classes if masked_classes is not None else class_counts
+    cross = source.mul(r[..., :-1] - last[..., None], precision=0).sum(axis=-1)  # (d, bins)
+    if masked_classes is not None:  # sum_k r_k u_k = cross + r_{c-1} sum_k u_k, sum_k u_k = n_i + sum_k r_k
+        known = last * (n_i + r.sum(axis=-1))
+        sq = (squares + cross.mul(-2, precision=0)).add_mantissas(r2 - 2 * known)
+    else:  # sum_k r_k u_k = cross + r_{c-1} n_i + sum_k r_k^2
+        sq = (squares + cross.mul(-2, precision=0)).add_mantissas(-2 * last * n_i - r2)
     sizes = np.asarray(sizes, dtype=np.float64)
     N = sizes.sum(1, keepdims=True)
     factor = np.divide(1.0, N * sizes, out=np.zeros_like(sizes), where=sizes > 0)
     return 1 - sq.mul(factor, precision=FACTOR_PRECISION).sum(axis=1)
+
+
+def cross_term_source(n_rows: int, cells: int) -> str:
+    """Where the party's cross term comes from, the cheaper in the label holder's encryptions:
+    ``rows`` (``[[A_{row,k}]]``, ``N (c - 1)`` once for every party) when ``n_rows`` <= ``cells``
+    (the parties' feature-bin cells together), else ``cells`` (``[[u_k]]``, ``D_p (c - 1)`` per party)."""
+    return "rows" if int(n_rows) <= int(cells) else "cells"

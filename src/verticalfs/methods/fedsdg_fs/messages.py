@@ -2,10 +2,13 @@
 
 Feature-importance initialisation (Algorithm 1, phase ``pretrain``), ``secure=True``::
 
-    active -> party  GiniLabels(public key, [[A]] (N, P), n_bins, mask_bits, c) -> MaskedCounts([[n + r]])
-    active -> party  SquaredCounts([[sum_k u^2]], [[u_k]] k < c - 1)          -> EncryptedGini([[G]])
+    active -> party  GiniLabels(public key, [[A]] (N, P), n_bins, mask_bits, c[, [[A_k]]])
+                                                                 -> MaskedCounts([[n + r]])
+    active -> party  SquaredCounts([[sum_k u^2]][, [[u_k]]])     -> EncryptedGini([[G]])
 
-(``P = ceil(c / slots)`` ciphertexts per row: the classes packed, :class:`.gini.LabelLayout`.)
+(``P = ceil(c / slots)`` ciphertexts per row: the classes packed, :class:`.gini.LabelLayout`; the
+cross term's per-class ciphertexts, ``k < c - 1``, travel in one of the two messages,
+:func:`.gini.cross_term_source`.)
     active -> party  GiniScores(G)                                             (one-way)
 
 ``secure=False`` (the plaintext path with the same arithmetic, for comparison)::
@@ -78,6 +81,9 @@ class GiniLabels:
     mask_bits: int
     insecure: bool = False
     n_classes: int = 2
+    #: ``[[A_{row,k}]]`` for ``k < c - 1``, ``(N, c - 1)`` one per ciphertext, when the cross term
+    #: comes from the rows (else empty: it comes with :class:`SquaredCounts`)
+    classes: bytes = b""
 
 
 @message("fedsdg_fs.MaskedCounts")
@@ -91,8 +97,9 @@ class MaskedCounts:
 
 @message("fedsdg_fs.SquaredCounts")
 class SquaredCounts:
-    """Active -> party: ``[[sum_k u_{jik}^2]]`` per (feature, bin), shape ``(d, n_bins)``, and
-    ``[[u_{jik}]]`` for the classes but the last, one per ciphertext, ``(d, n_bins, c - 1)``."""
+    """Active -> party: ``[[sum_k u_{jik}^2]]`` per (feature, bin), shape ``(d, n_bins)``, and, when
+    the cross term comes from the cells, ``[[u_{jik}]]`` for the classes but the last, one per
+    ciphertext, ``(d, n_bins, c - 1)`` (else empty)."""
 
     data: bytes
     classes: bytes = b""

@@ -107,6 +107,9 @@ class GiniParty(Role):
         counts = G.encrypted_counts(A, codes, n_bins)
         masked, r = G.mask_counts(counts, int(msg.mask_bits), layout)
         self.gini = {"pub": pub, "r": r, "sizes": G.bin_sizes(codes, n_bins), "layout": layout}
+        if msg.classes:  # the cross term from the rows: [[n_{jik}]], k < c - 1, summed like the counts
+            Ak = EncryptedArray.from_bytes(pub, msg.classes, (n, c - 1))
+            self.gini["class_counts"] = G.encrypted_counts(Ak, codes, n_bins)
         # re-randomised before it goes back to the key holder (who made every input obfuscator and
         # would otherwise recognise the rows of one- and two-row bins in their product)
         return MaskedCounts(data=masked.rerandomize().to_bytes(), shape=tuple(masked.shape))
@@ -118,8 +121,14 @@ class GiniParty(Role):
             raise ProtocolError(f"party {self.name!r} received SquaredCounts before GiniLabels")
         r = st["r"]
         sq = EncryptedArray.from_bytes(st["pub"], msg.data, r.shape[:2])
-        cls = EncryptedArray.from_bytes(st["pub"], msg.classes, r.shape[:2] + (r.shape[2] - 1,))
-        g = G.encrypted_gini(sq, cls, r, st["sizes"])
+        if "class_counts" in st:
+            if msg.classes:
+                raise ProtocolError(f"party {self.name!r}: SquaredCounts with per-class values after GiniLabels "
+                                    "that carried them")
+            g = G.encrypted_gini(sq, r, st["sizes"], class_counts=st["class_counts"])
+        else:
+            cls = EncryptedArray.from_bytes(st["pub"], msg.classes, r.shape[:2] + (r.shape[2] - 1,))
+            g = G.encrypted_gini(sq, r, st["sizes"], masked_classes=cls)
         self.gini = {}
         return EncryptedGini(data=g.rerandomize().to_bytes(), exponent=int(g.exponent))
 
