@@ -164,6 +164,59 @@ def many_classes(args) -> None:
         print(f"{name:38s} {t:9.2f} {t / base:8.1f} {b / 1e6:9.2f}  {nb:7d}")
 
 
+def returned_by_party(tr, fed) -> dict:
+    """Ciphertexts returned to each party (its key holder) in phase ``train``: what it decrypts
+    and what the label holder re-randomised under its key."""
+    out = {p: 0 for p in tr.parties}
+    for r in fed.ledger.records():
+        if r.phase == "train" and r.kind in RETURNED:
+            out[r.receiver] += r.payload // tr.server[r.receiver].pub.ciphertext_bytes
+    return out
+
+
+def all_pools_epoch(tr, fed, margin: float = 1.2) -> tuple:
+    """An epoch after every r^n it needs was made beforehand: each party's own (its encryptions)
+    and the label holder's re-randomisers under each party's key (what a deployed label holder
+    computes while it waits for the parties). Counts from the previous epoch's ledger."""
+    back = returned_by_party(tr, fed)
+    roles = {p: fed.local_runtime(p).role for p in tr.parties}
+    t0 = time.perf_counter()
+    for p in tr.parties:
+        tr.server[p].pub.precompute(int(margin * back[p]))  # re-randomisers, public key only
+        roles[p].crypto.priv.precompute(int(margin * back[p]))  # the party's own encryptions (CRT)
+    t_pool = time.perf_counter() - t0
+    dt, b, nb = epoch(tr, fed)
+    left = min(min(tr.server[p].pub.pool_size, roles[p].crypto.pub.pool_size) for p in tr.parties)
+    return ("  same, every r^n made offline", dt, b, nb,
+            f"online time; the pools ({margin:.1f}x the last epoch's returns) took {t_pool:.1f} s to fill, "
+            f"{left} left in the smallest" + ("" if left else " (EXHAUSTED)"))
+
+
+def _decrypt_worker(key_bits: int, count: int, barrier) -> tuple[float, float, float]:
+    """A party's host: its key, ``count`` ciphertexts, then (after the barrier) their decryption."""
+    pub, priv = generate_keypair(key_bits, insecure=key_bits < 2048)
+    cts = EncryptedArray.encrypt(priv, np.arange(count, dtype=np.int64), precision=0)
+    if barrier is not None:
+        barrier.wait()
+    t0 = time.time()
+    cts.decrypt_mantissas(priv)
+    t1 = time.time()
+    return t0, t1, t1 - t0
+
+
+def parties_decrypt(key_bits: int, counts: list[int]) -> tuple[float, float]:
+    """Seconds for the parties' decryptions of one epoch: one after the other in one process (as
+    the in-process run does), and each in its own process at the same time (a deployment)."""
+    import multiprocessing as mp
+
+    seq = sum(_decrypt_worker(key_bits, c, None)[2] for c in counts)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Manager().Barrier(len(counts))
+    with ctx.Pool(len(counts)) as pool:
+        res = pool.starmap(_decrypt_worker, [(key_bits, c, barrier) for c in counts])
+    return seq, max(r[1] for r in res) - min(r[0] for r in res)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=None)
@@ -197,6 +250,7 @@ def main() -> None:
     base = dt
     timing = {}
     rerand = None
+    decrypts = None
     for rnd in ("full",) if args.quick else ("full", "short"):
         # packed, obfuscators r^n computed online
         tr, fed, t_setup = trainer_for(data, args.seed, secure=True, key_bits=args.key_bits, randomness=rnd)
@@ -210,6 +264,10 @@ def main() -> None:
         if rnd == "full":  # the re-randomisation alone, on as many ciphertexts as this epoch returned
             count = returned_ciphertexts(tr, fed)
             rerand = (count, rerandomize_seconds(args.key_bits, count, rnd), dt)
+            per_party = list(returned_by_party(tr, fed).values())
+            rows.append(all_pools_epoch(tr, fed))
+            timing[("packed", "all pools")] = rows[-1][1]
+            decrypts = (per_party, *parties_decrypt(args.key_bits, per_party))
         if args.quick:
             break
         # packed, with each party's r^n pool filled before the epoch (the offline/online split)
@@ -246,6 +304,14 @@ def main() -> None:
         print(f"\nre-randomisation alone: {count} ciphertexts returned to the key holders in the packed full "
               f"epoch, EncryptedArray.rerandomize on {count} {args.key_bits}-bit ciphertexts: {t_rr:.2f} s "
               f"({1e3 * t_rr / max(count, 1):.1f} ms each), {100 * t_rr / t_epoch:.0f} % of that epoch's {t_epoch:.1f} s")
+    if decrypts is not None:
+        counts, t_seq, t_par = decrypts
+        print(f"the parties' decryptions of that epoch ({counts} ciphertexts): {t_seq:.2f} s one after the other "
+              f"in one process, {t_par:.2f} s each party in its own process at once (a deployment: "
+              f"{t_seq / t_par:.2f}x)")
+    if ("packed", "all pools") in timing:
+        print(f"packed, full randomness and re-randomisation, every r^n made offline: "
+              f"{timing[('packed', 'all pools')]:.1f} s per epoch online (aim: <= 10 s)")
     if args.quick:
         return
     for rnd in ("full", "short", "cores")[:3 if ("packed", "cores") in timing else 2]:
