@@ -331,6 +331,20 @@ def test_all_features_keeps_every_feature_with_fedsdg_settings(wine):
 
 
 # --------------------------------------------------------------------- secure training (Alg. 2-3)
+def test_row_blocks_minimise_the_backwards_ciphertexts():
+    from verticalfs.methods.fedsdg_fs.secure import row_blocks
+
+    def cost(R, n=128, k=16):
+        return k * R + -(-n // R)
+
+    assert row_blocks(23, 8, 128, 16) == 2  # at most 2 blocks of 8 in 23 slots
+    assert row_blocks(23, 1, 128, 16) == 3 and cost(3) == 91 < cost(23) == 374  # not the 23 that fit
+    assert row_blocks(23, 12, 128, 16) == 1
+    for e in range(1, 24):
+        R = row_blocks(23, e, 100, 7)
+        assert R <= max(1, 23 // e) and cost(R, 100, 7) == min(cost(r, 100, 7) for r in range(1, max(1, 23 // e) + 1))
+
+
 def test_packed_combination_is_slot_wise_and_refuses_overflow():
     from verticalfs.crypto import SlotPacking, packed_combination
     from verticalfs.exceptions import CryptoError

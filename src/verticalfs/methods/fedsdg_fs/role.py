@@ -285,7 +285,10 @@ class FedSDGRole(GiniParty, SplitRole):
         return self.on_gradients(msg, ctx)  # the core's pending-pass check and step; decode_backward decrypts
 
     def _blocks(self) -> int:
-        return row_blocks(self.crypto.S, int(self.last_open.sum())) if self.spec.packed else 1
+        if not self.spec.packed:
+            return 1
+        c = self._crypto()
+        return row_blocks(c.S, int(self.last_open.sum()), c._state()["n"], c.k)
 
     # ------------------------------------------------------------- the end
     @handles(CloseGates)
