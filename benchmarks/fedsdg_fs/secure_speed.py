@@ -17,7 +17,14 @@ size as the packed ``full`` epoch returned to the key holders (``MaskedProducts`
 ``MaskedWeightGradient``, ``EncryptedEmbeddingGradient``, counted from the run's ledger).
 ``--quick`` measures only ``secure=false``, the packed ``full`` epoch and that cost.
 
+``--synthetic30`` (issue 40 item 5): the many-class case instead, a seeded ``make_classification``
+set with 30 classes and 500 informative-plus-redundant features over 3 parties; Algorithm 1 (the
+secure Gini initialisation, its label matrix packed 31 classes to a 2048-bit ciphertext) timed
+with its operation counts beside those of the unpacked protocol (counted, not run), then one
+training epoch ``secure=false`` and secure packed, in the same run.
+
     python benchmarks/fedsdg_fs/secure_speed.py --data-dir ../shared/datasets
+    python benchmarks/fedsdg_fs/secure_speed.py --synthetic30
 """
 
 from __future__ import annotations
@@ -98,6 +105,121 @@ def pooled_epoch(tr, fed, pool: int) -> tuple:
             f"{left} left after the epoch" + ("" if left else " (EXHAUSTED: raise --pool)"))
 
 
+def synthetic30(seed: int, rows: int = 1500):
+    """30 classes, 500 features (250 informative, 250 redundant), 3 parties, seeded."""
+    import pandas as pd
+    from sklearn.datasets import make_classification
+
+    from verticalfs.data.table import Table
+
+    X, y = make_classification(n_samples=rows, n_features=500, n_informative=250, n_redundant=250, n_classes=30,
+                               n_clusters_per_class=1, random_state=seed)
+    t = Table(name="synthetic-30", X=pd.DataFrame(X, columns=[f"x{j}" for j in range(500)]), y=y.astype(np.int64),
+              task="multiclass", class_names=[str(k) for k in range(30)])
+    return verticalfs.build_data(t, parties=3, seed=seed)
+
+
+def many_classes(args) -> None:
+    """Algorithm 1 and one epoch on the 30-class synthetic set (``--synthetic30``)."""
+    from verticalfs.methods.fedsdg_fs import gini as G
+
+    data = synthetic30(args.seed, args.rows)
+    n = len(data.labels.y["train"])
+    c = int(data.labels.n_classes)
+    d = [p.n_features for p in data.parties]
+    print(f"synthetic-30: {n} training rows, {c} classes, features per party {d}, {args.key_bits}-bit keys, one "
+          "thread\n")
+    # Algorithm 1, secure, with the operation counts of the packed and the unpacked protocol
+    short = args.key_bits < 2048  # tests of this script only
+    m = create("fedsdg-fs", seed=args.seed, epochs=0, key_bits=args.key_bits, insecure=short)
+    fed = Federation.in_process(data)
+    if not args.epoch_only:
+        m.fit(fed)
+    S = G.LabelLayout(args.key_bits - 2, 64, c).slots  # bits(n // 3) = key_bits - 2 (or - 1)
+    P = -(-c // S)
+    D = [10 * k for k in d]
+    cells = sum(D)
+    rows_src = G.cross_term_source(n, cells) == "rows"
+    packed = {"label holder encryptions": n * P + (n * (c - 1) if rows_src else cells * (c - 1)) + cells,
+              "re-randomisations (a party, r^n under another's key)": cells * P + sum(d),
+              "label holder decryptions": cells * P + sum(d)}
+    unpacked = {"label holder encryptions": n * c + cells, "re-randomisations (a party, r^n under another's key)":
+                cells * c + sum(d), "label holder decryptions": cells * c + sum(d)}
+    pre = fed.ledger.bytes_where(phase="pretrain")
+    if not args.epoch_only:
+        print(f"Gini initialisation (Algorithm 1, secure, packed {S} classes per ciphertext, {P} per row; cross "
+              f"term from the {m.info_.get('cross_term_source', '?')}): {m.info_['init_seconds']:.1f} s, "
+              f"{pre / 1e6:.1f} MB")
+    print(f"{'operations (all parties)':55s} {'packed':>9s} {'unpacked':>9s}  ratio")
+    for k in packed:
+        print(f"{k:55s} {packed[k]:9d} {unpacked[k]:9d}  {unpacked[k] / packed[k]:.1f}x")
+    rows = []
+    tr, fed, _ = trainer_for(data, args.seed, secure=False)
+    epoch(tr, fed)  # warm-up
+    dt, b, nb = epoch(tr, fed)
+    rows.append(("secure=false", dt, b, nb))
+    base = dt
+    tr, fed, t_setup = trainer_for(data, args.seed, secure=True, key_bits=args.key_bits, insecure=short)
+    dt, b, nb = epoch(tr, fed)
+    rows.append(("secure packed, randomness full", dt, b, nb))
+    print(f"\n{'run':38s} {'s/epoch':>9s} {'x plain':>8s} {'MB/epoch':>9s}  batches")
+    for name, t, b, nb in rows:
+        print(f"{name:38s} {t:9.2f} {t / base:8.1f} {b / 1e6:9.2f}  {nb:7d}")
+
+
+def returned_by_party(tr, fed) -> dict:
+    """Ciphertexts returned to each party (its key holder) in phase ``train``: what it decrypts
+    and what the label holder re-randomised under its key."""
+    out = {p: 0 for p in tr.parties}
+    for r in fed.ledger.records():
+        if r.phase == "train" and r.kind in RETURNED:
+            out[r.receiver] += r.payload // tr.server[r.receiver].pub.ciphertext_bytes
+    return out
+
+
+def all_pools_epoch(tr, fed, margin: float = 1.2) -> tuple:
+    """An epoch after every r^n it needs was made beforehand: each party's own (its encryptions)
+    and the label holder's re-randomisers under each party's key (what a deployed label holder
+    computes while it waits for the parties). Counts from the previous epoch's ledger."""
+    back = returned_by_party(tr, fed)
+    roles = {p: fed.local_runtime(p).role for p in tr.parties}
+    t0 = time.perf_counter()
+    for p in tr.parties:
+        tr.server[p].pub.precompute(int(margin * back[p]))  # re-randomisers, public key only
+        roles[p].crypto.priv.precompute(int(margin * back[p]))  # the party's own encryptions (CRT)
+    t_pool = time.perf_counter() - t0
+    dt, b, nb = epoch(tr, fed)
+    left = min(min(tr.server[p].pub.pool_size, roles[p].crypto.pub.pool_size) for p in tr.parties)
+    return ("  same, every r^n made offline", dt, b, nb,
+            f"online time; the pools ({margin:.1f}x the last epoch's returns) took {t_pool:.1f} s to fill, "
+            f"{left} left in the smallest" + ("" if left else " (EXHAUSTED)"))
+
+
+def _decrypt_worker(key_bits: int, count: int, barrier) -> tuple[float, float, float]:
+    """A party's host: its key, ``count`` ciphertexts, then (after the barrier) their decryption."""
+    pub, priv = generate_keypair(key_bits, insecure=key_bits < 2048)
+    cts = EncryptedArray.encrypt(priv, np.arange(count, dtype=np.int64), precision=0)
+    if barrier is not None:
+        barrier.wait()
+    t0 = time.time()
+    cts.decrypt_mantissas(priv)
+    t1 = time.time()
+    return t0, t1, t1 - t0
+
+
+def parties_decrypt(key_bits: int, counts: list[int]) -> tuple[float, float]:
+    """Seconds for the parties' decryptions of one epoch: one after the other in one process (as
+    the in-process run does), and each in its own process at the same time (a deployment)."""
+    import multiprocessing as mp
+
+    seq = sum(_decrypt_worker(key_bits, c, None)[2] for c in counts)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Manager().Barrier(len(counts))
+    with ctx.Pool(len(counts)) as pool:
+        res = pool.starmap(_decrypt_worker, [(key_bits, c, barrier) for c in counts])
+    return seq, max(r[1] for r in res) - min(r[0] for r in res)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=None)
@@ -111,8 +233,15 @@ def main() -> None:
                          "0 = one per core, 1 = skip those rows)")
     ap.add_argument("--quick", action="store_true",
                     help="only secure=false, the packed full epoch and the re-randomisation's cost")
+    ap.add_argument("--synthetic30", action="store_true",
+                    help="the 30-class synthetic set (Algorithm 1 and one epoch) instead of --dataset")
+    ap.add_argument("--rows", type=int, default=1500, help="rows of the 30-class synthetic set")
+    ap.add_argument("--epoch-only", action="store_true", help="--synthetic30 without timing Algorithm 1")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.synthetic30:
+        many_classes(args)
+        return
     data = verticalfs.build_data(args.dataset, parties=2, seed=args.seed, data_dir=args.data_dir)
     n_train = len(data.labels.y["train"])
     print(f"{args.dataset}: {n_train} training rows, features per party "
@@ -125,6 +254,7 @@ def main() -> None:
     base = dt
     timing = {}
     rerand = None
+    decrypts = None
     for rnd in ("full",) if args.quick else ("full", "short"):
         # packed, obfuscators r^n computed online
         tr, fed, t_setup = trainer_for(data, args.seed, secure=True, key_bits=args.key_bits, randomness=rnd)
@@ -138,6 +268,10 @@ def main() -> None:
         if rnd == "full":  # the re-randomisation alone, on as many ciphertexts as this epoch returned
             count = returned_ciphertexts(tr, fed)
             rerand = (count, rerandomize_seconds(args.key_bits, count, rnd), dt)
+            per_party = list(returned_by_party(tr, fed).values())
+            rows.append(all_pools_epoch(tr, fed))
+            timing[("packed", "all pools")] = rows[-1][1]
+            decrypts = (per_party, *parties_decrypt(args.key_bits, per_party))
         if args.quick:
             break
         # packed, with each party's r^n pool filled before the epoch (the offline/online split)
@@ -174,6 +308,14 @@ def main() -> None:
         print(f"\nre-randomisation alone: {count} ciphertexts returned to the key holders in the packed full "
               f"epoch, EncryptedArray.rerandomize on {count} {args.key_bits}-bit ciphertexts: {t_rr:.2f} s "
               f"({1e3 * t_rr / max(count, 1):.1f} ms each), {100 * t_rr / t_epoch:.0f} % of that epoch's {t_epoch:.1f} s")
+    if decrypts is not None:
+        counts, t_seq, t_par = decrypts
+        print(f"the parties' decryptions of that epoch ({counts} ciphertexts): {t_seq:.2f} s one after the other "
+              f"in one process, {t_par:.2f} s each party in its own process at once (a deployment: "
+              f"{t_seq / t_par:.2f}x)")
+    if ("packed", "all pools") in timing:
+        print(f"packed, full randomness and re-randomisation, every r^n made offline: "
+              f"{timing[('packed', 'all pools')]:.1f} s per epoch online (aim: <= 10 s)")
     if args.quick:
         return
     for rnd in ("full", "short", "cores")[:3 if ("packed", "cores") in timing else 2]:

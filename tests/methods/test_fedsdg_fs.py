@@ -11,6 +11,7 @@ import torch
 
 import verticalfs
 from verticalfs.crypto import EncryptedArray, generate_keypair
+from verticalfs.exceptions import CryptoError
 from verticalfs.federation import Federation
 from verticalfs.methods import create
 from verticalfs.methods.fedsdg_fs import gini as G
@@ -121,25 +122,61 @@ def test_gini_by_hand():
     assert g[2] == pytest.approx(4 / 9)
 
 
-def test_algorithm_1_under_paillier_equals_the_clear_computation():
+@pytest.mark.parametrize("c, source", [(2, "rows"), (3, "cells"), (12, "rows"), (12, "cells")])
+def test_algorithm_1_under_paillier_equals_the_clear_computation(c, source):
+    """Packed: a row's classes share a ciphertext (7 slots of 65 bits in a 512-bit key: 12
+    classes take two), and the result is the clear Gini score exactly, with the cross term from
+    either source."""
     rng = np.random.default_rng(3)
-    n, d, c, B = 240, 6, 3, 10
+    n, d, B = 240, 6, 10
     y = rng.integers(0, c, n)
     X = rng.normal(size=(n, d))
     X[:, 0] += 2 * y
     X[:, 4] = rng.integers(0, 3, n)  # fewer distinct values than bins: empty bins weigh 0
     pub, priv = generate_keypair(512, insecure=True)
-    A = EncryptedArray.encrypt(priv, np.eye(c, dtype=np.int64)[y], precision=0)
+    layout = G.LabelLayout.for_key(pub, 64, c)
+    assert layout.slot_bits == 65 and layout.slots == 7 and layout.per_row == -(-c // 7)
+    A = G.encrypt_labels(priv, y, layout)
+    assert A.shape == (n, layout.per_row)
     codes = G.bin_codes(X, B)
-    masked, r = G.mask_counts(G.encrypted_counts(A, codes, B), 64)
+    masked, r = G.mask_counts(G.encrypted_counts(A, codes, B), 64, layout)
+    assert masked.shape == (d, B, layout.per_row)
     # the label holder sees only masked counts: none equals a true count
     true = G.class_counts(codes, y, c, B)
-    u = np.asarray(masked.decrypt_mantissas(priv), dtype=object)
+    u = layout.unpack(masked.decrypt_mantissas(priv))
+    assert u.shape == (d, B, c)
     assert np.all(u - true.astype(object) == r) and not np.any(u == true.astype(object))
-    sq = G.squares_of_masked(priv, masked)
-    g = G.encrypted_gini(sq, masked, r, G.bin_sizes(codes, B)).decrypt(priv)
+    sq, cls = G.squares_of_masked(priv, masked, layout, per_class=source == "cells")
+    assert sq.shape == (d, B)
+    sizes = G.bin_sizes(codes, B)
+    if source == "cells":
+        assert cls.shape == (d, B, c - 1)
+        enc = G.encrypted_gini(sq, r, sizes, masked_classes=cls)
+    else:
+        assert cls is None
+        counts = G.encrypted_counts(G.encrypt_class_rows(priv, y, c), codes, B)
+        enc = G.encrypted_gini(sq, r, sizes, class_counts=counts)
+    g = enc.decrypt(priv)
     np.testing.assert_allclose(g, G.gini_clear(X, y, c, B), atol=1e-12)
     assert g.argmin() == 0
+
+
+def test_cross_term_source_is_the_cheaper():
+    assert G.cross_term_source(1000, 5000) == "rows" and G.cross_term_source(5000, 1000) == "cells"
+
+
+def test_label_layout_packs_and_unpacks_wide_slots_exactly():
+    layout = G.LabelLayout(1021, 64, 20)  # 15 slots of 65 bits, two plaintexts per row
+    rng = np.random.default_rng(0)
+    v = G.random_masks((7, 3, 20), 65)  # every bit of a slot used
+    v[0, 0, :] = (1 << 65) - 1
+    packed = layout.pack(v)
+    assert packed.shape == (7, 3, 2) and all(int(x).bit_length() <= 15 * 65 for x in packed.ravel())
+    assert np.array_equal(layout.unpack(packed), v)
+    small = rng.integers(0, 100, (4, 20))
+    assert np.array_equal(layout.unpack(layout.pack(small)), small.astype(object))
+    with pytest.raises(CryptoError, match="outside its slots"):
+        layout.unpack(np.array([[-1, 0]], dtype=object))
 
 
 # ------------------------------------------------------------------------------------- runs
@@ -171,6 +208,47 @@ def test_secure_and_clear_initialisation_agree_and_set_mu(data):
         role = fed_s.local_runtime(p).role
         mu = role.model.mu.detach().numpy()
         np.testing.assert_allclose(mu, gini_init(sec.gini_[p], 0.5), rtol=1e-6)
+
+
+def many_classes(c: int, d: int):
+    """``c`` classes, 240 rows, ``d`` features over 2 parties (seeded make_classification)."""
+    import pandas as pd
+    from sklearn.datasets import make_classification
+
+    from verticalfs.data.table import Table
+
+    X, y = make_classification(n_samples=240, n_features=d, n_informative=5, n_redundant=2, n_classes=c,
+                               n_clusters_per_class=1, random_state=0)
+    t = Table(name=f"{c}-classes", X=pd.DataFrame(X, columns=[f"x{j}" for j in range(d)]), y=y.astype(np.int64),
+              task="multiclass", class_names=[str(k) for k in range(c)])
+    return verticalfs.build_data(t, parties=2, seed=0)
+
+
+@pytest.mark.parametrize("c, d, per_row, source", [(2, 8, 1, "cells"), (7, 8, 1, "cells"), (12, 8, 2, "cells"),
+                                                    (7, 24, 1, "rows")])
+def test_algorithm_1_sends_one_packed_ciphertext_per_row_whatever_the_classes(c, d, per_row, source):
+    """The ledger: the packed label matrix is ceil(c / 7) ciphertexts a row (7 slots of 65 bits in a
+    512-bit key; 31 in a 2048-bit one), not c, and the masked counts one per (feature, bin), not c.
+    On a wide table (more cells than rows) the cross term's c - 1 per row join the labels, cheaper
+    than c - 1 per cell afterwards. The scores are the clear ones."""
+    data = many_classes(c, d)
+    fed = Federation.in_process(data)
+    sec = create("ms-gini", seed=0, key_bits=512, insecure=True).fit(fed)
+    clr = create("ms-gini", seed=0, secure=False).fit(Federation.in_process(data))
+    n = len(data.labels.y["train"])
+    assert (n <= d * 10) == (source == "rows")
+    width = 2 * 512 // 8  # bytes of one ciphertext
+    labels = [r for r in fed.ledger.records() if r.kind == "GiniLabels"]
+    assert len(labels) == len(data.party_names)
+    for r in labels:  # the payload: the ciphertexts and the public key (half a ciphertext)
+        assert r.payload // width == n * per_row + (n * (c - 1) if source == "rows" else 0)
+    squares = sum(r.payload for r in fed.ledger.records() if r.kind == "SquaredCounts")
+    assert squares // width == d * 10 * (1 if source == "rows" else c)
+    masked = [r for r in fed.ledger.records() if r.kind == "MaskedCounts"]
+    for r, p in zip(masked, data.party_names, strict=True):  # one ciphertext per (feature, bin), not per class
+        assert r.payload // width == data.party(p).n_features * 10 * per_row
+    for p in data.party_names:
+        np.testing.assert_allclose(sec.info_["gini"][p], clr.info_["gini"][p], atol=1e-12)
 
 
 def test_only_open_components_cross_and_closed_features_leave(data):
@@ -253,6 +331,20 @@ def test_all_features_keeps_every_feature_with_fedsdg_settings(wine):
 
 
 # --------------------------------------------------------------------- secure training (Alg. 2-3)
+def test_row_blocks_minimise_the_backwards_ciphertexts():
+    from verticalfs.methods.fedsdg_fs.secure import row_blocks
+
+    def cost(R, n=128, k=16):
+        return k * R + -(-n // R)
+
+    assert row_blocks(23, 8, 128, 16) == 2  # at most 2 blocks of 8 in 23 slots
+    assert row_blocks(23, 1, 128, 16) == 3 and cost(3) == 91 < cost(23) == 374  # not the 23 that fit
+    assert row_blocks(23, 12, 128, 16) == 1
+    for e in range(1, 24):
+        R = row_blocks(23, e, 100, 7)
+        assert R <= max(1, 23 // e) and cost(R, 100, 7) == min(cost(r, 100, 7) for r in range(1, max(1, 23 // e) + 1))
+
+
 def test_packed_combination_is_slot_wise_and_refuses_overflow():
     from verticalfs.crypto import SlotPacking, packed_combination
     from verticalfs.exceptions import CryptoError

@@ -13,6 +13,7 @@ from verticalfs.crypto import HIDING_FLOOR, EncryptedArray
 from verticalfs.exceptions import ConfigError, CryptoError, ProtocolError
 from verticalfs.federation import Federation
 from verticalfs.methods import create
+from verticalfs.methods.fedsdg_fs import gini as G
 from verticalfs.methods.fedsdg_fs.secure import ClientCrypto, ServerCrypto, slot_bits_for
 
 SMALL_KEY = {"key_bits": 768, "insecure": True}
@@ -143,11 +144,11 @@ def test_a_gini_party_refuses_masks_below_the_floor(wine):
     m.join_parties(fed)
     pub, priv = generate_keypair(512, insecure=True)
     y = np.asarray(wine.labels.y["train"], dtype=np.int64)
-    A = EncryptedArray.encrypt(priv, np.eye(3, dtype=np.int64)[y], precision=0)
     n = len(y)
     for mask_bits, ok in ((39 + n.bit_length(), False), (40 + n.bit_length(), True)):
+        A = G.encrypt_labels(priv, y, G.LabelLayout.for_key(pub, mask_bits, 3))
         msg = GiniLabels(public_key=pub.to_bytes(), labels=A.to_bytes(), shape=tuple(A.shape), n_bins=10,
-                         mask_bits=mask_bits, insecure=True)
+                         mask_bits=mask_bits, insecure=True, n_classes=3)
         if ok:
             fed.proxy("party1").request(msg, At("selection"), expect=MaskedCounts)
         else:

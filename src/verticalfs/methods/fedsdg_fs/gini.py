@@ -12,23 +12,49 @@ The paper squares the class fractions ``p_{ik} = n_{ik} / n_i`` under encryption
 integer counts ``n_{ik}`` and divide by ``n_i`` afterwards (a plaintext scalar the party knows):
 the same quantity with exact integers under encryption instead of fixed-point fractions. The
 secure protocol (Algorithm 1 with the squaring protocol of Erkin et al. [33]) is split into the
-pure functions below; :mod:`.role` and :mod:`.method` send their inputs and outputs as messages:
+pure functions below; :mod:`.role` and :mod:`.method` send their inputs and outputs as messages.
 
-1. label holder: ``[[A]]``, the one-hot label matrix ``(N, c)``, one ciphertext per entry;
-2. party: ``[[n_{jik}]]`` by summing ciphertexts per (feature, bin) (:func:`encrypted_counts`),
-   masks ``r_{jik}`` (uniform ``mask_bits``-bit integers), sends ``[[u]] = [[n + r]]``;
-3. label holder: decrypts ``u``, returns ``[[sum_k u_{jik}^2]]`` per (feature, bin)
-   (:func:`squares_of_masked`; one ciphertext per bin rather than per class: the label holder
-   already saw every ``u``, so the sum tells it nothing more and halves its encryptions for two
-   classes);
-4. party: ``[[sum_k n^2]] = [[sum_k u^2]] - sum_k 2 r [[u]] + sum_k r^2`` and
-   ``[[G_j]] = 1 - sum_i [[sum_k n_{jik}^2]] / (N n_{ji})`` (:func:`encrypted_gini`), sent back;
+Slot packing (issue 40 item 5). A row's ``c`` classes sit in ``w``-bit slots of one plaintext
+(:class:`LabelLayout`: ``w = mask_bits + 1``, ``S = (bits(n // 3) - 1) // w`` slots, 31 for a
+2048-bit key and 64-bit masks), so the label matrix costs ``N * ceil(c / S)`` encryptions instead
+of ``N * c`` (one per row up to ``S`` classes; 64-bit masks and a 1024-bit key hold 15). The sums
+per bin add slot-wise, and a masked count ``n + r < 2**mask_bits + N <= 2**w`` never carries into
+its neighbour.
+
+1. label holder: ``[[A]]``, the one-hot label matrix packed, ``(N, ceil(c / S))``
+   (:func:`encrypt_labels`);
+2. party: ``[[n_{ji.}]]`` by summing ciphertexts per (feature, bin) (:func:`encrypted_counts`,
+   slot-wise), adds packed masks ``r_{jik}`` (uniform ``mask_bits``-bit integers, one per slot)
+   and returns ``[[u]] = [[n + r]]`` re-randomised, ``(d, bins, ceil(c / S))`` ciphertexts;
+3. label holder: decrypts and unpacks ``u`` (:func:`squares_of_masked`), returns
+   ``[[q]] = [[sum_k u_k^2]]`` per (feature, bin);
+4. party: ``[[sum_k n^2]] = [[q]] - 2 sum_k r_k [[u_k]] + sum_k r_k^2`` and ``[[G_j]] = 1 - sum_i
+   [[sum_k n_{jik}^2]] / (N n_{ji})`` (:func:`encrypted_gini`), sent back re-randomised;
 5. label holder: decrypts ``G_j`` and returns it to the party (Algorithm 1 lines 12-13).
+
+The cross term of step 4. ``sum_k r_k u_k`` needs one scalar per class, and one Paillier exponent
+multiplies every slot of a ciphertext alike: a packed ciphertext cannot give it, so the party needs
+``c - 1`` ciphertexts per (feature, bin) with one class each (the last class follows from
+``sum_k n_k = n_{ji}``). Two sources; the label holder takes the one that costs it fewer
+encryptions (:func:`cross_term_source`): ``rows``, ``[[A_{row,k}]]`` for ``k < c - 1`` sent with
+step 1 (``N (c - 1)`` encryptions once; the party sums them per bin like the packed counts), when
+the rows are no more than the parties' (feature, bin) cells together; else ``cells``, ``[[u_k]]``
+sent with step 3 (``D_p (c - 1)`` per party). So the packed label matrix alone, one ciphertext per
+row, is all Algorithm 1 sends of the labels only on tall tables (``cells``); on a wide table the
+label holder sends ``N (ceil(c / S) + c - 1)`` label ciphertexts and the saving is elsewhere.
+
+Operation counts (``N`` rows, ``D = d * bins`` cells of a party, ``P = ceil(c / S)``): the
+dearest operation, a full ``r**n`` under another's key, the party does ``D P + d`` times
+(re-randomisations); the label holder decrypts ``D P + d`` per party and encrypts ``N P`` once, plus
+``min(N, sum_p D_p) (c - 1)`` for the cross term and ``D`` squares per party (its own key: the CRT).
+Before packing: ``N c`` encryptions, ``D c + d`` re-randomisations and ``D c + d`` decryptions
+(the 20-class run of issue 40 did not finish an epoch in 9 minutes).
 
 The label holder learns the masked counts (``mask_bits`` = 64 bits of mask on counts below ``N``:
 statistical distance ``N / 2**64``, i.e. ``mask_bits - bits(N)`` hiding bits, at least 40 by
 :func:`hiding_bits`'s check on both sides) and the Gini scores, as in the paper; the party learns
-only ciphertexts and its scores. No label and no bin membership crosses in the clear.
+only ciphertexts under the label holder's key and its scores. No label and no bin membership
+crosses in the clear.
 """
 
 from __future__ import annotations
@@ -37,7 +63,8 @@ import os
 
 import numpy as np
 
-from verticalfs.crypto import EncryptedArray, PrivateKey
+from verticalfs.crypto import EncryptedArray, PrivateKey, PublicKey
+from verticalfs.exceptions import CryptoError
 from verticalfs.selection.discretize import discretize
 
 #: fractional bits of the plaintext factors 1 / (N n_i) in step 4
@@ -118,34 +145,137 @@ def random_masks(shape, bits: int) -> np.ndarray:
     return out.reshape(shape)
 
 
-def encrypted_counts(enc_onehot: EncryptedArray, codes: np.ndarray, n_bins: int) -> EncryptedArray:
-    """Step 2: ``[[n_{jik}]]`` ``(d, n_bins, c)`` from ``[[A]]`` ``(N, c)`` and the party's bin codes."""
-    return enc_onehot.group_sum(codes, int(n_bins))
+class LabelLayout:
+    """Unsigned ``slot_bits``-wide slots, ``slots`` per plaintext, for Algorithm 1's packed counts:
+    ``slot_bits = mask_bits + 1`` holds ``n + r`` for a count ``n <= N < 2**mask_bits`` and a mask
+    ``r < 2**mask_bits``."""
+
+    def __init__(self, plain_bits: int, mask_bits: int, n_classes: int) -> None:
+        self.slot_bits = int(mask_bits) + 1
+        self.slots = (int(plain_bits) - 1) // self.slot_bits
+        self.classes = int(n_classes)
+        if self.slots < 1:
+            raise CryptoError(f"Algorithm 1: a plaintext of {plain_bits} bits holds no slot of {self.slot_bits} "
+                              f"bits (mask_bits {mask_bits}); use a longer key or fewer mask_bits")
+        #: ciphertexts per row (and per bin): ceil(classes / slots)
+        self.per_row = -(-self.classes // self.slots)
+
+    @classmethod
+    def for_key(cls, pub: PublicKey, mask_bits: int, n_classes: int) -> LabelLayout:
+        return cls(pub.max_int.bit_length(), mask_bits, n_classes)
+
+    def pack(self, values: np.ndarray) -> np.ndarray:
+        """Non-negative integers ``(..., classes)`` (int64 or object) -> packed ``(..., per_row)``
+        (object): class ``k`` in plaintext ``k // slots``, slot ``k % slots``."""
+        v = np.asarray(values, dtype=object)
+        lead = v.shape[:-1]
+        full = np.zeros(lead + (self.per_row * self.slots,), dtype=object)
+        full[..., : self.classes] = v
+        full = full.reshape(lead + (self.per_row, self.slots))
+        out = np.zeros(lead + (self.per_row,), dtype=object)
+        for s in range(self.slots):  # a short loop over slots, each a whole-array operation
+            out = out + (full[..., s] << (self.slot_bits * s))
+        return out
+
+    def unpack(self, packed: np.ndarray) -> np.ndarray:
+        """Inverse of :meth:`pack` on decrypted plaintexts ``(..., per_row)``: exact non-negative
+        integers ``(..., classes)`` (object); a plaintext beyond its slots is a :class:`CryptoError`."""
+        packed = np.asarray(packed, dtype=object)
+        lead = packed.shape[:-1]
+        flat = packed.reshape(-1).tolist()
+        w, S = self.slot_bits, self.slots
+        nbytes = -(-w * S // 8)
+        try:  # one big-integer conversion per plaintext
+            raw = np.frombuffer(b"".join(int(x).to_bytes(nbytes, "little") for x in flat), dtype=np.uint8)
+        except OverflowError:
+            raise CryptoError("Algorithm 1: a masked count lies outside its slots (negative or too wide)") from None
+        bits = np.unpackbits(raw.reshape(len(flat), nbytes), axis=1, bitorder="little")[:, : w * S]
+        words = -(-w // 64)
+        wide = np.zeros((len(flat) * S, 64 * words), dtype=np.uint8)
+        wide[:, :w] = bits.reshape(len(flat) * S, w)
+        limbs = np.packbits(wide, axis=1, bitorder="little").view("<u8")  # (values, words)
+        out = np.zeros(len(flat) * S, dtype=object)
+        for i in range(words - 1, -1, -1):
+            out = (out << 64) + limbs[:, i].astype(object)
+        out = out.reshape(lead + (self.per_row * S,))
+        return out[..., : self.classes]
 
 
-def mask_counts(counts: EncryptedArray, bits: int) -> tuple[EncryptedArray, np.ndarray]:
-    """Step 2: ``([[n + r]], r)`` with fresh masks ``r``."""
-    r = random_masks(counts.shape, bits)
-    return counts.add_mantissas(r), r
+def encrypt_labels(private_key: PrivateKey, y: np.ndarray, layout: LabelLayout) -> EncryptedArray:
+    """Step 1: ``[[A]]``, the one-hot labels packed, ``(N, layout.per_row)`` ciphertexts."""
+    y = np.asarray(y, dtype=np.int64)
+    plain = np.zeros((len(y), layout.per_row), dtype=object)
+    shift = (layout.slot_bits * (y % layout.slots)).astype(object)
+    plain[np.arange(len(y)), y // layout.slots] = np.ones(len(y), dtype=object) << shift
+    return EncryptedArray.encrypt(private_key, plain, precision=0)
 
 
-def squares_of_masked(private_key: PrivateKey, masked: EncryptedArray) -> EncryptedArray:
-    """Step 3 (label holder): decrypt ``u`` ``(d, bins, c)``, return ``[[sum_k u^2]]`` ``(d, bins)``."""
-    u = masked.decrypt_mantissas(private_key)
-    q = (u * u).sum(axis=2)
-    return EncryptedArray.encrypt(private_key, np.asarray(q, dtype=object), precision=0)
+def encrypted_counts(enc_labels: EncryptedArray, codes: np.ndarray, n_bins: int) -> EncryptedArray:
+    """Step 2: packed ``[[n_{ji.}]]`` ``(d, n_bins, per_row)`` from ``[[A]]`` ``(N, per_row)`` and the
+    party's bin codes."""
+    return enc_labels.group_sum(codes, int(n_bins))
 
 
-def encrypted_gini(squares: EncryptedArray, masked: EncryptedArray, r: np.ndarray, sizes: np.ndarray) -> EncryptedArray:
-    """Step 4 (party): ``[[G_j]]`` ``(d,)`` from ``[[sum_k u^2]]``, its own ``[[u]]``, masks and bin sizes.
+def mask_counts(counts: EncryptedArray, bits: int, layout: LabelLayout) -> tuple[EncryptedArray, np.ndarray]:
+    """Step 2: ``([[n + r]], r)`` with fresh masks ``r`` ``(d, bins, classes)``, one per slot."""
+    r = random_masks(counts.shape[:-1] + (layout.classes,), bits)
+    return counts.add_mantissas(layout.pack(r)), r
 
-    ``[[sum_k n^2]] = [[sum_k u^2]] + sum_k (-2 r)[[u]] + sum_k r^2``, then
+
+def encrypt_class_rows(private_key: PrivateKey, y: np.ndarray, n_classes: int) -> EncryptedArray:
+    """Step 1, rows source of the cross term: ``[[A_{row,k}]]`` for ``k < c - 1``, one per ciphertext,
+    ``(N, c - 1)`` (the last class is ``1 - sum_k A_{row,k}``, which the party need not see)."""
+    y = np.asarray(y, dtype=np.int64)
+    return EncryptedArray.encrypt(private_key, np.eye(int(n_classes), dtype=np.int64)[y][:, :-1], precision=0)
+
+
+def squares_of_masked(private_key: PrivateKey, masked: EncryptedArray, layout: LabelLayout,
+                      per_class: bool) -> tuple[EncryptedArray, EncryptedArray | None]:
+    """Step 3 (label holder): decrypt ``u`` ``(d, bins, classes)`` from the packed ``[[u]]``; return
+    ``[[sum_k u^2]]`` ``(d, bins)`` and, when ``per_class`` (the cells source of the cross term),
+    ``[[u_k]]`` ``(d, bins, classes - 1)``; fresh encryptions."""
+    u = layout.unpack(masked.decrypt_mantissas(private_key))
+    q = (u * u).sum(axis=-1)
+    if not per_class:
+        return EncryptedArray.encrypt(private_key, q, precision=0), None
+    both = EncryptedArray.encrypt(private_key, np.concatenate([q[..., None], u[..., :-1]], axis=-1), precision=0)
+    return both[..., 0], both[..., 1:]
+
+
+def encrypted_gini(squares: EncryptedArray, r: np.ndarray, sizes: np.ndarray, *,
+                   masked_classes: EncryptedArray | None = None,
+                   class_counts: EncryptedArray | None = None) -> EncryptedArray:
+    """Step 4 (party): ``[[G_j]]`` ``(d,)`` from ``[[sum_k u^2]]``, its masks ``r`` ``(d, bins, c)``, bin
+    sizes ``n_{ji}`` and one source of the cross term ``sum_k r_k u_k``: ``masked_classes`` =
+    ``[[u_k]]`` from the label holder or ``class_counts`` = ``[[n_k]]`` summed from the rows'
+    ``[[A_{row,k}]]`` (``k < c - 1`` both; the last class follows from ``sum_k n_k = n_{ji}``):
+
+    ``sum_k r_k n_k = sum_{k<c-1} (r_k - r_{c-1}) n_k + r_{c-1} n_{ji}`` and
+    ``sum_k r_k u_k = sum_k r_k n_k + sum_k r_k^2``, so
+    ``[[sum_k n^2]] = [[sum_k u^2]] - 2 sum_k r_k [[u_k]] + sum_k r_k^2`` exactly; then
     ``[[G_j]] = 1 - sum_i [[sum_k n^2]] * (1 / (N n_{ji}))`` (empty bins weigh 0).
     """
-    cross = masked.mul(-2 * r, precision=0).sum(axis=2)  # (d, bins)
-    r2 = (r * r).sum(axis=2)
-    sq = (squares + cross).add_mantissas(r2)  # exact [[sum_k n_{jik}^2]]
+    if (masked_classes is None) == (class_counts is None):
+        raise CryptoError("encrypted_gini: give exactly one of masked_classes and class_counts")
+    r = np.asarray(r, dtype=object)
+    last = r[..., -1]
+    n_i = np.asarray(sizes, dtype=np.int64).astype(object)
+    r2 = (r * r).sum(axis=-1)
+    source = masked_classes if masked_classes is not None else class_counts
+    cross = source.mul(r[..., :-1] - last[..., None], precision=0).sum(axis=-1)  # (d, bins)
+    if masked_classes is not None:  # sum_k r_k u_k = cross + r_{c-1} sum_k u_k, sum_k u_k = n_i + sum_k r_k
+        known = last * (n_i + r.sum(axis=-1))
+        sq = (squares + cross.mul(-2, precision=0)).add_mantissas(r2 - 2 * known)
+    else:  # sum_k r_k u_k = cross + r_{c-1} n_i + sum_k r_k^2
+        sq = (squares + cross.mul(-2, precision=0)).add_mantissas(-2 * last * n_i - r2)
     sizes = np.asarray(sizes, dtype=np.float64)
     N = sizes.sum(1, keepdims=True)
     factor = np.divide(1.0, N * sizes, out=np.zeros_like(sizes), where=sizes > 0)
     return 1 - sq.mul(factor, precision=FACTOR_PRECISION).sum(axis=1)
+
+
+def cross_term_source(n_rows: int, cells: int) -> str:
+    """Where the party's cross term comes from, the cheaper in the label holder's encryptions:
+    ``rows`` (``[[A_{row,k}]]``, ``N (c - 1)`` once for every party) when ``n_rows`` <= ``cells``
+    (the parties' feature-bin cells together), else ``cells`` (``[[u_k]]``, ``D_p (c - 1)`` per party)."""
+    return "rows" if int(n_rows) <= int(cells) else "cells"

@@ -2,8 +2,13 @@
 
 Feature-importance initialisation (Algorithm 1, phase ``pretrain``), ``secure=True``::
 
-    active -> party  GiniLabels(public key, [[A]] (N, c), n_bins, mask_bits)  -> MaskedCounts([[n + r]])
-    active -> party  SquaredCounts([[sum_k u^2]])                              -> EncryptedGini([[G]])
+    active -> party  GiniLabels(public key, [[A]] (N, P), n_bins, mask_bits, c[, [[A_k]]])
+                                                                 -> MaskedCounts([[n + r]])
+    active -> party  SquaredCounts([[sum_k u^2]][, [[u_k]]])     -> EncryptedGini([[G]])
+
+(``P = ceil(c / slots)`` ciphertexts per row: the classes packed, :class:`.gini.LabelLayout`; the
+cross term's per-class ciphertexts, ``k < c - 1``, travel in one of the two messages,
+:func:`.gini.cross_term_source`.)
     active -> party  GiniScores(G)                                             (one-way)
 
 ``secure=False`` (the plaintext path with the same arithmetic, for comparison)::
@@ -65,8 +70,9 @@ class FedSDGSpec(SplitSpec):
 @message("fedsdg_fs.GiniLabels")
 class GiniLabels:
     """Active -> party: the public key and ``[[A]]``, the one-hot label matrix of the training rows
-    (one ciphertext per entry, shape ``(N, c)``); the party bins into ``n_bins`` and masks its
-    counts with ``mask_bits``-bit integers."""
+    over ``n_classes`` classes, packed ``slots`` classes per ciphertext (:class:`.gini.LabelLayout`,
+    shape ``(N, ceil(n_classes / slots))``); the party bins into ``n_bins`` and masks its counts
+    with ``mask_bits``-bit integers, one per slot."""
 
     public_key: bytes
     labels: bytes
@@ -74,11 +80,16 @@ class GiniLabels:
     n_bins: int
     mask_bits: int
     insecure: bool = False
+    n_classes: int = 2
+    #: ``[[A_{row,k}]]`` for ``k < c - 1``, ``(N, c - 1)`` one per ciphertext, when the cross term
+    #: comes from the rows (else empty: it comes with :class:`SquaredCounts`)
+    classes: bytes = b""
 
 
 @message("fedsdg_fs.MaskedCounts")
 class MaskedCounts:
-    """Party -> active: ``[[n_{jik} + r_{jik}]]`` per (feature, bin, class), shape ``(d, n_bins, c)``."""
+    """Party -> active: ``[[n_{jik} + r_{jik}]]`` per (feature, bin), the classes packed, shape
+    ``(d, n_bins, ceil(c / slots))``."""
 
     data: bytes
     shape: tuple
@@ -86,9 +97,12 @@ class MaskedCounts:
 
 @message("fedsdg_fs.SquaredCounts")
 class SquaredCounts:
-    """Active -> party: ``[[sum_k u_{jik}^2]]`` per (feature, bin), shape ``(d, n_bins)``."""
+    """Active -> party: ``[[sum_k u_{jik}^2]]`` per (feature, bin), shape ``(d, n_bins)``, and, when
+    the cross term comes from the cells, ``[[u_{jik}]]`` for the classes but the last, one per
+    ciphertext, ``(d, n_bins, c - 1)`` (else empty)."""
 
     data: bytes
+    classes: bytes = b""
 
 
 @message("fedsdg_fs.EncryptedGini")

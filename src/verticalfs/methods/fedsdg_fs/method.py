@@ -93,23 +93,30 @@ def ask_gini(fed, parties, p, at: At = PRETRAIN) -> tuple[dict[str, np.ndarray],
         raise ConfigError(G.floor_message(int(p.mask_bits), len(y)))
     pub, priv = generate_keypair(int(p.key_bits), backend=p.backend, randomness=p.randomness, insecure=p.insecure)
     t0 = time.perf_counter()
-    A = EncryptedArray.encrypt(priv, np.eye(c, dtype=np.int64)[y], precision=0)
+    layout = G.LabelLayout.for_key(pub, int(p.mask_bits), c)
+    A = G.encrypt_labels(priv, y, layout)
+    source = G.cross_term_source(len(y), sum(len(names[q]) for q in parties) * int(p.n_bins))
+    Ak = G.encrypt_class_rows(priv, y, c).to_bytes() if source == "rows" else b""
     info["encrypt_labels_seconds"] = time.perf_counter() - t0
-    msg = GiniLabels(public_key=pub.to_bytes(), labels=A.to_bytes(), shape=tuple(A.shape),
-                     n_bins=int(p.n_bins), mask_bits=int(p.mask_bits), insecure=bool(p.insecure))
+    info["label_ciphertexts"] = int(A.size) + (len(y) * (c - 1) if Ak else 0)
+    info["cross_term_source"] = source
+    msg = GiniLabels(public_key=pub.to_bytes(), labels=A.to_bytes(), shape=tuple(A.shape), n_bins=int(p.n_bins),
+                     mask_bits=int(p.mask_bits), insecure=bool(p.insecure), n_classes=c, classes=Ak)
     t_lh = 0.0
     for party in parties:
         proxy = fed.proxy(party)
         d = len(names[party])
         rep = proxy.request(msg, at, expect=MaskedCounts)
         shape = tuple(int(s) for s in rep.shape)
-        if shape != (d, int(p.n_bins), c):
-            raise ProtocolError(f"party {party!r}: MaskedCounts of shape {shape}, expected {(d, int(p.n_bins), c)}")
+        if shape != (d, int(p.n_bins), layout.per_row):
+            raise ProtocolError(f"party {party!r}: MaskedCounts of shape {shape}, expected "
+                                f"{(d, int(p.n_bins), layout.per_row)}")
         t1 = time.perf_counter()
         masked = EncryptedArray.from_bytes(pub, rep.data, shape)
-        sq = G.squares_of_masked(priv, masked)
+        sq, cls = G.squares_of_masked(priv, masked, layout, per_class=source == "cells")
         t_lh += time.perf_counter() - t1
-        rep2 = proxy.request(SquaredCounts(data=sq.to_bytes()), at, expect=EncryptedGini)
+        rep2 = proxy.request(SquaredCounts(data=sq.to_bytes(), classes=b"" if cls is None else cls.to_bytes()), at,
+                             expect=EncryptedGini)
         t1 = time.perf_counter()
         enc = EncryptedArray.from_bytes(pub, rep2.data, (d,), int(rep2.exponent))
         scores[party] = _check_scores(party, enc.decrypt(priv), d)

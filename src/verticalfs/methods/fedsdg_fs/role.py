@@ -45,6 +45,8 @@ from verticalfs.transport.messages import coded
 
 #: the largest number of bins a party accepts in a Gini request (untrusted input)
 MAX_BINS = 1024
+#: the largest number of classes a party accepts in a Gini request (untrusted input)
+MAX_CLASSES = 1024
 
 
 class GiniParty(Role):
@@ -87,19 +89,27 @@ class GiniParty(Role):
         pub = PublicKey.from_bytes(msg.public_key, insecure=msg.insecure)
         shape = tuple(int(s) for s in msg.shape)
         n = self.data.n_samples("train")
-        if len(shape) != 2 or shape[0] != n or not 2 <= shape[1] <= 1024:
-            raise ProtocolError(f"party {self.name!r}: GiniLabels of shape {shape}, expected ({n}, classes)")
-        if not 16 <= int(msg.mask_bits) or 2 * (int(msg.mask_bits) + 1) + shape[1].bit_length() + 4 > pub.bits:
+        c = int(msg.n_classes)
+        if not 2 <= c <= MAX_CLASSES:
+            raise ProtocolError(f"party {self.name!r}: GiniLabels over {c} classes, expected 2 to {MAX_CLASSES}")
+        if not 16 <= int(msg.mask_bits) or 2 * (int(msg.mask_bits) + 1) + c.bit_length() + 4 > pub.bits:
             raise ProtocolError(f"party {self.name!r}: mask_bits {msg.mask_bits} out of range for a "
                                 f"{pub.bits}-bit key")
         if G.hiding_bits(int(msg.mask_bits), n) < HIDING_FLOOR:  # the party's own floor, before any work
             raise ProtocolError(f"party {self.name!r}: {G.floor_message(int(msg.mask_bits), n)}")
+        layout = G.LabelLayout.for_key(pub, int(msg.mask_bits), c)
+        if shape != (n, layout.per_row):
+            raise ProtocolError(f"party {self.name!r}: GiniLabels of shape {shape}, expected {(n, layout.per_row)} "
+                                f"({c} classes, {layout.slots} per ciphertext)")
         A = EncryptedArray.from_bytes(pub, msg.labels, shape)
         n_bins = int(msg.n_bins)
         codes = self._bins(n_bins)
         counts = G.encrypted_counts(A, codes, n_bins)
-        masked, r = G.mask_counts(counts, int(msg.mask_bits))
-        self.gini = {"pub": pub, "masked": masked, "r": r, "sizes": G.bin_sizes(codes, n_bins)}
+        masked, r = G.mask_counts(counts, int(msg.mask_bits), layout)
+        self.gini = {"pub": pub, "r": r, "sizes": G.bin_sizes(codes, n_bins), "layout": layout}
+        if msg.classes:  # the cross term from the rows: [[n_{jik}]], k < c - 1, summed like the counts
+            Ak = EncryptedArray.from_bytes(pub, msg.classes, (n, c - 1))
+            self.gini["class_counts"] = G.encrypted_counts(Ak, codes, n_bins)
         # re-randomised before it goes back to the key holder (who made every input obfuscator and
         # would otherwise recognise the rows of one- and two-row bins in their product)
         return MaskedCounts(data=masked.rerandomize().to_bytes(), shape=tuple(masked.shape))
@@ -107,11 +117,18 @@ class GiniParty(Role):
     @handles(SquaredCounts)
     def on_squared_counts(self, msg: SquaredCounts, ctx: Context) -> EncryptedGini:
         st = self.gini
-        if "masked" not in st:
+        if "r" not in st:
             raise ProtocolError(f"party {self.name!r} received SquaredCounts before GiniLabels")
-        masked = st["masked"]
-        sq = EncryptedArray.from_bytes(st["pub"], msg.data, masked.shape[:2])
-        g = G.encrypted_gini(sq, masked, st["r"], st["sizes"])
+        r = st["r"]
+        sq = EncryptedArray.from_bytes(st["pub"], msg.data, r.shape[:2])
+        if "class_counts" in st:
+            if msg.classes:
+                raise ProtocolError(f"party {self.name!r}: SquaredCounts with per-class values after GiniLabels "
+                                    "that carried them")
+            g = G.encrypted_gini(sq, r, st["sizes"], class_counts=st["class_counts"])
+        else:
+            cls = EncryptedArray.from_bytes(st["pub"], msg.classes, r.shape[:2] + (r.shape[2] - 1,))
+            g = G.encrypted_gini(sq, r, st["sizes"], masked_classes=cls)
         self.gini = {}
         return EncryptedGini(data=g.rerandomize().to_bytes(), exponent=int(g.exponent))
 
@@ -268,7 +285,10 @@ class FedSDGRole(GiniParty, SplitRole):
         return self.on_gradients(msg, ctx)  # the core's pending-pass check and step; decode_backward decrypts
 
     def _blocks(self) -> int:
-        return row_blocks(self.crypto.S, int(self.last_open.sum())) if self.spec.packed else 1
+        if not self.spec.packed:
+            return 1
+        c = self._crypto()
+        return row_blocks(c.S, int(self.last_open.sum()), c._state()["n"], c.k)
 
     # ------------------------------------------------------------- the end
     @handles(CloseGates)
