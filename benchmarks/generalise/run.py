@@ -49,7 +49,7 @@ def method_params(name: str, n_features: int, quick: bool) -> dict:
         out["n_select"] = max(1, n_features // 2)
     if "key_bits" in fields:
         out.update(key_bits=1024, insecure=True)
-    if fields.get("secure") is True:  # the same model; the secure path's speed is benchmarks/fedsdg_fs's
+    if name == "fedsdg-fs" and fields.get("secure") is True:  # the same model, initialised in the clear
         out["secure"] = False
     if quick:
         for k in EPOCH_PARAMS:
