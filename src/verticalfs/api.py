@@ -22,6 +22,7 @@ from verticalfs import __version__
 from verticalfs.data.partition import add_noise_features, add_overlap, load_assignment, partition
 from verticalfs.data.table import Table
 from verticalfs.data.vertical import PreparedData, VerticalDataset
+from verticalfs.evaluation.chance import chance_check
 from verticalfs.evaluation.metrics import primary_metric, selection_scores
 from verticalfs.exceptions import ConfigError, VerticalFSWarning
 from verticalfs.federation import Federation
@@ -108,6 +109,9 @@ class RunResult:
     info: dict[str, Any] = field(default_factory=dict)
     estimates: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: the chance record (:func:`verticalfs.evaluation.chance.chance_check`) when the model ended at
+    #: or near chance or removed every feature; ``None`` otherwise
+    chance: dict[str, Any] | None = None
     method_obj: Any = field(default=None, repr=False)
     federation: Any = field(default=None, repr=False)
 
@@ -128,6 +132,7 @@ class RunResult:
             "timings": self.timings,
             "info": self.info,
             "warnings": self.warnings,
+            "chance": self.chance,
         }
 
     def save(self, path: str | Path) -> Path:
@@ -153,7 +158,7 @@ class RunResult:
                    config=d["config"], metrics=d["metrics"], selection=d["selection"],
                    communication=d["communication"], history=d["history"], timings=d["timings"],
                    info=d.get("info", {}), estimates=d.get("wall_time_estimates", []),
-                   warnings=d.get("warnings", []))
+                   warnings=d.get("warnings", []), chance=d.get("chance"))
 
     @property
     def total_bytes(self) -> int:
@@ -288,8 +293,9 @@ def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_c
     if data_config:
         cfg["data"] = dict(data_config)
     estimates = [estimate_wall_time(fed.ledger, b).to_dict() for b in bandwidths_mbps] if len(fed.ledger) else []
+    chance = chance_check(method, m, fed.labels, selection)
     notes = list(data.warnings or []) + selection_warnings(method, selection) + [
-        str(w) for w in m.info_.get("warnings", [])]
+        str(w) for w in m.info_.get("warnings", [])] + ([chance["message"]] if chance else [])
     for w in notes:
         warnings.warn(w, VerticalFSWarning, stacklevel=2)
     return RunResult(
@@ -307,17 +313,17 @@ def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_c
         info={**dict(m.info_), **({"resumed_from": ck.resumed_from} if ck is not None and ck.resumed_from else {})},
         estimates=estimates,
         warnings=notes,
+        chance=chance,
         method_obj=m,
         federation=fed,
     )
 
 
 def selection_warnings(method: str, selection: Mapping[str, Any]) -> list[str]:
-    """Say loudly when a run removed every feature, or every feature of a party."""
-    out = []
+    """Say loudly when a run removed every feature of a party (every feature of every party: the
+    chance check says so, :mod:`verticalfs.evaluation.chance`)."""
+    out: list[str] = []
     if selection.get("n_kept") == 0:
-        out.append(f"{method} removed every feature: its model predicts from nothing (chance level). Lower its "
-                   "regularisation (lambda) or selection threshold, or check the data")
         return out
     for p, e in selection.get("parties", {}).items():
         if e.get("n_features") and e.get("n_kept") == 0:

@@ -333,6 +333,10 @@ OPT_NA_VALUES = O(None, "--na-values", help="With --party-file: extra strings re
 OPT_DELIMITER = O(",", "--delimiter", help="With --party-file: the CSV delimiter.")
 OPT_ENCODING = O("utf-8", "--encoding", help="With --party-file: the files' text encoding.")
 OPT_TASK = O(None, "--task", help="classification or regression (inferred when unambiguous).")
+#: the exit code of ``run --strict`` / ``compare --strict`` when a run ended at or near chance
+EXIT_CHANCE = 3
+OPT_STRICT = O(False, "--strict", help=f"Exit with code {EXIT_CHANCE} (after writing the results) when a run ends at or "
+               "near chance or removes every feature (the warning says which and why).")
 OPT_STRIP_IDS = O(False, "--strip-ids", help="With --party-file: strip surrounding whitespace and leading zeros "
                   "from the ids before aligning (' 007' matches '7'); without it, ids that would match are counted in a warning.")
 OPT_MAX_FILE = O(1024.0, "--max-file-mb", help="With --party-file: the most MiB a party file may hold (CSV, .csv.gz and Parquet: its size on disk, and decompressed for .csv.gz and Parquet); a larger file is refused before it is read. Reading a CSV takes several times its size in memory.")
@@ -381,6 +385,7 @@ def run_cmd(
     insecure: bool = O(False, "--insecure", help="With a deployment file: no TLS (messages in the clear, no party authenticated). Local experiments only."),
     resume: bool = O(False, "--resume", help="Continue the interrupted run whose checkpoints are in --checkpoints (or the deployment's folder), with the same options."),
     config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result. A deployment file (with [parties.<name>] tables) runs across machines: see README 'Deploy across machines'. Every key: docs/reference/configuration.md.", callback=_load_config, is_eager=True),
+    strict: bool = OPT_STRICT,
 ) -> None:
     """Run one method on one data set and print its figures; optionally write the result JSON."""
     from verticalfs.options import check_epochs, check_out, check_seed
@@ -478,6 +483,10 @@ def run_cmd(
     if out is not None:
         res.save(out)
         console.print(f"result written to [bold]{out}[/]")
+    if strict and res.chance is not None:
+        err.print(f"--strict: {res.method} ended at or near chance; exit code {EXIT_CHANCE}", soft_wrap=True,
+                  highlight=False, markup=False)
+        raise typer.Exit(EXIT_CHANCE)
 
 
 # ------------------------------------------------------------------------------------- predict
@@ -683,6 +692,7 @@ def compare_cmd(
     data_dir: Path = DataDir,
     progress: bool = O(True, "--progress/--no-progress", help="Show progress on standard error (see `run --help`)."),
     quiet: bool = O(False, "--quiet", "-q", help="No progress output (the same as --no-progress)."),
+    strict: bool = OPT_STRICT,
 ) -> None:
     """Run several methods on the same data and seeds: a table, results.json and a plot of accuracy against MB."""
     from verticalfs.compare import compare, write_compare
@@ -738,6 +748,11 @@ def compare_cmd(
         err.print(f"[yellow]no plot:[/] {paths['plot']}")
     else:
         console.print(f"wrote {paths['results']} and {paths['plot']}")
+    at_chance = [r["method"] for r in summary["table"] if r.get("at_chance")]
+    if strict and at_chance:
+        err.print(f"--strict: at or near chance: {', '.join(at_chance)}; exit code {EXIT_CHANCE}", soft_wrap=True,
+                  highlight=False, markup=False)
+        raise typer.Exit(EXIT_CHANCE)
 
 
 def _print_compare(summary: dict, opts: DataOptions, seeds: str) -> None:
@@ -765,7 +780,8 @@ def _print_compare(summary: dict, opts: DataOptions, seeds: str) -> None:
         mbt = fmt(row, "mb_to_target")
         if row["mb_to_target"] is not None and row["reached"] < row["runs"]:
             mbt += f" ({row['reached']}/{row['runs']} reached)"
-        t.add_row(row["method"], fmt(row, "metric"), fmt(row, "train_mb"), mbt,
+        name = row["method"] + (" (chance)" if row.get("at_chance") else "")
+        t.add_row(name, fmt(row, "metric"), fmt(row, "train_mb"), mbt,
                   fmt(row, "spurious_removed", pct=True), fmt(row, "n_kept"))
     console.print(t)
     for row in summary["table"]:

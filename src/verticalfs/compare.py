@@ -143,6 +143,7 @@ def compare(
             row[key] = float(np.mean(vals)) if vals else None
             row[key + "_std"] = float(np.std(vals)) if len(vals) > 1 else (0.0 if vals else None)
         row["reached"] = sum(r.get("mb_to_target") is not None for r in rs)
+        row["at_chance"] = sum(r.get("chance") is not None for r in rs)  # runs at or near chance
         table.append(row)
     if isinstance(dataset, str):
         name = dataset
@@ -204,6 +205,7 @@ def _summ(res: RunResult, metric: str, target: float | None, min_sr: float | Non
         "mb_to_target": mb,
         "history": [{k: h.get(k) for k in ("epoch", "phase", "bytes", metric, "spurious_removed")} for h in hist],
         "warnings": list(res.warnings),
+        "chance": res.chance,
     }
 
 

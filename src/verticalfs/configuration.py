@@ -248,6 +248,8 @@ class RunFile(_Model):
     checkpoints: FilePath | None = Field(None, description="Checkpoint every training epoch in this folder.")
     insecure: bool = Field(False, description="With a deployment file only: no TLS.")
     resume: bool = Field(False, description="Continue the interrupted run in `checkpoints`.")
+    strict: bool = Field(False, description="Exit with code 3 when the run ends at or near chance or removes "
+                         "every feature.")
 
     #: keys read as another key (the form the command line uses)
     SYNONYMS: typing.ClassVar[dict[str, str]] = {"params": "param", "party_files": "party_file"}

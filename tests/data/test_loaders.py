@@ -18,11 +18,11 @@ from verticalfs.data.table import Table
 from verticalfs.exceptions import ConfigError, DataError
 
 ALL_NAMES = [
-    "madelon-synth", "friedman", "breast_cancer", "digits", "wine", "madelon", "phishing", "adult",
+    "madelon-synth", "friedman", "multiclass-synth", "breast_cancer", "digits", "wine", "madelon", "phishing", "adult",
     "wine_quality", "physionet2012", "arcene", "basehock", "relathe", "pcmac", "allaml", "tox_171",
     "usps",
 ]
-FILE_NAMES = ALL_NAMES[5:]
+FILE_NAMES = ALL_NAMES[6:]
 
 # name -> (n_samples, n_features, class counts by code) as given in each PROVENANCE.md
 EXPECTED = {

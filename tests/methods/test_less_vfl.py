@@ -10,6 +10,7 @@ import verticalfs
 from verticalfs.exceptions import ConfigError
 from verticalfs.federation import Federation
 from verticalfs.methods import create
+from verticalfs.methods.less_vfl.method import DEFAULT_LAMBDAS_M
 from verticalfs.methods.less_vfl.role import SelectFeatures
 from verticalfs.names import LABEL_HOLDER as ACTIVE
 from verticalfs.training.split import SplitTrainer, TrainConfig
@@ -296,10 +297,11 @@ def test_pgd_proxy_choice_runs_the_protocol(data):
     for v in st3.values():
         if v.get("left"):
             continue
-        assert v["solver"] == "pgd" and len(v["iterations"]) == 3 and v["lambda_m"] in (0.1, 0.2, 0.4)
+        assert v["solver"] == "pgd" and len(v["iterations"]) == len(DEFAULT_LAMBDAS_M)
+        assert v["lambda_m"] in DEFAULT_LAMBDAS_M
         rel = [c["proxy_rel_err"] for c in v["candidates"]]
         ok = [c["lambda_m"] for c in v["candidates"] if c["proxy_rel_err"] <= 0.05]
-        assert v["lambda_m"] == (max(ok) if ok else 0.1), rel
+        assert v["lambda_m"] == (max(ok) if ok else min(DEFAULT_LAMBDAS_M)), rel
     assert m.info_["stage2"]["solver"] == "pgd"
 
 
@@ -313,7 +315,8 @@ def test_default_chooses_lambda_m_on_validation_accuracy(data):
     fed = Federation.in_process(data, trace=True)
     m = create("less-vfl", seed=0, **DEFAULTS).fit(fed)
     assert (m.params.solver, m.params.choose_m, m.params.refit) == ("pgd", "val", "pretrained")
-    lams = (0.1, 0.2, 0.4)
+    lams = DEFAULT_LAMBDAS_M
+    assert min(lams) <= 0.03  # the path reaches small lambdas (issue 40)
     st = m.info_["stage3_val"]
     ref, tol = st["reference_val_score"], st["tol"]
     assert tol == 0.02
@@ -338,7 +341,7 @@ def test_default_chooses_lambda_m_on_validation_accuracy(data):
     n_val = fed.n_samples("val")
     for s, _r, msg in fed.channel.decoded():
         if type(msg).__name__ == "CandidateEmbeddings":
-            assert msg.values.shape == (3, n_val, m.info_["n_components"][s])
+            assert msg.values.shape == (len(DEFAULT_LAMBDAS_M), n_val, m.info_["n_components"][s])
 
 
 def _live_party(data, **params):

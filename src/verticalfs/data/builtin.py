@@ -2,6 +2,8 @@
 
 - :func:`madelon_synth`: a MADELON-style problem with known probes (ground truth for selection).
 - :func:`friedman`: Friedman #1 regression with 5 relevant and 5 irrelevant inputs.
+- :func:`multiclass_synth`: 30 classes over 500 informative and redundant features (many classes,
+  a wide table: what the papers' mostly binary sets do not exercise).
 - :func:`breast_cancer`, :func:`digits`, :func:`wine`: small real data sets shipped with
   scikit-learn.
 """
@@ -28,6 +30,7 @@ __all__ = [
     "digits",
     "friedman",
     "madelon_synth",
+    "multiclass_synth",
     "wine",
 ]
 
@@ -84,6 +87,58 @@ def madelon_synth(n_samples: int = 2600, seed: int = 0) -> Table:
         task="binary",
         class_names=["0", "1"],
         spurious=spurious,
+    )
+
+
+MULTICLASS_CLASSES = 30
+MULTICLASS_INFORMATIVE = 20
+MULTICLASS_REDUNDANT = 480
+
+
+def multiclass_synth(n_samples: int = 1500, seed: int = 0) -> Table:
+    """A many-class, wide synthetic problem: 30 classes over 500 features.
+
+    Generated with :func:`sklearn.datasets.make_classification`: 20 informative features (one
+    Gaussian cluster per class on the vertices of a 20-dimensional hypercube, ``class_sep=2.0``:
+    a logistic regression on the pooled columns reaches about .84) and 480 redundant ones (random
+    linear combinations of the informative), ``flip_y=0.01``. Every column carries signal, so
+    ``spurious`` is all ``False``; add noise columns with ``build_data(..., noise=0.5)``. Columns
+    are shuffled with ``seed``, so that an even split
+    gives every party informative and redundant columns.
+
+    Parameters
+    ----------
+    n_samples : int
+        Number of rows (1,500: 50 per class).
+    seed : int
+        Random seed of the generator.
+
+    Returns
+    -------
+    Table
+        Multiclass task named ``"multiclass-synth"``, columns ``f0..f499``.
+    """
+    n_features = MULTICLASS_INFORMATIVE + MULTICLASS_REDUNDANT
+    X, y = make_classification(
+        n_samples=n_samples,
+        n_features=n_features,
+        n_informative=MULTICLASS_INFORMATIVE,
+        n_redundant=MULTICLASS_REDUNDANT,
+        n_repeated=0,
+        n_classes=MULTICLASS_CLASSES,
+        n_clusters_per_class=1,
+        class_sep=2.0,
+        flip_y=0.01,
+        shuffle=True,
+        random_state=seed,
+    )
+    return Table(
+        name="multiclass-synth",
+        X=pd.DataFrame(X, columns=[f"f{j}" for j in range(n_features)]),
+        y=y.astype(np.int64),
+        task="multiclass",
+        class_names=[str(c) for c in range(MULTICLASS_CLASSES)],
+        spurious=np.zeros(n_features, dtype=bool),
     )
 
 

@@ -84,6 +84,10 @@ def _entries() -> list[DatasetInfo]:
             "FedSDG-FS",
         ),
         DatasetInfo(
+            "multiclass-synth", lambda d, s: builtin.multiclass_synth(seed=s), False, "multiclass",
+            "many-class synthetic, 1500 x 500 (20 informative, 480 redundant), 30 classes",
+        ),
+        DatasetInfo(
             "breast_cancer", lambda d, s: builtin.breast_cancer(), False, "binary",
             "Wisconsin breast cancer (scikit-learn), 569 x 30",
         ),

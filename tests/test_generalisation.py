@@ -1,0 +1,141 @@
+"""The generalisation suite (issue 40, item 2): every trained method in the registry on many-class
+data that no paper used and that needs no files.
+
+Data (3 parties, 50 % Gaussian noise columns, seed 0):
+
+- ``digits``: scikit-learn's 8 x 8 digits, 1,797 rows x 64 features (+32 noise), 10 classes;
+- ``synth30``: the built-in ``multiclass-synth``, 1,500 rows x 500 informative and redundant
+  features (+250 noise), 30 classes.
+
+For every method (listed from the registry, filters included) and data set:
+
+- test accuracy >= majority + 0.3 x (vfl - majority), where ``vfl`` is plain VFL on the same data
+  with the same budget and ``majority`` the rate of the training set's most frequent class;
+- a method that removes features is at most 10 points below ``vfl``.
+
+Budget (the methods' defaults otherwise): every epoch-like parameter capped at ``EPOCHS``, mini-
+batches of at most ``BATCH`` rows (the methods whose defaults use 1,024-row batches would otherwise
+take ``EPOCHS`` steps in all), a filter's ``n_select`` at half the features (the ``sffs``/``ms-gini``
+rule), Paillier keys of 1,024 bits with ``insecure=true`` (accuracy does not depend on the key),
+FedSDG-FS with ``secure=false`` (the Gini initialisation in the clear; its tests check that the
+secure path computes the same, and its speed with many classes is issue 40's item 5).
+Binary-only methods (``fate-iv``, ``fate-lasso``) refuse multi-class labels with an error; they are
+skipped here with that error as the reason.
+
+Run one method with ``pytest tests/test_generalisation.py -k less-vfl``; the whole suite on
+digits only with ``-k digits``. ``benchmarks/generalise/run.py`` runs the same methods at their
+full defaults (and on USPS and TOX_171).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+
+from verticalfs import build_data, run
+from verticalfs.exceptions import ConfigError
+from verticalfs.methods import registry
+
+# ---------------------------------------------------------------------------------------------
+# Failing until the sessions fixing these methods' defaults are merged (issue 40, item 1).
+# The lead empties this set after merging; each entry: (method, data) -> the measured accuracy.
+PENDING_DEFAULTS: dict[tuple[str, str], str] = {
+    # measured 2026-11-26 with this file's budget; vfl .931 on digits, .527 on synth30
+    ("compfs", "digits"): "CompFS's defaults: .364 (27 of 95 features kept)",
+    ("fedsdg-fs", "digits"): "FedSDG-FS's defaults: .639 (16 of 95 kept)",
+    ("original-gate", "digits"): "FedSDG-FS family's defaults: .764 (26 of 95 kept)",
+    ("all-features", "synth30"): "FedSDG-FS family's defaults (16 top units, 30 classes): .033 = chance",
+    ("fedsdg-fs", "synth30"): "FedSDG-FS's defaults: .033 = chance, every feature removed",
+    ("original-gate", "synth30"): "FedSDG-FS family's defaults: .033 = chance, every feature removed",
+    ("autoencoder", "synth30"): "SparseVFL family's defaults (12 top units, 30 classes): .047",
+    ("dim", "synth30"): "SparseVFL family's defaults (12 top units, 30 classes): .077",
+    ("compfs", "synth30"): "CompFS's defaults: .103 (232 of 751 kept)",
+}
+# ---------------------------------------------------------------------------------------------
+
+EPOCHS = 10
+BATCH = 64
+EPOCH_PARAMS = ("epochs", "ae_epochs", "ss_epochs", "select_epochs_m", "select_epochs_s", "refit_epochs",
+                "synth_steps")
+#: the data sets of the suite: test id -> registered data set
+DATA = {"digits": "digits", "synth30": "multiclass-synth"}
+#: methods whose runs take more than a few seconds on 2 cores
+SLOW = {"autoencoder", "cfeast", "compfs", "fedsdg-fs", "group-lasso", "icafs", "less-vfl", "local-lasso",
+        "ms-gini", "sefs", "sffs", "vflfs", "original-gate"}
+
+
+def method_params(name: str, n_features: int) -> dict:
+    """The suite's budget for ``name`` (see the module docstring)."""
+    fields = {f.name: f.default for f in dataclasses.fields(registry.get(name).Params)}
+    out: dict = {}
+    for k in EPOCH_PARAMS:
+        v = fields.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and v > EPOCHS:
+            out[k] = EPOCHS
+    if isinstance(fields.get("batch_size"), int) and fields["batch_size"] > BATCH:
+        out["batch_size"] = BATCH
+    if fields.get("n_select") not in (None, 0) and "n_select" in fields:
+        out["n_select"] = n_features // 2
+    if "key_bits" in fields:
+        out.update(key_bits=1024, insecure=True)
+    if name == "fedsdg-fs" and fields.get("secure") is True:  # the secure path computes the same (its tests)
+        out["secure"] = False
+    if "pretrain_epochs" in fields and out.get("epochs", fields.get("epochs", 0)) < fields["pretrain_epochs"]:
+        out["pretrain_epochs"] = 1
+    return out
+
+
+def _case(method: str, data: str):
+    marks = []
+    if method in SLOW or data == "synth30":
+        marks.append(pytest.mark.slow)
+    if (method, data) in PENDING_DEFAULTS:
+        marks.append(pytest.mark.xfail(strict=False, reason=f"issue 40 item 1 (another session's defaults): "
+                                                            f"{PENDING_DEFAULTS[(method, data)]}"))
+    return pytest.param(method, data, id=f"{data}-{method}", marks=marks)
+
+
+CASES = [_case(m, d) for d in DATA for m in registry.available()]
+
+
+@pytest.fixture(scope="module")
+def prepared():
+    cache: dict = {}
+
+    def get(key: str):
+        if key not in cache:
+            data = build_data(DATA[key], parties=3, noise=0.5, seed=0)
+            n_features = sum(p.n_features for p in data.parties)
+            y_train, y_test = data.labels.y["train"], data.labels.y["test"]
+            majority = float(np.mean(y_test == np.bincount(y_train).argmax()))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                vfl = run("vfl", data, seed=0, params=method_params("vfl", n_features)).metrics["accuracy"]
+            cache[key] = (data, n_features, majority, vfl)
+        return cache[key]
+
+    return get
+
+
+@pytest.mark.parametrize(("method", "data_name"), CASES)
+def test_method_generalises_to_many_classes(method, data_name, prepared):
+    data, n_features, majority, vfl = prepared(data_name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            res = run(method, data, seed=0, params=method_params(method, n_features))
+        except ConfigError as exc:
+            if "binary" in str(exc):
+                pytest.skip(f"binary-only method: {exc}")
+            raise
+    acc = res.metrics["accuracy"]
+    bar = majority + 0.3 * (vfl - majority)
+    figures = (f"{method} on {data_name}: accuracy {acc:.3f}, vfl {vfl:.3f}, majority {majority:.3f}, kept "
+               f"{res.selection['n_kept']} of {res.selection['n_features']}")
+    print(figures)  # shown by pytest -rA: the figures of every method, passed or not
+    assert acc >= bar, f"{figures}: below majority + 0.3 x (vfl - majority) = {bar:.3f}"
+    if res.selection["n_kept"] < res.selection["n_features"]:  # a selection: at most 10 points below vfl
+        assert acc >= vfl - 0.10, f"{figures}: a selection {vfl - acc:.3f} below vfl"
