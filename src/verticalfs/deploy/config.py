@@ -75,6 +75,7 @@ class Deployment:
     connect_timeout: float = 10.0
     checkpoints: Path | None = None
     max_file_mb: float = 1024.0
+    stream_above_mb: float = 256.0
 
     @property
     def max_bytes(self) -> int:
@@ -134,7 +135,7 @@ class Deployment:
                   task=conf.task, na_values=None if na is None else list(na), delimiter=conf.delimiter,
                   encoding=conf.encoding, scaling=conf.scaling, impute=conf.impute, test_size=conf.test_size,
                   val_size=conf.val_size, connect_timeout=conf.connect_timeout, checkpoints=rel(conf.checkpoints),
-                  max_file_mb=conf.max_file_mb)
+                  max_file_mb=conf.max_file_mb, stream_above_mb=conf.stream_above_mb)
         out._check(where)
         return out
 

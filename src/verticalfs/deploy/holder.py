@@ -77,7 +77,7 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None, che
                             categorical=e.categorical, na_values=dep.na_values, delimiter=dep.delimiter,
                             encoding=dep.encoding, max_bytes=dep.max_bytes if max_bytes is None else max_bytes,
                             checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(name),
-                            policy=policy)
+                            policy=policy, stream_above_mb=dep.stream_above_mb)
     from verticalfs.deploy.scoring import enable_scoring, model_root, scoring_path
 
     enable_scoring(runtime, model_dir=model_root(dep, name), scoring_path=scoring_path(dep, name),
