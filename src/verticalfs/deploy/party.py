@@ -136,6 +136,7 @@ class DeployedParty(PartyRuntime):
         self.read_options = {"na_values": na_values, "delimiter": delimiter, "encoding": encoding,
                              "max_bytes": max_bytes}
         self.columns, self.categorical = cols, cats
+        self.n_rows = len(self._index)  # rows in its file
         self._alignments = 0
         super().__init__(LocalData(name, [], {}), ids=self._index.to_numpy(dtype=str),
                          role_for=registry.party_roles(), allowed_methods=allowed_methods,
@@ -193,4 +194,4 @@ class DeployedParty(PartyRuntime):
             self.preprocessor = prepared.preprocessor
         self.role, self.method = None, None
         self.aligned = True
-        return Aligned(rows_in_file=len(self._index), rows_kept=len(ids), n_features=len(self.data.feature_names))
+        return Aligned(rows_in_file=self.n_rows, rows_kept=len(ids), n_features=len(self.data.feature_names))
