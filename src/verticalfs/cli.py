@@ -959,7 +959,7 @@ def party_serve(
     _warn([f"party {name!r} serves a column {c!r} of {str(entry.file)!r} named like the label column "
            f"{dep.label_column!r} of {dep.label_party!r}; if it is a copy of the label, the model learns the answer "
            "from it: drop the column or fix the file" for c in rt.columns if named_like(c, dep.label_column)], set())
-    console.print(f"party [bold]{name}[/] serves {len(rt.frame)} rows x {len(rt.columns)} columns of "
+    console.print(f"party [bold]{name}[/] serves {rt.n_rows} rows x {len(rt.columns)} columns of "
                   f"{entry.file} on {entry.listen} ({'INSECURE, no TLS' if dep.insecure else 'mutual TLS'}); "
                   f"peers: {', '.join(sorted(party.server.peers))}", soft_wrap=True)
     console.print(f"policy of {name} ({'its [parties.' + name + '.policy]' if policy is None else f'{policy} over [parties.{name}.policy]'}): "

@@ -187,6 +187,10 @@ class DeploymentFile(_Model):
     max_file_mb: float = Field(1024.0, gt=0, description="The most megabytes a party's file may hold, on disk and "
                                "decompressed (`.csv.gz`, Parquet); a larger file is refused before it is read. "
                                "`party serve --max-file-mb` overrides it on one host.")
+    stream_above_mb: float = Field(256.0, ge=0, description="A party file (or folder of Parquet files) at least this "
+                                   "large is read in pieces through pyarrow and prepared into memory-mapped float32 "
+                                   "matrices in a working folder (bounded memory; the same prepared values); a "
+                                   "smaller one is read whole into memory. 0: always in pieces.")
 
     @property
     def max_file_bytes(self) -> int:

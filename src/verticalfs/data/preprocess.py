@@ -109,8 +109,10 @@ class PartyPreprocessor:
     # ---------------------------------------------------------------------------------- fitting
     @classmethod
     def fit(cls, party: str, X: pd.DataFrame, categorical, *, scaling: str = "minmax",
-            impute: str = "none", where: str = "") -> PartyPreprocessor:
-        """Fit on the training rows ``X`` of ``party`` (``where`` names the file, for errors)."""
+            impute: str = "none", where: str = "", check_constant: bool = True) -> PartyPreprocessor:
+        """Fit on the training rows ``X`` of ``party`` (``where`` names the file, for errors).
+        ``check_constant=False`` leaves out the warning about a party whose columns are all
+        constant (a fit of one column of many: :func:`verticalfs.data.stream.fit_streamed`)."""
         if scaling not in SCALINGS:
             raise DataError(f"unknown scaling {scaling!r}; use one of {SCALINGS}")
         if impute not in IMPUTATIONS:
@@ -191,12 +193,15 @@ class PartyPreprocessor:
             if c in pp.fill and missing.any():
                 values = np.concatenate([values, np.full(int(missing.sum()), pp.fill[c], dtype=object)])
             pp.categories[c] = sorted(np.unique(values.astype(str)).tolist())
-        if len(X) > 1 and len(X.columns) and pp._all_constant(X):
-            cols = [str(c) for c in X.columns]
-            pp.warnings.append(f"party {party!r}{src}: all its columns {cols[:8]}{' ...' if len(cols) > 8 else ''} "
-                               "are constant on the training rows, so it has no informative column and adds only "
-                               "traffic; check its file, or leave the party out")
+        if check_constant and len(X) > 1 and len(X.columns) and pp._all_constant(X):
+            pp.warnings.append(cls.constant_warning(party, [str(c) for c in X.columns], src))
         return pp
+
+    @staticmethod
+    def constant_warning(party: str, cols: list[str], src: str) -> str:
+        return (f"party {party!r}{src}: all its columns {cols[:8]}{' ...' if len(cols) > 8 else ''} "
+                "are constant on the training rows, so it has no informative column and adds only "
+                "traffic; check its file, or leave the party out")
 
     def _all_constant(self, X: pd.DataFrame) -> bool:
         """Every numeric column one value (or missing) and every categorical one at most one category."""

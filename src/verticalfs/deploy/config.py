@@ -80,6 +80,7 @@ class Deployment:
     psi_engine: str = "auto"
     max_file_mb: float = 1024.0
     max_bytes: int = 1 << 30  # max_file_mb in bytes: the largest party file that is read
+    stream_above_mb: float = 256.0
 
     # ----------------------------------------------------------------- reading
     @classmethod
@@ -136,7 +137,7 @@ class Deployment:
                   val_size=conf.val_size, connect_timeout=conf.connect_timeout, call_timeout=conf.call_timeout,
                   retries=conf.retries, fan_out=conf.fan_out, checkpoints=rel(conf.checkpoints),
                   max_file_mb=conf.max_file_mb, max_bytes=conf.max_file_bytes,
-                  psi_engine=conf.psi_engine)
+                  psi_engine=conf.psi_engine, stream_above_mb=conf.stream_above_mb)
         out._check(where)
         return out
 

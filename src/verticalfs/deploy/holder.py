@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from verticalfs.data.user import _labels, _read_frames, _sort_ids
 from verticalfs.data.vertical import SPLITS, LabelData, PartyData, PreparedData, split_indices
@@ -141,7 +142,7 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None, che
                             categorical=e.categorical, na_values=dep.na_values, delimiter=dep.delimiter,
                             encoding=dep.encoding, max_bytes=dep.max_bytes if max_bytes is None else max_bytes,
                             checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(name),
-                            policy=policy, state_dir=dep.state_dir(name))
+                            policy=policy, state_dir=dep.state_dir(name), stream_above_mb=dep.stream_above_mb)
     from verticalfs.deploy.scoring import enable_scoring, model_root, scoring_path
 
     enable_scoring(runtime, model_dir=model_root(dep, name), scoring_path=scoring_path(dep, name),
@@ -172,13 +173,8 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
     lp = dep.label_party
     entry = dep.party(lp)
     dep.check_keys(LABEL_HOLDER, lp)
-    frame = _read_frames({lp: entry.file}, id_column=dep.id_column, na_values=dep.na_values,
-                         delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=dep.max_bytes)[lp]
-    if dep.label_column not in frame.columns:
-        cols = [c for c in frame.columns if c != dep.id_column]
-        raise DataError(f"party {lp!r}: label column {dep.label_column!r} is not in {str(entry.file)!r}; its "
-                        f"columns are {cols}. Fix label_column or label_party in {str(dep.path)!r}")
-    own_features = [c for c in frame.columns if c not in (dep.id_column, dep.label_column)]
+    frame, all_columns = _label_frame(dep, lp, entry.file)
+    own_features = [c for c in all_columns if c not in (dep.id_column, dep.label_column)]
     names = [p for p in dep.parties if p != lp or own_features]
     out = Connected(federation=None, data=None, session=new_session())  # type: ignore[arg-type]
     try:
@@ -236,6 +232,34 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
     except BaseException:
         out.close()
         raise
+
+
+def _label_frame(dep: Deployment, lp: str, path: Path) -> tuple[pd.DataFrame, list[str]]:
+    """The label party's ids and labels, and its file's columns. A file at least ``stream_above_mb``
+    large is not read whole: only its id and label columns (its features are served by its own
+    :class:`~verticalfs.deploy.party.DeployedParty`, which reads them in pieces)."""
+    from verticalfs.data.stream import StreamedTable, file_bytes
+
+    if file_bytes(path) >= dep.stream_above_mb * 2**20:
+        table = StreamedTable(lp, path, id_column=dep.id_column, na_values=dep.na_values, delimiter=dep.delimiter,
+                              encoding=dep.encoding)
+        try:
+            columns = list(table.columns)
+            if dep.label_column in columns:
+                frame = pd.DataFrame({dep.id_column: table.ids(), dep.label_column: table.column(dep.label_column)})
+            else:
+                frame = pd.DataFrame(columns=columns)
+        finally:
+            table.close()
+    else:
+        frame = _read_frames({lp: path}, id_column=dep.id_column, na_values=dep.na_values,
+                             delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=dep.max_bytes)[lp]
+        columns = list(frame.columns)
+    if dep.label_column not in columns:
+        cols = [c for c in columns if c != dep.id_column]
+        raise DataError(f"party {lp!r}: label column {dep.label_column!r} is not in {str(path)!r}; its "
+                        f"columns are {cols}. Fix label_column or label_party in {str(dep.path)!r}")
+    return frame, columns
 
 
 def _named_like_label(parties, dep: Deployment) -> list[str]:

@@ -18,13 +18,18 @@ the method's protocol sends (embeddings, scores, ...), and its PSI reply; never 
 
 from __future__ import annotations
 
+import secrets
+import shutil
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from verticalfs.configuration import PartyPolicy
-from verticalfs.data.user import _read_frames, feature_columns, party_block
+from verticalfs.data.stream import DEFAULT_STREAM_ABOVE_MB, StreamedTable, file_bytes, prepare_streamed
+from verticalfs.data.user import _check_size, _read_frames, feature_columns, party_block
 from verticalfs.data.vertical import IMPUTATIONS, SCALINGS, SPLITS, prepare_block
 from verticalfs.deploy.scoring import is_scoring, scoring_handle
 from verticalfs.exceptions import DataError, ProtocolError
@@ -95,25 +100,47 @@ class DeployedParty(PartyRuntime):
     def __init__(self, name: str, path: str | Path, *, id_column: str = "id", label_column: str | None = None,
                  categorical: Sequence[str] | str = (), na_values=None, delimiter: str = ",",
                  encoding: str = "utf-8", max_bytes: int = 1 << 30, allowed_methods=None,
-                 checkpoint_dir=None, policy=None, state_dir=None) -> None:
+                 checkpoint_dir=None, policy=None, state_dir=None, stream: bool | None = None,
+                 stream_above_mb: float = DEFAULT_STREAM_ABOVE_MB) -> None:
         path = Path(path)
-        frame = _read_frames({name: path}, id_column=id_column, na_values=na_values, delimiter=delimiter,
-                             encoding=encoding, max_bytes=max_bytes)[name]
+        from verticalfs.data.preprocess import PartyPreprocessor
+
+        if stream is None:  # a large table is read in pieces (data/stream.py), a small one in memory
+            stream = file_bytes(path) >= stream_above_mb * 2**20
+        self.table: StreamedTable | None = None
         auto = isinstance(categorical, str)
-        cols, cats = feature_columns(name, frame, path, id_column=id_column, label_column=label_column,
-                                     declared=[] if auto else list(categorical), auto=auto)
+        if stream:
+            if path.is_file():
+                _check_size(name, path, max_bytes)
+            table = StreamedTable(name, path, id_column=id_column, na_values=na_values, delimiter=delimiter,
+                                  encoding=encoding)
+            cols, cats = feature_columns(name, table.schema_frame(), path, id_column=id_column,
+                                         label_column=label_column, declared=[] if auto else list(categorical),
+                                         auto=auto)
+            for c in cols:  # a column at a time, before anyone connects
+                if c not in cats:
+                    PartyPreprocessor.check_values(name, table.column(c).to_frame(c), [], where=str(path))
+            self.table, self.frame, self._index = table, None, pd.Index(table.ids())
+            self._finalizer = weakref.finalize(self, table.close)
+        else:
+            frame = _read_frames({name: path}, id_column=id_column, na_values=na_values, delimiter=delimiter,
+                                 encoding=encoding, max_bytes=max_bytes)[name]
+            cols, cats = feature_columns(name, frame, path, id_column=id_column, label_column=label_column,
+                                         declared=[] if auto else list(categorical), auto=auto)
         if not cols:
             raise DataError(f"party {name!r}: {str(path)!r} holds no feature column besides the id and label "
                             "(a label file without features is read by `verticalfs run`, it serves nothing)")
-        from verticalfs.data.preprocess import PartyPreprocessor
-
-        PartyPreprocessor.check_values(name, frame[cols], cats, where=str(path))  # before anyone connects
+        if not stream:
+            PartyPreprocessor.check_values(name, frame[cols], cats, where=str(path))  # before anyone connects
+            self.frame = frame.set_index(id_column)[cols]
+            self._index = self.frame.index
         self.path, self.id_column = path, id_column
         self.read_options = {"na_values": na_values, "delimiter": delimiter, "encoding": encoding,
                              "max_bytes": max_bytes}
-        self.frame = frame.set_index(id_column)[cols]
         self.columns, self.categorical = cols, cats
-        super().__init__(LocalData(name, [], {}), ids=self.frame.index.to_numpy(dtype=str),
+        self.n_rows = len(self._index)  # rows in its file
+        self._aligned_dir: Path | None = None  # its streamed matrices' folder (the latest alignment)
+        super().__init__(LocalData(name, [], {}), ids=self._index.to_numpy(dtype=str),
                          role_for=registry.party_roles(), allowed_methods=allowed_methods,
                          checkpoint_dir=checkpoint_dir, policy=PartyPolicy() if policy is None else policy)
         self.aligned = False
@@ -171,16 +198,28 @@ class DeployedParty(PartyRuntime):
             raise ProtocolError(f"party {self.name!r}: unknown scaling {msg.scaling!r} or imputation {msg.impute!r}")
         if len(set(ids)) != len(ids):
             raise ProtocolError(f"party {self.name!r}: Align lists an id twice")
-        missing = self.frame.index.get_indexer(ids) < 0
-        if missing.any():  # how many (or which) would make Align a membership oracle
+        pos = self._index.get_indexer(ids)
+        if (pos < 0).any():  # how many (or which) would make Align a membership oracle
             raise ProtocolError(f"party {self.name!r}: some of the ids to align are not in its file; the label "
                                 "holder's intersection is wrong")
-        rows = self.frame.loc[ids].reset_index(drop=True)
-        block = party_block(self.name, rows, self.columns, self.categorical, self.path)
-        idx = {s: np.flatnonzero(codes == k) for k, s in enumerate(SPLITS)}
-        prepared = prepare_block(block, idx, scaling=msg.scaling, impute=msg.impute)
-        self.data = LocalData.of(prepared)
-        self.preprocessor = prepared.preprocessor
+        if self.table is not None:  # in pieces: memory-mapped float32 matrices in its working folder
+            # a folder of its own per alignment: several sessions (each a copy of this runtime) may
+            # align at once; a session's earlier folder is removed (its open maps stay valid)
+            out = self.table.work_dir / f"aligned-{secrets.token_hex(6)}"
+            pp, maps = prepare_streamed(self.table, pos, codes, self.columns, self.categorical, scaling=msg.scaling,
+                                        impute=msg.impute, splits=SPLITS, out_dir=out)
+            self.data = LocalData(self.name, pp.feature_names, maps, pp.sources)
+            self.preprocessor = pp
+            if self._aligned_dir is not None:
+                shutil.rmtree(self._aligned_dir, ignore_errors=True)
+            self._aligned_dir = out
+        else:
+            rows = self.frame.iloc[pos].reset_index(drop=True)
+            block = party_block(self.name, rows, self.columns, self.categorical, self.path)
+            idx = {s: np.flatnonzero(codes == k) for k, s in enumerate(SPLITS)}
+            prepared = prepare_block(block, idx, scaling=msg.scaling, impute=msg.impute)
+            self.data = LocalData.of(prepared)
+            self.preprocessor = prepared.preprocessor
         self.role, self.method = None, None
         self.aligned = True
-        return Aligned(rows_in_file=len(self.frame), rows_kept=len(ids), n_features=prepared.n_features)
+        return Aligned(rows_in_file=self.n_rows, rows_kept=len(ids), n_features=len(self.data.feature_names))

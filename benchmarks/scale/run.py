@@ -1,0 +1,216 @@
+"""How cost grows with rows (issue 39): seconds and peak RSS per party process, per stage and size.
+
+For each size a seeded generator (:func:`generate`) writes three parties' Parquet files (the bank:
+id, label and 50 columns; the telecom and the insurer: id and 50 columns each; float32 columns, a
+known informative subset of 5 columns per party, every party holding the same ids in its own
+order). Two ``verticalfs party serve`` processes (``--insecure`` on 127.0.0.1: TLS costs the same
+at every size and is measured in benchmarks/network) serve the telecom and the insurer; this
+process is the bank (the label holder, which also serves its own columns). Every party reads its
+file in pieces (``stream_above_mb = 0``, data/stream.py).
+
+Stages, timed separately:
+
+- ``read``: a party process from start to listening (its ids read and its values checked);
+- ``psi``: private set intersection with both parties (verticalfs.psi.intersect);
+- ``prepare``: the rest of the connection: the label holder's split and ``Align``, each party
+  fitting its preprocessing and writing its memory-mapped matrices;
+- ``vfl epoch``: one epoch of ``vfl`` (training and evaluation);
+- ``feast``: FEAST's selection with one epoch of ``vfl`` on the kept columns (``feast+vfl``: the
+  parties keep their columns, the default policy), its own connection included.
+
+Peak RSS: each process's high-water mark (``VmHWM``) read after each stage; the bank's is this
+process. The slope is the least-squares slope of log(seconds) against log(rows) over the sizes.
+
+    python benchmarks/scale/run.py                     # 100k, 1M, 3M
+    python benchmarks/scale/run.py --sizes 20000,100000 --quick
+
+Goals (issue 39): peak RSS per party < 1.5 GiB at 10M rows; every stage linear in rows (slope
+<= 1.1). Sizes not run are not extrapolated here: the slopes printed are what was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+GOAL_RSS_GIB = 1.5
+GOAL_SLOPE = 1.1
+PARTIES = ("bank", "telecom", "insurer")
+INFORMATIVE = 5
+
+
+def generate(root: Path, n: int, *, columns: int = 50, seed: int = 0, chunk: int = 500_000) -> dict[str, Path]:
+    """Three parties' Parquet files about ``n`` customers, written a chunk of customers at a time
+    (bounded memory). The label is a logistic function of the first ``INFORMATIVE`` columns of every
+    party (the other columns are noise). Each party's file lists a chunk's customers in its own
+    shuffled order, so that aligning is a real lookup."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    w = np.random.default_rng(seed).normal(0, 1, (len(PARTIES), INFORMATIVE))
+    paths = {p: root / f"{p}.parquet" for p in PARTIES}
+    writers: dict[str, pq.ParquetWriter] = {}
+    try:
+        for a in range(0, n, chunk):
+            idx = np.arange(a, min(n, a + chunk))
+            ids = np.char.add("c", idx.astype(str))
+            X = {p: np.random.default_rng([seed, k, a]).normal(0, 1, (len(idx), columns)).astype(np.float32)
+                 for k, p in enumerate(PARTIES)}
+            logit = sum(X[p][:, :INFORMATIVE].astype(np.float64) @ w[k] for k, p in enumerate(PARTIES))
+            u = np.random.default_rng([seed, 99, a]).random(len(idx))
+            y = (u < 1 / (1 + np.exp(-logit / np.sqrt(len(PARTIES))))).astype(np.int8)
+            for k, p in enumerate(PARTIES):
+                order = np.random.default_rng([seed, 100 + k, a]).permutation(len(idx))
+                cols = {"id": pa.array(ids[order])}
+                if p == "bank":
+                    cols["default"] = pa.array(y[order])
+                cols.update({f"{p}_{j}": pa.array(X[p][order, j]) for j in range(columns)})
+                table = pa.table(cols)
+                if p not in writers:
+                    writers[p] = pq.ParquetWriter(str(paths[p]), table.schema)
+                writers[p].write_table(table)
+    finally:
+        for wr in writers.values():
+            wr.close()
+    return paths
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _hwm_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure(n: int, root: Path, *, columns: int = 50) -> dict:
+    from verticalfs import psi
+    from verticalfs.api import run
+    from verticalfs.deploy.config import Deployment
+    from verticalfs.deploy.holder import connect, run_deployment
+
+    t0 = time.perf_counter()
+    paths = generate(root, n, columns=columns)
+    gen_s = time.perf_counter() - t0
+    lines = ['label_party = "bank"', 'label_column = "default"', "insecure = true", "stream_above_mb = 0",
+             "max_file_mb = 100000", "connect_timeout = 120"]
+    for p in PARTIES:
+        lines += [f"[parties.{p}]", f'address = "127.0.0.1:{_free_port()}"', f'file = "{paths[p].name}"',
+                  f"[parties.{p}.policy]", "max_psi_ids = 100000000"]
+    dep_file = root / "deployment.toml"
+    dep_file.write_text("\n".join(lines) + "\n")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    procs, read_s = {}, {}
+    for p in PARTIES[1:]:
+        t = time.perf_counter()
+        procs[p] = subprocess.Popen([sys.executable, "-m", "verticalfs", "party", "serve", "--config", str(dep_file),
+                                     "--name", p, "--insecure"], cwd=root, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        procs[p]._t0 = t  # type: ignore[attr-defined]
+    out: dict = {"rows": n, "generate_s": gen_s, "stages": {}, "rss_mb": {}}
+    try:
+        for p, proc in procs.items():
+            line = proc.stdout.readline()
+            if "serves" not in line:
+                raise RuntimeError(f"party {p} did not start: {line}{proc.stderr.read()}")
+            read_s[p] = time.perf_counter() - proc._t0  # type: ignore[attr-defined]
+        out["stages"]["read"] = max(read_s.values())
+        rss = {p: _hwm_mb(proc.pid) for p, proc in procs.items()}
+        dep = Deployment.load(dep_file)
+        timed = {}
+        inner = psi.intersect
+
+        def timed_intersect(*a, **k):
+            t = time.perf_counter()
+            try:
+                return inner(*a, **k)
+            finally:
+                timed["psi"] = time.perf_counter() - t
+
+        psi.intersect = timed_intersect
+        try:
+            t = time.perf_counter()
+            conn = connect(dep, seed=0)
+            conn_s = time.perf_counter() - t
+        finally:
+            psi.intersect = inner
+        out["stages"]["psi"] = timed["psi"]
+        out["stages"]["prepare"] = conn_s - timed["psi"]
+        try:
+            t = time.perf_counter()
+            res = run("vfl", conn.data, seed=0, params={"epochs": 1, "batch_size": 1024}, federation=conn.federation)
+            out["stages"]["vfl epoch"] = time.perf_counter() - t
+            out["vfl_accuracy"] = res.metrics.get("accuracy")
+        finally:
+            conn.close()
+        rss = {p: max(rss[p], _hwm_mb(proc.pid)) for p, proc in procs.items()}
+        t = time.perf_counter()
+        res = run_deployment(dep, "feast+vfl", seed=0, params={"vfl.epochs": 1, "vfl.batch_size": 1024})
+        out["stages"]["feast"] = time.perf_counter() - t
+        out["feast_trained_as"] = res.info.get("trained_as")
+        rss = {p: max(rss[p], _hwm_mb(proc.pid)) for p, proc in procs.items()}
+        rss["bank"] = _hwm_mb(os.getpid())
+        out["rss_mb"] = rss
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return out
+
+
+def slope(rows: list[int], secs: list[float]) -> float:
+    if len(rows) < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(rows), np.log(secs), 1)[0])
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="100000,1000000,3000000", help="rows per party, comma-separated")
+    ap.add_argument("--columns", type=int, default=50)
+    ap.add_argument("--quick", action="store_true", help="20k and 50k rows x 10 columns (a check, not a result)")
+    a = ap.parse_args(argv)
+    sizes = [20_000, 50_000] if a.quick else [int(s) for s in a.sizes.split(",")]
+    columns = 10 if a.quick else a.columns
+    import torch
+
+    torch.set_num_threads(1)
+    results = []
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix=f"vfs-scale-{n}-") as d:
+            r = measure(n, Path(d), columns=columns)
+        results.append(r)
+        st = "  ".join(f"{k} {v:7.1f} s" for k, v in r["stages"].items())
+        rs = "  ".join(f"{k} {v:6.0f} MB" for k, v in r["rss_mb"].items())
+        print(f"{n:>10,} rows x {columns} columns a party: {st}   peak RSS: {rs}   "
+              f"(vfl accuracy {r.get('vfl_accuracy', float('nan')):.3f}; generating the files took "
+              f"{r['generate_s']:.1f} s)", flush=True)
+    rows = [r["rows"] for r in results]
+    print(f"\nslope of log(seconds) against log(rows) over {rows} (goal <= {GOAL_SLOPE}):")
+    for stage in results[0]["stages"]:
+        print(f"  {stage:10s} {slope(rows, [r['stages'][stage] for r in results]):5.2f}")
+    top = max(max(r["rss_mb"].values()) for r in results)
+    print(f"largest peak RSS of a party process: {top:.0f} MB (goal < {GOAL_RSS_GIB * 1024:.0f} MB at 10M rows)")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""The scaling benchmark's generator and runner at a tiny size (its figures are not checked here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("grpc")
+
+import run as scale  # noqa: E402  (benchmarks/scale/run.py; pytest puts this folder on sys.path)
+
+
+def test_generator_writes_three_aligned_parties_with_a_learnable_label(tmp_path):
+    paths = scale.generate(tmp_path, 3000, columns=6, chunk=1000)
+    frames = {p: pd.read_parquet(f) for p, f in paths.items()}
+    assert list(frames["bank"].columns[:2]) == ["id", "default"] and frames["telecom"].shape == (3000, 7)
+    assert all(sorted(f["id"]) == sorted(frames["bank"]["id"]) for f in frames.values())
+    assert (frames["telecom"]["id"].to_numpy() != frames["bank"]["id"].to_numpy()).any()  # own order
+    (tmp_path / "again").mkdir()
+    again = scale.generate(tmp_path / "again", 3000, columns=6, chunk=1000)
+    assert pd.read_parquet(again["insurer"]).equals(frames["insurer"])  # seeded
+    # the label depends on the informative columns of a party other than the bank
+    t = frames["telecom"].set_index("id").loc[frames["bank"]["id"]]
+    r = np.corrcoef(t["telecom_0"].to_numpy(), frames["bank"]["default"].to_numpy())[0, 1]
+    assert abs(r) > 0.05
+
+
+@pytest.mark.slow
+def test_runner_measures_every_stage_with_real_processes(tmp_path):
+    r = scale.measure(4000, tmp_path, columns=5)
+    assert set(r["stages"]) == {"read", "psi", "prepare", "vfl epoch", "feast"}
+    assert all(v > 0 for v in r["stages"].values())
+    assert set(r["rss_mb"]) == {"bank", "telecom", "insurer"} and all(v > 50 for v in r["rss_mb"].values())
+    assert r["feast_trained_as"] == "feast+vfl" and r["vfl_accuracy"] > 0.5

@@ -1,0 +1,238 @@
+"""A party's table read in pieces: bounded memory for a party with millions of rows (issue 39).
+
+The in-memory path (:func:`~verticalfs.data.user._read_frames`, then
+:func:`~verticalfs.data.vertical.prepare_block`) holds the whole table in pandas, then the aligned
+rows, then the prepared matrix: several times the file. :class:`StreamedTable` reads the file
+through :mod:`pyarrow.dataset` instead (a Parquet file, a folder of Parquet files, or a CSV file,
+which is first rewritten once as Parquet in the party's working folder so that a column can be read
+alone), and :func:`prepare_streamed` prepares the aligned rows without ever holding the table:
+
+1. the **fit** reads one column at a time (one float64 column of 10M rows is 80 MB) and fits
+   :class:`~verticalfs.data.preprocess.PartyPreprocessor` on that column's training rows; the
+   per-column fits are merged into the party's preprocessor. Every statistic the preprocessor
+   takes (min/max, mean/std, medians, quartiles, category levels, most frequent values) is a
+   per-column statistic, so the merged fit is the fit of the whole block: byte for byte for
+   min-max and robust scaling and every imputation (the same numpy calls on the same values);
+   for standard scaling the mean and variance are summed over one column instead of a matrix,
+   which numpy adds in another order, so they may differ in the last bits (tested to 1e-12);
+2. the **transform** reads record batches of all the party's columns, keeps the aligned rows of
+   each batch, applies the fitted preprocessor (row by row the same arithmetic as in memory) and
+   writes them to one float32 memory-mapped file per split, in the label holder's row order.
+
+:class:`~verticalfs.party.LocalData` then holds tensors backed by those files: a mini-batch reads
+its rows by index, and the operating system keeps in memory only the pages in use. The seam for an
+engine beyond one machine (Ray Data, Spark) is :class:`StreamedTable`'s three reads: ``ids()``,
+``column(name)`` and ``batches(columns)`` (docs/scale.md).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from verticalfs.data.preprocess import PartyPreprocessor
+from verticalfs.exceptions import DataError
+
+#: rows of one record batch of the transform pass (64k rows x 50 columns of float64: 26 MB)
+BATCH_ROWS = 1 << 16
+#: files at least this large are read streamed by a deployed party (``stream_above_mb``)
+DEFAULT_STREAM_ABOVE_MB = 256.0
+
+
+def _pyarrow():
+    try:
+        import pyarrow  # noqa: F401
+        import pyarrow.dataset as ds
+    except ImportError:  # pragma: no cover - pyarrow is a dependency of the deploy extra
+        raise DataError("reading a party's table in pieces needs pyarrow; run `pip install pyarrow`") from None
+    return ds
+
+
+class StreamedTable:
+    """A party's table, read in pieces (see the module docstring).
+
+    Parameters
+    ----------
+    party : str
+    path : path
+        A ``.parquet`` file, a folder of Parquet files, or a ``.csv`` file (rewritten once as Parquet
+        in ``work_dir``).
+    id_column : str
+    work_dir : path, optional
+        Where the CSV's Parquet copy and the prepared matrices go (default: a new temporary folder,
+        removed by :meth:`close`).
+    """
+
+    def __init__(self, party: str, path: str | Path, *, id_column: str = "id", work_dir: str | Path | None = None,
+                 na_values: Sequence[str] | None = None, delimiter: str = ",", encoding: str = "utf-8") -> None:
+        ds = _pyarrow()
+        self.party, self.path, self.id_column = party, Path(path), id_column
+        self._own_dir = work_dir is None
+        self.work_dir = Path(tempfile.mkdtemp(prefix=f"verticalfs-{party}-")) if work_dir is None else Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        src = self.path
+        try:
+            if src.is_file() and src.suffix.lower() == ".csv":
+                src = self._csv_to_parquet(ds, na_values, delimiter, encoding)
+            self.dataset = ds.dataset(str(src), format="parquet")
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise DataError(f"party {party!r}: cannot read {str(self.path)!r} as a table: {exc}") from None
+        self.columns = list(self.dataset.schema.names)
+        if id_column not in self.columns:
+            raise DataError(f"party {party!r}: {str(self.path)!r} has no id column {id_column!r}; its columns are "
+                            f"{self.columns}")
+        self.n_rows = int(self.dataset.count_rows())
+
+    def _csv_to_parquet(self, ds, na_values, delimiter: str, encoding: str) -> Path:
+        import pyarrow.csv as pcsv
+
+        out = self.work_dir / "table.parquet"
+        conv = pcsv.ConvertOptions(null_values=["", "NA", "NaN", "nan", "null", *(na_values or [])],
+                                   strings_can_be_null=True, column_types={self.id_column: "string"})
+        src = ds.dataset(str(self.path), format=ds.CsvFileFormat(
+            parse_options=pcsv.ParseOptions(delimiter=delimiter), convert_options=conv,
+            read_options=pcsv.ReadOptions(encoding=encoding, block_size=1 << 24)))
+        import pyarrow.parquet as pq
+
+        writer = None
+        try:
+            for batch in src.to_batches(use_threads=False):
+                if writer is None:
+                    writer = pq.ParquetWriter(str(out), batch.schema)
+                writer.write_batch(batch)
+        finally:
+            if writer is not None:
+                writer.close()
+        return out
+
+    # ------------------------------------------------------------------ the three reads (the seam)
+    def ids(self) -> np.ndarray:
+        """The id column as text, in file order (checked: no missing and no repeated id)."""
+        col = self.dataset.to_table(columns=[self.id_column], use_threads=False).column(0)
+        if col.null_count:
+            raise DataError(f"party {self.party!r}: {col.null_count} rows of {str(self.path)!r} have no id in "
+                            f"column {self.id_column!r}; give every row an id")
+        ids = np.asarray(col.cast("string").to_numpy(zero_copy_only=False), dtype=str)
+        index = pd.Index(ids)
+        if not index.is_unique:
+            dup = index[index.duplicated()][:3].tolist()
+            raise DataError(f"party {self.party!r}: ids repeat in column {self.id_column!r} of {str(self.path)!r} "
+                            f"(e.g. {dup}); every row needs its own id")
+        return ids
+
+    def column(self, name: str) -> pd.Series:
+        """One whole column (all rows, file order)."""
+        return self.dataset.to_table(columns=[name], use_threads=False).column(0).to_pandas()
+
+    def batches(self, columns: Sequence[str], batch_rows: int = BATCH_ROWS) -> Iterator[tuple[int, pd.DataFrame]]:
+        """``(first row, frame)`` of consecutive record batches of ``columns``, in file order."""
+        offset = 0
+        for b in self.dataset.to_batches(columns=list(columns), batch_size=batch_rows, use_threads=False):
+            if b.num_rows:
+                yield offset, b.to_pandas()
+                offset += b.num_rows
+
+    def schema_frame(self) -> pd.DataFrame:
+        """An empty frame with the table's columns and types (for the column checks)."""
+        return self.dataset.schema.empty_table().to_pandas()
+
+    def close(self) -> None:
+        if self._own_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+def _typed(s: pd.Series, categorical: bool) -> pd.Series:
+    """As :func:`~verticalfs.data.user.party_block` types a column: text (missing kept) or float64."""
+    return s.where(s.isna(), s.astype(str)) if categorical else s.astype(np.float64)
+
+
+def fit_streamed(table: StreamedTable, rows: np.ndarray, cols: Sequence[str], cats: Sequence[str], *,
+                 scaling: str, impute: str) -> PartyPreprocessor:
+    """The party's preprocessor fitted on the file rows ``rows`` (its training rows), a column at a
+    time (see the module docstring)."""
+    cat_set = set(cats)
+    where = str(table.path)
+    merged = PartyPreprocessor(table.party, [], [], scaling, impute)
+    constant = True
+    for c in cols:
+        s = _typed(table.column(c).iloc[rows].reset_index(drop=True), c in cat_set)
+        one = PartyPreprocessor.fit(table.party, pd.DataFrame({c: s}), [c] if c in cat_set else [],
+                                    scaling=scaling, impute=impute, where=where, check_constant=False)
+        merged.numeric += one.numeric
+        merged.categorical += one.categorical
+        merged.fill.update(one.fill)
+        merged.scale += one.scale
+        merged.offset += one.offset
+        merged.categories.update(one.categories)
+        merged.warnings += one.warnings
+        if c in cat_set:
+            constant = constant and len(one.categories[c]) <= 1
+        else:
+            with np.errstate(invalid="ignore"):
+                v = s.to_numpy(dtype=np.float64)
+                constant = constant and not (np.nanmax(v) > np.nanmin(v) if len(v) and not np.isnan(v).all() else False)
+    # numeric columns first, then categorical ones, as PartyPreprocessor.fit orders them
+    if len(rows) > 1 and cols and constant:
+        merged.warnings.append(PartyPreprocessor.constant_warning(table.party, list(cols), f" in {where}"))
+    return merged
+
+
+def prepare_streamed(table: StreamedTable, pos: np.ndarray, codes: np.ndarray, cols: Sequence[str],
+                     cats: Sequence[str], *, scaling: str, impute: str, splits: Sequence[str],
+                     out_dir: str | Path, batch_rows: int = BATCH_ROWS):
+    """The aligned rows prepared into float32 memory-mapped files, one per split.
+
+    ``pos[i]`` is the file row of the label holder's row ``i`` and ``codes[i]`` its split (an index
+    into ``splits``). Returns ``(preprocessor, {split: np.memmap})``; each split's rows are in the
+    label holder's order.
+    """
+    pos = np.asarray(pos, dtype=np.int64)
+    codes = np.asarray(codes, dtype=np.int64)
+    pp = fit_streamed(table, pos[codes == 0], cols, cats, scaling=scaling, impute=impute)
+    d = len(pp.feature_names)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # file row -> (split, destination row) for the aligned rows; -1 elsewhere
+    split_of = np.full(table.n_rows, -1, dtype=np.int8)
+    dest = np.full(table.n_rows, -1, dtype=np.int64)
+    maps: dict[str, np.memmap] = {}
+    for k, s in enumerate(splits):
+        mine = np.flatnonzero(codes == k)
+        split_of[pos[mine]] = k
+        dest[pos[mine]] = np.arange(len(mine))
+        f = out_dir / f"{table.party}-{s}.f32"
+        # np.memmap cannot map an empty file: an empty split is an ordinary empty array
+        maps[s] = (np.memmap(f, dtype=np.float32, mode="w+", shape=(len(mine), d)) if len(mine) and d
+                   else np.zeros((len(mine), d), dtype=np.float32))
+    cat_set = set(cats)
+    for first, frame in table.batches(list(cols), batch_rows):
+        k_rows = split_of[first:first + len(frame)]
+        keep = np.flatnonzero(k_rows >= 0)
+        if not len(keep):
+            continue
+        X = frame.iloc[keep].reset_index(drop=True)
+        for c in cols:
+            X[c] = _typed(X[c], c in cat_set)
+        A = pp.transform(X, where=str(table.path))
+        for k, s in enumerate(splits):
+            m = k_rows[keep] == k
+            if m.any():
+                maps[s][dest[first + keep[m]]] = A[m]
+    for m in maps.values():
+        if isinstance(m, np.memmap):
+            m.flush()
+    return pp, maps
+
+
+def file_bytes(path: str | Path) -> int:
+    """A file's size, or a folder's (of Parquet files) total."""
+    p = Path(path)
+    if p.is_dir():
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    return p.stat().st_size if p.exists() else 0
+

@@ -1,0 +1,100 @@
+"""A party's table read in pieces (issue 39): the streamed path prepares exactly what the in-memory
+path prepares, from Parquet, a folder of Parquet files and CSV, into memory-mapped matrices."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("pyarrow")
+
+from verticalfs.data.stream import StreamedTable, fit_streamed  # noqa: E402
+from verticalfs.data.vertical import SPLITS  # noqa: E402
+from verticalfs.deploy.party import Align, DeployedParty  # noqa: E402
+from verticalfs.exceptions import DataError  # noqa: E402
+
+
+def _table(n=3000, seed=0):
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"id": [f"c{i:05d}" for i in rng.permutation(n)],
+                       "income": rng.lognormal(3, 1, n), "age": rng.integers(18, 90, n).astype(float),
+                       "plan": rng.choice(["gold", "basic", "free"], n),
+                       "calls": rng.poisson(30, n).astype(float)})
+    df.loc[rng.random(n) < 0.05, "income"] = np.nan
+    df.loc[rng.random(n) < 0.05, "plan"] = None
+    return df
+
+
+def _align(party, ids, codes, scaling="minmax", impute="median"):
+    party.handle("active", Align(ids=list(ids), split=codes, scaling=scaling, impute=impute), None, None)
+    return {s: party.data.X_all(s).numpy() for s in SPLITS}, party.preprocessor
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stream")
+    df = _table()
+    df.to_csv(root / "t.csv", index=False)
+    df.to_parquet(root / "t.parquet", index=False)
+    (root / "parts").mkdir()
+    for k, part in enumerate([df.iloc[:1000], df.iloc[1000:2000], df.iloc[2000:]]):  # a folder, read in name order
+        part.to_parquet(root / "parts" / f"part-{k}.parquet", index=False)
+    rng = np.random.default_rng(1)
+    ids = rng.choice(df["id"].to_numpy(), 2000, replace=False)  # the label holder's order
+    codes = rng.choice(3, 2000, p=[0.7, 0.1, 0.2]).astype(np.int64)
+    return root, ids, codes
+
+
+@pytest.mark.parametrize("source", ["t.parquet", "parts", "t.csv"])
+@pytest.mark.parametrize("scaling", ["minmax", "robust", "standard"])
+def test_streamed_and_in_memory_prepare_the_same_matrices(files, source, scaling):
+    root, ids, codes = files
+    mem = DeployedParty("telecom", root / "t.csv", categorical=["plan"], stream=False)
+    big = DeployedParty("telecom", root / source, categorical=["plan"], stream=True)
+    assert big.table is not None and mem.table is None
+    assert sorted(big.ids) == sorted(mem.ids)
+    X_mem, pp_mem = _align(mem, ids, codes, scaling=scaling)
+    X_big, pp_big = _align(big, ids, codes, scaling=scaling)
+    assert pp_big.feature_names == pp_mem.feature_names and pp_big.categories == pp_mem.categories
+    assert pp_big.fill == pp_mem.fill
+    for s in SPLITS:
+        if len(X_big[s]):  # the tensor is the memory-mapped file, not a copy in memory
+            f = next(big.table.work_dir.glob(f"aligned-*/telecom-{s}.f32"))
+            assert f.stat().st_size == X_big[s].nbytes and str(f) in open("/proc/self/maps").read()
+        if scaling == "standard":  # a column's sums in another order (module docstring): last bits
+            np.testing.assert_allclose(X_big[s], X_mem[s], rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(pp_big.offset, pp_mem.offset, rtol=1e-12)
+        else:
+            assert np.array_equal(X_big[s], X_mem[s]), s  # byte for byte
+            assert pp_big.scale == pp_mem.scale and pp_big.offset == pp_mem.offset
+
+
+def test_a_second_alignment_replaces_the_first_and_removes_its_files(files):
+    root, ids, codes = files
+    party = DeployedParty("telecom", root / "t.parquet", categorical=["plan"], stream=True)
+    X1, _ = _align(party, ids, codes)
+    first = sorted(party.table.work_dir.glob("aligned-*"))
+    X2, _ = _align(party, ids[:500], codes[:500])
+    second = sorted(party.table.work_dir.glob("aligned-*"))
+    assert len(first) == len(second) == 1 and first != second  # the first alignment's folder is gone
+    assert len(X2["train"]) == int((codes[:500] == 0).sum())
+    work = party.table.work_dir
+    del party
+    import gc
+
+    gc.collect()
+    assert not work.exists()  # the working folder goes with the party
+
+
+def test_constant_warning_and_bad_files(tmp_path):
+    df = pd.DataFrame({"id": ["a", "b", "c", "d"], "x": [1.0, 1.0, 1.0, 1.0], "y": [2.0, 2.0, np.nan, 2.0]})
+    df.to_parquet(tmp_path / "c.parquet", index=False)
+    t = StreamedTable("p", tmp_path / "c.parquet")
+    pp = fit_streamed(t, np.arange(4), ["x", "y"], [], scaling="minmax", impute="median")
+    assert len(pp.warnings) == 1 and "are constant on the training rows" in pp.warnings[0]
+    df.assign(id=["a", "a", "c", "d"]).to_parquet(tmp_path / "d.parquet", index=False)
+    with pytest.raises(DataError, match="ids repeat in column 'id'.*'a'"):
+        StreamedTable("p", tmp_path / "d.parquet").ids()
+    with pytest.raises(DataError, match="no id column 'key'"):
+        StreamedTable("p", tmp_path / "c.parquet", id_column="key")
