@@ -17,7 +17,8 @@ majority rate of the test split, ``vfl``'s accuracy, each method's test accuracy
 - ``wide20``: 1,440 x 1,024, 20 classes (like COIL20's shape); ``wide26``: 1,560 x 617, 26 classes
   (like ISOLET's shape), both ``make_classification`` with half of the features informative.
 
-``--json FILE`` appends each run as one JSON line (rerun only what changed).
+``--json FILE`` appends each run as one JSON line (rerun only what changed); ``--table FILE``
+prints the runs of such files as a Markdown table, one column per ``--tag`` (e.g. before / after).
 """
 
 from __future__ import annotations
@@ -98,6 +99,27 @@ def run_one(method: str, data, params: dict) -> dict:
             "warnings": [str(w.message)[:120] for w in caught if "VerticalFS" in type(w.message).__name__]}
 
 
+def markdown(paths: list[str]) -> str:
+    """The JSON lines of ``paths`` as one Markdown table: rows data set x method, a column per tag
+    (accuracy, features kept), plus the majority rate and the issue's bar from ``vfl``."""
+    runs = [json.loads(line) for p in paths for line in open(p) if line.strip()]
+    tags = list(dict.fromkeys(r["tag"] for r in runs))
+    cell = {(r["data"], r["method"], r["tag"]): r for r in runs}
+    rows = list(dict.fromkeys((r["data"], r["method"]) for r in runs))
+    out = ["| data | method | " + " | ".join(f"{t}: acc (kept)" for t in tags) + " | bar |",
+           "| --- | --- | " + " | ".join("---" for _ in tags) + " | --- |"]
+    for data, method in sorted(rows, key=lambda k: (k[0], k[1] != "vfl", k[1])):
+        ref = next((cell[(data, "vfl", t)]["accuracy"] for t in tags if (data, "vfl", t) in cell), None)
+        maj = next(r["majority"] for r in runs if r["data"] == data)
+        vals = []
+        for t in tags:
+            r = cell.get((data, method, t))
+            vals.append("" if r is None else f"{r['accuracy']:.3f} ({r['kept']}/{r['features']})")
+        bar = "" if ref is None else f"{maj + 0.3 * (ref - maj):.3f}"
+        out.append(f"| {data} (majority {maj:.3f}) | {method} | " + " | ".join(vals) + f" | {bar} |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="digits,synth30,usps")
@@ -105,7 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--param", action="append", default=[], help="method.key=value (repeatable)")
     ap.add_argument("--json", default=None, help="append each run as a JSON line to this file")
     ap.add_argument("--tag", default="", help="a label written with each JSON line (e.g. before/after)")
+    ap.add_argument("--table", nargs="+", default=None, help="print these JSON-line files as a Markdown table")
     a = ap.parse_args(argv)
+    if a.table:
+        print(markdown(a.table))
+        return 0
     import torch
 
     import verticalfs
