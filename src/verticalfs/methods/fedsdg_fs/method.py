@@ -319,13 +319,9 @@ class FedSDGTrainer(SplitTrainer):
 
     spec_class = FedSDGSpec
 
-    def __init__(self, *args, gates: dict, sgd_interactive: bool = False, sgd_lr: float | None = None,
-                 **kwargs) -> None:
+    def __init__(self, *args, gates: dict, sgd_interactive: bool = False, **kwargs) -> None:
         self.gates = gates
         self.sgd_interactive = sgd_interactive
-        #: plain SGD's rate on the interactive layer: the unscaled ``lr`` (``lr_classes`` tames
-        #: Adam's first steps; SGD's steps are not normalised, and at 0.03 x 3 / 30 its layer stalls)
-        self.sgd_lr = sgd_lr
         super().__init__(*args, **kwargs)
         self.spec_extra.update(gates, interactive=self.interactive_width)
         self.open: dict[str, np.ndarray] = {}
@@ -342,7 +338,7 @@ class FedSDGTrainer(SplitTrainer):
         w = self.top.input_layer.weight
         rest = [q for q in self.top.parameters() if q is not w]
         self.optimizer = _TwoOptimizers(make_optimizer(rest, c.optimizer, c.lr, c.weight_decay),
-                                        torch.optim.SGD([w], lr=self.sgd_lr or c.lr))
+                                        torch.optim.SGD([w], lr=c.lr))
 
     def decode_forward(self, party: str, msg, n_rows: int) -> np.ndarray:
         if not isinstance(msg, GatedEmbeddings):
@@ -436,7 +432,7 @@ class SecureFedSDGTrainer(FedSDGTrainer):
         value = loss.item()
         self.check_loss(value, at)
         delta = Zs.grad.numpy().astype(np.float64)
-        lr = float(self.sgd_lr or self.config.lr)
+        lr = float(self.config.lr)
         for p in self.parties:  # Algorithm 3
             proxy, srv = self.fed.proxy(p), self.server[p]
             data = srv.masked_weight_gradient(srv.st.pop("rows"), delta)
@@ -508,8 +504,7 @@ class OriginalGate(Method):
         trainer = self.trainer_class()(fed, self.name, config, seed=self.seed,
                                        callbacks=self.callbacks, entry_hook=self.entry_hook,
                                        codec=self.codec or "float32", gates=self.gates(),
-                                       sgd_interactive=self.sgd_interactive, sgd_lr=float(p.lr),
-                                       checkpoints=self.checkpoints)
+                                       sgd_interactive=self.sgd_interactive, checkpoints=self.checkpoints)
         trainer.setup()
         t0 = time.perf_counter()
         self.initialise(trainer)
