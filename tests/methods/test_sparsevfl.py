@@ -261,7 +261,8 @@ def test_tied_validation_scores_go_to_the_lower_loss(data, monkeypatch):
 def test_top_model_narrower_than_the_classes_warns():
     digits = verticalfs.build_data("digits", parties=2, seed=0)
     with pytest.warns(UserWarning, match="8 hidden units for 10 classes"):
-        res = verticalfs.run("sparsevfl-16", digits, seed=0, params={"epochs": 1, "top_hidden": 8})
+        res = verticalfs.run("sparsevfl-16", digits, seed=0,  # top_per_class=0: no widening (issue 40)
+                             params={"epochs": 1, "top_hidden": 8, "top_per_class": 0})
     assert any("top_hidden" in w for w in res.warnings)
     ok = verticalfs.run("sparsevfl-16", digits, seed=0, params={"epochs": 1, "top_hidden": 16})
     assert not any("hidden units" in w for w in ok.warnings)
