@@ -491,3 +491,25 @@ def test_secure_run_refuses_to_save_before_training(wine, tmp_path):
         verticalfs.run("fedsdg-fs", wine, seed=0, params={"epochs": 1, "key_bits": 768, "insecure": True},
                        save_model=tmp_path / "m")
     assert not (tmp_path / "m").exists()
+
+
+# ----------------------------------------------------------------- class-scaled defaults (issue 40)
+@pytest.fixture(scope="module")
+def digits():
+    return verticalfs.build_data("digits", parties=2, seed=0)
+
+
+@pytest.mark.parametrize("name", ["all-features", "vflfs", "original-gate", "fedsdg-fs"])
+def test_top_width_and_lr_follow_the_classes(name, digits, wine):
+    """10 classes: the top model's hidden layer is 2 x 10 = 20 wide and Adam runs at 0.03 x 3 / 10;
+    wine's 3 classes keep FedSDG-FS's 16 units and 0.03; 0 turns either rule off."""
+    extra = {"secure": False} if name == "fedsdg-fs" else {}
+    built = {}
+    for key, data, params in (("digits", digits, {}), ("wine", wine, {}),
+                              ("off", digits, {"top_per_class": 0, "lr_classes": 0})):
+        m = create(name, seed=0, epochs=0, **extra, **params)
+        m.fit(Federation.in_process(data))
+        t = m.trainer_
+        first = next(mod for mod in t.top.modules() if isinstance(mod, torch.nn.Linear))
+        built[key] = (t.config.top_hidden, round(t.config.lr, 6), first.out_features)
+    assert built == {"digits": ((20,), 0.009, 20), "wine": ((16,), 0.03, 16), "off": ((16,), 0.03, 16)}

@@ -261,7 +261,25 @@ def test_tied_validation_scores_go_to_the_lower_loss(data, monkeypatch):
 def test_top_model_narrower_than_the_classes_warns():
     digits = verticalfs.build_data("digits", parties=2, seed=0)
     with pytest.warns(UserWarning, match="8 hidden units for 10 classes"):
-        res = verticalfs.run("sparsevfl-16", digits, seed=0, params={"epochs": 1, "top_hidden": 8})
+        res = verticalfs.run("sparsevfl-16", digits, seed=0,  # top_per_class=0: no widening (issue 40)
+                             params={"epochs": 1, "top_hidden": 8, "top_per_class": 0})
     assert any("top_hidden" in w for w in res.warnings)
     ok = verticalfs.run("sparsevfl-16", digits, seed=0, params={"epochs": 1, "top_hidden": 16})
     assert not any("hidden units" in w for w in ok.warnings)
+
+
+def test_top_width_follows_the_classes():
+    """Issue 40: the top model's hidden layer is at least 2 x classes wide (digits: 20), the
+    paper's 12 on binary data, and no warning about a narrow layer is left."""
+    digits = verticalfs.build_data("digits", parties=3, seed=0)
+    m, _ = fit("sparsevfl-16", digits, epochs=0)
+    assert m.trainer_.config.top_hidden == (20,)
+    assert not [w for w in m.info_.get("warnings", []) if "hidden units" in w]
+    m, _ = fit("sparsevfl-16", digits, epochs=0, top_per_class=0)
+    assert m.trainer_.config.top_hidden == (12,)
+    m, _ = fit("sparsevfl-16", digits, epochs=0, top_hidden=8)  # 2 x 10 classes: widened to 20
+    assert m.trainer_.config.top_hidden == (20,)
+    m, _ = fit("sparsevfl-16", digits, epochs=0, top_hidden=8, top_per_class=0)
+    assert any("8 hidden units for 10 classes" in w for w in m.info_["warnings"])
+    binary = verticalfs.build_data("breast_cancer", parties=3, seed=0)
+    assert fit("sparsevfl-16", binary, epochs=0)[0].trainer_.config.top_hidden == (12,)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from verticalfs.methods.base import Method
 from verticalfs.methods.registry import register
-from verticalfs.training.split import SplitRole, SplitTrainer, TrainConfig
+from verticalfs.training.split import SplitRole, SplitTrainer, TrainConfig, scaled_config
 
 
 @dataclass
@@ -41,6 +41,11 @@ class VFLParams(TrainConfig):
     """
 
 
+def class_count(fed) -> int | None:
+    """The classes of ``fed``'s labels (None for regression)."""
+    return None if fed.labels.task == "regression" else int(fed.labels.n_classes)
+
+
 #: small settings of the split-training methods for the shared contract tests
 SMALL_SPLIT = {"epochs": 3, "batch_size": 64, "hidden": (16, 8)}
 
@@ -54,11 +59,19 @@ class VFL(Method):
     Role = SplitRole
     test_params = SMALL_SPLIT
 
-    def _config(self) -> TrainConfig:
-        return TrainConfig.from_params(self.params)
+    def _config(self, fed=None) -> TrainConfig:
+        """The training config; with ``fed``, a ``top_per_class`` parameter (the FedSDG-FS
+        baselines') widens the top model's hidden layers to the classes and an ``lr_classes``
+        parameter lowers the learning rate with many classes (:func:`~verticalfs.training.split.scaled_config`)."""
+        config = TrainConfig.from_params(self.params)
+        per_class = float(getattr(self.params, "top_per_class", 0) or 0)
+        lr_classes = float(getattr(self.params, "lr_classes", 0) or 0)
+        if fed is None or not (per_class or lr_classes):
+            return config
+        return scaled_config(config, class_count(fed), per_class, lr_classes)
 
     def make_trainer(self, fed, **kwargs) -> SplitTrainer:
-        return SplitTrainer(fed, self.name, self._config(), seed=self.seed,
+        return SplitTrainer(fed, self.name, self._config(fed), seed=self.seed,
                             callbacks=self.callbacks, entry_hook=self.entry_hook, codec=self.codec or "float32", **kwargs)
 
     def fit(self, fed) -> VFL:

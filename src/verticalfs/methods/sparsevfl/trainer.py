@@ -34,7 +34,7 @@ from verticalfs.methods.sparsevfl.role import CodedSpec, TopWGradients, check_sp
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.nn.models import TopModel, init_weights
 from verticalfs.training.history import derive_seed
-from verticalfs.training.split import SplitTrainer, TrainConfig
+from verticalfs.training.split import SplitTrainer, TrainConfig, widths_for_classes
 from verticalfs.transport.bandwidth import estimate_wall_time
 from verticalfs.transport.messages import At, Gradients, coded
 
@@ -74,7 +74,9 @@ class CodedVFLTrainer(SplitTrainer):
             epochs=params.epochs, batch_size=params.batch_size, lr=params.lr, optimizer=params.optimizer,
             weight_decay=params.weight_decay, hidden=tuple(getattr(params, "hidden", ())),
             embedding_dim=params.embedding_dim, activation="relu",
-            top_hidden=(params.top_hidden,) if params.top_hidden else (),
+            top_hidden=widths_for_classes((params.top_hidden,), None if fed.labels.task == "regression" else
+                                          fed.labels.n_classes, float(getattr(params, "top_per_class", 0)))
+            if params.top_hidden else (),
         )
         select = "val_r2" if fed.labels.task == "regression" else "val_roc_auc"
         super().__init__(fed, method, config, seed=seed, callbacks=callbacks, entry_hook=entry_hook,
