@@ -42,8 +42,9 @@ def main() -> None:
     data = verticalfs.build_data(args.dataset, parties=args.parties, seed=args.seed, data_dir=args.data_dir,
                                  noise=args.noise)
     X = data.parties[0].X["train"].astype(np.float64)
-    print(f"{args.dataset}: {data.n_samples('train') if hasattr(data, 'n_samples') else len(X)} training rows, "
-          f"{sum(p.n_features for p in data.parties)} columns over {args.parties} parties, noise {args.noise}", flush=True)
+    n_cols = sum(p.n_features for p in data.parties)
+    print(f"{args.dataset}: {len(X)} training rows, {n_cols} columns over {args.parties} parties, noise {args.noise}",
+          flush=True)
     t = time.perf_counter()
     norm = ModeSpecificNormalizer(seed=args.seed).fit(X)
     Z = norm.transform(X)
@@ -57,8 +58,8 @@ def main() -> None:
         t_ref = time.perf_counter() - t
         same = Zr.shape == Z.shape
         diff = float(np.abs(Zr - Z).max()) if same else float("nan")
-        print(f"  scikit-learn per column: {t_ref:.1f} s ({t_ref / t_norm:.1f}x); representations "
-              f"{'equal shape, largest difference %.3g' % diff if same else 'differ in shape'}", flush=True)
+        how = f"equal shape, largest difference {diff:.3g}" if same else "differ in shape"
+        print(f"  scikit-learn per column: {t_ref:.1f} s ({t_ref / t_norm:.1f}x); representations {how}", flush=True)
 
     params = {} if args.synth_steps is None else {"synth_steps": args.synth_steps}
     t = time.perf_counter()
@@ -66,7 +67,8 @@ def main() -> None:
     m.fit(Federation.in_process(data))
     t_icafs = time.perf_counter() - t
     s1 = float(m.info_.get("synthesis_seconds", 0.0))
-    print(f"icafs{' (synth_steps=%d, not the default)' % args.synth_steps if params else ' (defaults)'}: "
+    which = f" (synth_steps={args.synth_steps}, not the default)" if params else " (defaults)"
+    print(f"icafs{which}: "
           f"{t_icafs:.1f} s (stage 1 {s1:.1f} s, stages 2-3 and refit {t_icafs - s1:.1f} s); "
           f"test accuracy {100 * m.metrics_['accuracy']:.2f} %", flush=True)
     t = time.perf_counter()
