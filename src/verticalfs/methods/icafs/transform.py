@@ -1,29 +1,34 @@
 """Mode-specific normalisation of a party's columns for conditional tabular GANs (icafs.md section
 IV-A, "continuous variables are modeled using a variational Gaussian mixture model, while
-categorical variables are one-hot encoded"; the representation of Xu et al. 2019, CTGAN, written
-here on scikit-learn's :class:`~sklearn.mixture.BayesianGaussianMixture`: the ``ctgan`` and ``rdt``
-packages are BUSL-1.1 and are not imported).
+categorical variables are one-hot encoded"; the representation of Xu et al. 2019, CTGAN, with
+scikit-learn's :class:`~sklearn.mixture.BayesianGaussianMixture` as the mixture: the ``ctgan`` and
+``rdt`` packages are BUSL-1.1 and are not imported).
 
 A continuous column is fitted with a variational (Dirichlet-process) Gaussian mixture of at most
 ``max_modes`` components; the modes with weight above ``weight_threshold`` are kept. A value ``x``
 becomes ``[alpha, one-hot(k)]``: a mode ``k`` drawn from its posterior over the kept modes, and
 ``alpha = (x - mu_k) / (4 sigma_k)`` clipped to ``[-0.99, 0.99]``. The inverse takes the mode of the
 largest one-hot entry and ``x = alpha * 4 sigma_k + mu_k``. A categorical column (few distinct
-values, or declared) is one-hot encoded and decoded by its largest entry. Every operation is
-vectorised over rows.
+values, or declared) is one-hot encoded and decoded by its largest entry.
+
+The mixtures of all continuous columns are fitted together (:func:`.mixture.fit_columns`: scikit-
+learn's algorithm, initialisation and stopping rule, written over a block of columns; the same
+mixtures to rounding, tested), and the transform and its inverse work on every column at once
+(no loop over columns or rows for continuous columns). ``backend="sklearn"`` fits each column with
+scikit-learn itself (the reference; minutes on thousands of columns).
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from joblib import Parallel, delayed
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.mixture import BayesianGaussianMixture
 
 from verticalfs.exceptions import DataError
+from verticalfs.methods.icafs.mixture import Mixtures, fit_columns
+
+#: columns x rows x components handled at once by the transforms (bounds their memory)
+_BLOCK = 4_000_000
 
 
 @dataclass
@@ -38,11 +43,15 @@ class ColumnInfo:
     categories: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
-def _fit_mixture(col: np.ndarray, n_components: int, seed: int) -> BayesianGaussianMixture:
-    # CTGAN's mixture. covariance_type "spherical": on one column every covariance type is the
-    # same model (a variance per component; measured on TOX_171: weights and means agree with
-    # "full" to 3e-6 after the same iterations), and "full"'s per-component Python loops made it
-    # 2.7x slower, which matters on thousands of columns
+def _fit_mixture(col: np.ndarray, n_components: int, seed: int):
+    """CTGAN's mixture of one column by scikit-learn (the reference of :func:`.mixture.fit_columns`).
+    ``covariance_type="spherical"``: on one column every covariance type is the same model (a
+    variance per component; measured on TOX_171: weights and means agree with "full" to 3e-6)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.mixture import BayesianGaussianMixture
+
     gm = BayesianGaussianMixture(n_components=max(1, n_components), weight_concentration_prior_type="dirichlet_process",
                                  weight_concentration_prior=0.001, max_iter=100, n_init=1, random_state=seed,
                                  covariance_type="spherical")
@@ -50,6 +59,38 @@ def _fit_mixture(col: np.ndarray, n_components: int, seed: int) -> BayesianGauss
         warnings.simplefilter("ignore", ConvergenceWarning)
         gm.fit(col.reshape(-1, 1))
     return gm
+
+
+def _sklearn_groups(X: np.ndarray, n_components: np.ndarray, seeds: np.ndarray) -> list:
+    """:func:`.mixture.fit_columns`'s groups, every column fitted by scikit-learn."""
+    groups = []
+    for K in np.unique(n_components):
+        cols = np.flatnonzero(n_components == K)
+        gms = [_fit_mixture(X[:, j], int(K), int(seeds[j])) for j in cols]
+        groups.append((cols, Mixtures(
+            np.stack([g.weight_concentration_[0] for g in gms]), np.stack([g.weight_concentration_[1] for g in gms]),
+            np.stack([g.mean_precision_ for g in gms]), np.stack([g.means_.reshape(-1) for g in gms]),
+            np.stack([g.degrees_of_freedom_ for g in gms]), np.stack([g.covariances_.reshape(-1) for g in gms]),
+            np.stack([g.weights_ for g in gms]), np.array([g.converged_ for g in gms]))))
+    return groups
+
+
+def _block_argmax(Z: np.ndarray, starts: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """The position of the largest entry of every block ``Z[:, s:s + w]`` (first on ties), ``(n, blocks)``."""
+    n = Z.shape[0]
+    out = np.zeros((n, len(starts)), dtype=np.int64)
+    if not len(starts):
+        return out
+    wmax = int(widths.max())
+    step = max(1, _BLOCK // max(1, n * wmax))
+    ar = np.arange(wmax)
+    for a in range(0, len(starts), step):
+        s, w = starts[a:a + step], widths[a:a + step]
+        idx = np.minimum(s[:, None] + ar, Z.shape[1] - 1)
+        vals = Z[:, idx]  # (n, blocks, wmax)
+        vals[:, ar >= w[:, None]] = -np.inf
+        out[:, a:a + step] = vals.argmax(2)
+    return out
 
 
 class ModeSpecificNormalizer:
@@ -64,68 +105,81 @@ class ModeSpecificNormalizer:
     max_categories : int
         A column with at most this many distinct values is treated as categorical (10).
     seed : int
-        Seeds the mixtures and the draw of each value's mode.
+        Seeds the mixtures (column ``j``'s with ``seed + j``) and the draw of each value's mode.
     max_fit_rows : int
         Each mixture is fitted on at most this many rows (a seeded sample; 0 = all). Ours, for
-        speed: a variational mixture costs about 0.65 s per column on USPS's 6,361 training rows
-        and 0.3 s on 2,000 (scikit-learn's iterations dominate), and stage 1 must fit in minutes.
-    n_jobs : int or None
-        Columns fitted in parallel processes (joblib; 1 = in this process, -1 = every core; None,
-        the default: every core when there are at least 64 continuous columns, else 1).
+        speed on long data sets (USPS's 6,361 training rows).
+    backend : str
+        ``batched`` (default): all columns' mixtures together (:func:`.mixture.fit_columns`);
+        ``sklearn``: one scikit-learn fit per column, the reference it reproduces.
     """
 
     def __init__(self, max_modes: int = 10, weight_threshold: float = 0.005, max_categories: int = 10,
-                 seed: int = 0, max_fit_rows: int = 2000, n_jobs: int | None = None) -> None:
+                 seed: int = 0, max_fit_rows: int = 2000, backend: str = "batched") -> None:
         if max_modes < 1 or not 0 <= weight_threshold < 1 or max_categories < 1:
             raise DataError(f"ModeSpecificNormalizer: need max_modes >= 1, 0 <= weight_threshold < 1 and "
                             f"max_categories >= 1, got {max_modes}, {weight_threshold}, {max_categories}")
+        if backend not in ("batched", "sklearn"):
+            raise DataError(f"ModeSpecificNormalizer: backend must be 'batched' or 'sklearn', got {backend!r}")
         self.max_modes = int(max_modes)
         self.weight_threshold = float(weight_threshold)
         self.max_categories = int(max_categories)
         self.seed = int(seed)
         self.max_fit_rows = int(max_fit_rows)
-        self.n_jobs = None if n_jobs is None else int(n_jobs)
+        self.backend = backend
         self.columns: list[ColumnInfo] = []
-        self._mixtures: list[BayesianGaussianMixture | None] = []
 
     # ------------------------------------------------------------------ fit
     def fit(self, X: np.ndarray, categorical=()) -> ModeSpecificNormalizer:
         X = self._check(X)
-        cat = set(int(c) for c in categorical)
-        self.columns, self._mixtures = [], []
+        n, d = X.shape
+        cat = np.zeros(d, dtype=bool)
+        cat[[int(c) for c in categorical]] = True
+        rows = np.arange(n)
+        if 0 < self.max_fit_rows < n:
+            rows = np.sort(np.random.default_rng(self.seed).choice(n, self.max_fit_rows, replace=False))
+        sx = np.sort(X, axis=0)
+        n_unique = 1 + (np.diff(sx, axis=0) != 0).sum(0) if n else np.zeros(d, dtype=np.int64)
+        cat |= n_unique <= self.max_categories
+        cont = np.flatnonzero(~cat)
+        Xf = X[rows][:, cont]
+        sf = np.sort(Xf, axis=0)
+        fit_unique = 1 + (np.diff(sf, axis=0) != 0).sum(0) if len(rows) else np.zeros(len(cont), dtype=np.int64)
+        K = np.maximum(1, np.minimum(self.max_modes, fit_unique))
+        seeds = self.seed + cont
+        if self.backend == "sklearn":
+            groups, self.fallback_ = _sklearn_groups(Xf, K, seeds), len(cont)
+        else:
+            groups, self.fallback_ = fit_columns(Xf, K, seeds)
         #: per continuous column: did its mixture converge within CTGAN's 100 iterations
-        self.converged_: list[bool] = []
-        rows = np.arange(X.shape[0])
-        if 0 < self.max_fit_rows < X.shape[0]:
-            rows = np.sort(np.random.default_rng(self.seed).choice(X.shape[0], self.max_fit_rows, replace=False))
-        kinds = []
-        for j in range(X.shape[1]):
-            values = np.unique(X[:, j])
-            kinds.append("categorical" if j in cat or len(values) <= self.max_categories else "continuous")
-        cont = [j for j in range(X.shape[1]) if kinds[j] == "continuous"]
-        jobs = self.n_jobs if self.n_jobs is not None else (-1 if len(cont) >= 64 else 1)
-        fitted = Parallel(n_jobs=jobs)(
-            delayed(_fit_mixture)(X[rows, j], min(self.max_modes, len(np.unique(X[rows, j]))), self.seed + j)
-            for j in cont) if cont else []
-        mixtures = dict(zip(cont, fitted, strict=True))
-        for j in range(X.shape[1]):
-            col = X[:, j]
-            if kinds[j] == "categorical":
-                values = np.unique(col)
+        self.converged_ = [False] * len(cont)
+        infos: dict[int, ColumnInfo] = {}
+        self._groups = []  # (indices into cont, mixtures, kept modes first (order), kept count)
+        for idx, mix in groups:
+            keep = mix.weights > self.weight_threshold
+            none = ~keep.any(1)
+            keep[none] = mix.weights[none] == mix.weights[none].max(1, keepdims=True)
+            order = np.argsort(~keep, axis=1, kind="stable")  # the kept components first, in their order
+            n_keep = keep.sum(1)
+            means = np.take_along_axis(mix.means, order, 1)
+            stds = np.sqrt(np.take_along_axis(mix.covariances, order, 1))
+            for i, c in enumerate(idx):
+                k = int(n_keep[i])
+                infos[int(cont[c])] = ColumnInfo("continuous", 1 + k, means=means[i, :k], stds=stds[i, :k])
+                self.converged_[c] = bool(mix.converged[i])
+            self._groups.append((idx, mix, order, n_keep, means, stds))
+        self.columns = []
+        for j in range(d):
+            if j in infos:
+                self.columns.append(infos[j])
+            else:
+                values = np.unique(X[:, j])
                 self.columns.append(ColumnInfo("categorical", len(values), categories=values))
-                self._mixtures.append(None)
-                continue
-            gm = mixtures[j]
-            self.converged_.append(bool(gm.converged_))
-            keep = gm.weights_ > self.weight_threshold
-            if not keep.any():
-                keep = gm.weights_ == gm.weights_.max()
-            means = gm.means_.reshape(-1)[keep]
-            stds = np.sqrt(gm.covariances_.reshape(-1))[keep]
-            self.columns.append(ColumnInfo("continuous", 1 + int(keep.sum()), means=means, stds=stds))
-            gm._vf_keep = keep  # which of the mixture's components are modes
-            self._mixtures.append(gm)
-        self.n_features_in_ = X.shape[1]
+        widths = np.array([c.width for c in self.columns], dtype=np.int64)
+        self._pos = np.cumsum(widths) - widths  # each column's first position in the representation
+        self._cont = cont
+        self._cat = np.flatnonzero(cat)
+        self.n_features_in_ = d
         return self
 
     @property
@@ -151,29 +205,36 @@ class ModeSpecificNormalizer:
         if X.shape[1] != getattr(self, "n_features_in_", -1):
             raise DataError(f"ModeSpecificNormalizer: fitted on {getattr(self, 'n_features_in_', 0)} columns, "
                             f"got {X.shape[1]}")
-        rng = np.random.default_rng(self.seed)
         n = X.shape[0]
         out = np.zeros((n, self.output_width), dtype=np.float32)
-        pos = 0
-        for j, (info, gm) in enumerate(zip(self.columns, self._mixtures, strict=True)):
-            col = X[:, j]
-            if info.kind == "categorical":
-                idx = np.searchsorted(info.categories, col)
-                ok = (idx < len(info.categories)) & (info.categories[np.minimum(idx, len(info.categories) - 1)] == col)
-                if not ok.all():
-                    raise DataError(f"ModeSpecificNormalizer: column {j} has values not seen when fitting, e.g. "
-                                    f"{col[~ok][:3].tolist()}")
-                out[np.arange(n), pos + idx] = 1.0
-            else:
-                probs = gm.predict_proba(col.reshape(-1, 1))[:, gm._vf_keep]
-                probs = probs + 1e-6
-                probs /= probs.sum(1, keepdims=True)
-                u = rng.random((n, 1))
-                k = np.minimum((np.cumsum(probs, 1) < u).sum(1), probs.shape[1] - 1)  # one draw per row
-                alpha = np.clip((col - info.means[k]) / (4 * info.stds[k]), -0.99, 0.99)
-                out[:, pos] = alpha
-                out[np.arange(n), pos + 1 + k] = 1.0
-            pos += info.width
+        ar = np.arange(n)
+        for j in self._cat:
+            info, col, pos = self.columns[j], X[:, j], self._pos[j]
+            idx = np.searchsorted(info.categories, col)
+            ok = (idx < len(info.categories)) & (info.categories[np.minimum(idx, len(info.categories) - 1)] == col)
+            if not ok.all():
+                raise DataError(f"ModeSpecificNormalizer: column {j} has values not seen when fitting, e.g. "
+                                f"{col[~ok][:3].tolist()}")
+            out[ar, pos + idx] = 1.0
+        # one uniform per row and continuous column, drawn column after column (n at a time)
+        U = np.random.default_rng(self.seed).random((len(self._cont), n))
+        for idx, mix, order, n_keep, means, stds in self._groups:
+            K = order.shape[1]
+            step = max(1, _BLOCK // max(1, n * K))
+            for a in range(0, len(idx), step):
+                sl = slice(a, a + step)
+                cols = self._cont[idx[sl]]
+                probs = np.take_along_axis(mix[sl].predict_proba(X[:, cols].T), order[sl][:, None, :], 2)  # (m, n, K)
+                kept = np.arange(K) < n_keep[sl][:, None]  # (m, K)
+                probs = np.where(kept[:, None, :], probs + 1e-6, 0.0)
+                probs /= probs.sum(2, keepdims=True)
+                k = np.minimum((np.cumsum(probs, 2) < U[idx[sl]][:, :, None]).sum(2), n_keep[sl][:, None] - 1)  # (m, n)
+                mu = np.take_along_axis(means[sl], k, 1)
+                sd = np.take_along_axis(stds[sl], k, 1)
+                alpha = np.clip((X[:, cols].T - mu) / (4 * sd), -0.99, 0.99)
+                pos = self._pos[cols]
+                out[:, pos] = alpha.T
+                out[ar[:, None], (pos[:, None] + 1 + k).T] = 1.0
         return out
 
     def inverse_transform(self, Z: np.ndarray) -> np.ndarray:
@@ -181,15 +242,18 @@ class ModeSpecificNormalizer:
         if Z.ndim != 2 or Z.shape[1] != self.output_width:
             raise DataError(f"ModeSpecificNormalizer: expected {self.output_width} columns, got shape {Z.shape}")
         out = np.zeros((Z.shape[0], len(self.columns)))
-        pos = 0
-        for j, info in enumerate(self.columns):
-            block = Z[:, pos:pos + info.width]
-            if info.kind == "categorical":
-                out[:, j] = info.categories[block.argmax(1)]
-            else:
-                k = block[:, 1:].argmax(1)
-                out[:, j] = np.clip(block[:, 0], -1, 1) * 4 * info.stds[k] + info.means[k]
-            pos += info.width
+        widths = np.array([c.width for c in self.columns], dtype=np.int64)
+        if len(self._cat):
+            k = _block_argmax(Z, self._pos[self._cat], widths[self._cat])
+            for i, j in enumerate(self._cat):
+                out[:, j] = self.columns[j].categories[k[:, i]]
+        for idx, _mix, _order, _n_keep, means, stds in self._groups:
+            cols = self._cont[idx]
+            pos = self._pos[cols]
+            k = _block_argmax(Z, pos + 1, widths[cols] - 1)  # (n, m)
+            mu = np.take_along_axis(means, k.T, 1).T
+            sd = np.take_along_axis(stds, k.T, 1).T
+            out[:, cols] = np.clip(Z[:, pos], -1, 1) * 4 * sd + mu
         return out
 
     @staticmethod
