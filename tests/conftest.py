@@ -44,5 +44,7 @@ def pytest_collection_modifyitems(config, items):
         if not names or not isinstance(getattr(item, "_id", None), NodeId):
             continue
         suffix = "@" + "_".join(names)
+        if "]" in suffix:  # xdist reads "test[x]@group]" as ungrouped
+            raise pytest.UsageError(f"{item.nodeid}: xdist_group name {suffix[1:]!r} contains ']'")
         if not item.nodeid.endswith(suffix):
             item._id = NodeId.parse(item.nodeid + suffix)
