@@ -357,6 +357,10 @@ CASES = [pytest.param((name, name, {}), id=name) for name in available()] + [
     pytest.param(("ms-gini[plain]", "ms-gini", {"secure": False}), id="ms-gini[plain]"),
     pytest.param(("sffs[plain]", "sffs", {"secure": False}), id="sffs[plain]"),
 ]
+# one xdist group per case: its five tests share one audited run (a module fixture), which a second
+# worker running some of them would repeat. No "]" in a group name: xdist reads "...]@name]" as no group.
+CASES = [pytest.param(c.values[0], id=c.id, marks=[
+    *c.marks, pytest.mark.xdist_group("privacy-" + c.id.replace("[", "-").replace("]", ""))]) for c in CASES]
 FILTERS = ("raw", "random", "mi", "feast", "fate-iv", "fate-lasso", "ms-gini", "ms-gini[plain]", "sffs",
            "sffs[plain]")
 SPLIT_LEARNING = ("vfl", "all-features", "original-gate", "fedsdg-fs", "less-vfl", "local-lasso", "group-lasso",

@@ -87,8 +87,9 @@ PROTOCOLS = [
     ("fate-iv", {"n_select": 5, "key_bits": 512, "insecure": True}, {"IVBinSums": "sums"}),
     ("fate-lasso", {"n_select": 5, "key_bits": 512, "insecure": True, "epochs": 1, "rounds": 1},
      {"MaskedGradient": "data"}),
-    ("fedsdg-fs", {"secure": True, "key_bits": 768, "insecure": True, "epochs": 1, "batch_size": 64,
-                   "hidden": (16, 4)},
+    # 512-bit keys hold 5 packed slots of 88 bits: embedding_dim 4 fits (two thirds of 768 bits' CPU time)
+    ("fedsdg-fs", {"secure": True, "key_bits": 512, "insecure": True, "epochs": 1, "batch_size": 64,
+                   "hidden": (16, 4), "embedding_dim": 4},
      {"MaskedProducts": "data", "MaskedWeightGradient": "data", "EncryptedEmbeddingGradient": "data"}),
 ]
 

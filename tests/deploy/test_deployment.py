@@ -31,7 +31,9 @@ from verticalfs.data.user import load_party_files  # noqa: E402
 from verticalfs.deploy.config import Deployment  # noqa: E402
 from verticalfs.exceptions import ConfigError  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# the module's tests share one site and two party processes (module fixtures): one xdist worker runs
+# them all, in order (a second worker would start its own processes, each importing torch)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("deploy_deployment")]
 PARTIES = ("bank", "telecom", "insurer")
 
 

@@ -30,7 +30,9 @@ from tests.bad_inputs import base  # noqa: E402
 from tests.deploy.test_deployment import _free_port, _stop  # noqa: E402
 from verticalfs.exceptions import PolicyError, TransportError, VerticalFSError  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# the module's tests share one site and two party processes (module fixtures): one xdist worker runs
+# them all, in order (a second worker would start its own processes, each importing torch)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("deploy_policy")]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
 
 

@@ -36,7 +36,10 @@ def data():
     return verticalfs.build_data("breast_cancer", parties=3, noise=0.5, seed=0)
 
 
-@pytest.fixture(scope="module", params=available())
+# One xdist group per method: its tests share one fit (a module fixture), which a second worker
+# running some of them would repeat.
+@pytest.fixture(scope="module", params=[pytest.param(n, id=n, marks=pytest.mark.xdist_group(f"contract-{n}"))
+                                        for n in available()])
 def fitted(request, data):
     """(name, method, value returned by fit, federation) for each registered method."""
     method, returned, fed = fit(request.param, data)

@@ -363,6 +363,11 @@ def test_packed_combination_is_slot_wise_and_refuses_overflow():
         packed_combination(cts, np.full((3, 1), 2**40), 2**30, pk)
 
 
+# the tests of `secure_and_plain` (a module fixture) form one xdist group: a second worker running some of them
+# would repeat its run
+SHARED_SECURE_AND_PLAIN = pytest.mark.xdist_group("fedsdg-secure-and-plain")
+
+
 @pytest.fixture(scope="module")
 def secure_and_plain(data):
     kw = dict(epochs=2, batch_size=64, hidden=(16, 8), key_bits=768, insecure=True, precision=18, value_bits=10,
@@ -376,6 +381,7 @@ def secure_and_plain(data):
     return runs
 
 
+@SHARED_SECURE_AND_PLAIN
 def test_secure_training_computes_the_plaintext_model(secure_and_plain, data):
     (mp, fp), (ms, fs) = secure_and_plain[False], secure_and_plain[True]
     for p in data.party_names:  # every parameter of every party: bottom model and both gates
@@ -399,6 +405,7 @@ def test_secure_training_computes_the_plaintext_model(secure_and_plain, data):
         [round(h["train_loss"], 4) for h in ms.history_ if "train_loss" in h]
 
 
+@SHARED_SECURE_AND_PLAIN
 def test_secure_mode_sends_no_label_feature_or_plain_embedding(secure_and_plain, data):
     """The message audit: every message of the secure run decoded; no label reaches a party, no
     raw column and no plaintext embedding (the parties' g in any split) reaches the label holder,

@@ -25,6 +25,11 @@ def data():
     return verticalfs.build_data("breast_cancer", parties=2, noise=1.0, seed=0)
 
 
+# the tests of `traced` (a module fixture) form one xdist group: a second worker running some of them
+# would repeat its run
+SHARED_TRACED = pytest.mark.xdist_group("icafs-traced")
+
+
 @pytest.fixture(scope="module")
 def traced(data):
     fed = Federation.in_process(data, trace=True)
@@ -33,6 +38,7 @@ def traced(data):
     return m, fed
 
 
+@SHARED_TRACED
 def test_synthesis_leaves_every_block_with_its_owner(traced, data):
     """Stage 1's messages are the ones Algorithm 1 needs, of the widths the protocol fixes: the
     label holder gets critic features (never a row of a party's columns), the parties get codes
@@ -65,6 +71,7 @@ def test_synthesis_leaves_every_block_with_its_owner(traced, data):
     assert m.info_["synthesis_bytes"] == fed.ledger.bytes_where(phase="pretrain")
 
 
+@SHARED_TRACED
 def test_synthetic_block_is_in_the_party_columns(traced, data):
     """Each party's synthetic block is decoded to its own columns: inside the range the party's
     normaliser can produce (mode means +- 4 sigma), one column per feature it used."""
@@ -82,6 +89,7 @@ def test_synthetic_block_is_in_the_party_columns(traced, data):
                 assert set(np.unique(S[:, j])) <= set(c.categories.astype(np.float32))
 
 
+@SHARED_TRACED
 def test_party_rejects_malformed_synthesis_messages(traced, data):
     m, fed = traced
     role = fed.local_runtime(data.party_names[0]).role
@@ -100,6 +108,7 @@ def test_party_rejects_malformed_synthesis_messages(traced, data):
                        arch="mlp", lr=1e-3, max_modes=2, seed=0, critic_norm="batchnorm")
 
 
+@SHARED_TRACED
 def test_adopting_a_synthesis_checks_its_shape_first(traced, data):
     """The seam Algorithm 1 ends in (and the benchmark's reuse and oracle use) refuses a block or
     labels that do not fit, before it changes anything."""
@@ -128,6 +137,7 @@ def test_path_scores_by_hand():
     np.testing.assert_allclose(path_scores(model, comp), np.linalg.norm(A, axis=0), rtol=1e-5)
 
 
+@SHARED_TRACED
 def test_selection_keeps_the_ratio_for_real(traced, data):
     m, fed = traced
     for q, mask in m.get_support().items():
@@ -173,6 +183,7 @@ def test_ablations_run(data, variant):
         assert all(e["temperature"] == 1.0 for e in m.history_ if "temperature" in e)
 
 
+@SHARED_TRACED
 def test_temperature_anneals_to_gamma(traced):
     m, _ = traced
     temps = [e["temperature"] for e in m.history_ if "temperature" in e]
@@ -180,6 +191,7 @@ def test_temperature_anneals_to_gamma(traced):
     assert temps == sorted(temps)
 
 
+@SHARED_TRACED
 def test_saved_model_predicts_what_the_trained_one_does(traced, tmp_path):
     m, fed = traced
     holder = m.export_holder()

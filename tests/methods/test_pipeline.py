@@ -16,6 +16,11 @@ def data():
     return verticalfs.build_data("breast_cancer", parties=3, noise=0.5, seed=0)
 
 
+# the tests of `piped` (a module fixture) form one xdist group: a second worker running some of them
+# would repeat its run
+SHARED_PIPED = pytest.mark.xdist_group("pipeline-piped")
+
+
 @pytest.fixture(scope="module")
 def piped(data):
     fed = Federation.in_process(data, trace=True)
@@ -45,6 +50,7 @@ def test_parameters_go_to_their_stage():
         create("mi+vfl", **{"mi.no_such": 1})
 
 
+@SHARED_PIPED
 def test_the_second_stage_trains_on_the_first_stage_columns(piped, data):
     m, fed = piped
     selected = m.stages[0]  # the FEAST stage object
@@ -58,6 +64,7 @@ def test_the_second_stage_trains_on_the_first_stage_columns(piped, data):
     assert m.info_["feast"]["selected"] == 8 and selected.name == "feast"
 
 
+@SHARED_PIPED
 def test_the_ledger_shows_both_stages(piped):
     m, fed = piped
     kinds = {(r.phase, r.kind) for r in fed.ledger.records()}

@@ -24,12 +24,18 @@ def bc():
     return verticalfs.build_data("breast_cancer", parties=3, noise=0.5, seed=0)
 
 
+# the tests of `vfl_run` (a module fixture) form one xdist group: a second worker running some of them
+# would repeat its run
+SHARED_VFL_RUN = pytest.mark.xdist_group("vfl-run")
+
+
 @pytest.fixture(scope="module")
 def vfl_run(bc):
     return verticalfs.run("vfl", bc, seed=0, params=SMALL)
 
 
 class TestEquivalenceWithCentral:
+    @SHARED_VFL_RUN
     def test_identical_histories(self, bc, vfl_run):
         central = verticalfs.run("central", bc, seed=0, params=SMALL)
         a, b = history_core(vfl_run.history), history_core(central.history)
@@ -51,15 +57,18 @@ class TestEquivalenceWithCentral:
 
 
 class TestDeterminism:
+    @SHARED_VFL_RUN
     def test_same_seed_same_history(self, bc, vfl_run):
         again = verticalfs.run("vfl", bc, seed=0, params=SMALL)
         assert history_core(again.history) == history_core(vfl_run.history)
         assert again.communication == vfl_run.communication
 
+    @SHARED_VFL_RUN
     def test_different_seed_different_history(self, bc, vfl_run):
         other = verticalfs.run("vfl", bc, seed=1, params=SMALL)
         assert [h["train_loss"] for h in other.history] != [h["train_loss"] for h in vfl_run.history]
 
+    @SHARED_VFL_RUN
     def test_training_reduces_loss(self, vfl_run):
         losses = [h["train_loss"] for h in vfl_run.history]
         assert losses[-1] < losses[0]
@@ -85,6 +94,7 @@ class TestTasks:
         # the top model has one output per class
         assert res.method_obj.trainer_.top.n_outputs == 3
 
+    @SHARED_VFL_RUN
     def test_metric_keys(self, vfl_run):
         entry = vfl_run.history[-1]
         for k in CLASSIFICATION_METRICS:
