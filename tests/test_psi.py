@@ -177,9 +177,9 @@ def test_ristretto_streams_chunks_on_the_ledger_and_no_raw_id_crosses():
 
     party = PsiParty([f"secret-{i}" for i in range(25, 80)])
     party.reply(PsiOpen(group="ristretto255", n=3, chunk=10))
-    from verticalfs.psi import _blind
+    from verticalfs.psi import blind_ids
 
-    req = PsiChunk(index=0, points=_blind(b"\x05" + b"\x00" * 31, holder[:3]))
+    req = PsiChunk(index=0, points=blind_ids(b"\x05" + b"\x00" * 31, holder[:3]))
     reply = party.reply(req)
     for blob in (encode(req).data, encode(reply).data):
         assert b"secret-" not in blob
@@ -204,10 +204,10 @@ def test_the_party_checks_the_label_holders_chunks():
     pytest.importorskip("rbcl")
     import rbcl
 
-    from verticalfs.psi import PsiChunk, PsiOpen, PsiParty, _blind
+    from verticalfs.psi import PsiChunk, PsiOpen, PsiParty, blind_ids
 
     key = rbcl.crypto_core_ristretto255_scalar_random()
-    good = _blind(key, ["a", "b", "c"])
+    good = blind_ids(key, ["a", "b", "c"])
 
     def opened(n=3, chunk=2):
         p = PsiParty(["a", "b"])

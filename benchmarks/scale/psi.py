@@ -124,7 +124,7 @@ def per_op(count: int = 20_000) -> dict:
 
     import rbcl
 
-    from verticalfs.psi import _blind, _reblind, hash_to_group
+    from verticalfs.psi import blind_ids, hash_to_group, reblind_points
 
     key = rbcl.crypto_core_ristretto255_scalar_random()
     ids = np.arange(count, dtype=np.int64)
@@ -133,7 +133,7 @@ def per_op(count: int = 20_000) -> dict:
     hashed, hashed_cpu = count / (time.perf_counter() - t), count / (time.process_time() - c)
     blob = b"".join(pts)
     t, c = time.perf_counter(), time.process_time()
-    _reblind(key, blob)
+    reblind_points(key, blob)
     mults, mults_cpu = count / (time.perf_counter() - t), count / (time.process_time() - c)
     out = {"hash_to_group_per_s": hashed, "scalarmult_per_s": mults,
            "hash_to_group_per_cpu_s": hashed_cpu, "scalarmult_per_cpu_s": mults_cpu}
@@ -142,9 +142,9 @@ def per_op(count: int = 20_000) -> dict:
              "processes": lambda: ProcessPoolExecutor(2, mp_context=mp.get_context("spawn"))}
     for name, make in pools.items():
         with make() as ex:
-            list(ex.map(_blind, [key, key], [ids[:8], ids[:8]]))  # start the workers
+            list(ex.map(blind_ids, [key, key], [ids[:8], ids[:8]]))  # start the workers
             t = time.perf_counter()
-            list(ex.map(_reblind, [key, key], [blob[:half], blob[half:]]))
+            list(ex.map(reblind_points, [key, key], [blob[:half], blob[half:]]))
             out[f"scalarmult_per_s_2_{name}"] = count / (time.perf_counter() - t)
     return out
 

@@ -11,7 +11,7 @@ file in pieces (``stream_above_mb = 0``, data/stream.py).
 Stages, timed separately:
 
 - ``read``: a party process from start to listening (its ids read and its values checked);
-- ``psi``: private set intersection with both parties (verticalfs.psi.intersect);
+- ``psi``: private set intersection with both parties at once (the connection's ``psi_seconds``);
 - ``prepare``: the rest of the connection: the label holder's split and ``Align``, each party
   fitting its preprocessing and writing its memory-mapped matrices;
 - ``vfl epoch``: one epoch of ``vfl`` (training and evaluation);
@@ -98,7 +98,6 @@ def _hwm_mb(pid: int) -> float:
 
 
 def measure(n: int, root: Path, *, columns: int = 50) -> dict:
-    from verticalfs import psi
     from verticalfs.api import run
     from verticalfs.deploy.config import Deployment
     from verticalfs.deploy.holder import connect, run_deployment
@@ -114,42 +113,28 @@ def measure(n: int, root: Path, *, columns: int = 50) -> dict:
     dep_file = root / "deployment.toml"
     dep_file.write_text("\n".join(lines) + "\n")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs, read_s = {}, {}
+    procs, read_s, started = {}, {}, {}
     for p in PARTIES[1:]:
         t = time.perf_counter()
         procs[p] = subprocess.Popen([sys.executable, "-m", "verticalfs", "party", "serve", "--config", str(dep_file),
                                      "--name", p, "--insecure"], cwd=root, env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True)
-        procs[p]._t0 = t  # type: ignore[attr-defined]
+        started[p] = t
     out: dict = {"rows": n, "generate_s": gen_s, "stages": {}, "rss_mb": {}}
     try:
         for p, proc in procs.items():
             line = proc.stdout.readline()
             if "serves" not in line:
                 raise RuntimeError(f"party {p} did not start: {line}{proc.stderr.read()}")
-            read_s[p] = time.perf_counter() - proc._t0  # type: ignore[attr-defined]
+            read_s[p] = time.perf_counter() - started[p]
         out["stages"]["read"] = max(read_s.values())
         rss = {p: _hwm_mb(proc.pid) for p, proc in procs.items()}
         dep = Deployment.load(dep_file)
-        timed = {}
-        inner = psi.intersect
-
-        def timed_intersect(*a, **k):
-            t = time.perf_counter()
-            try:
-                return inner(*a, **k)
-            finally:
-                timed["psi"] = time.perf_counter() - t
-
-        psi.intersect = timed_intersect
-        try:
-            t = time.perf_counter()
-            conn = connect(dep, seed=0)
-            conn_s = time.perf_counter() - t
-        finally:
-            psi.intersect = inner
-        out["stages"]["psi"] = timed["psi"]
-        out["stages"]["prepare"] = conn_s - timed["psi"]
+        t = time.perf_counter()
+        conn = connect(dep, seed=0)
+        conn_s = time.perf_counter() - t
+        out["stages"]["psi"] = conn.psi_seconds  # (all parties at once; the label holder's cache is empty)
+        out["stages"]["prepare"] = conn_s - conn.psi_seconds
         try:
             t = time.perf_counter()
             res = run("vfl", conn.data, seed=0, params={"epochs": 1, "batch_size": 1024}, federation=conn.federation)

@@ -281,14 +281,14 @@ def hash_to_group(ids) -> list[bytes]:
     return [from_hash(sha(DOMAIN + str(i).encode()).digest()) for i in ids]
 
 
-def _blind(key: bytes, ids) -> bytes:
+def blind_ids(key: bytes, ids) -> bytes:
     """``ids`` hashed to the group and multiplied by ``key``: 32 bytes each, concatenated."""
     rb = _rbcl()
     mul, from_hash, sha = rb.crypto_scalarmult_ristretto255, rb.crypto_core_ristretto255_from_hash, hashlib.sha512
     return b"".join([mul(key, from_hash(sha(DOMAIN + str(i).encode()).digest())) for i in ids])
 
 
-def _reblind(key: bytes, points: bytes, keep: int = POINT, first: int = 0) -> bytes:
+def reblind_points(key: bytes, points: bytes, keep: int = POINT, first: int = 0) -> bytes:
     """Each 32-byte encoding in ``points`` multiplied by ``key`` (the first ``keep`` bytes of each
     product kept). An encoding that is not a ristretto255 element raises ``ValueError`` naming its
     position (``first``: the position of the first)."""
@@ -320,7 +320,7 @@ def _executor(workers: int, parallel: str) -> Executor:
 def _spread(pool: Executor, workers: int, fn, key: bytes, items, step: int = 1, keep: int = POINT
             ) -> list[Future]:
     """``fn(key, part)`` over ``workers`` parts of ``items``: ids (``step`` 1), or the 32-byte
-    elements of a ``bytes`` (``step`` 32; ``fn`` is :func:`_reblind`, keeping ``keep`` bytes)."""
+    elements of a ``bytes`` (``step`` 32; ``fn`` is :func:`reblind_points`, keeping ``keep`` bytes)."""
     n = len(items) // step
     per = max(1, math.ceil(n / workers))
     if step == 1:
@@ -375,7 +375,7 @@ class StreamServer:
         if not len(part):
             return []
         sel = [self.ids[int(i)] for i in part] if not isinstance(self.ids, np.ndarray) else self.ids[part]
-        return _spread(self._pool, self.workers, _blind, self._key, sel)
+        return _spread(self._pool, self.workers, blind_ids, self._key, sel)
 
     def opened(self) -> PsiOpened:
         return PsiOpened(n=len(self.ids), chunk=self.chunk)
@@ -386,7 +386,7 @@ class StreamServer:
                 raise TransportError(f"PSI chunk {msg.index!r} arrived where chunk {self.index} is due")
             k = _check_points(msg.points, f"PSI chunk {self.index}", min(self.chunk, self.n_peer - self.received))
             try:
-                again = _joined(_spread(self._pool, self.workers, _reblind, self._key, msg.points, POINT))
+                again = _joined(_spread(self._pool, self.workers, reblind_points, self._key, msg.points, POINT))
             except ValueError as exc:
                 raise TransportError(f"malformed PSI chunk {self.index}: {exc}") from None
             own = _joined(self._ahead)
@@ -446,7 +446,7 @@ def _intersect_stream(proxy, ids: Sequence, *, chunk: int = CHUNK, workers: int 
     pool = _executor(w, parallel)
     try:
         def blind(i):
-            return _spread(pool, w, _blind, key, ids[i * c:(i + 1) * c]) if i * c < n else []
+            return _spread(pool, w, blind_ids, key, ids[i * c:(i + 1) * c]) if i * c < n else []
 
         ahead = [blind(0), blind(1)]
         again: list[tuple[int, list[Future]]] = []
@@ -465,7 +465,7 @@ def _intersect_stream(proxy, ids: Sequence, *, chunk: int = CHUNK, workers: int 
                 raise TransportError(f"{who}'s PSI reply {i} carries {len(reply.own) // POINT} of its ids where "
                                      f"{due} are due")
             if due:
-                again.append((got, _spread(pool, w, _reblind, key, reply.own, POINT, keep=DIGEST)))
+                again.append((got, _spread(pool, w, reblind_points, key, reply.own, POINT, keep=DIGEST)))
                 got += due
             while again and (len(again) > 2 or all(f.done() for f in again[0][1])):  # a few chunks in memory
                 _store(theirs, *again.pop(0), who)
