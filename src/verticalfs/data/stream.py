@@ -132,7 +132,9 @@ class StreamedTable:
     def batches(self, columns: Sequence[str], batch_rows: int = BATCH_ROWS) -> Iterator[tuple[int, pd.DataFrame]]:
         """``(first row, frame)`` of consecutive record batches of ``columns``, in file order."""
         offset = 0
-        for b in self.dataset.to_batches(columns=list(columns), batch_size=batch_rows, use_threads=False):
+        # one batch read ahead, not pyarrow's default 16 (x 4 files): the memory of a few batches
+        for b in self.dataset.to_batches(columns=list(columns), batch_size=batch_rows, use_threads=False,
+                                         batch_readahead=1, fragment_readahead=1):
             if b.num_rows:
                 yield offset, b.to_pandas()
                 offset += b.num_rows
@@ -226,6 +228,9 @@ def prepare_streamed(table: StreamedTable, pos: np.ndarray, codes: np.ndarray, c
     for m in maps.values():
         if isinstance(m, np.memmap):
             m.flush()
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()  # the batches' buffers back to the system, not kept by the pool
     return pp, maps
 
 
