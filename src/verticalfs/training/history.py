@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 import zlib
 from typing import TYPE_CHECKING, Any
 
@@ -82,20 +84,14 @@ class ProgressCallback(Callback):
     def _use_lines(self) -> bool:
         if self._lines is not None:
             return self._lines
-        import sys
-
         stream = self._stream or sys.stderr
         return not (hasattr(stream, "isatty") and stream.isatty())
 
     def _line(self, text: str) -> None:
-        import sys
-
         stream = self._stream or sys.stderr
         print(f"[{self.description}] {text}", file=stream, flush=True)
 
     def _due(self, last: bool) -> bool:
-        import time
-
         now = time.monotonic()
         if last or self._done <= 1 or now - self._last >= self.min_interval:
             self._last = now
@@ -103,15 +99,11 @@ class ProgressCallback(Callback):
         return False
 
     def _timing(self, done: int, total: int, t0: float) -> str:
-        import time
-
         elapsed = time.monotonic() - t0
         eta = elapsed / done * (total - done) if done else float("nan")
         return f"{_clock(elapsed)} elapsed" + (f", ETA {_clock(eta)}" if done < total and eta == eta else "")
 
     def on_train_begin(self, trainer: SplitTrainer, epochs: int, phase: str) -> None:
-        import time
-
         self._phase, self._epochs, self._done = phase, int(epochs), 0
         self._t0, self._last = time.monotonic(), float("-inf")
         if self._use_lines():
@@ -155,8 +147,6 @@ class ProgressCallback(Callback):
             self._progress = None
 
     def on_stage_step(self, trainer: Any, stage: str, done: int, total: int) -> None:
-        import time
-
         if self._stage is None or self._stage[0] != stage or done <= 1:
             self._stage = (stage, time.monotonic())
             self._last = float("-inf")
