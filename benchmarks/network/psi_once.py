@@ -12,20 +12,13 @@ from the label holder's cache (only the digests of the parties' ids cross), with
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# the deployment set-up of serve.py beside this script (run as a script, its folder is on sys.path)
+from serve import start, stop, write_deployment
 
 
 def _site(root: Path, n: int) -> Path:
@@ -40,13 +33,7 @@ def _site(root: Path, n: int) -> Path:
         if p == "bank":
             df["default"] = rng.integers(0, 2, size=n)
         df.to_csv(root / f"{p}.csv", index=False)
-    subprocess.run([sys.executable, "-m", "verticalfs", "certs", "make", "--parties", ",".join(parties), "--out",
-                    str(root / "certs")], check=True, capture_output=True)
-    lines = ['label_party = "bank"', 'label_column = "default"', 'id_column = "customer_id"', 'certs = "certs"']
-    for p in parties:
-        lines += [f"[parties.{p}]", f'address = "127.0.0.1:{_free_port()}"', f'file = "{p}.csv"']
-    (root / "deployment.toml").write_text("\n".join(lines) + "\n")
-    return root / "deployment.toml"
+    return write_deployment(root, parties)
 
 
 def main() -> None:
@@ -62,13 +49,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         conf = _site(Path(tmp), args.ids)
         dep = Deployment.load(conf)
-        procs = [subprocess.Popen([sys.executable, "-m", "verticalfs", "party", "serve", "--config", str(conf),
-                                   "--name", p], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"}) for p in ("telecom", "insurer")]
+        procs = []
         try:
-            for p in procs:
-                line = p.stdout.readline()
-                assert "serves" in line, line + p.stdout.read()
+            for p in ("telecom", "insurer"):
+                procs.append(start([sys.executable, "-m", "verticalfs", "party", "serve", "--config", str(conf),
+                                    "--name", p], Path(tmp), "serves"))
             channel = GrpcChannel(LABEL_HOLDER, dep.addresses, tls=dep.tls(LABEL_HOLDER), session="psi-bench")
             fed = Federation(None, channel, ["telecom", "insurer"])
             proxies = [fed.proxy(p) for p in ("telecom", "insurer")]
@@ -87,9 +72,7 @@ def main() -> None:
             channel.close()
         finally:
             for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                p.wait(10)
+                stop(p)
     print(f"PSI of the label holder's {args.ids:,} ids with 2 parties of {args.ids:,} ids each (party processes, "
           f"mutual TLS on 127.0.0.1); intersection {len(hit.ids):,}")
     print(f"  party after party       {seq.seconds:8.2f} s")

@@ -60,10 +60,16 @@ def make_site(root: Path, rows: int) -> Path:
         if p == "bank":
             df["default"] = y
         df.iloc[rng.permutation(rows)].to_csv(root / f"{p}.csv", index=False)
-    subprocess.run([sys.executable, "-m", "verticalfs", "certs", "make", "--parties", ",".join(PARTIES), "--out",
+    return write_deployment(root, PARTIES)
+
+
+def write_deployment(root: Path, parties) -> Path:
+    """Certificates for ``parties`` (``certs make``) and a deployment file with mutual TLS on
+    127.0.0.1: the bank holds the label ``default``, every party ``<party>.csv`` keyed by ``customer_id``."""
+    subprocess.run([sys.executable, "-m", "verticalfs", "certs", "make", "--parties", ",".join(parties), "--out",
                     str(root / "certs")], check=True, capture_output=True)
     lines = ['label_party = "bank"', 'label_column = "default"', 'id_column = "customer_id"', 'certs = "certs"']
-    for p in PARTIES:
+    for p in parties:
         lines += [f"[parties.{p}]", f'address = "127.0.0.1:{free_port()}"', f'file = "{p}.csv"']
     (root / "deployment.toml").write_text("\n".join(lines) + "\n")
     return root / "deployment.toml"
