@@ -119,7 +119,7 @@ class GroupLasso(VFL):
 
     def fit(self, fed) -> GroupLasso:
         p = self.params
-        trainer = SplitTrainer(fed, self.name, self._config(), seed=self.seed, callbacks=self.callbacks,
+        trainer = SplitTrainer(fed, self.name, self._config(fed), seed=self.seed, callbacks=self.callbacks,
                                entry_hook=self.entry_hook, codec=self.codec, spec_class=GroupLassoSpec,
                                spec_extra={"lam": float(p.lambda_m), "eta": float(p.lr), "center": bool(p.center)},
                                checkpoints=self.checkpoints)
