@@ -39,8 +39,6 @@ _ALIASES = {"equal_frequency": "equal-frequency", "equalfrequency": "equal-frequ
             "equal_width": "equal-width", "equalwidth": "equal-width", "uniform": "equal-width"}
 #: ChiMerge starts from at most this many intervals (equal-frequency) instead of one per distinct value
 CHIMERGE_MAX_INITIAL = 256
-#: rows x columns x cut points handled in one broadcast when coding (bounds memory)
-_CHUNK_ELEMS = 1 << 24
 
 
 def canonical_discretizer(method: str) -> str:
@@ -157,17 +155,13 @@ def _as_2d_view(X) -> np.ndarray:
 
 
 def code_block(X: np.ndarray, E: np.ndarray) -> np.ndarray:
-    """Codes ``(n, d)`` int32 of a float64 block ``X`` under cut points ``E`` ``(d, K)``, in row
-    chunks of at most :data:`_CHUNK_ELEMS` comparisons (each a single broadcast)."""
+    """Codes ``(n, d)`` int32 of a float64 block ``X`` under cut points ``E`` ``(d, K)``: one
+    comparison of the block per cut point (a loop over at most ``B - 1`` cut points, not rows;
+    ``x > NaN`` is False, so padding counts nothing)."""
     n, d = X.shape
-    k = E.shape[1]
-    out = np.empty((n, d), dtype=np.int32)
-    if k == 0:
-        out[:] = 0
-        return out
-    step = max(1, _CHUNK_ELEMS // max(1, d * k))
-    for s in range(0, n, step):  # chunks of rows, each a single broadcast
-        out[s:s + step] = (X[s:s + step, :, None] > E[None, :, :]).sum(-1)
+    out = np.zeros((n, d), dtype=np.int32)
+    for i in range(E.shape[1]):
+        out += X > E[None, :, i]
     return out
 
 

@@ -200,12 +200,13 @@ def binned_mutual_info(X, edges: np.ndarray, y, rows: np.ndarray | None = None) 
     width = E.shape[1] + 1  # codes lie in 0 .. K
     counts = np.zeros(d * nb * width, dtype=np.int64)
     top = 0
-    cols = (np.arange(d, dtype=np.int64) * nb)[None, :]
+    cols = (np.arange(d, dtype=np.int64) * nb * width)[None, :]
     for s, e, codes in coded_blocks(X, E, rows):
         if codes.size:
             top = max(top, int(codes.max()))
-        flat = ((cols + b[s:e, None]) * width + codes).ravel()
-        counts += np.bincount(flat, minlength=counts.size)
+        flat = b[s:e, None] * width + cols  # cell (column, label, code), one int64 block
+        flat += codes
+        counts += np.bincount(flat.ravel(), minlength=counts.size)
     K = top + 1
     by_label = counts.reshape(d, nb, width)[:, :, :K]
     h_c = _entropy_from_counts(by_label.sum(1), np.full(d, n))

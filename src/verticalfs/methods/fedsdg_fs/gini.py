@@ -111,14 +111,17 @@ def bin_counts(X, n_bins: int, y=None, n_classes: int = 0, encrypted=(), size: i
     counts = None if y is None else np.zeros((d, n_bins, int(n_classes)), dtype=np.int64)
     y = None if y is None else np.asarray(y, dtype=np.int64)
     sums: list = [None] * len(encrypted)
+    cols = (np.arange(d, dtype=np.int64) * n_bins)[None, :]
     for s, e, block in coded_blocks(X, edges, size=size):
-        codes = block.astype(np.int64)
-        sizes += bin_sizes(codes, n_bins)
-        if counts is not None:
-            counts += class_counts(codes, y[s:e], int(n_classes), n_bins)
         for i, A in enumerate(encrypted):
-            part = encrypted_counts(A[s:e], codes, n_bins)
+            part = encrypted_counts(A[s:e], block.astype(np.int64), n_bins)
             sums[i] = part if sums[i] is None else sums[i] + part
+        cell = block + cols  # (feature, bin) of every value: bin_sizes' and class_counts' cells, in place
+        sizes += np.bincount(cell.ravel(), minlength=d * n_bins).reshape(d, n_bins)
+        if counts is not None:
+            cell *= int(n_classes)
+            cell += y[s:e, None]
+            counts += np.bincount(cell.ravel(), minlength=counts.size).reshape(counts.shape)
     for i, A in enumerate(encrypted):
         if sums[i] is None:  # no rows
             sums[i] = encrypted_counts(A, np.zeros((n, d), dtype=np.int64), n_bins)
