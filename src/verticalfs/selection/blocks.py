@@ -90,27 +90,59 @@ def release(X: np.ndarray, s: int, e: int) -> None:
     _Releaser(np.asarray(X))(s, e)
 
 
+def _pieces(rows: np.ndarray, step: int) -> Iterator[tuple[int, int]]:
+    """``(a, b)``: consecutive runs of ``rows`` of at most ``step`` indices whose rows lie in one
+    window of ``step`` rows of the table when ``rows`` is sorted (so each run's pages are a block's,
+    released before the next run is read); runs of ``step`` indices otherwise."""
+    n = len(rows)
+    if n == 0:
+        return
+    if n > 1 and not (rows[1:] >= rows[:-1]).all():
+        for a in range(0, n, step):
+            yield a, min(n, a + step)
+        return
+    window = np.asarray(rows, dtype=np.int64) // step
+    cuts = np.flatnonzero(window[1:] != window[:-1]) + 1
+    for a, b in zip(np.r_[0, cuts].tolist(), np.r_[cuts, n].tolist(), strict=True):
+        for c in range(a, b, step):
+            yield c, min(b, c + step)
+
+
 def row_blocks(X, rows: np.ndarray | None = None, *, dtype=np.float64, size: int | None = None
                ) -> Iterator[tuple[int, int, np.ndarray]]:
-    """``(first, last, block)`` over the rows of ``X`` (all, or the sorted indices ``rows``):
-    ``block`` is a copy in ``dtype`` of at most ``size`` rows (default :data:`BLOCK_ROWS`);
-    ``first:last`` are positions in ``rows`` (or rows of ``X``). The pages read are released
-    after each block."""
+    """``(first, last, block)`` over the rows of ``X`` (all, or the indices ``rows``): ``block`` is
+    a copy in ``dtype`` of at most ``size`` rows (default :data:`BLOCK_ROWS`); ``first:last`` are
+    positions in ``rows`` (or rows of ``X``). The pages read are released after each block (for
+    sorted ``rows``, e.g. a sample, each block's rows lie within ``size`` rows of the table)."""
     X = np.asarray(X)
     step = block_rows(size)
     free = _Releaser(X)
-    n = X.shape[0] if rows is None else len(rows)
-    for s in range(0, n, step):
-        e = min(n, s + step)
-        if rows is None:
+    if rows is None:
+        for s in range(0, X.shape[0], step):
+            e = min(X.shape[0], s + step)
             block = np.array(X[s:e], dtype=dtype)
             free(s, e)
-        else:
-            r = rows[s:e]
-            block = np.asarray(X[r], dtype=dtype)
-            if len(r):
-                free(int(r.min()), int(r.max()) + 1)
-        yield s, e, block
+            yield s, e, block
+        return
+    rows = np.asarray(rows)
+    for a, b in _pieces(rows, step):
+        r = rows[a:b]
+        block = np.asarray(X[r], dtype=dtype)
+        free(int(r.min()), int(r.max()) + 1)
+        yield a, b, block
+
+
+def take_rows(X, rows, *, dtype=np.float64, size: int | None = None) -> np.ndarray:
+    """``X[rows]`` as ``dtype`` (e.g. a mini-batch), read in sorted order a block of the table at a
+    time, releasing each block's pages (:func:`release`): a batch of random rows does not leave the
+    whole mapped file resident."""
+    X = np.asarray(X)
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    order = np.argsort(rows, kind="stable")
+    out = np.empty((len(rows),) + X.shape[1:], dtype=dtype)
+    for a, b, block in row_blocks(X, rows[order], dtype=dtype, size=size):
+        out[order[a:b]] = block
+    return out
 
 
 def column_groups(X, rows: np.ndarray | None = None, *, dtype=np.float64, size: int | None = None

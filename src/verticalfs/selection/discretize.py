@@ -101,7 +101,8 @@ def _pad(edge_lists: list[np.ndarray]) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- public API
-def fit_bins(X, method: str = "equal-frequency", bins: int = 8, y=None, *, party: str | None = None) -> np.ndarray:
+def fit_bins(X, method: str = "equal-frequency", bins: int = 8, y=None, *, party: str | None = None,
+             overwrite: bool = False) -> np.ndarray:
     """Cut points of every column, ``(d, K)`` with NaN padding (at most ``bins - 1`` per column).
 
     Parameters
@@ -116,6 +117,8 @@ def fit_bins(X, method: str = "equal-frequency", bins: int = 8, y=None, *, party
         Integer labels; required by the supervised methods ``mdlp`` and ``chimerge``.
     party : str, optional
         Named in the error if a supervised method is asked for without labels.
+    overwrite : bool
+        ``X`` (float64) is a scratch copy the quantiles may reorder in place (saves a copy).
     """
     B = _check_bins(bins)
     key = check_discretizer(method, has_labels=y is not None, party=party)
@@ -125,7 +128,7 @@ def fit_bins(X, method: str = "equal-frequency", bins: int = 8, y=None, *, party
         return np.full((d, 0), np.nan)
     if key == "equal-frequency":
         q = np.arange(1, B) / B
-        E = np.quantile(X, q, axis=0).T  # (d, B-1)
+        E = np.quantile(X, q, axis=0, overwrite_input=overwrite).T  # (d, B-1)
         return _dedupe(E)
     if key == "equal-width":
         lo, hi = X.min(0), X.max(0)
@@ -201,7 +204,7 @@ def fit_bins_blocked(X, method: str = "equal-frequency", bins: int = 8, y=None, 
             lo, hi = (bl, bh) if lo is None else (np.minimum(lo, bl), np.maximum(hi, bh))
         E = lo[:, None] + (hi - lo)[:, None] * (np.arange(1, B) / B)[None, :]
         return _dedupe(E)
-    parts = [fit_bins(G, key, B, y, party=party) for _, G in column_groups(X, rows, size=size)]
+    parts = [fit_bins(G, key, B, y, party=party, overwrite=True) for _, G in column_groups(X, rows, size=size)]
     k = max(p.shape[1] for p in parts)
     return np.concatenate([np.pad(p, ((0, 0), (0, k - p.shape[1])), constant_values=np.nan) for p in parts], 0)
 

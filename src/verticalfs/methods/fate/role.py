@@ -31,6 +31,7 @@ from verticalfs.methods.fate.messages import (
 )
 from verticalfs.methods.filter import FilterRole
 from verticalfs.party import Context, handles
+from verticalfs.selection.blocks import take_rows
 from verticalfs.training.batches import BatchPlan
 
 
@@ -80,7 +81,7 @@ class LassoRole(FilterRole):
             return PartialPredictor(values=np.zeros(0))
         rows = st["plan"].rows(epoch, batch)
         st["rows"] = rows
-        return PartialPredictor(values=np.asarray(st["X"][rows], dtype=np.float64) @ st["w"])
+        return PartialPredictor(values=take_rows(st["X"], rows) @ st["w"])
 
     @handles(LassoStart)
     def on_lasso_start(self, msg: LassoStart, ctx: Context) -> PartialPredictor:
@@ -114,7 +115,7 @@ class LassoRole(FilterRole):
         top = pub.bits - 3
         if not 0 <= int(msg.bound_bits) <= pub.bits:
             raise ProtocolError(f"party {self.name!r}: EncryptedResidual bound_bits {msg.bound_bits} out of range")
-        Xb = np.asarray(st["X"][rows], dtype=np.float64)
+        Xb = take_rows(st["X"], rows)
         xs = float(np.abs(np.rint(np.ldexp(Xb, st["prec"]))).sum(0).max()) if Xb.size else 0.0
         g_bits = int(msg.bound_bits) + max(1, int(np.ceil(xs * (1 + 1e-12)))).bit_length()
         hiding = top - g_bits
