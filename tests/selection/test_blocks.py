@@ -146,7 +146,8 @@ def test_a_method_selects_the_same_and_sends_the_same_bytes_with_small_blocks(ca
     def run():
         fed = Federation.in_process(cancer)
         m = create(name, seed=0, **params).fit(fed)
-        return m.info_["selected"], {p: s.tobytes() for p, s in m.feature_scores_.items()}, fed.ledger.total_bytes
+        return (m.info_["selected"], {p: s.tobytes() for p, s in m.feature_scores_.items()}, fed.ledger.total_bytes,
+                m.metrics_)  # the metrics: of the classifier on the columns gathered a block at a time
 
     one = run()  # one block: every party's training rows at once
     monkeypatch.setattr(blocks, "BLOCK_ROWS", 7)
@@ -154,7 +155,7 @@ def test_a_method_selects_the_same_and_sends_the_same_bytes_with_small_blocks(ca
 
 
 # --------------------------------------------------------------------------- memory-mapped party
-N_ROWS, N_COLS, BLOCK = 200_000, 50, 4096
+N_ROWS, N_COLS, BLOCK = 200_000, 50, 8192
 
 
 @pytest.fixture(scope="module")
@@ -172,11 +173,12 @@ def mapped(tmp_path_factory):
     return data, y
 
 
-def _peak(fn) -> int:
+def _peak(fn) -> tuple[int, object]:
+    """The peak of numpy's (and Python's) allocations while ``fn`` runs, and its result."""
     tracemalloc.start()
     try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
+        out = fn()
+        return tracemalloc.get_traced_memory()[1], out
     finally:
         tracemalloc.stop()
 
@@ -184,8 +186,8 @@ def _peak(fn) -> int:
 def test_filters_at_a_mapped_party_allocate_blocks_not_the_table(mapped, monkeypatch):
     monkeypatch.setattr(blocks, "BLOCK_ROWS", BLOCK)
     data, y = mapped
-    # four float64 blocks (1.6 MB each) and five int64 vectors of a label per row (1.6 MB each):
-    # 14.5 MB, a third of the float32 table (40 MB) and a sixth of the float64 copy read before
+    # four float64 blocks (3.3 MB each) and five int64 vectors of a label per row (1.6 MB each):
+    # 21 MB, half the float32 table (40 MB) and a quarter of the float64 copy read before
     bound = 4 * BLOCK * N_COLS * 8 + 5 * N_ROWS * 8
     ctx = Context(None, At("selection"), "active")
     rows = stratified_sample(y, 8 ** 4 * 2, np.random.default_rng(0))
@@ -202,16 +204,28 @@ def test_filters_at_a_mapped_party_allocate_blocks_not_the_table(mapped, monkeyp
         "fate-iv binning": lambda: [None for _ in quantile_code_blocks(data.X_all("train").numpy(), 10)[1]],
     }
     peaks = {k: _peak(f) for k, f in runs.items()}
-    assert all(v < bound for v in peaks.values()), (peaks, bound)
+    assert all(v < bound for v, _ in peaks.values()), ({k: v for k, (v, _) in peaks.items()}, bound)
     # the bound would catch a whole copy: the float64 matrix the methods read before issue 39
-    assert _peak(lambda: data.X_all("train").numpy().astype(np.float64)) > bound
-    rep = MIRole(data, None, ctx).on_label_scores(
-        LabelScoresRequest(rows=None, labels=y, bins=8, discretizer="equal-frequency", supervised_bins=False,
-                           top=3), ctx)
-    assert sorted(rep.indices.tolist()[:2]) == [0, 1]  # the informative columns
-    assert isinstance(MSGiniRole(data, None, ctx).on_plain_labels(
-        PlainGiniLabels(labels=y.astype(np.int64), n_classes=2, n_bins=10), ctx), ClearGini)
-    assert isinstance(SFFSRole(data, None, ctx).on_plain(PlainFLabels(labels=y.astype(np.int64)), ctx), FScores)
+    assert _peak(lambda: data.X_all("train").numpy().astype(np.float64))[0] > bound
+    # and the statistics are the expected ones: columns 0 and 1 make the label
+    assert sorted(peaks["mi"][1].indices.tolist()[:2]) == [0, 1]
+    assert isinstance(peaks["ms-gini"][1], ClearGini) and np.argsort(peaks["ms-gini"][1].scores)[:2].tolist() in (
+        [0, 1], [1, 0])
+    assert isinstance(peaks["sffs"][1], FScores) and sorted(np.argsort(-peaks["sffs"][1].scores)[:2]) == [0, 1]
+
+
+def test_random_rows_are_read_a_block_of_the_table_at_a_time(mapped):
+    data, _ = mapped
+    X = data.X_all("train").numpy()
+    rows = np.random.default_rng(3).integers(0, N_ROWS, 5000)  # unsorted, with repeats
+    np.testing.assert_array_equal(blocks.take_rows(X, rows, size=1000), X[rows].astype(np.float64))
+    srt = np.sort(rows)
+    seen = [(a, b, blk) for a, b, blk in blocks.row_blocks(X, srt, size=1000)]
+    assert all(srt[b - 1] // 1000 == srt[a] // 1000 and b - a <= 1000 for a, b, _ in seen)  # one window each
+    np.testing.assert_array_equal(np.concatenate([blk for *_, blk in seen]), X[srt].astype(np.float64))
+    shuffled = np.random.default_rng(4).permutation(srt)
+    np.testing.assert_array_equal(np.concatenate([b for *_, b in blocks.row_blocks(X, shuffled, size=1000)]),
+                                  X[shuffled].astype(np.float64))
 
 
 def _mapping_rss_kb(addr: int) -> int:
