@@ -141,6 +141,7 @@ def cancer():
     ("sffs", {"secure": False}),
     ("sffs", {"key_bits": 512, "insecure": True}),
     ("fate-iv", {"n_select": 6, "key_bits": 512, "insecure": True}),
+    ("fate-iv", {"n_select": 6, "key_bits": 512, "insecure": True, "packing": "pair"}),
 ])
 def test_a_method_selects_the_same_and_sends_the_same_bytes_with_small_blocks(cancer, monkeypatch, name, params):
     def run():
