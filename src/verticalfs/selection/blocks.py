@@ -108,19 +108,21 @@ def _pieces(rows: np.ndarray, step: int) -> Iterator[tuple[int, int]]:
             yield c, min(b, c + step)
 
 
-def row_blocks(X, rows: np.ndarray | None = None, *, dtype=np.float64, size: int | None = None
-               ) -> Iterator[tuple[int, int, np.ndarray]]:
+def row_blocks(X, rows: np.ndarray | None = None, *, dtype=np.float64, size: int | None = None,
+               columns: slice | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
     """``(first, last, block)`` over the rows of ``X`` (all, or the indices ``rows``): ``block`` is
     a copy in ``dtype`` of at most ``size`` rows (default :data:`BLOCK_ROWS`); ``first:last`` are
     positions in ``rows`` (or rows of ``X``). The pages read are released after each block (for
-    sorted ``rows``, e.g. a sample, each block's rows lie within ``size`` rows of the table)."""
+    sorted ``rows``, e.g. a sample, each block's rows lie within ``size`` rows of the table).
+    ``columns``: copy only these columns of each block (all rows only)."""
     X = np.asarray(X)
     step = block_rows(size)
     free = _Releaser(X)
     if rows is None:
+        cols = slice(None) if columns is None else columns
         for s in range(0, X.shape[0], step):
             e = min(X.shape[0], s + step)
-            block = np.array(X[s:e], dtype=dtype)
+            block = np.array(X[s:e, cols], dtype=dtype)
             free(s, e)
             yield s, e, block
         return
@@ -155,7 +157,11 @@ def column_groups(X, rows: np.ndarray | None = None, *, dtype=np.float64, size: 
     per = max(1, min(d, block_rows(size) * d // max(1, n))) if d else 1
     for c0 in range(0, d, per):
         cols = np.arange(c0, min(d, c0 + per))
-        out = np.empty((n, len(cols)), dtype=dtype)
-        for s, e, block in row_blocks(X, rows, dtype=X.dtype, size=size):
-            out[s:e] = block[:, c0:c0 + len(cols)]
+        out = np.empty((n, len(cols)), dtype=dtype, order="F")  # each column contiguous (its sort)
+        if rows is None:  # a pass over the table copying only the group's columns of each block
+            for s, e, block in row_blocks(X, dtype=dtype, size=size, columns=slice(c0, c0 + len(cols))):
+                out[s:e] = block
+        else:
+            for s, e, block in row_blocks(X, rows, dtype=X.dtype, size=size):
+                out[s:e] = block[:, c0:c0 + len(cols)]
         yield cols, out
