@@ -25,6 +25,7 @@ from verticalfs.evaluation.metrics import prediction_metrics
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods.base import Method, expect_holder_kind
 from verticalfs.party import Context, Role, handles
+from verticalfs.selection.blocks import row_blocks
 from verticalfs.selection.evaluate import (
     CLASSIFIERS,
     ConstantModel,
@@ -65,7 +66,10 @@ class FilterRole(Role):
             raise ProtocolError(f"party {self.name!r}: GatherColumns asks for columns {idx.tolist()} but the "
                                 f"party has {X.shape[1]} features")
         self.data.keep(idx)
-        return Columns(values=np.ascontiguousarray(X[:, idx], dtype=np.float32))
+        out = np.empty((X.shape[0], idx.size), dtype=np.float32)
+        for s, e, block in row_blocks(X, dtype=np.float32):  # a memory-mapped table a block at a time
+            out[s:e] = block[:, idx]
+        return Columns(values=out)
 
     def export(self) -> dict:
         return {}  # a filter method's party keeps only its selected columns (saved by the runtime)

@@ -31,6 +31,7 @@ from collections import deque
 import numpy as np
 
 from verticalfs.exceptions import ConfigError, DataError
+from verticalfs.selection.blocks import column_groups, row_blocks
 
 DISCRETIZERS: tuple[str, ...] = ("equal-frequency", "equal-width", "mdlp", "chimerge")
 SUPERVISED: tuple[str, ...] = ("mdlp", "chimerge")
@@ -38,8 +39,6 @@ _ALIASES = {"equal_frequency": "equal-frequency", "equalfrequency": "equal-frequ
             "equal_width": "equal-width", "equalwidth": "equal-width", "uniform": "equal-width"}
 #: ChiMerge starts from at most this many intervals (equal-frequency) instead of one per distinct value
 CHIMERGE_MAX_INITIAL = 256
-#: rows x columns x cut points handled in one broadcast when coding (bounds memory)
-_CHUNK_ELEMS = 1 << 24
 
 
 def canonical_discretizer(method: str) -> str:
@@ -102,7 +101,8 @@ def _pad(edge_lists: list[np.ndarray]) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- public API
-def fit_bins(X, method: str = "equal-frequency", bins: int = 8, y=None, *, party: str | None = None) -> np.ndarray:
+def fit_bins(X, method: str = "equal-frequency", bins: int = 8, y=None, *, party: str | None = None,
+             overwrite: bool = False) -> np.ndarray:
     """Cut points of every column, ``(d, K)`` with NaN padding (at most ``bins - 1`` per column).
 
     Parameters
@@ -117,6 +117,8 @@ def fit_bins(X, method: str = "equal-frequency", bins: int = 8, y=None, *, party
         Integer labels; required by the supervised methods ``mdlp`` and ``chimerge``.
     party : str, optional
         Named in the error if a supervised method is asked for without labels.
+    overwrite : bool
+        ``X`` (float64) is a scratch copy the quantiles may reorder in place (saves a copy).
     """
     B = _check_bins(bins)
     key = check_discretizer(method, has_labels=y is not None, party=party)
@@ -126,7 +128,7 @@ def fit_bins(X, method: str = "equal-frequency", bins: int = 8, y=None, *, party
         return np.full((d, 0), np.nan)
     if key == "equal-frequency":
         q = np.arange(1, B) / B
-        E = np.quantile(X, q, axis=0).T  # (d, B-1)
+        E = np.quantile(X, q, axis=0, overwrite_input=overwrite).T  # (d, B-1)
         return _dedupe(E)
     if key == "equal-width":
         lo, hi = X.min(0), X.max(0)
@@ -140,27 +142,89 @@ def fit_bins(X, method: str = "equal-frequency", bins: int = 8, y=None, *, party
     return _pad([fit_col(X[:, j], y, B) for j in range(d)])
 
 
-def apply_bins(X, edges: np.ndarray) -> np.ndarray:
-    """Integer codes ``(n, d)`` (int32): the number of cut points strictly below each value."""
-    X = _as_2d(X)
+def _check_block(X: np.ndarray) -> None:
+    if np.isnan(X).any():
+        raise DataError("cannot discretize NaN values; impute them first (prepare(impute='median'))")
+
+
+def _as_2d_view(X) -> np.ndarray:
+    """``X`` as a 2-D array without a copy (a memory-mapped party stays mapped)."""
+    X = np.asarray(X)
+    if X.ndim == 1:
+        X = X[:, None]
+    if X.ndim != 2:
+        raise DataError(f"expected a 2-D array (rows, columns) to discretize, got shape {X.shape}")
+    return X
+
+
+def code_block(X: np.ndarray, E: np.ndarray) -> np.ndarray:
+    """Codes ``(n, d)`` int32 of a float64 block ``X`` under cut points ``E`` ``(d, K)``: one
+    comparison of the block per cut point (a loop over at most ``B - 1`` cut points, not rows;
+    ``x > NaN`` is False, so padding counts nothing)."""
+    n, d = X.shape
+    out = np.zeros((n, d), dtype=np.int32)
+    for i in range(E.shape[1]):
+        out += X > E[None, :, i]
+    return out
+
+
+def coded_blocks(X, edges: np.ndarray, rows: np.ndarray | None = None, size: int | None = None):
+    """``(first, last, codes)`` over row blocks of ``X`` (all rows, or the sorted indices ``rows``):
+    the codes of :func:`apply_bins`, a block at a time (:func:`verticalfs.selection.blocks.row_blocks`)."""
+    X = _as_2d_view(X)
     E = np.asarray(edges, dtype=np.float64)
     if E.ndim != 2 or E.shape[0] != X.shape[1]:
         raise DataError(f"cut points of shape {E.shape} do not match {X.shape[1]} columns")
-    n, d = X.shape
-    k = E.shape[1]
-    out = np.empty((n, d), dtype=np.int32)
-    if k == 0:
-        out[:] = 0
-        return out
-    step = max(1, _CHUNK_ELEMS // max(1, d * k))
-    for s in range(0, n, step):  # chunks of rows, each a single broadcast
-        out[s:s + step] = (X[s:s + step, :, None] > E[None, :, :]).sum(-1)
+    for s, e, B in row_blocks(X, rows, size=size):
+        _check_block(B)
+        yield s, e, code_block(B, E)
+
+
+def fit_bins_blocked(X, method: str = "equal-frequency", bins: int = 8, y=None, *, party: str | None = None,
+                     rows: np.ndarray | None = None, size: int | None = None) -> np.ndarray:
+    """:func:`fit_bins` of ``X`` (all rows, or the sorted indices ``rows``; ``y`` then holds their
+    labels) without a copy of ``X``: the same cut points, to the bit.
+
+    Every method fits each column on its own, so the columns are fitted a group at a time
+    (:func:`verticalfs.selection.blocks.column_groups`: a group about as large as a block of rows);
+    ``equal-width`` needs only each column's minimum and maximum, taken over row blocks.
+    """
+    B = _check_bins(bins)
+    key = check_discretizer(method, has_labels=y is not None, party=party)
+    X = _as_2d_view(X)
+    n = X.shape[0] if rows is None else len(rows)
+    d = X.shape[1]
+    if n == 0 or d == 0:
+        return fit_bins(np.empty((n, d)), key, B, y, party=party)
+    if key == "equal-width":
+        lo = hi = None
+        for _, _, blk in row_blocks(X, rows, size=size):
+            _check_block(blk)
+            bl, bh = blk.min(0), blk.max(0)
+            lo, hi = (bl, bh) if lo is None else (np.minimum(lo, bl), np.maximum(hi, bh))
+        E = lo[:, None] + (hi - lo)[:, None] * (np.arange(1, B) / B)[None, :]
+        return _dedupe(E)
+    parts = [fit_bins(G, key, B, y, party=party, overwrite=True) for _, G in column_groups(X, rows, size=size)]
+    k = max(p.shape[1] for p in parts)
+    return np.concatenate([np.pad(p, ((0, 0), (0, k - p.shape[1])), constant_values=np.nan) for p in parts], 0)
+
+
+def apply_bins(X, edges: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """Integer codes ``(n, d)`` (int32): the number of cut points strictly below each value.
+
+    ``rows`` (sorted indices): code only those rows of ``X``. ``X`` is read in row blocks (a
+    memory-mapped party's table is never copied whole)."""
+    X = _as_2d_view(X)
+    n = X.shape[0] if rows is None else len(rows)
+    out = np.empty((n, X.shape[1]), dtype=np.int32)
+    for s, e, codes in coded_blocks(X, edges, rows):
+        out[s:e] = codes
     return out
 
 
 def discretize(X, method: str = "equal-frequency", bins: int = 8, y=None, *, party: str | None = None) -> np.ndarray:
     """Fit the bins on ``X`` and code ``X``: integer codes ``(n, d)``, int32, dense per column."""
-    return apply_bins(X, fit_bins(X, method, bins, y, party=party))
+    return apply_bins(X, fit_bins_blocked(X, method, bins, y, party=party))
 
 
 # --------------------------------------------------------------------------- supervised methods

@@ -174,3 +174,41 @@ def normalised_cmi(C, y, v, score: str = "su") -> np.ndarray:
         return t["cmi"]
     den = t["norm"] * (np.sqrt(t["support"]) if score == "su" else 1.0)
     return np.divide(t["cmi"], den, out=np.zeros_like(t["cmi"]), where=den > 0)
+
+
+def binned_mutual_info(X, edges: np.ndarray, y, rows: np.ndarray | None = None) -> np.ndarray:
+    """``column_mutual_info(apply_bins(X, edges, rows), y)`` without the code matrix: the counts of
+    every (column, label, code) are summed over row blocks of ``X`` (issue 39; a memory-mapped
+    table is never copied whole), then laid out exactly as :func:`column_counts` lays them out, so
+    the entropies are those of :func:`column_mutual_info` to the bit.
+
+    ``X`` (n, d) float, ``edges`` its cut points ``(d, K)``, ``y`` the labels of the rows (all rows
+    of ``X``, or ``rows``)."""
+    from verticalfs.selection.discretize import coded_blocks
+
+    X = np.asarray(X)
+    d = X.shape[1]
+    E = np.asarray(edges, dtype=np.float64)
+    b = dense(y)
+    n = len(b)
+    if n != (X.shape[0] if rows is None else len(rows)):
+        raise DataError(f"{n} labels for {X.shape[0] if rows is None else len(rows)} rows")
+    hy = entropy(y)
+    if d == 0:
+        return np.zeros(0)
+    nb = int(b.max()) + 1 if n else 1
+    width = E.shape[1] + 1  # codes lie in 0 .. K
+    counts = np.zeros(d * nb * width, dtype=np.int64)
+    top = 0
+    cols = (np.arange(d, dtype=np.int64) * nb * width)[None, :]
+    for s, e, codes in coded_blocks(X, E, rows):
+        if codes.size:
+            top = max(top, int(codes.max()))
+        flat = b[s:e, None] * width + cols  # cell (column, label, code), one int64 block
+        flat += codes
+        counts += np.bincount(flat.ravel(), minlength=counts.size)
+    K = top + 1
+    by_label = counts.reshape(d, nb, width)[:, :, :K]
+    h_c = _entropy_from_counts(by_label.sum(1), np.full(d, n))
+    h_cy = _entropy_from_counts(by_label.reshape(d, nb * K), np.full(d, n))
+    return np.maximum(0.0, h_c + hy - h_cy)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from verticalfs.selection.blocks import column_groups, row_blocks
+
 
 def quantile_split_points(col: np.ndarray, n_bins: int) -> np.ndarray:
     """FATE's deduplicated split points of one column (see the module docstring)."""
@@ -32,18 +34,42 @@ def quantile_split_points(col: np.ndarray, n_bins: int) -> np.ndarray:
     return np.unique(xs[idx])
 
 
-def quantile_bins(X: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Bin codes ``(n, d)`` (int64) and the number of bins of each column ``(d,)``."""
-    X = np.asarray(X, dtype=np.float64)
+def split_point_table(X: np.ndarray, n_bins: int, size: int | None = None) -> list[np.ndarray]:
+    """FATE's split points of every column of ``X`` (:func:`quantile_split_points`), a group of
+    whole columns at a time (:func:`verticalfs.selection.blocks.column_groups`; issue 39: a
+    memory-mapped table is never copied whole)."""
+    X = np.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"quantile_bins expects a 2-D array, got shape {X.shape}")
-    n, d = X.shape
-    codes = np.zeros((n, d), dtype=np.int64)
-    bin_nums = np.zeros(d, dtype=np.int64)
-    for j in range(d):  # one vectorised searchsorted per column
-        sp = quantile_split_points(X[:, j], n_bins)
-        codes[:, j] = np.minimum(np.searchsorted(sp, X[:, j], side="left"), len(sp) - 1)
-        bin_nums[j] = len(sp)
+    out: list[np.ndarray] = []
+    for _, G in column_groups(X, size=size):
+        out += [quantile_split_points(G[:, j], n_bins) for j in range(G.shape[1])]  # one sort per column
+    return out
+
+
+def code_with(block: np.ndarray, split_points: list[np.ndarray]) -> np.ndarray:
+    """Bin codes ``(rows, d)`` (int64) of a float64 block under each column's split points."""
+    codes = np.zeros(block.shape, dtype=np.int64)
+    for j, sp in enumerate(split_points):  # one vectorised searchsorted per column
+        codes[:, j] = np.minimum(np.searchsorted(sp, block[:, j], side="left"), len(sp) - 1)
+    return codes
+
+
+def quantile_code_blocks(X: np.ndarray, n_bins: int, size: int | None = None):
+    """``(bin_nums, blocks)``: the number of bins of each column ``(d,)`` and an iterator of
+    ``(first, last, codes)`` over row blocks of ``X`` (the codes of :func:`quantile_bins`)."""
+    sps = split_point_table(X, n_bins, size)
+    bin_nums = np.asarray([len(sp) for sp in sps], dtype=np.int64)
+    return bin_nums, ((s, e, code_with(b, sps)) for s, e, b in row_blocks(np.asarray(X), size=size))
+
+
+def quantile_bins(X: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bin codes ``(n, d)`` (int64) and the number of bins of each column ``(d,)``."""
+    X = np.asarray(X)
+    bin_nums, blocks = quantile_code_blocks(X, n_bins)
+    codes = np.zeros(X.shape, dtype=np.int64)
+    for s, e, c in blocks:
+        codes[s:e] = c
     return codes, bin_nums
 
 

@@ -16,7 +16,7 @@ from verticalfs.codecs.integers import unpack_uints
 from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, PublicKey
 from verticalfs.crypto.encoding import from_residues, to_float
 from verticalfs.exceptions import ProtocolError
-from verticalfs.methods.fate.binning import quantile_bins
+from verticalfs.methods.fate.binning import quantile_code_blocks
 from verticalfs.methods.fate.messages import (
     Coefficients,
     CoefficientsRequest,
@@ -31,6 +31,7 @@ from verticalfs.methods.fate.messages import (
 )
 from verticalfs.methods.filter import FilterRole
 from verticalfs.party import Context, handles
+from verticalfs.selection.blocks import take_rows
 from verticalfs.training.batches import BatchPlan
 
 
@@ -46,8 +47,15 @@ class IVRole(FilterRole):
             raise ProtocolError(f"party {self.name!r}: IVLabels has shape {shape} but the party has "
                                 f"{X.shape[0]} training rows")
         labels = EncryptedArray.from_bytes(pub, msg.labels, shape)
-        codes, bin_nums = quantile_bins(X, int(msg.n_bins))
-        sums = labels.group_sum(codes, int(msg.n_bins))  # (d, n_bins[, 2])
+        # per row block: the bin codes and their ciphertext sums, multiplied together mod n**2 (the
+        # same ciphertexts as one sum over every row; no code matrix of the whole table, issue 39)
+        bin_nums, blocks = quantile_code_blocks(X, int(msg.n_bins))
+        sums = None
+        for s, e, codes in blocks:
+            part = labels[s:e].group_sum(codes, int(msg.n_bins))
+            sums = part if sums is None else sums + part
+        if sums is None:  # no training rows
+            sums = labels.group_sum(np.zeros(X.shape, dtype=np.int64), int(msg.n_bins))  # (d, n_bins[, 2])
         keep = np.arange(int(msg.n_bins))[None, :] < bin_nums[:, None]  # the bins that exist, per feature
         out = sums[keep] if sums.ndim == 2 else sums[keep, :]
         if msg.packing == "packed":
@@ -73,7 +81,7 @@ class LassoRole(FilterRole):
             return PartialPredictor(values=np.zeros(0))
         rows = st["plan"].rows(epoch, batch)
         st["rows"] = rows
-        return PartialPredictor(values=st["X"][rows] @ st["w"])
+        return PartialPredictor(values=take_rows(st["X"], rows) @ st["w"])
 
     @handles(LassoStart)
     def on_lasso_start(self, msg: LassoStart, ctx: Context) -> PartialPredictor:
@@ -84,7 +92,7 @@ class LassoRole(FilterRole):
             pub = old["pub"]
         else:
             raise ProtocolError(f"party {self.name!r}: the first LassoStart must carry the public key")
-        X = self.columns("train").astype(np.float64)
+        X = self.columns("train")  # a view (a memory-mapped table stays mapped); batches read by index
         self.state = {
             "pub": pub, "X": X, "w": np.zeros(X.shape[1]), "alpha": float(msg.alpha), "lr": float(msg.lr),
             "plan": BatchPlan(X.shape[0], int(msg.batch_size), int(msg.shuffle_seed)),
@@ -107,7 +115,7 @@ class LassoRole(FilterRole):
         top = pub.bits - 3
         if not 0 <= int(msg.bound_bits) <= pub.bits:
             raise ProtocolError(f"party {self.name!r}: EncryptedResidual bound_bits {msg.bound_bits} out of range")
-        Xb = st["X"][rows]
+        Xb = take_rows(st["X"], rows)
         xs = float(np.abs(np.rint(np.ldexp(Xb, st["prec"]))).sum(0).max()) if Xb.size else 0.0
         g_bits = int(msg.bound_bits) + max(1, int(np.ceil(xs * (1 + 1e-12)))).bit_length()
         hiding = top - g_bits

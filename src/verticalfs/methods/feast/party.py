@@ -13,12 +13,30 @@ from __future__ import annotations
 import numpy as np
 
 from verticalfs.exceptions import ConfigError
-from verticalfs.selection.discretize import SUPERVISED, apply_bins, check_discretizer, fit_bins
+from verticalfs.selection.discretize import SUPERVISED, apply_bins, check_discretizer, fit_bins_blocked
 from verticalfs.selection.info import column_mutual_info, normalised_cmi
 
 SCORES: tuple[str, ...] = ("su", "su-noalpha", "cmi")
 #: an SU value at or below this counts as 0 (identical feature), absorbing rounding in the entropies
 ZERO = 1e-12
+
+
+def party_edges(X_train: np.ndarray, rows: np.ndarray | None, labels: np.ndarray, discretizer: str, bins: int,
+                supervised_bins: bool, party: str) -> np.ndarray:
+    """The cut points a party bins its own columns with (see :func:`discretize_party`), fitted
+    without a copy of its table (:func:`~verticalfs.selection.discretize.fit_bins_blocked`)."""
+    key = check_discretizer(discretizer, has_labels=True, party=party)
+    if key in SUPERVISED and not supervised_bins:
+        raise ConfigError(
+            f"party {party!r} holds no labels of its own, so it cannot fit the supervised discretizer "
+            f"{key!r}: only the label holder can run a supervised method on its own columns, and in "
+            "verticalfs the label holder holds no feature columns. Use discretizer='equal-frequency' (the "
+            "paper's default) or 'equal-width', or set supervised_bins=True to let each party fit the bins "
+            "on the labels of the sampled rows that FEAST already sends it"
+        )
+    if key in SUPERVISED:
+        return fit_bins_blocked(X_train, key, bins, labels, party=party, rows=rows)
+    return fit_bins_blocked(X_train, key, bins, party=party)
 
 
 def discretize_party(X_train: np.ndarray, rows: np.ndarray | None, labels: np.ndarray, discretizer: str,
@@ -29,20 +47,12 @@ def discretize_party(X_train: np.ndarray, rows: np.ndarray | None, labels: np.nd
     the sampled rows. A supervised discretiser (``mdlp``, ``chimerge``) needs labels: a feature party
     only has the labels of the sampled rows, which FEAST sent it for scoring. Using them to fit bins
     is allowed only with ``supervised_bins=True``; otherwise :class:`ConfigError` names the party.
+
+    ``X_train`` is read in row blocks and column groups (issue 39): a memory-mapped table is never
+    copied whole; the codes are those of the sampled rows only (FEAST's sample, feast.md 4.1).
     """
-    key = check_discretizer(discretizer, has_labels=True, party=party)
-    if key in SUPERVISED and not supervised_bins:
-        raise ConfigError(
-            f"party {party!r} holds no labels of its own, so it cannot fit the supervised discretizer "
-            f"{key!r}: only the label holder can run a supervised method on its own columns, and in "
-            "verticalfs the label holder holds no feature columns. Use discretizer='equal-frequency' (the "
-            "paper's default) or 'equal-width', or set supervised_bins=True to let each party fit the bins "
-            "on the labels of the sampled rows that FEAST already sends it"
-        )
-    Xs = X_train if rows is None else X_train[rows]
-    if key in SUPERVISED:
-        return apply_bins(Xs, fit_bins(Xs, key, bins, labels, party=party))
-    return apply_bins(Xs, fit_bins(X_train, key, bins, party=party))
+    edges = party_edges(X_train, rows, labels, discretizer, bins, supervised_bins, party)
+    return apply_bins(X_train, edges, rows=rows)
 
 
 class FeastPartyState:

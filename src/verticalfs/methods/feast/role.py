@@ -22,11 +22,11 @@ from verticalfs.methods.feast.messages import (
     ShareSelected,
     StatVariables,
 )
-from verticalfs.methods.feast.party import FeastPartyState, discretize_party
+from verticalfs.methods.feast.party import FeastPartyState, discretize_party, party_edges
 from verticalfs.methods.feast.statvar import random_groups, statistical_variables
 from verticalfs.methods.filter import FilterRole
 from verticalfs.party import Context, handles
-from verticalfs.selection.info import column_mutual_info
+from verticalfs.selection.info import binned_mutual_info
 from verticalfs.training.history import derive_seed
 
 
@@ -96,9 +96,9 @@ class MIRole(FilterRole):
     @handles(LabelScoresRequest, policy="accept_labels")
     def on_label_scores(self, msg: LabelScoresRequest, ctx: Context) -> FeatureScores:
         labels = np.asarray(msg.labels)
-        codes = discretize_party(self.columns("train"), _rows(msg.rows), labels, msg.discretizer, msg.bins,
-                                 msg.supervised_bins, self.name)
-        s = column_mutual_info(codes, labels)
+        X, rows = self.columns("train"), _rows(msg.rows)
+        edges = party_edges(X, rows, labels, msg.discretizer, msg.bins, msg.supervised_bins, self.name)
+        s = binned_mutual_info(X, edges, labels, rows)  # counts over row blocks, no code matrix
         order = np.lexsort((np.arange(len(s)), -s))
         if msg.top >= 0:
             order = order[: msg.top]

@@ -42,7 +42,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.feature_selection import f_classif
 
 from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, PublicKey, generate_keypair
 from verticalfs.exceptions import ConfigError, ProtocolError
@@ -53,6 +52,7 @@ from verticalfs.methods.fedsdg_fs.role import MAX_BINS, GiniParty
 from verticalfs.methods.filter import SELECTION, FilterMethod, FilterParams, FilterRole
 from verticalfs.methods.registry import register
 from verticalfs.party import Context, handles
+from verticalfs.selection.blocks import row_blocks
 from verticalfs.transport.messages import message
 
 #: fractional bits of the parties' columns in SFFS's encrypted class sums
@@ -254,13 +254,78 @@ def _weights(sizes: np.ndarray) -> tuple[int, list[int]]:
     return M, [M // int(v) for v in sizes]
 
 
+def _running_sum(acc: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
+    """``acc + rows[0] + rows[1] + ...`` in that order (``rows``: a float64 block, modified): numpy
+    sums a C-ordered matrix over axis 0 row after row, so a sum carried over row blocks this way is
+    the whole matrix's ``sum(axis=0)`` to the bit (for two columns or more; a single column numpy
+    sums pairwise, which the carried sum matches to about 1e-16 relative)."""
+    if rows.shape[0] == 0:
+        return acc
+    if acc is not None:
+        rows[0] += acc
+    return rows.sum(axis=0)
+
+
+def column_sums(X, size: int | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(sum x, sum x^2, max_j sum_i |rint(x_ij 2**SFFS_PRECISION)|)`` over the rows of ``X``, in row
+    blocks (issue 39: a memory-mapped table is never copied whole); the first two as
+    ``X.sum(0)`` and ``(X * X).sum(0)`` of the float64 matrix."""
+    X = np.asarray(X)
+    T = Q = M = None
+    for _, _, B in row_blocks(X, size=size):
+        M = _running_sum(M, np.abs(np.rint(np.ldexp(B, SFFS_PRECISION))))
+        Q = _running_sum(Q, B * B)
+        T = _running_sum(T, B)
+    d = X.shape[1]
+    zero = np.zeros(d)
+    top = float(M.max()) if M is not None and M.size else 0.0
+    return (zero if T is None else T), (zero.copy() if Q is None else Q), top
+
+
+def f_classif_blocked(X, y, size: int | None = None) -> np.ndarray:
+    """scikit-learn's ``f_classif(X, y)[0]`` (one-way ANOVA F per column) from its sufficient
+    statistics, per-class sums and sums of squares carried over row blocks (issue 39: no copy of
+    the table, nor of each class's rows); the arithmetic after the sums is ``f_oneway``'s, line by
+    line, so the result is the same to the bit wherever the sums are (see :func:`_running_sum`)."""
+    X = np.asarray(X)
+    y = np.asarray(y).reshape(-1)
+    classes, inv = np.unique(y, return_inverse=True)
+    c = len(classes)
+    S: list = [None] * c
+    Q: list = [None] * c
+    for s, e, B in row_blocks(X, size=size):
+        lab = inv[s:e]
+        for k in range(c):  # a loop over classes; each a whole-block operation
+            part = B[lab == k]
+            Q[k] = _running_sum(Q[k], part * part)
+            S[k] = _running_sum(S[k], part)
+    d = X.shape[1]
+    sums_args = [np.zeros(d) if v is None else v for v in S]
+    sq_args = [np.zeros(d) if v is None else v for v in Q]
+    n_samples_per_class = np.bincount(inv, minlength=c)
+    n_samples = np.sum(n_samples_per_class)
+    ss_alldata = sum(sq_args)
+    square_of_sums_alldata = sum(sums_args) ** 2
+    square_of_sums_args = [v ** 2 for v in sums_args]
+    sstot = ss_alldata - square_of_sums_alldata / float(n_samples)
+    ssbn = 0.0
+    for k in range(c):
+        ssbn += square_of_sums_args[k] / n_samples_per_class[k]
+    ssbn -= square_of_sums_alldata / float(n_samples)
+    sswn = sstot - ssbn
+    msb = ssbn / float(c - 1)
+    msw = sswn / float(n_samples - c)
+    return np.asarray(msb / msw, dtype=np.float64).ravel()
+
+
 class SFFSRole(FilterRole):
     """A party of ``sffs``: encrypted class sums of its columns, the squaring step, its ``[[eta]]``."""
 
     state: dict | None = None
 
     def _X(self) -> np.ndarray:
-        return self.columns("train").astype(np.float64)
+        """The training columns, a view (a memory-mapped table stays mapped; read in row blocks)."""
+        return self.columns("train")
 
     @handles(PlainFLabels, policy=("require_secure", "accept_labels"))
     def on_plain(self, msg: PlainFLabels, ctx: Context) -> FScores:
@@ -269,7 +334,7 @@ class SFFSRole(FilterRole):
         if y.shape != (X.shape[0],):
             raise ProtocolError(f"party {self.name!r}: PlainFLabels must hold {X.shape[0]} labels")
         with np.errstate(all="ignore"):
-            F = f_classif(X, y)[0] if X.shape[1] else np.zeros(0)
+            F = f_classif_blocked(X, y) if X.shape[1] else np.zeros(0)
         return FScores(scores=np.nan_to_num(np.asarray(F, dtype=np.float64), nan=0.0, posinf=np.finfo(float).max))
 
     @handles(FLabels)
@@ -284,16 +349,24 @@ class SFFSRole(FilterRole):
                                 f"{sizes.tolist()} do not fit its {X.shape[0]} training rows")
         bits = int(msg.mask_bits) + int(np.ceil(np.log2(X.shape[0] + 1))) + 40
         # the floor, before any work: |S_kj| <= sum_i |x_ij| (mantissas), masks |r| < 2**(bits - 1)
-        top = float(np.abs(np.rint(np.ldexp(X, SFFS_PRECISION))).sum(0).max()) if X.size else 0.0
+        top = column_sums(X)[2] if X.size else 0.0
         hiding = (bits - 1) - max(1, int(np.ceil(top * (1 + 1e-12)))).bit_length()
         if hiding < HIDING_FLOOR:
             raise ProtocolError(f"party {self.name!r}: SFFS masks of {bits - 1} bits would hide its class sums "
                                 f"(up to {top / 2 ** SFFS_PRECISION:g}) by {hiding} bits, below the floor of "
                                 f"{HIDING_FLOOR}; raise mask_bits (now {msg.mask_bits}) or scale the columns down")
         A = EncryptedArray.from_bytes(pub, msg.labels, shape)
-        S = EncryptedArray.from_bytes(pub, b"".join(A[:, k].dot(X, precision=SFFS_PRECISION).to_bytes()
-                                                      for k in range(shape[1])), (shape[1], X.shape[1]),
-                                      -SFFS_PRECISION)
+        # [[S_k]] = [[A_k]] . x per row block, the blocks' products multiplied mod n**2: the same
+        # ciphertexts as one dot product over every row, without a float64 copy of the table
+        sums: list = [None] * shape[1]
+        for s, e, B in row_blocks(X):
+            for k in range(shape[1]):
+                part = A[s:e, k].dot(B, precision=SFFS_PRECISION)
+                sums[k] = part if sums[k] is None else sums[k] + part
+        S = EncryptedArray.from_bytes(pub, b"".join((A[:, k].dot(np.zeros((X.shape[0], X.shape[1])),
+                                                                precision=SFFS_PRECISION) if v is None else v
+                                                     ).to_bytes() for k, v in enumerate(sums)),
+                                      (shape[1], X.shape[1]), -SFFS_PRECISION)
         r = G.random_masks(S.shape, bits) - (1 << (bits - 1))  # centred: |r| < 2**(bits - 1)
         masked = S.add_mantissas(r)
         self.state = {"pub": pub, "S": S, "r": r, "sizes": sizes}
@@ -317,9 +390,9 @@ class SFFSRole(FilterRole):
         MB = (Q - cross).add_mantissas(-(r * r * wcol).sum(axis=0))
         X = self._X()
         N = X.shape[0]
-        T = X.sum(0)
-        tot = (X * X).sum(0) - T * T / N
-        ok = tot > 1e-12 * np.maximum(1.0, (X * X).sum(0))
+        T, XX, _ = column_sums(X)  # X.sum(0), (X * X).sum(0) over row blocks
+        tot = XX - T * T / N
+        ok = tot > 1e-12 * np.maximum(1.0, XX)
         a = np.divide(1.0, tot, out=np.zeros_like(tot), where=ok)
         b = a * T * T / N
         eta = MB.mul(a / M, precision=G.FACTOR_PRECISION + int(math.log2(M)) + 1) - b

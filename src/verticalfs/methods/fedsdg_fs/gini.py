@@ -65,7 +65,7 @@ import numpy as np
 
 from verticalfs.crypto import EncryptedArray, PrivateKey, PublicKey
 from verticalfs.exceptions import CryptoError
-from verticalfs.selection.discretize import discretize
+from verticalfs.selection.discretize import coded_blocks, discretize, fit_bins_blocked
 
 #: fractional bits of the plaintext factors 1 / (N n_i) in step 4
 FACTOR_PRECISION = 60
@@ -90,6 +90,42 @@ def class_counts(codes: np.ndarray, y: np.ndarray, n_classes: int, n_bins: int) 
     n, d = codes.shape
     flat = ((np.arange(d, dtype=np.int64)[None, :] * n_bins + codes) * n_classes + np.asarray(y, np.int64)[:, None])
     return np.bincount(flat.ravel(), minlength=d * n_bins * n_classes).reshape(d, n_bins, n_classes)
+
+
+def bin_counts(X, n_bins: int, y=None, n_classes: int = 0, encrypted=(), size: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray | None, list]:
+    """Everything a party counts per (feature, bin), in one pass over row blocks of ``X`` (issue 39:
+    a memory-mapped table is never copied whole, nor its code matrix built):
+
+    - ``n_{ji}`` (:func:`bin_sizes`) of the equal-frequency bins of :func:`bin_codes`;
+    - with labels ``y``: ``n_{jik}`` (:func:`class_counts`), summed exactly (integers);
+    - for each encrypted array in ``encrypted`` (rows first): its :func:`encrypted_counts`, the
+      blocks' sums multiplied together mod ``n**2``, which is the same ciphertext as one sum over
+      every row.
+    """
+    X = np.asarray(X)
+    n, d = X.shape
+    n_bins = int(n_bins)
+    edges = fit_bins_blocked(X, "equal-frequency", n_bins) if d else np.zeros((0, 0))
+    sizes = np.zeros((d, n_bins), dtype=np.int64)
+    counts = None if y is None else np.zeros((d, n_bins, int(n_classes)), dtype=np.int64)
+    y = None if y is None else np.asarray(y, dtype=np.int64)
+    sums: list = [None] * len(encrypted)
+    cols = (np.arange(d, dtype=np.int64) * n_bins)[None, :]
+    for s, e, block in coded_blocks(X, edges, size=size):
+        for i, A in enumerate(encrypted):
+            part = encrypted_counts(A[s:e], block.astype(np.int64), n_bins)
+            sums[i] = part if sums[i] is None else sums[i] + part
+        cell = block + cols  # (feature, bin) of every value: bin_sizes' and class_counts' cells, in place
+        sizes += np.bincount(cell.ravel(), minlength=d * n_bins).reshape(d, n_bins)
+        if counts is not None:
+            cell *= int(n_classes)
+            cell += y[s:e, None]
+            counts += np.bincount(cell.ravel(), minlength=counts.size).reshape(counts.shape)
+    for i, A in enumerate(encrypted):
+        if sums[i] is None:  # no rows
+            sums[i] = encrypted_counts(A, np.zeros((n, d), dtype=np.int64), n_bins)
+    return sizes, counts, sums
 
 
 def gini_from_counts(counts: np.ndarray) -> np.ndarray:

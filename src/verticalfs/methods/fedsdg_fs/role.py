@@ -55,10 +55,12 @@ class GiniParty(Role):
 
     gini: dict = {}
 
-    def _bins(self, n_bins: int) -> np.ndarray:
+    def _columns(self, n_bins: int) -> np.ndarray:
+        """The columns in use on the training rows (a view: a memory-mapped table stays mapped),
+        after checking ``n_bins``."""
         if not 2 <= int(n_bins) <= MAX_BINS:
             raise ProtocolError(f"party {self.name!r}: n_bins must lie in [2, {MAX_BINS}], got {n_bins}")
-        return G.bin_codes(self.data.X("train").numpy().astype(np.float64), int(n_bins))
+        return self.data.X("train").numpy()
 
     def gini_received(self, scores: np.ndarray) -> None:
         """What the party does with its Gini scores (default: keep them)."""
@@ -80,8 +82,8 @@ class GiniParty(Role):
         c = int(msg.n_classes)
         if y.shape != (n,) or y.dtype.kind not in "iu" or c < 2 or (y.size and (y.min() < 0 or y.max() >= c)):
             raise ProtocolError(f"party {self.name!r}: PlainGiniLabels must hold {n} class codes in [0, {c})")
-        codes = self._bins(msg.n_bins)
-        scores = G.gini_from_counts(G.class_counts(codes, y, c, int(msg.n_bins)))
+        X = self._columns(msg.n_bins)
+        scores = G.gini_from_counts(G.bin_counts(X, int(msg.n_bins), y=y, n_classes=c)[1])
         return ClearGini(scores=self._scores(scores))
 
     @handles(GiniLabels)
@@ -103,13 +105,14 @@ class GiniParty(Role):
                                 f"({c} classes, {layout.slots} per ciphertext)")
         A = EncryptedArray.from_bytes(pub, msg.labels, shape)
         n_bins = int(msg.n_bins)
-        codes = self._bins(n_bins)
-        counts = G.encrypted_counts(A, codes, n_bins)
-        masked, r = G.mask_counts(counts, int(msg.mask_bits), layout)
-        self.gini = {"pub": pub, "r": r, "sizes": G.bin_sizes(codes, n_bins), "layout": layout}
-        if msg.classes:  # the cross term from the rows: [[n_{jik}]], k < c - 1, summed like the counts
-            Ak = EncryptedArray.from_bytes(pub, msg.classes, (n, c - 1))
-            self.gini["class_counts"] = G.encrypted_counts(Ak, codes, n_bins)
+        X = self._columns(n_bins)
+        # the cross term from the rows: [[n_{jik}]], k < c - 1, summed like the counts
+        Ak = EncryptedArray.from_bytes(pub, msg.classes, (n, c - 1)) if msg.classes else None
+        sizes, _, sums = G.bin_counts(X, n_bins, encrypted=(A,) if Ak is None else (A, Ak))
+        masked, r = G.mask_counts(sums[0], int(msg.mask_bits), layout)
+        self.gini = {"pub": pub, "r": r, "sizes": sizes, "layout": layout}
+        if Ak is not None:
+            self.gini["class_counts"] = sums[1]
         # re-randomised before it goes back to the key holder (who made every input obfuscator and
         # would otherwise recognise the rows of one- and two-row bins in their product)
         return MaskedCounts(data=masked.rerandomize().to_bytes(), shape=tuple(masked.shape))
