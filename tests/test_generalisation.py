@@ -15,11 +15,12 @@ For every method (listed from the registry, filters included) and data set:
 
 Budget (the methods' defaults otherwise): every epoch-like parameter capped at ``EPOCHS``, mini-
 batches of at most ``BATCH`` rows (the methods whose defaults use 1,024-row batches would otherwise
-take ``EPOCHS`` steps in all; the methods of ``OWN_EPOCHS`` train at their own epochs and batch size:
-the cap, not their defaults, kept them below the bar), a filter's ``n_select`` at half the
+take ``EPOCHS`` steps in all; the methods of ``OWN_EPOCHS`` train at their own epochs and batch
+size: the cap, not their defaults, kept them below the bar), a filter's ``n_select`` at half the
 features (the ``sffs``/``ms-gini`` rule), Paillier keys of 1,024 bits with ``insecure=true``
-(accuracy does not depend on the key), FedSDG-FS with ``secure=false`` (the Gini initialisation in the clear; its tests check that the
-secure path computes the same, and its speed with many classes is issue 40's item 5).
+(accuracy does not depend on the key), FedSDG-FS with ``secure=false`` (the Gini initialisation in
+the clear; its tests check that the secure path computes the same, and its speed with many classes
+is issue 40's item 5).
 Binary-only methods (``fate-iv``, ``fate-lasso``) refuse multi-class labels with an error; they are
 skipped here with that error as the reason.
 
