@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--param", action="append", default=[], help="method.key=value (repeatable)")
     ap.add_argument("--json", default=None, help="append each run as a JSON line to this file")
+    ap.add_argument("--suite", action="store_true",
+                    help="the generalisation suite's budget: epochs=10, batch_size=64 (tests/test_generalisation.py)")
     ap.add_argument("--tag", default="", help="a label written with each JSON line (e.g. before/after)")
     ap.add_argument("--table", nargs="+", default=None, help="print these JSON-line files as a Markdown table")
     a = ap.parse_args(argv)
@@ -148,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{data.labels.n_classes} classes, majority {majority:.3f}", flush=True)
         ref = None
         for method in a.methods.split(","):
-            res = run_one(method, data, params.get(method, {}))
+            p = dict(params.get(method, {}))
+            if a.suite:
+                p = {"epochs": 10, "batch_size": 64, **p}
+            res = run_one(method, data, p)
             if method == "vfl":
                 ref = res["accuracy"]
             bar = "" if ref is None else f"  bar {majority + 0.3 * (ref - majority):.3f}"
