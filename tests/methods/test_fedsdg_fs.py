@@ -526,8 +526,9 @@ def test_top_width_and_lr_follow_the_classes(name, digits, wine):
 def test_gates_keep_the_papers_rate_and_their_penalty_follows_the_classes(name, digits, wine):
     """Issue 40: beyond 3 classes the networks' rate is lowered (lr x 3 / classes), but the gates'
     means keep ``lr`` (0.03 on digits, while the weights run at 0.009) and the penalty is lam x 3 /
-    classes (0.03); wine's 3 classes build one optimizer at 0.03 with lam 0.1 as before; the rules
-    turn off with ``gate_lr`` and ``lam_classes`` 0 / given."""
+    classes (0.03), and FedSDG-FS's embedding gates start at 1.0; wine's 3 classes build one
+    optimizer at 0.03 with lam 0.1 and omega 0.5 as before; the rules turn off with ``gate_lr`` and
+    ``lam_classes`` 0 / given."""
     extra = {"secure": False} if name == "fedsdg-fs" else {}
     built = {}
     for key, data, params in (("digits", digits, {}), ("wine", wine, {}),
@@ -541,6 +542,7 @@ def test_gates_keep_the_papers_rate_and_their_penalty_follows_the_classes(name, 
                         for p in g["params"] if id(p) in gates})
         others = sorted({round(g["lr"], 6) for g in role.optimizer.param_groups
                          for p in g["params"] if id(p) not in gates})
-        built[key] = (rates, others, round(role.spec.lam, 6))
-    assert built == {"digits": ([0.03], [0.009], 0.03), "wine": ([0.03], [0.03], 0.1),
-                     "off": ([0.009], [0.009], 0.1)}
+        built[key] = (rates, others, round(role.spec.lam, 6), float(role.model.omega[0]) if name == "fedsdg-fs" else None)
+    omega = {"digits": 1.0, "wine": 0.5, "off": 0.5} if name == "fedsdg-fs" else dict.fromkeys(built)
+    assert built == {"digits": ([0.03], [0.009], 0.03, omega["digits"]), "wine": ([0.03], [0.03], 0.1, omega["wine"]),
+                     "off": ([0.009], [0.009], 0.1, omega["off"])}
