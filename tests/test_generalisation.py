@@ -68,7 +68,7 @@ BATCH = 64
 #: (170 steps on synth30) their networks do not get there, at their defaults (50 epochs of 128, 450
 #: steps) they pass. Measured 2026-11-26, seed 0 (benchmarks/fedsdg_fs/README.md, "The gates on many
 #: classes"): vflfs on synth30 .157 capped, .537 at its defaults (vfl .527); fedsdg-fs and
-#: original-gate on digits .808 / .764 capped, .925 / .922 at their defaults (vfl .931). The
+#: original-gate on digits .808 / .764 capped, .950 / .922 at their defaults (vfl .931). The
 #: FedSDG-FS family's all-features itself reaches .300 on synth30 capped and .600 at its defaults.
 OWN_EPOCHS = {"fedsdg-fs", "original-gate", "vflfs"}
 EPOCH_PARAMS = ("epochs", "ae_epochs", "ss_epochs", "select_epochs_m", "select_epochs_s", "refit_epochs",
