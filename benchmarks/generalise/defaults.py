@@ -12,6 +12,8 @@ majority rate of the test split, ``vfl``'s accuracy, each method's test accuracy
   features, 30 classes, one cluster a class, ``class_sep`` 2 (with 300 informative features
   scikit-learn's logistic regression reaches .73 but ``vfl`` at its defaults .06: too hard to be a
   reference);
+- ``multiclass-synth``: the built-in set of the generalisation suite (tests/test_generalisation.py),
+  1,500 rows x 500 informative and redundant features, 30 classes;
 - ``usps``: the shared USPS (VERTICALFS_DATA), a stratified sample of 3,000 of its 9,298 rows (to
   keep runs short on a loaded machine), 256 pixels, 10 classes;
 - ``wide20``: 1,440 x 1,024, 20 classes (like COIL20's shape); ``wide26``: 1,560 x 617, 26 classes
@@ -32,7 +34,7 @@ import warnings
 
 import numpy as np
 
-DATA = ("digits", "synth30", "usps", "wide20", "wide26")
+DATA = ("digits", "synth30", "multiclass-synth", "usps", "wide20", "wide26")
 METHODS = ("vfl", "all-features", "vflfs", "original-gate", "fedsdg-fs", "sparsevfl", "sparsevfl-16", "compfs",
            "sefs")
 
@@ -52,8 +54,8 @@ def _synthetic(name: str, n: int, informative: int, redundant: int, useless: int
 
 def table(name: str, seed: int = 0):
     """The data set ``name`` as a :class:`~verticalfs.data.table.Table` (or a registered name)."""
-    if name == "digits":
-        return "digits"
+    if name in ("digits", "multiclass-synth"):
+        return name
     if name == "synth30":
         return _synthetic("synth30", 3000, 50, 450, 100, 30, seed)
     if name == "wide20":
@@ -126,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--param", action="append", default=[], help="method.key=value (repeatable)")
     ap.add_argument("--json", default=None, help="append each run as a JSON line to this file")
+    ap.add_argument("--suite", action="store_true",
+                    help="the generalisation suite's budget: epochs=10, batch_size=64 (tests/test_generalisation.py)")
     ap.add_argument("--tag", default="", help="a label written with each JSON line (e.g. before/after)")
     ap.add_argument("--table", nargs="+", default=None, help="print these JSON-line files as a Markdown table")
     a = ap.parse_args(argv)
@@ -146,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{data.labels.n_classes} classes, majority {majority:.3f}", flush=True)
         ref = None
         for method in a.methods.split(","):
-            res = run_one(method, data, params.get(method, {}))
+            p = dict(params.get(method, {}))
+            if a.suite:
+                p = {"epochs": 10, "batch_size": 64, **p}
+            res = run_one(method, data, p)
             if method == "vfl":
                 ref = res["accuracy"]
             bar = "" if ref is None else f"  bar {majority + 0.3 * (ref - majority):.3f}"

@@ -520,3 +520,29 @@ def test_top_width_and_lr_follow_the_classes(name, digits, wine):
         first = next(mod for mod in t.top.modules() if isinstance(mod, torch.nn.Linear))
         built[key] = (t.config.top_hidden, round(t.config.lr, 6), first.out_features)
     assert built == {"digits": ((20,), 0.009, 20), "wine": ((16,), 0.03, 16), "off": ((16,), 0.03, 16)}
+
+
+@pytest.mark.parametrize("name", ["original-gate", "fedsdg-fs"])
+def test_gates_keep_the_papers_rate_and_their_penalty_follows_the_classes(name, digits, wine):
+    """Issue 40: beyond 3 classes the networks' rate is lowered (lr x 3 / classes), but the gates'
+    means keep ``lr`` (0.03 on digits, while the weights run at 0.009) and the penalty is lam x 3 /
+    classes (0.03), and FedSDG-FS's embedding gates start at 1.0; wine's 3 classes build one
+    optimizer at 0.03 with lam 0.1 and omega 0.5 as before; the rules turn off with ``gate_lr`` and
+    ``lam_classes`` 0 / given."""
+    extra = {"secure": False} if name == "fedsdg-fs" else {}
+    built = {}
+    for key, data, params in (("digits", digits, {}), ("wine", wine, {}),
+                              ("off", digits, {"gate_lr": 0.009, "lam_classes": 0})):
+        m = create(name, seed=0, epochs=0, **extra, **params)
+        fed = Federation.in_process(data)
+        m.fit(fed)
+        role = fed.local_runtime(m.trainer_.parties[0]).role
+        gates = {id(p) for p in (role.model.mu, role.model.omega) if p is not None}
+        rates = sorted({round(g["lr"], 6) for g in role.optimizer.param_groups
+                        for p in g["params"] if id(p) in gates})
+        others = sorted({round(g["lr"], 6) for g in role.optimizer.param_groups
+                         for p in g["params"] if id(p) not in gates})
+        built[key] = (rates, others, round(role.spec.lam, 6), float(role.model.omega.detach()[0]) if name == "fedsdg-fs" else None)
+    omega = {"digits": 1.0, "wine": 0.5, "off": 0.5} if name == "fedsdg-fs" else dict.fromkeys(built)
+    assert built == {"digits": ([0.03], [0.009], 0.03, omega["digits"]), "wine": ([0.03], [0.03], 0.1, omega["wine"]),
+                     "off": ([0.009], [0.009], 0.1, omega["off"])}

@@ -55,6 +55,7 @@ class FedSDGSpec(SplitSpec):
     prune: bool = True
     prune_steps: int = 20
     penalty: str = "mean"
+    gate_lr: float = 0.0
     secure: bool = False
     interactive: int = 0
     key_bits: int = 2048

@@ -38,6 +38,7 @@ from verticalfs.methods.fedsdg_fs.messages import (
     SquaredCounts,
 )
 from verticalfs.methods.fedsdg_fs.secure import ClientCrypto, UnpackedClientCrypto, row_blocks
+from verticalfs.nn.models import make_optimizer
 from verticalfs.party import Context, Role, handles
 from verticalfs.training.history import derive_seed
 from verticalfs.training.split import SplitRole, carry_optimizer_state
@@ -181,6 +182,19 @@ class FedSDGRole(GiniParty, SplitRole):
         mu = torch.full((d_in,), float(s.mu_init)) if s.input_gate else None
         omega = torch.full((int(s.embedding_dim),), float(s.omega_init)) if s.embed_gate else None
         return GatedMLP(mlp, mu, omega, float(s.sigma), gen)
+
+    def make_optimizer(self, lr: float | None = None) -> torch.optim.Optimizer:
+        """The party's optimizer: the gates' means (``mu``, ``omega``) at ``spec.gate_lr`` (0: the
+        models' rate), every other parameter at ``spec.lr``."""
+        s = self.spec
+        gate_lr = float(getattr(s, "gate_lr", 0.0) or 0.0)
+        if not gate_lr or lr is not None:
+            return super().make_optimizer(lr)
+        gates = [p for p in (self.model.mu, self.model.omega) if p is not None]
+        ids = {id(p) for p in gates}
+        rest = [p for p in self.model.parameters() if id(p) not in ids]
+        groups = [{"params": rest}] + ([{"params": gates, "lr": gate_lr}] if gates else [])
+        return make_optimizer(groups, s.optimizer, float(s.lr), s.weight_decay, s.momentum)
 
     def gini_received(self, scores: np.ndarray) -> None:
         if self.model.mu is not None:  # Algorithm 1 line 15
