@@ -101,6 +101,8 @@ def _case(method: str, data: str):
     marks = []
     if method in SLOW or data == "synth30" or (method, data) in HEAVY:
         marks.append(pytest.mark.slow)
+    else:  # the fast cases on one xdist worker: the other would repeat the module's data and vfl run
+        marks.append(pytest.mark.xdist_group("generalisation-fast"))
     if (method, data) in KNOWN_SHORTFALLS:
         marks.append(pytest.mark.xfail(strict=False, reason=f"issue 40: {KNOWN_SHORTFALLS[(method, data)]}"))
     return pytest.param(method, data, id=f"{data}-{method}", marks=marks)
