@@ -26,13 +26,14 @@ skipped here with that error as the reason.
 
 Run one method with ``pytest tests/test_generalisation.py -k less-vfl``; the whole suite on
 digits only with ``-k digits``. ``benchmarks/generalise/run.py`` runs the same methods at their
-full defaults (and on USPS and TOX_171).
+full defaults (and on USPS and TOX_171). Every case that takes more than a few seconds (``SLOW``,
+every ``synth30`` case, the ``HEAVY`` ones of minutes) is marked ``slow``: ``./scripts/test``
+leaves them out, ``./scripts/test --all`` and CI (``.ci/run``) run them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import warnings
 
 import numpy as np
@@ -55,11 +56,10 @@ KNOWN_SHORTFALLS: dict[tuple[str, str], str] = {
     ("icafs", "synth30"): ".420, a selection 10.7 points below vfl (.527)",
 }
 #: cases that take minutes on 2 cores (measured 2026-11-26, idle: synth30-sffs 267 s, -ms-gini 118 s,
-#: -icafs 117 s, -sefs 82 s, digits-sefs 57 s): run with VERTICALFS_GENERALISATION=full (issue 42's
-#: suite budget; they stay in the benchmark, benchmarks/generalise/run.py)
+#: -icafs 117 s, -sefs 82 s, digits-sefs 57 s): marked ``slow`` like every case below that takes more
+#: than seconds, so ``./scripts/test`` leaves them out and ``./scripts/test --all`` and CI run them
 HEAVY = {("sffs", "synth30"), ("ms-gini", "synth30"), ("icafs", "synth30"), ("sefs", "synth30"),
          ("sefs", "digits")}
-FULL = os.environ.get("VERTICALFS_GENERALISATION", "") == "full"
 # ---------------------------------------------------------------------------------------------
 
 EPOCHS = 10
@@ -103,12 +103,12 @@ def method_params(name: str, n_features: int) -> dict:
 
 def _case(method: str, data: str):
     marks = []
-    if method in SLOW or data == "synth30":
+    if method in SLOW or data == "synth30" or (method, data) in HEAVY:
         marks.append(pytest.mark.slow)
+    else:  # the fast cases on one xdist worker: the other would repeat the module's data and vfl run
+        marks.append(pytest.mark.xdist_group("generalisation-fast"))
     if (method, data) in KNOWN_SHORTFALLS:
         marks.append(pytest.mark.xfail(strict=False, reason=f"issue 40: {KNOWN_SHORTFALLS[(method, data)]}"))
-    if (method, data) in HEAVY and not FULL:
-        marks.append(pytest.mark.skip(reason="minutes on 2 cores: VERTICALFS_GENERALISATION=full runs it"))
     return pytest.param(method, data, id=f"{data}-{method}", marks=marks)
 
 

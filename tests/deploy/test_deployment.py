@@ -32,8 +32,10 @@ from verticalfs.deploy.config import Deployment  # noqa: E402
 from verticalfs.exceptions import ConfigError  # noqa: E402
 
 # the module's tests share one site and two party processes (module fixtures): one xdist worker runs
-# them all, in order (a second worker would start its own processes, each importing torch)
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("deploy_deployment")]
+# them all, in order (a second worker would start its own processes, each importing torch). All but
+# the networked vfl run are marked slow: that one keeps a deployment (party serve, PSI, mutual TLS) in
+# the fast suite.
+pytestmark = pytest.mark.xdist_group("deploy_deployment")
 PARTIES = ("bank", "telecom", "insurer")
 
 
@@ -139,7 +141,7 @@ def _method_traffic(res) -> dict:
 
 @pytest.mark.parametrize("method,params", [
     ("vfl", {"epochs": 2, "batch_size": 64, "hidden": (16, 8)}),
-    ("feast", {"n_select": 8}),
+    pytest.param("feast", {"n_select": 8}, marks=pytest.mark.slow),
 ])
 def test_networked_run_equals_in_process(site, servers, method, params):
     from verticalfs.deploy.holder import run_deployment
@@ -171,6 +173,7 @@ def test_networked_run_equals_in_process(site, servers, method, params):
         assert net.communication["by_direction"].get("peer", 0) == ref.communication["by_direction"]["peer"] > 0
 
 
+@pytest.mark.slow
 def test_kill_and_resume(site, servers):
     """The label holder as its own process: a party killed mid-run is named; --resume ends with the
     metrics of an uninterrupted run."""
@@ -213,6 +216,7 @@ def test_kill_and_resume(site, servers):
     assert not list((site / "ck").rglob("*.pt")), sorted((site / "ck").rglob("*.pt"))
 
 
+@pytest.mark.slow
 def test_two_runs_at_once(site, servers, tmp_path):
     """Two label-holder runs against the same party processes at the same time (a second bank process
     starts while the first trains): each ends with the metrics it has alone, neither disturbs the other."""

@@ -455,8 +455,8 @@ def test_vflfs_keeps_each_partys_top_half_by_group_norm(data):
 
 def test_unpacked_secure_mode_computes_the_same_model_and_costs_more_bytes():
     data = verticalfs.build_data("wine", parties=2, seed=0)
-    kw = dict(epochs=1, batch_size=64, hidden=(8,), key_bits=768, insecure=True, precision=18, value_bits=10,
-              prune=False, gini_init=False)
+    kw = dict(epochs=1, batch_size=64, hidden=(8,), key_bits=512, insecure=True, precision=18, value_bits=10,
+              prune=False, gini_init=False, embedding_dim=4)  # 88-bit slots: a row's 4 components in one 512-bit key
     runs = {}
     for packed in (True, False):
         fed = Federation.in_process(data)

@@ -149,6 +149,7 @@ def test_selection_keeps_the_ratio_for_real(traced, data):
     assert 0 < m.info_["components_kept"] <= m.info_["components"]
 
 
+@pytest.mark.slow  # three 30-epoch runs (about 20 s on 2 idle cores); the selection's mechanics are tested fast above
 def test_ranks_informative_features_above_noise(data):
     """On breast cancer with as many Gaussian noise columns as real ones, the half of each party's
     features ICAFS keeps is mostly real: over three seeds, far fewer noise columns than the half a
@@ -222,6 +223,7 @@ def test_regression_target_refused():
         create("icafs", **SMALL).fit(Federation.in_process(d))
 
 
+@pytest.mark.slow  # 150 synthesis steps (about 7 s); the synthesis's messages and blocks are tested fast above
 def test_federated_synthesis_learns_the_label():
     """Two parties, four columns each, whose means depend on the class: after a short federated
     synthesis (the label only at the label holder), a classifier trained on the synthetic rows and

@@ -4,6 +4,7 @@ phase learns to reconstruct, the selection keeps the features with pi > 0.5 for 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import verticalfs
@@ -30,6 +31,7 @@ def test_copula_factor_of_wide_or_constant_columns_is_finite():
     assert L.shape == (40, 40) and torch.all(torch.isfinite(L))
 
 
+@pytest.mark.slow  # 1,500 steps (about 8 s on 2 idle cores); SEFS runs fast in the contract and privacy tests
 def test_selection_and_pretraining():
     data = verticalfs.build_data("breast_cancer", parties=2, noise=1.0, seed=0)
     fed = Federation.in_process(data)

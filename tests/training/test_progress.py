@@ -45,12 +45,24 @@ def test_stage_steps_print_lines():
         "[icafs] synthesis step 1/3", "[icafs] synthesis step 2/3", "[icafs] synthesis step 3/3"]
 
 
-def test_cli_to_a_pipe_prints_lines_on_stderr_and_quiet_silences_them(tmp_path):
-    cmd = [sys.executable, "-m", "verticalfs", "run", "-m", "vfl", "-d", "breast_cancer", "-k", "2", "-e", "2",
-           "--param", "embedding_dim=4"]
-    loud = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+ARGS = ["run", "-m", "vfl", "-d", "breast_cancer", "-k", "2", "-e", "2", "--param", "embedding_dim=4"]
+
+
+def test_cli_to_a_pipe_prints_lines_on_stderr():
+    loud = subprocess.run([sys.executable, "-m", "verticalfs", *ARGS], capture_output=True, text=True, timeout=300)
     assert loud.returncode == 0, loud.stderr
     assert "[vfl] train epoch 2/2" in loud.stderr and "[vfl]" not in loud.stdout
-    quiet = subprocess.run(cmd + ["--quiet"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert quiet.returncode == 0, quiet.stderr
-    assert "[vfl]" not in quiet.stderr
+
+
+def test_quiet_silences_the_lines(monkeypatch, tmp_path):
+    """In process (a second interpreter costs seconds): the same command prints its lines to a
+    captured stderr, and --quiet prints none."""
+    from typer.testing import CliRunner
+
+    from verticalfs.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    loud, quiet = (CliRunner().invoke(app, ARGS + extra) for extra in ([], ["--quiet"]))
+    assert loud.exit_code == 0 and quiet.exit_code == 0, (loud.output, quiet.output)
+    assert "[vfl] train epoch 2/2" in loud.stderr
+    assert "[vfl]" not in quiet.stderr and "[vfl]" not in quiet.stdout
