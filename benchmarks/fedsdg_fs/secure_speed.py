@@ -213,11 +213,40 @@ def per_operation(key_bits: int, k: int = 120) -> dict:
     return out
 
 
-def timed_epoch(tr, fed) -> tuple[float, float, int, int]:
-    """(wall s, CPU s, bytes, batches) of one training epoch."""
+def role_seconds(fed) -> dict:
+    """The ledger's compute seconds (wall) of phase ``train`` so far, by party (the label holder's
+    between its exchanges, each party's inside its handlers)."""
+    out: dict = {}
+    for (name, phase, _), sec in fed.ledger.compute_seconds().items():
+        if phase == "train":
+            out[name] = out.get(name, 0.0) + sec
+    return out
+
+
+def timed_epoch(tr, fed) -> tuple[float, float, int, int, dict]:
+    """(wall s, CPU s, bytes, batches, compute wall s by role) of one training epoch."""
+    fed.node.reset_clock()  # the label holder's compute counts from here, not from its last exchange
+    r0 = role_seconds(fed)
     _, c0 = clocks()
     dt, b, nb = epoch(tr, fed)
-    return dt, time.process_time() - c0, b, nb
+    fed.node.flush()  # and up to the epoch's end
+    cpu = time.process_time() - c0
+    r1 = role_seconds(fed)
+    return dt, cpu, b, nb, {k: v - r0.get(k, 0.0) for k, v in r1.items()}
+
+
+def critical_path(tr, wall: float, cpu: float, roles: dict) -> str:
+    """A deployment's epoch from the in-process one: the label holder's compute plus the busier
+    party's (the parties work at the same time on their own hosts; the label holder serves both),
+    from the ledger's wall seconds by role, also scaled to CPU seconds by the epoch's CPU / wall."""
+    from verticalfs.names import LABEL_HOLDER
+
+    lh = roles.get(LABEL_HOLDER, 0.0)
+    party = {p: roles.get(p, 0.0) for p in tr.parties}
+    path = lh + max(party.values())
+    scale = cpu / wall if wall > 0 else 1.0
+    return (f"by role (ledger, wall s): label holder {lh:.1f}, " + ", ".join(f"{p} {s:.1f}" for p, s in party.items())
+            + f"; a deployment (label holder + the busier party): {path:.1f} s wall, ~{path * scale:.1f} s CPU")
 
 
 def pooled_epoch(tr, fed, counts: dict, need: dict, margin: float = 1.1) -> dict:
@@ -241,14 +270,14 @@ def pooled_epoch(tr, fed, counts: dict, need: dict, margin: float = 1.1) -> dict
         pool.wait_full()
     w1, c1 = clocks()
     before = dict(counts)
-    dt, cpu, b, nb = timed_epoch(tr, fed)
+    dt, cpu, b, nb, roles = timed_epoch(tr, fed)
     used = {k: counts[k] - before[k] for k in counts}
     taken = sum(pool.taken for pool in pools)
     made = sum(pool.drawn for pool in pools)
     for p in tr.parties:
         tr.server[p].pub.stop_pool()
         fed.local_runtime(p).role.crypto.pub.stop_pool()
-    return {"wall": dt, "cpu": cpu, "bytes": b, "batches": nb, "fill_wall": w1 - w0, "fill_cpu": c1 - c0,
+    return {"wall": dt, "cpu": cpu, "bytes": b, "batches": nb, "roles": roles, "fill_wall": w1 - w0, "fill_cpu": c1 - c0,
             "made": made, "taken": taken, "fresh": total(used, "rn") + total(used, "own") - taken, "used": used}
 
 
@@ -323,6 +352,8 @@ def core(data, args) -> float:
     print(f"{'  the pools filling (background threads, idle time)':52s} {pooled['fill_wall']:8.2f} "
           f"{pooled['fill_cpu']:8.2f} {'':8s} {'':6s}  {pooled['made']} r^n (label holder's re-randomisers "
           "and the parties' own, 1.1x the first epoch's counts), not in the online row")
+    print(f"  no pool: {critical_path(tr, online[0], online[1], online[4])}")
+    print(f"  pooled: {critical_path(tr, pooled['wall'], pooled['cpu'], pooled['roles'])}")
     print(f"{'the parties decrypt one epoch, one after the other':52s} {dec['seq_wall']:8.2f} {dec['seq_cpu']:8.2f}"
           f" {'':8s} {'':6s}  one process")
     print(f"{'  each party in its own process, at once':52s} {dec['par_wall']:8.2f} "
