@@ -60,8 +60,8 @@ classes, 6,240 for 20, 9,440 for 30 -- it does not fit. The group-wise version (
 ciphertexts a row, wide slots, beside the 65-bit label matrix) cuts the label holder's cross-term
 encryptions and the party's group sums by ``(c - 1) / ceil(c / g)`` = 4.5x, 4.8x, 5.8x for 10, 20,
 30 classes, but each cell then takes ``ceil(c / g)`` exponents of ``(g - 1) w + mask_bits`` bits
-instead of ``c - 1`` of ``mask_bits``: about 2,000 / 3,900 / 4,900 squarings instead of 576 / 1,216 /
-1,856 (2.6-3.4x). On the 30-class set (1,050 rows, 167 features and 1,670 cells a party, rows source) that
+instead of ``c - 1`` of ``mask_bits``: about 1,920 / 3,840 / 4,800 squarings instead of 576 / 1,216 /
+1,856 (2.6-3.3x). On the 30-class set (1,050 rows, 167 features and 1,670 cells a party, rows source) that
 is, per party, 0.9 M multiplications mod ``n**2`` in group sums instead of 5.1 M but 7.8 M in the
 exponents (squarings and multiplications) instead of 3.8 M: 8.7 M against 8.9 M, about equal; the
 label holder's 30,450 cross-term encryptions (fixed-base CRT mod ``p**2`` and ``q**2``, its cheapest
