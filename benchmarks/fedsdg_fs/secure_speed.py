@@ -423,7 +423,7 @@ def extras(data, args, base: float) -> None:
         print(f"{name:38s} {s:9.2f} {s / base:8.1f} {b / 1e6:9.2f}  {nb:7d}  {note}")
     print(f"randomness short: packed {timing[('packed', 'short')]:.1f} s, "
           f"{timing[('unpacked', 'short')] / timing[('packed', 'short')]:.1f}x faster than unpacked")
-    m = create("fedsdg-fs", seed=args.seed, epochs=0, key_bits=args.key_bits)
+    m = create("fedsdg-fs", seed=args.seed, epochs=0, key_bits=args.key_bits, insecure=args.key_bits < 2048)
     fed = Federation.in_process(data)
     t0 = time.perf_counter()
     m.fit(fed)
