@@ -196,6 +196,27 @@ class TestBackgroundPool:
             pub.stop_pool()
 
 
+def test_a_pool_without_refill_fills_once_then_only_gives():
+    """refill=False: the thread makes ``size`` values in the idle time and ends; taking does not
+    start it again (no thread competes with the round that consumes them)."""
+    pub, priv = generate_keypair(512, backend="python", insecure=True)
+    pool = pub.start_pool(6, private_key=priv, chunk=4, refill=False)
+    try:
+        assert pool.wait_full(timeout=60) and pool.size == 6
+        pool._thread.join(timeout=30)
+        assert not pool._thread.is_alive() and pool.drawn == 6
+        assert pub.start_pool(99) is pool  # still holds values: the same pool
+        x = np.array([2, -3, 4, 5])
+        e = EncryptedArray.encrypt(priv, x)
+        assert e.decrypt_mantissas(priv).tolist() == x.tolist()
+        assert pool.taken == 4 and pool.size == 2 and pool.drawn == 6  # taken, not refilled
+        assert pool.wait_full(timeout=1) is False  # never full again, and the wait does not hang
+        e.rerandomize()
+        assert pool.size == 0 and pool.drawn == 6  # 2 from the pool, 2 fresh
+    finally:
+        pub.stop_pool()
+
+
 def test_pool_stops_when_its_key_is_collected():
     import gc
 

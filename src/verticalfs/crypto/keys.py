@@ -187,7 +187,7 @@ class PublicKey:
         return out
 
     def start_pool(self, size: int = 1024, *, private_key: PrivateKey | None = None,
-                   chunk: int = 4) -> ObfuscatorPool:
+                   chunk: int = 4, refill: bool = True) -> ObfuscatorPool:
         """Start (or return the running) background pool of at most ``size`` obfuscators.
 
         A daemon thread draws obfuscators with this key's back end (the key holder's CRT and
@@ -199,12 +199,18 @@ class PublicKey:
         encryption and :meth:`~verticalfs.crypto.EncryptedArray.rerandomize`) takes from it first.
         Stop it with :meth:`stop_pool` (a stopped pool's values are discarded); it also stops when
         this key object is collected (the thread holds only weak references to the keys).
+
+        With ``refill=False`` the thread fills the pool once and ends: the values are made in the idle
+        time before a round and the round then runs without a thread competing for the CPU (what
+        ``benchmarks/fedsdg_fs/secure_speed.py`` measures). Such a pool is returned by later calls
+        while it still holds values; an empty one is replaced.
         """
         with self._pool_lock:
             bg = self._background
-            if bg is not None and bg.running:
+            if bg is not None and (bg.running or (not bg.refill and bg.size and bg.error is None)):
                 return bg
-            bg = self._background = ObfuscatorPool(self, size, private_key=private_key, chunk=chunk)
+            bg = self._background = ObfuscatorPool(self, size, private_key=private_key, chunk=chunk,
+                                                   refill=refill)
         bg.start()
         return bg
 
@@ -234,10 +240,13 @@ class ObfuscatorPool:
         The key holder's own pool (CRT and fixed-base tables: much cheaper values).
     chunk : int
         Values drawn per step of the thread (the lock is not held while drawing).
+    refill : bool
+        True: the thread tops the pool up whenever values are taken, until stopped. False: it fills
+        the pool once to ``size`` and ends (values are then only taken).
     """
 
     def __init__(self, public_key: PublicKey, size: int, *, private_key: PrivateKey | None = None,
-                 chunk: int = 4) -> None:
+                 chunk: int = 4, refill: bool = True) -> None:
         if int(size) < 1 or int(chunk) < 1:
             raise CryptoError(f"ObfuscatorPool: size and chunk must be >= 1, got size={size}, chunk={chunk}")
         # weak references: a running thread must not keep the keys alive; when the key that
@@ -246,6 +255,7 @@ class ObfuscatorPool:
         self._priv = weakref.ref(private_key) if private_key is not None else None
         self.capacity = int(size)
         self.chunk = int(chunk)
+        self.refill = bool(refill)
         self._items: collections.deque[Any] = collections.deque()
         self._cond = threading.Condition()
         self._stop = False
@@ -294,11 +304,13 @@ class ObfuscatorPool:
             with released_gil():
                 while True:
                     with self._cond:
+                        if not self.refill and self.drawn >= self.capacity:
+                            return  # filled once: done
                         while not (self._stop or flag[0]) and len(self._items) >= self.capacity:
                             self._cond.wait()
                         if self._stop or flag[0]:
                             return
-                        k = min(self.chunk, self.capacity - len(self._items))
+                        k = min(self.chunk, self.capacity - (len(self._items) if self.refill else self.drawn))
                     pub, priv = self.public_key, self.private_key
                     if pub is None or (self._priv is not None and priv is None):
                         return
@@ -315,6 +327,8 @@ class ObfuscatorPool:
                         self._cond.notify_all()
         except BaseException as exc:  # noqa: BLE001 - kept for the owner to see; takers fall back to fresh draws
             self.error = exc
+            with self._cond:
+                self._cond.notify_all()
 
     def take(self, k: int) -> list[Any]:
         """Up to ``k`` values (fewer if the pool holds fewer; never waits)."""
@@ -328,7 +342,8 @@ class ObfuscatorPool:
     def wait_full(self, timeout: float | None = None) -> bool:
         """Block until the pool holds ``size`` values (or ``timeout`` seconds); True if full."""
         with self._cond:
-            return self._cond.wait_for(lambda: len(self._items) >= self.capacity or self._stop or self._flag[0],
+            return self._cond.wait_for(lambda: len(self._items) >= self.capacity or self._stop or self._flag[0]
+                                       or (not self.refill and self.drawn >= self.capacity) or self.error is not None,
                                        timeout) and len(self._items) >= self.capacity
 
     def stop(self) -> None:

@@ -43,6 +43,33 @@ sent with step 3 (``D_p (c - 1)`` per party). So the packed label matrix alone, 
 row, is all Algorithm 1 sends of the labels only on tall tables (``cells``); on a wide table the
 label holder sends ``N (ceil(c / S) + c - 1)`` label ciphertexts and the saving is elsewhere.
 
+Could the cross term come packed? (evaluated for issue 40 item 5; not built.) Polynomial packing:
+with the bin sums packed as ``[[sum_k n_k B**k]]`` (``B = 2**w``), the party's exponent ``R = sum_j
+r_j B**(g-1-j)`` gives ``[[sum_m C_m B**m]]`` whose coefficient ``g - 1`` is ``sum_k r_k n_k``. The
+other ``2g - 2`` coefficients, ``C_m = sum_k n_k r_{k-m+g-1}``, must not reach the label holder in
+the clear: it knows ``r_k = u_k - n_k`` up to the small counts, so each is a knapsack in the
+counts with 64-bit known weights that it can solve; each needs a fresh statistical mask of its own.
+The label holder only ever decrypts ``[[G_j]]`` (never a bin's sum), so the coefficients go through
+the weighting ``sum_i f_i [[.]]`` with ``f_i = 2**60 / (N n_i)`` first: ``|2 f_i C_m|`` summed over
+the bins is at most ``2 bins 2**(60 + mask_bits) / N`` (``sum_k n_{ik} = n_i``), plus one bit of
+offset (the cross term is subtracted), 40 mask bits and a carry: ``w`` = 160 bits at the default
+64-bit masks (N = 1,820; 147 at the 51-bit masks the floor allows there). A 2048-bit plaintext
+(2,046 bits) holds 12 such coefficients, so ``2g - 1 <= 12``: ``g <= 6`` classes a ciphertext (7 with
+51-bit masks). One ciphertext a row for ``c`` classes needs ``(2c - 1) w`` bits: 3,040 for 10
+classes, 6,240 for 20, 9,440 for 30 -- it does not fit. The group-wise version (``ceil(c / g)``
+ciphertexts a row, wide slots, beside the 65-bit label matrix) cuts the label holder's cross-term
+encryptions and the party's group sums by ``(c - 1) / ceil(c / g)`` = 4.5x, 4.8x, 5.8x for 10, 20,
+30 classes, but each cell then takes ``ceil(c / g)`` exponents of ``(g - 1) w + mask_bits`` bits
+instead of ``c - 1`` of ``mask_bits``: about 1,920 / 3,840 / 4,800 squarings instead of 576 / 1,216 /
+1,856 (2.6-3.3x). On the 30-class set (1,050 rows, 167 features and 1,670 cells a party, rows source) that
+is, per party, 0.9 M multiplications mod ``n**2`` in group sums instead of 5.1 M but 7.8 M in the
+exponents (squarings and multiplications) instead of 3.8 M: 8.7 M against 8.9 M, about equal; the
+label holder's 30,450 cross-term encryptions (fixed-base CRT mod ``p**2`` and ``q**2``, its cheapest
+operation, about 1.9 M multiplications mod ``n**2`` in equivalent) fall to 5,250. About 6 % less work
+in all, by these counts (not measured), bought with ``2g - 2`` more masked values per feature in
+what the label holder decrypts: too little for a new masking argument, so the ``c - 1``
+single-class ciphertexts stay.
+
 Operation counts (``N`` rows, ``D = d * bins`` cells of a party, ``P = ceil(c / S)``): the
 dearest operation, a full ``r**n`` under another's key, the party does ``D P + d`` times
 (re-randomisations); the label holder decrypts ``D P + d`` per party and encrypts ``N P`` once, plus

@@ -99,6 +99,7 @@ def ask_gini(fed, parties, p, at: At = PRETRAIN) -> tuple[dict[str, np.ndarray],
     Ak = G.encrypt_class_rows(priv, y, c).to_bytes() if source == "rows" else b""
     info["encrypt_labels_seconds"] = time.perf_counter() - t0
     info["label_ciphertexts"] = int(A.size) + (len(y) * (c - 1) if Ak else 0)
+    info["label_matrix_ciphertexts"] = int(A.size)  # the packed one-hot matrix alone: ceil(c / S) a row
     info["cross_term_source"] = source
     msg = GiniLabels(public_key=pub.to_bytes(), labels=A.to_bytes(), shape=tuple(A.shape), n_bins=int(p.n_bins),
                      mask_bits=int(p.mask_bits), insecure=bool(p.insecure), n_classes=c, classes=Ak)
