@@ -110,7 +110,7 @@ class SEFSRole(SplitRole):
         if "train" in data.splits:
             X = data.X("train")
             self.mu, self.sd = X.mean(0), X.std(0) if len(X) > 1 else torch.ones(X.shape[1])
-            self.sd = torch.where(self.sd > 1e-8, self.sd, torch.ones_like(self.sd))
+            self.sd = torch.where(self.sd > 1e-6, self.sd, torch.ones_like(self.sd))
             self.xbar = torch.zeros(X.shape[1])  # the standardised columns' means
             self.L = copula_factor(X.numpy())
         self.optimizer = self.make_optimizer()
