@@ -23,6 +23,12 @@ embeddings and gradients. ``lam mean(pi)`` over all features is the sum of each 
 ``lam sum(pi_k) / d`` (``d`` travels in the spec), so it is a local term. At the end each party
 removes the features with ``pi <= 0.5`` for real (exactly what the zero replacement did).
 
+Both phases see the party's columns standardised by its own training rows (ours, issue 40: on
+min-max-scaled columns, which vary by ~0.025 around their means, every ReLU unit of ``z`` was dead
+after step 1 on a 30-class set, so step 2, which trains only the encoder's last layer, passed no
+signal to the gates and the penalty removed every feature; ``benchmarks/icafs/README.md``, "SEFS on
+many classes"). Zero in step 2 is then the feature's training mean, the replacement of step 1.
+
 Defaults: the authors' tutorial (encoder: two hidden layers of 100, ReLU, ``z`` of 10 with a ReLU;
 decoders the same; ``alpha`` 10, ``p_mask`` 0.5, ``lam`` 1, batch 32). Their runs stop on a
 validation loss after up to 500,000 iterations at lr 1e-4; we budget 5,000 mini-batches per phase
