@@ -52,7 +52,6 @@ KNOWN_SHORTFALLS: dict[tuple[str, str], str] = {
     ("fedsdg-fs", "synth30"): "FedSDG-FS's gates, 25 points below vfl after the width/lr rules",
     ("original-gate", "synth30"): "original-gate's gates, 25 points below vfl after the width/lr rules",
     ("vflfs", "synth30"): ".157 against the bar .181 (vfl .527)",
-    ("sefs", "synth30"): ".053 against the bar .181 (SEFS's defaults: epochs=0, ss_epochs=0)",
     ("icafs", "synth30"): ".420, a selection 10.7 points below vfl (.527)",
 }
 #: cases that take minutes on 2 cores (measured 2026-11-26, idle: synth30-sffs 267 s, -ms-gini 118 s,
