@@ -427,6 +427,10 @@ OPEN: list[tuple[tuple[str, ...], str, tuple[str, ...], str]] = [
     (("compfs",), "CompFSEmbeddings", ("monotone", "permuted"),
      "a learner whose hard mask keeps one of a party's features sends that feature's first-layer "
      "pre-activations at evaluation: an affine function of the raw column"),
+    (("autoencoder",), "ReducedFeatures", ("monotone",),
+     "since its input is standardised (issue 40) the autoencoder's codes carry the party's data; on "
+     "breast cancer one of party3's uploaded validation codes is monotone in a validation column of "
+     "party2 (correlated measurements split over parties); not yet traced to a code unit or column"),
 ]
 
 

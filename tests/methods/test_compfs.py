@@ -86,3 +86,12 @@ def test_default_penalties_keep_a_ten_class_model_above_chance():
     # measured: 40 features kept at .817 against 33 at .592 (4 epochs; 35 epochs: 29 at .853, 3 at .300)
     assert runs["default"][0] > runs["synthetic"][0]
     assert runs["default"][1] > 0.7 > runs["synthetic"][1]
+
+
+def test_learners_widen_with_many_classes_only():
+    """Issue 40: at least 2 x classes hidden units; the authors' 20 up to 10 classes (binary sets unchanged)."""
+    from verticalfs.methods.baselines.compfs import CompFSParams, learner_width
+
+    p = CompFSParams()
+    assert [learner_width(p, c) for c in (0, 2, 10, 11, 30)] == [20, 20, 20, 22, 60]
+    assert learner_width(CompFSParams(hidden_per_class=0), 30) == 20

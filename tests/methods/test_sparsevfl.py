@@ -283,3 +283,21 @@ def test_top_width_follows_the_classes():
     assert any("8 hidden units for 10 classes" in w for w in m.info_["warnings"])
     binary = verticalfs.build_data("breast_cancer", parties=3, seed=0)
     assert fit("sparsevfl-16", binary, epochs=0)[0].trainer_.config.top_hidden == (12,)
+
+
+def test_autoencoder_input_is_standardised_on_the_training_rows():
+    """Issue 40: min-max columns (spread ~0.025) left the autoencoder's ReLU codes dead; each party
+    standardises its own columns by its training rows (a constant column stays finite)."""
+    import torch
+
+    from verticalfs.methods.sparsevfl.khan import standardised
+
+    g = torch.Generator().manual_seed(0)
+    X = {"train": 0.5 + 0.1 * torch.rand(50, 3, generator=g), "val": torch.rand(7, 3, generator=g)}
+    X["train"][:, 2] = 0.3
+    Z = standardised(X)
+    assert torch.allclose(Z["train"][:, :2].mean(0), torch.zeros(2), atol=1e-5)
+    assert torch.allclose(Z["train"][:, :2].std(0), torch.ones(2), atol=1e-5)
+    assert torch.all(Z["train"][:, 2].abs() < 1e-5) and torch.all(torch.isfinite(Z["val"]))
+    mu, sd = X["train"].mean(0), X["train"].std(0)
+    assert torch.allclose(Z["val"][:, 0], (X["val"][:, 0] - mu[0]) / sd[0])

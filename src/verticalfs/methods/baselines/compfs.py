@@ -24,7 +24,8 @@ computes exactly what the gated one did.
 Defaults: the synthetic-data configuration of the authors' code (35 epochs, batch 50, lr 0.003,
 decays 0.99, hidden width 20, 5 learners, temperature 0.1, threshold 0.7) with the penalties of
 their MNIST configuration (``beta_s`` = ``beta_d`` = 0.18; since issue 40, see
-``benchmarks/icafs/README.md``: the synthetic 4.5 and 1.2 kept 3 of 95 columns on digits). Their configurations differ per data set and none suits all (the comparison is
+``benchmarks/icafs/README.md``: the synthetic 4.5 and 1.2 kept 3 of 95 columns on digits), and
+learners at least 2 x classes wide (``hidden_per_class``, ours, issue 40: 20 units up to 10 classes). Their configurations differ per data set and none suits all (the comparison is
 in ``benchmarks/icafs/README.md``, "CompFS's defaults"). ``top_k`` > 0 selects
 each learner's largest probabilities instead of the threshold, each party its share
 ``ceil(top_k d_k / d)`` (ours).
@@ -280,6 +281,11 @@ class CompFSParams(TrainConfig):
         Both penalties' decay per epoch (0.99).
     lr_decay : float
         The learning rate's decay per epoch (0.99).
+    hidden_per_class : float
+        The learners' hidden width is at least ``hidden_per_class`` x classes (2; 0 = ``hidden`` as
+        given). Ours (issue 40): the authors' 20 units were sized for their synthetic sets (2
+        classes); on 30 classes the 20-unit learners reached .253 where 60 units reach .540
+        (``benchmarks/icafs/README.md``, "CompFS on many classes"). Up to 10 classes the width stays 20.
     """
 
     epochs: int = 35
@@ -294,6 +300,12 @@ class CompFSParams(TrainConfig):
     beta_d: float = 0.18  # issue 40: the authors' MNIST value (synthetic: 1.2)
     beta_decay: float = 0.99
     lr_decay: float = 0.99
+    hidden_per_class: float = 2.0  # issue 40: width >= 2 x classes (20 up to 10 classes)
+
+
+def learner_width(params: CompFSParams, n_classes: int) -> int:
+    """The learners' hidden width: ``hidden[0]``, widened to ``hidden_per_class`` x classes."""
+    return max(int(params.hidden[0]), math.ceil(float(params.hidden_per_class) * max(0, int(n_classes))))
 
 
 class CompFSTrainer(SplitTrainer):
@@ -392,9 +404,15 @@ class CompFS(Method):
         p = self.params
         if fed.labels.task == "regression":
             raise ConfigError(f"{self.name}: classification only (the authors' code trains with cross-entropy)")
-        if len(p.hidden) != 1 or p.n_learners < 1 or not p.temp > 0 or not 0 < p.threshold < 1 or p.top_k < 0:
-            raise ConfigError(f"{self.name}: need hidden=(h_dim,), n_learners >= 1, temp > 0, 0 < threshold < 1 and "
-                              f"top_k >= 0; got {p.hidden}, {p.n_learners}, {p.temp}, {p.threshold}, {p.top_k}")
+        if (len(p.hidden) != 1 or p.n_learners < 1 or not p.temp > 0 or not 0 < p.threshold < 1 or p.top_k < 0
+                or not p.hidden_per_class >= 0):
+            raise ConfigError(f"{self.name}: need hidden=(h_dim,), n_learners >= 1, temp > 0, 0 < threshold < 1, "
+                              f"top_k >= 0 and hidden_per_class >= 0; got {p.hidden}, {p.n_learners}, {p.temp}, "
+                              f"{p.threshold}, {p.top_k}, {p.hidden_per_class}")
+        classes = int(fed.labels.n_classes or 0) if fed.labels.task == "multiclass" else 0
+        width = learner_width(p, classes)
+        if width != int(p.hidden[0]):  # many classes: wider learners (hidden_per_class)
+            p = dataclasses.replace(p, hidden=(width,))
         trainer = CompFSTrainer(fed, self.name, p, seed=self.seed, callbacks=self.callbacks,
                                 entry_hook=self.entry_hook, codec=self.codec or "float32",
                                 checkpoints=self.checkpoints)
@@ -403,7 +421,7 @@ class CompFS(Method):
         at = At("selection", trainer.epoch)
         kept = {q: int(fed.proxy(q).request(CompFSSelect(), at, expect=CompFSSelected).n_features)
                 for q in trainer.parties}
-        return self.finish_training(fed, trainer, {"features_kept": kept})
+        return self.finish_training(fed, trainer, {"features_kept": kept, "learner_width": width})
 
 
 __all__ = ["CompFS", "CompFSParams"]

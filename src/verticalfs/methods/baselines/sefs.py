@@ -23,6 +23,12 @@ embeddings and gradients. ``lam mean(pi)`` over all features is the sum of each 
 ``lam sum(pi_k) / d`` (``d`` travels in the spec), so it is a local term. At the end each party
 removes the features with ``pi <= 0.5`` for real (exactly what the zero replacement did).
 
+Both phases see the party's columns standardised by its own training rows (ours, issue 40: on
+min-max-scaled columns, which vary by ~0.025 around their means, every ReLU unit of ``z`` was dead
+after step 1 on a 30-class set, so step 2, which trains only the encoder's last layer, passed no
+signal to the gates and the penalty removed every feature; ``benchmarks/icafs/README.md``, "SEFS on
+many classes"). Zero in step 2 is then the feature's training mean, the replacement of step 1.
+
 Defaults: the authors' tutorial (encoder: two hidden layers of 100, ReLU, ``z`` of 10 with a ReLU;
 decoders the same; ``alpha`` 10, ``p_mask`` 0.5, ``lam`` 1, batch 32). Their runs stop on a
 validation loss after up to 500,000 iterations at lr 1e-4; we budget 5,000 mini-batches per phase
@@ -109,7 +115,9 @@ class SEFSRole(SplitRole):
         self.gen = torch.Generator().manual_seed(int(spec.seed) + 11)
         if "train" in data.splits:
             X = data.X("train")
-            self.xbar = X.mean(0)
+            self.mu, self.sd = X.mean(0), X.std(0) if len(X) > 1 else torch.ones(X.shape[1])
+            self.sd = torch.where(self.sd > 1e-6, self.sd, torch.ones_like(self.sd))
+            self.xbar = torch.zeros(X.shape[1])  # the standardised columns' means
             self.L = copula_factor(X.numpy())
         self.optimizer = self.make_optimizer()
 
@@ -129,13 +137,35 @@ class SEFSRole(SplitRole):
         eps = torch.randn(rows, self.L.shape[0], generator=self.gen)
         return eps @ self.L.T  # rows of L eps
 
+    def standardise(self, X: torch.Tensor) -> torch.Tensor:
+        """The party's columns centred and scaled by its training rows (issue 40): min-max columns
+        vary by ~0.025 and left every ReLU unit of ``z`` dead after step 1 on the 30-class set."""
+        return (X - self.mu) / self.sd
+
     def forward(self, X: torch.Tensor) -> torch.Tensor:
+        X = self.standardise(X)
         if not self.model.training:
             return self.model(X * (self.pi() > 0.5).float())
         u = (0.5 * (1 + torch.erf(self.copula(X.shape[0]) / 2 ** 0.5))).clamp(1e-6, 1 - 1e-6)
         p = self.pi().clamp(1e-6, 1 - 1e-6)
         m = torch.sigmoid(torch.log(p) - torch.log1p(-p) + torch.log(u) - torch.log1p(-u))
         return self.model(X * m)
+
+    def export(self) -> dict:
+        """The bottom model plus what its forward pass needs: the standardisation and the
+        selection probabilities."""
+        out = super().export()
+        out["sefs"] = {"mu": self.mu.clone(), "sd": self.sd.clone(), "logits": self.logits.detach().clone()}
+        return out
+
+    @classmethod
+    def restore(cls, data, saved: dict, ctx) -> SEFSRole:
+        role = super().restore(data, saved, ctx)
+        extra = saved.get("sefs")
+        if extra is not None:
+            role.mu, role.sd = extra["mu"], extra["sd"]
+            role.logits = torch.nn.Parameter(extra["logits"].clone())
+        return role
 
     def local_loss(self) -> torch.Tensor:
         return float(self.spec.lam) * self.pi().sum() / max(1, int(self.spec.d_total))
@@ -147,7 +177,7 @@ class SEFSRole(SplitRole):
     @handles(SEFSPretrain)
     def on_pretrain(self, msg: SEFSPretrain, ctx) -> SEFSPretrained:
         s = self.spec
-        X = self.data.X("train")
+        X = self.standardise(self.data.X("train"))
         n, d = X.shape
         dec = seeded(int(s.seed) + 1, lambda: (MLP(int(s.embedding_dim), tuple(s.hidden), d, "relu"),
                                                  MLP(int(s.embedding_dim), tuple(s.hidden), d, "relu")))
@@ -181,6 +211,9 @@ class SEFSRole(SplitRole):
             self.drop_inputs(keep)
         self.logits = torch.nn.Parameter(self.logits.detach()[torch.from_numpy(keep)].clone())
         self.L = self.L[torch.from_numpy(keep)][:, torch.from_numpy(keep)] if hasattr(self, "L") else None
+        if hasattr(self, "mu"):
+            k = torch.from_numpy(keep)
+            self.mu, self.sd, self.xbar = self.mu[k], self.sd[k], self.xbar[k]
         self.optimizer = self.make_optimizer()
         return SEFSSelected(n_features=int(len(keep)))
 

@@ -4,7 +4,8 @@ Each passive party reduces its own features once, without labels, to ``e`` compo
 on its training rows, or a small autoencoder trained on them (encoder ``Linear(d, d//2) -> ReLU ->
 Linear(d//2, e) -> ReLU``, decoder ``Linear(e, d//2) -> ReLU -> Linear(d//2, d)``, MSE, Adam,
 early stopping on the party's own validation reconstruction loss with patience 3: the public
-SparseVFL re-implementation of Khan et al.). It then uploads the reduced train, validation and test
+SparseVFL re-implementation of Khan et al.; the columns standardised on the party's training rows
+first, see :func:`standardised`). It then uploads the reduced train, validation and test
 rows in one message (:class:`ReducedFeatures`, float32: sparsevfl.md runs these with Q = 32), and
 the active party trains its top model alone on the concatenation. That upload is all the traffic:
 no gradient ever goes back, so the client models are never optimised for the task (section 5.1).
@@ -107,6 +108,22 @@ class KhanRole(Role):
         return reduce_features({s: self.data.X(s) for s in ("train", "val", "test")}, msg)
 
 
+def standardised(X: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every split of ``X`` centred and scaled by the training rows' mean and standard deviation
+    (a constant column: by 1), the autoencoder's input (issue 40).
+
+    The parties' columns arrive min-max scaled, so a Gaussian-like column varies by about 0.025
+    around 0.5: the autoencoder then reconstructs the means (validation MSE = the columns'
+    variance) and 7 of its 8 ReLU code units stay at zero on every row; on the 30-class synthetic
+    set its codes gave the top model .063, PCA's .763 (benchmarks/sparsevfl/README.md, "Defaults on
+    many classes"). PCA centres for itself and is unaffected.
+    """
+    mu = X["train"].mean(0) if len(X["train"]) else torch.zeros(X["train"].shape[1])
+    sd = X["train"].std(0) if len(X["train"]) > 1 else torch.ones(X["train"].shape[1])
+    sd = torch.where(sd > 1e-6, sd, torch.ones_like(sd))  # float32 rounding of a constant column
+    return {s: (x - mu) / sd for s, x in X.items()}
+
+
 def reduce_features(X: dict[str, torch.Tensor], msg: ReduceRequest) -> ReducedFeatures:
     """One party's reduction of its own rows ``X`` (by split) as ``msg`` asks."""
     if msg.kind not in REDUCERS:
@@ -120,6 +137,7 @@ def reduce_features(X: dict[str, torch.Tensor], msg: ReduceRequest) -> ReducedFe
         Z = {s: pca.transform(x.numpy()) if len(x) else np.zeros((0, k)) for s, x in X.items()}
     else:
         k = msg.n_components
+        X = standardised(X)
         ae = train_autoencoder(X["train"], X["val"], k, seed=msg.seed, epochs=msg.epochs, lr=msg.lr,
                                batch_size=msg.batch_size, patience=msg.patience)
         with torch.no_grad():
