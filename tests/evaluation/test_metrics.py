@@ -51,6 +51,16 @@ class TestPredictionMetrics:
         assert m["roc_auc"] == pytest.approx(
             skm.roc_auc_score(y, proba, multi_class="ovr", average="macro"))
 
+    def test_multiclass_auc_equals_sklearn_per_class_with_ties_and_an_absent_class(self):
+        # the rank statistic against scikit-learn's trapezoid, class by class: coarse probabilities
+        # (many ties) and a class that never occurs in y (left out of the macro mean)
+        rng = np.random.default_rng(3)
+        y = rng.choice([0, 1, 2, 4, 5], size=400)
+        proba = np.round(rng.dirichlet(np.ones(6), size=400) + 0.3 * np.eye(6)[y], 1)
+        present = np.unique(y)
+        expected = np.mean([skm.roc_auc_score(y == c, proba[:, c]) for c in present])
+        assert roc_auc(y, proba) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
     def test_roc_auc_single_class_is_nan(self):
         assert math.isnan(roc_auc(np.zeros(5, int), np.full((5, 2), 0.5)))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from scipy.stats import rankdata
 from sklearn import metrics as skm
 
 CLASSIFICATION_METRICS = ("accuracy", "balanced_accuracy", "roc_auc", "f1_macro", "log_loss")
@@ -66,9 +67,22 @@ def roc_auc(y_true: np.ndarray, proba: np.ndarray) -> float:
         warnings.simplefilter("ignore")
         if proba.shape[1] == 2:
             return float(skm.roc_auc_score(y_true, proba[:, 1]))
-        # macro one-vs-rest over present classes
-        aucs = [skm.roc_auc_score(y_true == c, proba[:, c]) for c in present]
-        return float(np.mean(aucs))
+        return float(np.mean(_ovr_auc(y_true, proba, present)))
+
+
+def _ovr_auc(y_true: np.ndarray, proba: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """One-vs-rest ROC-AUC of every class in ``present`` at once, by the Mann-Whitney statistic:
+    the AUC of class ``c`` is (sum of the ranks of its rows in column ``c`` - n_c (n_c + 1) / 2) /
+    (n_c (n - n_c)), ties ranked by their average, which is the trapezoidal area that
+    ``roc_auc_score(y_true == c, proba[:, c])`` computes (tested to 1e-12). One ranking of the
+    columns instead of a call per class: 30 classes took a second per evaluation in SEFS's epochs."""
+    columns = np.asarray(proba)[:, present]
+    ranks = rankdata(columns, axis=0)
+    positive = np.asarray(y_true)[:, None] == present[None, :]
+    n_pos = positive.sum(axis=0).astype(np.float64)
+    n_neg = len(y_true) - n_pos
+    rank_sum = np.where(positive, ranks, 0.0).sum(axis=0)
+    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
 
 
 def selection_scores(kept: np.ndarray, spurious: np.ndarray) -> dict[str, float]:
