@@ -45,7 +45,7 @@ class Align:
     ``split[i]`` is row i's split (0 train, 1 validation, 2 test). Preprocessing: ``scaling`` and
     ``impute``, fitted on the party's own training rows."""
 
-    ids: list
+    ids: list | np.ndarray  # a numpy str array since protocol 1.2 (compact on the wire), a list of str before
     split: np.ndarray
     scaling: str
     impute: str
@@ -191,6 +191,9 @@ class DeployedParty(PartyRuntime):
     def _align(self, msg: Align) -> Aligned:
         self.count_request("alignments", len(msg.ids))
         # a text array since protocol 1.2 (serde's compact text array), a list of str before
+        if isinstance(msg.ids, np.ndarray) and (msg.ids.dtype.kind != "U" or msg.ids.ndim != 1):
+            raise ProtocolError(f"party {self.name!r}: Align's ids are a 1-D text array, got dtype {msg.ids.dtype} "
+                                f"of shape {msg.ids.shape}")
         ids = msg.ids if isinstance(msg.ids, np.ndarray) else [str(i) for i in msg.ids]
         codes = np.asarray(msg.split).reshape(-1)
         if codes.shape[0] != len(ids):
