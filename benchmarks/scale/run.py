@@ -18,14 +18,18 @@ Stages, timed separately:
 - ``feast``: FEAST's selection with one epoch of ``vfl`` on the kept columns (``feast+vfl``: the
   parties keep their columns, the default policy), its own connection included.
 
-Peak RSS: each process's high-water mark (``VmHWM``) read after each stage; the bank's is this
-process. The slope is the least-squares slope of log(seconds) against log(rows) over the sizes.
+Peak RSS: per stage, the largest resident set (``VmRSS``) of each process sampled every 0.1 s
+during the stage (a spike shorter than that can be missed); per process over the whole size, its
+high-water mark (``VmHWM``, exact). The bank's process is this one: the label holder and the bank's
+own feature block. The slope is the least-squares slope of log(seconds) against log(rows) over the
+sizes; the 10M line (when 10M is not run) is extrapolated from the two largest sizes (seconds by
+their log-log slope, RSS by a straight line in rows) and labelled so.
 
     python benchmarks/scale/run.py                     # 100k, 1M, 3M
     python benchmarks/scale/run.py --sizes 20000,100000 --quick
 
 Goals (issue 39): peak RSS per party < 1.5 GiB at 10M rows; every stage linear in rows (slope
-<= 1.1). Sizes not run are not extrapolated here: the slopes printed are what was measured.
+<= 1.1).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -97,6 +102,48 @@ def _hwm_mb(pid: int) -> float:
     return float("nan")
 
 
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+class Sampler:
+    """Samples the resident set of some processes every ``every`` seconds; :meth:`stage` names the
+    stage the samples belong to, :attr:`peaks` the largest per stage and process."""
+
+    def __init__(self, pids: dict[str, int], every: float = 0.1) -> None:
+        self.pids, self.every = dict(pids), every
+        self.peaks: dict[str, dict[str, float]] = {}
+        self._stage = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def stage(self, name: str) -> None:
+        self._stage = name
+        self.peaks.setdefault(name, {p: 0.0 for p in self.pids})
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            if not self._stage:
+                continue
+            peaks = self.peaks[self._stage]
+            for p, pid in self.pids.items():
+                v = _rss_mb(pid)
+                if v == v:
+                    peaks[p] = max(peaks[p], v)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def measure(n: int, root: Path, *, columns: int = 50) -> dict:
     from verticalfs.api import run
     from verticalfs.deploy.config import Deployment
@@ -120,7 +167,8 @@ def measure(n: int, root: Path, *, columns: int = 50) -> dict:
                                      "--name", p, "--insecure"], cwd=root, env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True)
         started[p] = t
-    out: dict = {"rows": n, "generate_s": gen_s, "stages": {}, "rss_mb": {}}
+    out: dict = {"rows": n, "generate_s": gen_s, "stages": {}, "rss_mb": {}, "stage_rss_mb": {}}
+    sampler = None
     try:
         for p, proc in procs.items():
             line = proc.stdout.readline()
@@ -128,29 +176,36 @@ def measure(n: int, root: Path, *, columns: int = 50) -> dict:
                 raise RuntimeError(f"party {p} did not start: {line}{proc.stderr.read()}")
             read_s[p] = time.perf_counter() - started[p]
         out["stages"]["read"] = max(read_s.values())
-        rss = {p: _hwm_mb(proc.pid) for p, proc in procs.items()}
+        pids = {"bank": os.getpid(), **{p: proc.pid for p, proc in procs.items()}}
+        out["stage_rss_mb"]["read"] = {p: _hwm_mb(pid) for p, pid in pids.items() if p != "bank"}
+        out["stage_rss_mb"]["read"]["bank"] = float("nan")  # (the bank reads its file inside `connect`)
+        sampler = Sampler(pids)
         dep = Deployment.load(dep_file)
+        sampler.stage("connect")
         t = time.perf_counter()
         conn = connect(dep, seed=0)
         conn_s = time.perf_counter() - t
         out["stages"]["psi"] = conn.psi_seconds  # (all parties at once; the label holder's cache is empty)
         out["stages"]["prepare"] = conn_s - conn.psi_seconds
         try:
+            sampler.stage("vfl epoch")
             t = time.perf_counter()
             res = run("vfl", conn.data, seed=0, params={"epochs": 1, "batch_size": 1024}, federation=conn.federation)
             out["stages"]["vfl epoch"] = time.perf_counter() - t
             out["vfl_accuracy"] = res.metrics.get("accuracy")
         finally:
             conn.close()
-        rss = {p: max(rss[p], _hwm_mb(proc.pid)) for p, proc in procs.items()}
+        sampler.stage("feast")
         t = time.perf_counter()
         res = run_deployment(dep, "feast+vfl", seed=0, params={"vfl.epochs": 1, "vfl.batch_size": 1024})
         out["stages"]["feast"] = time.perf_counter() - t
         out["feast_trained_as"] = res.info.get("trained_as")
-        rss = {p: max(rss[p], _hwm_mb(proc.pid)) for p, proc in procs.items()}
-        rss["bank"] = _hwm_mb(os.getpid())
-        out["rss_mb"] = rss
+        sampler.stop()
+        out["stage_rss_mb"].update(sampler.peaks)
+        out["rss_mb"] = {p: _hwm_mb(pid) for p, pid in pids.items()}
     finally:
+        if sampler is not None:
+            sampler.stop()
         for proc in procs.values():
             proc.terminate()
         for proc in procs.values():
@@ -179,22 +234,51 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     torch.set_num_threads(1)
     results = []
+    load = []
     for n in sizes:
+        load.append(os.getloadavg()[0])
         with tempfile.TemporaryDirectory(prefix=f"vfs-scale-{n}-") as d:
             r = measure(n, Path(d), columns=columns)
+        load.append(os.getloadavg()[0])
         results.append(r)
-        st = "  ".join(f"{k} {v:7.1f} s" for k, v in r["stages"].items())
-        rs = "  ".join(f"{k} {v:6.0f} MB" for k, v in r["rss_mb"].items())
-        print(f"{n:>10,} rows x {columns} columns a party: {st}   peak RSS: {rs}   "
-              f"(vfl accuracy {r.get('vfl_accuracy', float('nan')):.3f}; generating the files took "
-              f"{r['generate_s']:.1f} s)", flush=True)
+        print(format_size(r, columns), flush=True)
     rows = [r["rows"] for r in results]
     print(f"\nslope of log(seconds) against log(rows) over {rows} (goal <= {GOAL_SLOPE}):")
     for stage in results[0]["stages"]:
         print(f"  {stage:10s} {slope(rows, [r['stages'][stage] for r in results]):5.2f}")
+    big = 10_000_000
+    if len(results) >= 2 and rows[-1] < big:
+        print(extrapolate(results[-2], results[-1], big, columns))
     top = max(max(r["rss_mb"].values()) for r in results)
-    print(f"largest peak RSS of a party process: {top:.0f} MB (goal < {GOAL_RSS_GIB * 1024:.0f} MB at 10M rows)")
+    print(f"largest peak RSS of a party process measured: {top:.0f} MB (goal < {GOAL_RSS_GIB * 1024:.0f} MB at 10M "
+          f"rows); load average (1 min) during the run {min(load):.1f} to {max(load):.1f}")
     return results
+
+
+def format_size(r: dict, columns: int, label: str = "") -> str:
+    n = r["rows"]
+    st = "  ".join(f"{k} {v:7.1f} s" for k, v in r["stages"].items())
+    lines = [f"{n:>10,} rows x {columns} columns a party{label}: {st}"]
+    for stage, peaks in r.get("stage_rss_mb", {}).items():
+        lines.append(f"{'':12s}peak RSS during {stage:9s}: " + "  ".join(
+            f"{p} {v:6.0f} MB" for p, v in sorted(peaks.items(), key=lambda kv: PARTIES.index(kv[0]))))
+    lines.append(f"{'':12s}peak RSS (VmHWM) of the size:  " + "  ".join(
+        f"{p} {v:6.0f} MB" for p, v in sorted(r["rss_mb"].items(), key=lambda kv: PARTIES.index(kv[0])))
+        + (f"   (vfl accuracy {r['vfl_accuracy']:.3f}; generating the files took {r['generate_s']:.1f} s)"
+           if "vfl_accuracy" in r else ""))
+    return "\n".join(lines)
+
+
+def extrapolate(a: dict, b: dict, n: int, columns: int) -> str:
+    """The ``n``-row line from sizes ``a`` < ``b``: seconds by their log-log slope, RSS by the straight
+    line through them (what each row adds)."""
+    na, nb = a["rows"], b["rows"]
+    stages = {k: b["stages"][k] * (n / nb) ** slope([na, nb], [a["stages"][k], b["stages"][k]]) for k in b["stages"]}
+    rss = {p: b["rss_mb"][p] + (b["rss_mb"][p] - a["rss_mb"][p]) * (n - nb) / (nb - na) for p in b["rss_mb"]}
+    per_row = {p: (b["rss_mb"][p] - a["rss_mb"][p]) * 2**20 / (nb - na) for p in b["rss_mb"]}
+    line = format_size({"rows": n, "stages": stages, "rss_mb": rss}, columns, " (EXTRAPOLATED, not measured)")
+    return (line + f"\n{'':12s}(from {na:,} and {nb:,} rows: RSS grows " + ", ".join(
+        f"{p} {v:.0f} bytes" for p, v in per_row.items()) + " a row)")
 
 
 if __name__ == "__main__":

@@ -127,7 +127,32 @@ class TestArrays:
 
     def test_object_array_rejected(self):
         with pytest.raises(TransportError, match="dtype"):
-            encode(AnyValue(np.array(["a", "b"])))
+            encode(AnyValue(np.array(["a", 1], dtype=object)))
+
+    def test_text_array_round_trip(self):
+        """Since protocol 1.2 a 1-D numpy str array travels as fixed-width UTF-8 (Align's ids):
+        back as the same str array, non-ASCII and empty items included."""
+        a = np.array(["c1", "été", "", "x" * 30, "日本"])
+        out, _ = rt(a)
+        assert out.dtype.kind == "U"
+        np.testing.assert_array_equal(out, a)
+        data = encode(AnyValue(a)).data
+        assert len(data) == HEADER_SIZE + 9 + 5 * 30  # tag, count, width, 5 items of 30 bytes: no per-item tag
+        out, _ = rt(np.array([], dtype=str))
+        assert out.dtype.kind == "U" and out.shape == (0,)
+
+    def test_text_array_hostile(self):
+        with pytest.raises(TransportError, match="1-D"):
+            encode(AnyValue(np.array([["a"]])))
+        data = bytearray(encode(AnyValue(np.array(["ab", "cd"]))).data)
+        data[-1] = 0xFF  # not UTF-8
+        with pytest.raises(TransportError, match="UTF-8"):
+            decode(seal(data))
+        data = bytearray(encode(AnyValue(np.array(["ab", "cd"]))).data)
+        i = data.index(b"ab") - 8  # the count: a million items claimed in 4 bytes
+        data[i:i + 4] = struct.pack("<I", 1_000_000)
+        with pytest.raises(TransportError, match="truncated"):
+            decode(seal(data))
 
     def test_torch_tensor_is_sent_as_array(self):
         t = torch.arange(6, dtype=torch.float32).reshape(2, 3)

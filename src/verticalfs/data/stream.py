@@ -27,8 +27,11 @@ engine beyond one machine (Ray Data, Spark) is :class:`StreamedTable`'s three re
 
 from __future__ import annotations
 
+import mmap
 import shutil
 import tempfile
+import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -51,6 +54,46 @@ def _pyarrow():
     except ImportError:  # pragma: no cover - pyarrow is a dependency of the deploy extra
         raise DataError("reading a party's table in pieces needs pyarrow; run `pip install pyarrow`") from None
     return ds
+
+
+class IdLookup:
+    """A party's ids, sorted, with each one's file row: the rows of a list of ids found by a binary
+    search (vectorised), in ``n x (id width + 8)`` bytes, not a hash table of Python strings.
+
+    ``sorted`` is the ids in sorted order (a numpy ``str`` array), ``rows[k]`` the file row of
+    ``sorted[k]``.
+    """
+
+    def __init__(self, ids: np.ndarray) -> None:
+        ids = np.asarray(ids)
+        if ids.dtype.kind != "U":
+            ids = ids.astype(str)
+        self.rows = np.argsort(ids, kind="stable")
+        self.sorted = ids[self.rows]
+
+    def __len__(self) -> int:
+        return len(self.sorted)
+
+    def repeated(self, most: int) -> np.ndarray:
+        """Up to ``most`` ids held more than once."""
+        s = self.sorted
+        return np.unique(s[1:][s[1:] == s[:-1]])[:most] if len(s) > 1 else s[:0]
+
+    def file_order(self) -> np.ndarray:
+        out = np.empty_like(self.sorted)
+        out[self.rows] = self.sorted
+        return out
+
+    def positions(self, ids) -> np.ndarray:
+        """The file row of each of ``ids`` (int64), -1 for an id not held."""
+        q = np.asarray(ids)
+        if q.dtype.kind != "U":
+            q = q.astype(str) if len(q) else q.astype("<U1")
+        if not len(self.sorted):
+            return np.full(len(q), -1, dtype=np.int64)
+        j = np.searchsorted(self.sorted, q)
+        j[j == len(self.sorted)] = 0
+        return np.where(self.sorted[j] == q, self.rows[j], -1).astype(np.int64)
 
 
 class StreamedTable:
@@ -112,18 +155,33 @@ class StreamedTable:
 
     # ------------------------------------------------------------------ the three reads (the seam)
     def ids(self) -> np.ndarray:
-        """The id column as text, in file order (checked: no missing and no repeated id)."""
+        """The id column as text (a numpy ``str`` array), in file order (checked: no missing and no
+        repeated id). Converted a record batch at a time: the whole column never exists as Python
+        strings (about 60 bytes an id more than the array's fixed width)."""
+        return self.id_lookup().file_order()
+
+    def id_lookup(self) -> IdLookup:
+        """The ids as an :class:`IdLookup` (sorted, with each one's file row), checked as :meth:`ids`."""
         col = self.dataset.to_table(columns=[self.id_column], use_threads=False).column(0)
         if col.null_count:
             raise DataError(f"party {self.party!r}: {col.null_count} rows of {str(self.path)!r} have no id in "
                             f"column {self.id_column!r}; give every row an id")
-        ids = np.asarray(col.cast("string").to_numpy(zero_copy_only=False), dtype=str)
-        index = pd.Index(ids)
-        if not index.is_unique:
-            dup = index[index.duplicated()][:3].tolist()
+        col = col.cast("string")
+        parts = [np.asarray(col.slice(a, BATCH_ROWS).to_pylist(), dtype=str) for a in range(0, len(col), BATCH_ROWS)]
+        del col
+        width = max((p.dtype.itemsize for p in parts), default=4) // 4
+        ids = np.empty(sum(len(p) for p in parts), dtype=f"<U{max(width, 1)}")
+        at = 0
+        for p in parts:
+            ids[at:at + len(p)] = p
+            at += len(p)
+        del parts
+        look = IdLookup(ids)
+        dup = look.repeated(3)
+        if len(dup):
             raise DataError(f"party {self.party!r}: ids repeat in column {self.id_column!r} of {str(self.path)!r} "
-                            f"(e.g. {dup}); every row needs its own id")
-        return ids
+                            f"(e.g. {dup.tolist()}); every row needs its own id")
+        return look
 
     def column(self, name: str) -> pd.Series:
         """One whole column (all rows, file order)."""
@@ -133,8 +191,12 @@ class StreamedTable:
         """``(first row, frame)`` of consecutive record batches of ``columns``, in file order."""
         offset = 0
         # one batch read ahead, not pyarrow's default 16 (x 4 files): the memory of a few batches
+        # and a row group's column chunks read page by page, not buffered whole (pre_buffer): at 1M
+        # rows in row groups of 500k, the pass's peak +690 -> +260 MB (benchmarks/scale/RESULTS.md)
+        ds = _pyarrow()
+        opts = ds.ParquetFragmentScanOptions(pre_buffer=False, use_buffered_stream=True, buffer_size=1 << 20)
         for b in self.dataset.to_batches(columns=list(columns), batch_size=batch_rows, use_threads=False,
-                                         batch_readahead=1, fragment_readahead=1):
+                                         batch_readahead=1, fragment_readahead=1, fragment_scan_options=opts):
             if b.num_rows:
                 yield offset, b.to_pandas()
                 offset += b.num_rows
@@ -184,6 +246,54 @@ def fit_streamed(table: StreamedTable, rows: np.ndarray, cols: Sequence[str], ca
     return merged
 
 
+#: seconds between two releases of the memory-mapped matrices' pages (:func:`keep_pages_released`)
+RELEASE_EVERY_S = 0.25
+_mapped: dict[int, weakref.ref] = {}  # id -> the live memory-mapped arrays (arrays are not hashable)
+_releaser: threading.Thread | None = None
+_releaser_lock = threading.Lock()
+
+
+def release_pages(arr) -> None:
+    """Unmap the resident pages of a memory-mapped array from this process (``MADV_DONTNEED``):
+    they stay in the system's page cache (written pages included: the mapping is shared, nothing is
+    lost), and a later read faults them in again; but they no longer count in the process's
+    resident memory. Without it, writing or reading a split's matrix once leaves every page of it
+    resident: 200 bytes a row at 50 columns, 2 GB at 10M rows."""
+    mm = getattr(arr, "_mmap", None)
+    if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        try:
+            mm.madvise(mmap.MADV_DONTNEED)
+        except (OSError, ValueError):  # closed, or not supported here
+            pass
+
+
+def _release_loop() -> None:
+    import time
+
+    while True:
+        time.sleep(RELEASE_EVERY_S)
+        for r in list(_mapped.values()):
+            m = r()
+            if m is not None:
+                release_pages(m)
+            del m
+
+
+def keep_pages_released(arr) -> None:
+    """Release ``arr``'s pages every :data:`RELEASE_EVERY_S` seconds while it lives (a daemon
+    thread for all of them): training reads mini-batches from the whole matrix, so without this
+    an epoch leaves the whole matrix resident in the process."""
+    global _releaser
+    if getattr(arr, "_mmap", None) is None:
+        return
+    key = id(arr)
+    _mapped[key] = weakref.ref(arr, lambda _r, key=key: _mapped.pop(key, None))
+    with _releaser_lock:
+        if _releaser is None:
+            _releaser = threading.Thread(target=_release_loop, name="verticalfs-release-pages", daemon=True)
+            _releaser.start()
+
+
 def prepare_streamed(table: StreamedTable, pos: np.ndarray, codes: np.ndarray, cols: Sequence[str],
                      cats: Sequence[str], *, scaling: str, impute: str, splits: Sequence[str],
                      out_dir: str | Path, batch_rows: int = BATCH_ROWS):
@@ -225,9 +335,13 @@ def prepare_streamed(table: StreamedTable, pos: np.ndarray, codes: np.ndarray, c
             m = k_rows[keep] == k
             if m.any():
                 maps[s][dest[first + keep[m]]] = A[m]
+        for m in maps.values():  # a batch's rows land all over the split (label holder's order)
+            release_pages(m)
     for m in maps.values():
         if isinstance(m, np.memmap):
             m.flush()
+            release_pages(m)
+            keep_pages_released(m)
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()  # the batches' buffers back to the system, not kept by the pool

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from verticalfs.data.stream import IdLookup
 from verticalfs.data.user import _labels, _read_frames, _sort_ids
 from verticalfs.data.vertical import SPLITS, LabelData, PartyData, PreparedData, split_indices
 from verticalfs.deploy.config import Deployment
@@ -173,7 +174,7 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
     lp = dep.label_party
     entry = dep.party(lp)
     dep.check_keys(LABEL_HOLDER, lp)
-    frame, all_columns = _label_frame(dep, lp, entry.file)
+    ids, labels, all_columns = _label_frame(dep, lp, entry.file)
     own_features = [c for c in all_columns if c not in (dep.id_column, dep.label_column)]
     names = [p for p in dep.parties if p != lp or own_features]
     out = Connected(federation=None, data=None, session=new_session())  # type: ignore[arg-type]
@@ -186,22 +187,24 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         channel.wait_ready(names)
         fed = Federation(LabelData(y={s: np.zeros(0) for s in SPLITS}, task="binary", n_classes=2), channel, names)
         out.federation = fed  # (ends the session at the parties on close, also after a failure)
-        ids = frame[dep.id_column].to_numpy(dtype=str)
+        # the ids as a numpy text array end to end (PSI, the lookup of the labels, Align): a few bytes
+        # an id, not a Python string each
         psi = intersect_all([fed.proxy(p) for p in names if p != lp], ids, cache=PsiCache(dep.state_dir(LABEL_HOLDER)),
-                           engine=dep.psi_engine)
+                            engine=dep.psi_engine, text_array=True)
         common, out.psi_seconds, out.psi_cached = psi.ids, psi.seconds, psi.cached
-        if not common:
+        if not len(common):
             raise DataError(f"no id in column {dep.id_column!r} is held by every party; check that the files "
                             "use the same ids (compared as text: '007' and '7' differ)")
-        common = _sort_ids(np.asarray(common))
-        y_raw = frame.set_index(dep.id_column).loc[common, dep.label_column]
+        common = _sort_ids(common)
+        y_raw = labels.iloc[IdLookup(ids).positions(common)]
+        del ids
         y, task, class_names = _labels(y_raw.reset_index(drop=True), dep.task, entry.file, dep.label_column)
         name = Path(entry.file).name
         idx = split_indices(y, task, seed=seed, test_size=dep.test_size, val_size=dep.val_size, name=name)
         codes = np.zeros(len(common), dtype=np.int8)
         for k, s in enumerate(SPLITS):
             codes[idx[s]] = k
-        align = Align(ids=[str(i) for i in common], split=codes, scaling=dep.scaling, impute=dep.impute)
+        align = Align(ids=common, split=codes, scaling=dep.scaling, impute=dep.impute)
         for p in names:
             rep = fed.proxy(p).request(align, SETUP, expect=Aligned)
             out.rows[p] = {"rows_in_file": int(rep.rows_in_file), "rows_kept": int(rep.rows_kept)}
@@ -212,7 +215,7 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
                                    "accept_labels": bool(pol.accept_labels),
                                    "require_secure": bool(pol.require_secure), "min_key_bits": int(pol.min_key_bits),
                                    "methods": [str(m) for m in pol.methods]}
-        out.rows.setdefault(lp, {"rows_in_file": len(frame), "rows_kept": len(common)})
+        out.rows.setdefault(lp, {"rows_in_file": len(labels), "rows_kept": len(common)})
         ys = {s: y[idx[s]] for s in SPLITS}
         if task == "regression":
             ys = {s: v.astype(np.float32) for s, v in ys.items()}
@@ -223,7 +226,7 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
                              sources=None if h.sources is None else list(h.sources)) for p, h in schema.items()]
         out.data = PreparedData(name=name, parties=parties, labels=fed.labels,
                                 ground_truth={p.name: np.zeros(p.n_features, dtype=bool) for p in parties},
-                                ids={s: np.asarray(common)[idx[s]] for s in SPLITS},
+                                ids={s: common[idx[s]] for s in SPLITS},
                                 warnings=_named_like_label(parties, dep))
         fed.model_names_only = True
         out.federation = fed
@@ -234,32 +237,36 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         raise
 
 
-def _label_frame(dep: Deployment, lp: str, path: Path) -> tuple[pd.DataFrame, list[str]]:
-    """The label party's ids and labels, and its file's columns. A file at least ``stream_above_mb``
-    large is not read whole: only its id and label columns (its features are served by its own
+def _label_frame(dep: Deployment, lp: str, path: Path) -> tuple[np.ndarray, pd.Series, list[str]]:
+    """The label party's ids (a numpy text array, file order), its labels (a series named after the
+    label column, file order), and its file's columns. A file at least ``stream_above_mb`` large is
+    not read whole: only its id and label columns (its features are served by its own
     :class:`~verticalfs.deploy.party.DeployedParty`, which reads them in pieces)."""
     from verticalfs.data.stream import StreamedTable, file_bytes
 
+    ids, labels = None, None
     if file_bytes(path) >= dep.stream_above_mb * 2**20:
         table = StreamedTable(lp, path, id_column=dep.id_column, na_values=dep.na_values, delimiter=dep.delimiter,
                               encoding=dep.encoding)
         try:
             columns = list(table.columns)
             if dep.label_column in columns:
-                frame = pd.DataFrame({dep.id_column: table.ids(), dep.label_column: table.column(dep.label_column)})
-            else:
-                frame = pd.DataFrame(columns=columns)
+                ids = table.ids()
+                labels = table.column(dep.label_column).rename(dep.label_column)
         finally:
             table.close()
     else:
         frame = _read_frames({lp: path}, id_column=dep.id_column, na_values=dep.na_values,
                              delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=dep.max_bytes)[lp]
         columns = list(frame.columns)
+        if dep.label_column in columns:
+            ids = frame[dep.id_column].to_numpy(dtype=str)
+            labels = frame[dep.label_column].reset_index(drop=True)
     if dep.label_column not in columns:
         cols = [c for c in columns if c != dep.id_column]
         raise DataError(f"party {lp!r}: label column {dep.label_column!r} is not in {str(path)!r}; its "
                         f"columns are {cols}. Fix label_column or label_party in {str(dep.path)!r}")
-    return frame, columns
+    return ids, labels, columns
 
 
 def _named_like_label(parties, dep: Deployment) -> list[str]:

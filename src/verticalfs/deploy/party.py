@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from verticalfs.configuration import PartyPolicy
 from verticalfs.data.stream import DEFAULT_STREAM_ABOVE_MB, StreamedTable, file_bytes, prepare_streamed
@@ -46,7 +45,7 @@ class Align:
     ``split[i]`` is row i's split (0 train, 1 validation, 2 test). Preprocessing: ``scaling`` and
     ``impute``, fitted on the party's own training rows."""
 
-    ids: list
+    ids: list | np.ndarray  # a numpy str array since protocol 1.2 (compact on the wire), a list of str before
     split: np.ndarray
     scaling: str
     impute: str
@@ -120,7 +119,8 @@ class DeployedParty(PartyRuntime):
             for c in cols:  # a column at a time, before anyone connects
                 if c not in cats:
                     PartyPreprocessor.check_values(name, table.column(c).to_frame(c), [], where=str(path))
-            self.table, self.frame, self._index = table, None, pd.Index(table.ids())
+            # its ids sorted, with their file rows (data/stream.py's IdLookup): no index of Python strings
+            self.table, self.frame, self._lookup = table, None, table.id_lookup()
             self._finalizer = weakref.finalize(self, table.close)
         else:
             frame = _read_frames({name: path}, id_column=id_column, na_values=na_values, delimiter=delimiter,
@@ -133,14 +133,16 @@ class DeployedParty(PartyRuntime):
         if not stream:
             PartyPreprocessor.check_values(name, frame[cols], cats, where=str(path))  # before anyone connects
             self.frame = frame.set_index(id_column)[cols]
-            self._index = self.frame.index
+            self._lookup = None
         self.path, self.id_column = path, id_column
         self.read_options = {"na_values": na_values, "delimiter": delimiter, "encoding": encoding,
                              "max_bytes": max_bytes}
         self.columns, self.categorical = cols, cats
-        self.n_rows = len(self._index)  # rows in its file
+        self.n_rows = len(self._lookup) if stream else len(self.frame)  # rows in its file
+        # its ids for the PSI (a set: the order does not matter): the lookup's sorted array when streamed
+        ids = self._lookup.sorted if stream else self.frame.index.to_numpy(dtype=str)
         self._aligned_dir: Path | None = None  # its streamed matrices' folder (the latest alignment)
-        super().__init__(LocalData(name, [], {}), ids=self._index.to_numpy(dtype=str),
+        super().__init__(LocalData(name, [], {}), ids=ids,
                          role_for=registry.party_roles(), allowed_methods=allowed_methods,
                          checkpoint_dir=checkpoint_dir, policy=PartyPolicy() if policy is None else policy)
         self.aligned = False
@@ -188,7 +190,11 @@ class DeployedParty(PartyRuntime):
 
     def _align(self, msg: Align) -> Aligned:
         self.count_request("alignments", len(msg.ids))
-        ids = [str(i) for i in msg.ids]
+        # a text array since protocol 1.2 (serde's compact text array), a list of str before
+        if isinstance(msg.ids, np.ndarray) and (msg.ids.dtype.kind != "U" or msg.ids.ndim != 1):
+            raise ProtocolError(f"party {self.name!r}: Align's ids are a 1-D text array, got dtype {msg.ids.dtype} "
+                                f"of shape {msg.ids.shape}")
+        ids = msg.ids if isinstance(msg.ids, np.ndarray) else [str(i) for i in msg.ids]
         codes = np.asarray(msg.split).reshape(-1)
         if codes.shape[0] != len(ids):
             raise ProtocolError(f"party {self.name!r}: Align gives {len(ids)} ids but {codes.shape[0]} split codes")
@@ -196,9 +202,14 @@ class DeployedParty(PartyRuntime):
             raise ProtocolError(f"party {self.name!r}: split codes must be 0, 1 or 2")
         if msg.scaling not in SCALINGS or msg.impute not in IMPUTATIONS or msg.impute == "auto":
             raise ProtocolError(f"party {self.name!r}: unknown scaling {msg.scaling!r} or imputation {msg.impute!r}")
-        if len(set(ids)) != len(ids):
-            raise ProtocolError(f"party {self.name!r}: Align lists an id twice")
-        pos = self._index.get_indexer(ids)
+        if self._lookup is not None:  # sorted, not a set of Python strings
+            pos = self._lookup.positions(ids)
+            if len(ids) > 1 and len(np.unique(pos)) != len(pos) and (pos >= 0).all():
+                raise ProtocolError(f"party {self.name!r}: Align lists an id twice")
+        else:
+            if len(set(ids)) != len(ids):
+                raise ProtocolError(f"party {self.name!r}: Align lists an id twice")
+            pos = self.frame.index.get_indexer(ids)
         if (pos < 0).any():  # how many (or which) would make Align a membership oracle
             raise ProtocolError(f"party {self.name!r}: some of the ids to align are not in its file; the label "
                                 "holder's intersection is wrong")

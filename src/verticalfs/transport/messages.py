@@ -18,7 +18,8 @@ version is refused with a :class:`~verticalfs.exceptions.ProtocolError` naming b
 (:func:`check_protocol`), a different minor version is accepted.
 
 Field types that :mod:`verticalfs.transport.serde` can carry: ``None``, ``bool``, ``int`` (any
-size), ``float``, ``str``, ``bytes``, :class:`numpy.ndarray` (any numeric dtype, exact), lists and
+size), ``float``, ``str``, ``bytes``, :class:`numpy.ndarray` (any numeric dtype, exact; or 1-D of
+dtype ``str``, sent as fixed-width UTF-8 since protocol 1.2), lists and
 tuples of these, ``dict`` with ``str`` keys, and instances of other message classes (nested, e.g.
 the method-specific spec inside :class:`Join`).
 
@@ -58,7 +59,9 @@ else:  # typing.dataclass_transform is Python 3.11+; it only informs type checke
 #: :class:`Join`; separate from the package version. Bump the minor for a compatible addition (a new
 #: message kind, say), the major for anything an older peer would misread (a kind's fields, ids,
 #: encodings): a peer with another major is refused.
-PROTOCOL_VERSION: tuple[int, int] = (1, 1)  # 1.1: PSI digests, EndSession, the streamed PSI kinds
+# 1.1: PSI digests, EndSession, the streamed PSI kinds; 1.2: numpy text arrays (Align's ids, compact:
+# a party of 1.1 cannot decode them, a party of 1.2 still takes Align's ids as a list of str)
+PROTOCOL_VERSION: tuple[int, int] = (1, 2)
 
 # message classes are typed type[Any]: their _vf_* attributes are set by @message
 _REGISTRY: dict[int, type[Any]] = {}  # kind id -> class

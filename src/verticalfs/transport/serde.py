@@ -9,7 +9,8 @@ Wire format of one message (all little-endian)::
 
 Field encodings: None (tag only); bool (1 byte); int (8 bytes, or a length-prefixed big integer);
 float (8 bytes); str and bytes (u32 length + data); ndarray (codec id u8, dtype code u8, ndim u8,
-ndim x u32 shape, a u32 length for variable-size codecs, then the data); list/tuple (u32 count +
+ndim x u32 shape, a u32 length for variable-size codecs, then the data); a 1-D numpy ``str`` array
+(u32 count, u32 width, then each item's UTF-8 padded with NUL bytes to the width); list/tuple (u32 count +
 items); dict (u32 count + str key/value pairs); a nested message (u16 kind + its fields, at most
 :data:`MAX_DEPTH` levels of nesting of lists, dicts and messages).
 
@@ -82,7 +83,10 @@ _PHASE_ID = {p: i for i, p in enumerate(PHASES)}
 MAX_DEPTH = 32
 
 (_T_NONE, _T_BOOL, _T_INT, _T_BIGINT, _T_FLOAT, _T_STR, _T_BYTES, _T_ARRAY, _T_LIST, _T_DICT, _T_TUPLE,
- _T_MSG) = range(12)
+ _T_MSG, _T_TEXT) = range(13)
+_TEXT = struct.Struct("<BII")  # a text array: tag + count u32 + width u32 (bytes of the longest, UTF-8)
+_STRUCT_TEXT = struct.Struct("<II")
+_TEXT_SLICE = 1 << 16  # items of a non-ASCII text array encoded or decoded at once
 _U32 = struct.Struct("<I")
 _U16 = struct.Struct("<H")
 _I64 = struct.Struct("<q")
@@ -264,7 +268,26 @@ class _Writer:
             raise TransportError(f"coded() takes a float array, got dtype {a.dtype}")
         self.array(a, True, get_codec(c.codec))
 
+    def text(self, a: np.ndarray) -> None:
+        """A 1-D numpy ``str`` array: each item UTF-8, padded with NUL bytes to the longest (numpy's
+        fixed-width bytes); a few bytes an item instead of a tagged ``str`` each (ids of a million rows)."""
+        if a.ndim != 1:
+            raise TransportError(f"a text array is sent 1-D, got shape {a.shape}")
+        try:  # ASCII (most ids): numpy's own cast, no Python string per item
+            b = a.astype(f"S{max(a.dtype.itemsize // 4, 1)}")
+        except UnicodeEncodeError:  # UTF-8 a slice at a time, padded to the longest
+            parts = [np.char.encode(a[k:k + _TEXT_SLICE], "utf-8") for k in range(0, len(a), _TEXT_SLICE)]
+            b = np.concatenate(parts).astype(f"S{max(x.dtype.itemsize for x in parts)}")
+        width = max(b.dtype.itemsize, 1)
+        data = np.ascontiguousarray(b, dtype=f"S{width}").tobytes()
+        self.parts.append(_TEXT.pack(_T_TEXT, a.shape[0], width))
+        self.parts.append(data)
+        self.payload += len(data)
+
     def array(self, a: np.ndarray, tensor: bool, codec: Codec | None = None) -> None:
+        if a.dtype.kind == "U":
+            self.text(a)
+            return
         ndim = a.ndim
         if ndim > 255:
             raise TransportError(f"array with {ndim} dimensions cannot be sent")
@@ -577,6 +600,10 @@ class _Reader:
                 out[k] = self.value()
             self.depth -= 1
             return out
+        if tag == _T_TEXT:
+            if self.depth:
+                self._spend(ARRAY_ITEM)
+            return self.text()
         if tag == _T_MSG:
             (kid,) = self._unpack(_U16)
             cls = message_class(kid)
@@ -587,6 +614,27 @@ class _Reader:
             check_types(cls, vals)
             return cls(*vals)
         raise TransportError(f"unknown field tag {tag} in message")
+
+    def text(self) -> np.ndarray:
+        """A text array (see :meth:`_Writer.text`): decoded to a numpy ``str`` array, at most 4 bytes
+        of it per byte received (numpy's UCS-4), so its size is bounded by the message's."""
+        n, width = self._unpack(_STRUCT_TEXT)
+        if width < 1:
+            raise TransportError("a text array of width 0")
+        raw = self._take(n * width)
+        self.payload += len(raw)
+        b = np.frombuffer(raw, dtype=f"S{width}")
+        if not n:
+            return np.zeros(0, dtype="<U1")
+        if int(np.frombuffer(raw, dtype=np.uint8).max()) < 0x80:  # ASCII: numpy's own cast
+            return b.astype(f"U{width}")
+        out = np.empty(n, dtype=f"U{width}")  # UTF-8 a slice at a time (a Python string per item of it)
+        try:
+            for k in range(0, n, _TEXT_SLICE):
+                out[k:k + _TEXT_SLICE] = np.char.decode(b[k:k + _TEXT_SLICE], "utf-8")
+        except UnicodeDecodeError:
+            raise TransportError("a text array is not valid UTF-8") from None
+        return out
 
     def array(self) -> np.ndarray:
         cid, code, ndim = self._unpack(_ARR)
