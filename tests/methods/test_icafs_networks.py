@@ -9,7 +9,7 @@ import torch
 from verticalfs.methods.icafs.networks import Critic, Generator, gradient_penalty
 
 
-@pytest.mark.parametrize("arch", ["conv", "mlp"])
+@pytest.mark.parametrize("arch", ["conv", "conv-full", "mlp"])
 def test_shapes(arch):
     G, D = Generator(8, 5, 13, arch=arch, hidden=8), Critic(13, 5, arch=arch, hidden=8)
     x = G(torch.randn(4, 8), torch.zeros(4, 5))
@@ -18,7 +18,7 @@ def test_shapes(arch):
     assert Generator(8, 0, 13, arch=arch, hidden=8)(torch.randn(4, 8)).shape == (4, 13)
 
 
-@pytest.mark.parametrize("arch", ["conv", "mlp"])
+@pytest.mark.parametrize("arch", ["conv", "conv-full", "mlp"])
 def test_party_critic_features_are_normalised(arch):
     """A party's part of the federated critic ends in a LayerNorm without affine parameters: each
     row's features have mean 0 and variance 1 however large the input."""
@@ -29,7 +29,7 @@ def test_party_critic_features_are_normalised(arch):
     torch.testing.assert_close(h.var(1, unbiased=False), torch.ones(5), atol=1e-3, rtol=0)
 
 
-@pytest.mark.parametrize("arch", ["conv", "mlp"])
+@pytest.mark.parametrize("arch", ["conv", "conv-full", "mlp"])
 def test_spectral_party_critic_has_unit_gain_layers(arch):
     """``spectral=True``: after 300 forward passes in training mode (each one power iteration),
     every linear and convolutional weight the critic uses has largest singular value 1, and the
@@ -93,7 +93,7 @@ def test_gradient_penalty_of_a_linear_critic():
 
 
 def test_party_output_activations_match_a_per_block_softmax():
-    """The vectorised output activations (one segment softmax over all one-hot blocks) equal
+    """The vectorised output activations (one softmax per block width over all blocks) equal
     CTGAN's per-block ones: tanh on each continuous scalar, a Gumbel softmax at temperature 0.2 on
     each block with the same noise; every block of every row sums to 1; gradients flow."""
     import numpy as np
@@ -109,7 +109,8 @@ def test_party_output_activations_match_a_per_block_softmax():
     state = ps.gen.get_state()
     out = ps._activate(raw)
     ps.gen.set_state(state)
-    noise = -torch.empty(7, len(ps.onehot_idx)).exponential_(generator=ps.gen).log()
+    noise = ps._gumbel(7)
+    assert noise.shape == (7, len(ps.onehot_idx)) and bool(torch.isfinite(noise).all())
     ref, j = raw.detach().clone(), 0
     for a, w in ps.spans:
         ref[:, a:a + w] = F.softmax((raw.detach()[:, a:a + w] + noise[:, j:j + w]) / 0.2, 1)

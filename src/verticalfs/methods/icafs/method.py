@@ -436,8 +436,8 @@ class ICAFS(Method):
                               "(use a classification target)")
         if p.variant not in VARIANTS:
             raise ConfigError(f"{self.name}: variant must be one of {VARIANTS}, got {p.variant!r}")
-        if p.arch not in ("conv", "mlp"):
-            raise ConfigError(f"{self.name}: arch must be 'conv' or 'mlp', got {p.arch!r}")
+        if p.arch not in ("conv", "conv-full", "mlp"):
+            raise ConfigError(f"{self.name}: arch must be 'conv', 'conv-full' or 'mlp', got {p.arch!r}")
         if p.critic_norm not in ("layernorm", "spectral"):
             raise ConfigError(f"{self.name}: critic_norm must be 'layernorm' or 'spectral', got {p.critic_norm!r}")
         if not 0.0 <= float(p.aux_weight) < float("inf"):
