@@ -146,3 +146,32 @@ def test_party_generator_step_leaves_the_critic_untouched():
     ps.critic_step(np.ones_like(hr), -np.ones_like(hf))
     assert any(not torch.equal(a, b) for a, b in zip(d0, ps.D.parameters(), strict=True))
     assert all(torch.equal(a, b) for a, b in zip(g1, ps.G.parameters(), strict=True))
+
+
+def test_conv_networks_convolve_down_and_deconvolve_up():
+    """``arch="conv"`` (section V-E read as CTAB-GAN's networks): a 10,396-wide record on a 104 x 104
+    square (the smallest multiple of 8 that holds it); the critic's three stride-2 3x3
+    convolutions and a last 3x3 one leave a 13 x 13 map; the generator's three stride-2 transposed
+    3x3 convolutions grow 13 x 13 back to 104 x 104; four convolutional layers each, and one
+    learnt bias per output value in the generator."""
+    from verticalfs.methods.icafs.networks import strided_side
+
+    assert [strided_side(w) for w in (1, 64, 65, 10396)] == [8, 8, 16, 104]
+    G = Generator(64, 0, 10396, arch="conv", hidden=8)
+    D = Critic(10396, 0, arch="conv", hidden=8, out_dim=32, spectral=True)
+    convs = [m for m in D.body if isinstance(m, torch.nn.Conv2d)]
+    assert [m.stride for m in convs] == [(2, 2)] * 3 + [(1, 1)] and all(m.kernel_size == (3, 3) for m in convs)
+    img = torch.nn.functional.pad(torch.randn(3, 10396), (0, 104 * 104 - 10396)).view(3, 1, 104, 104)
+    assert D.body(img).shape == (3, 1, 13, 13) and D(torch.randn(3, 10396)).shape == (3, 32)
+    ups = [m for m in G.body if isinstance(m, torch.nn.ConvTranspose2d)]
+    assert len(ups) == 3 and all(m.stride == (2, 2) and m.kernel_size == (3, 3) for m in ups)
+    assert sum(isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d)) for m in G.body) == 4
+    x = G(torch.randn(3, 64))
+    assert x.shape == (3, 10396)
+    G.eval()
+    z = torch.randn(3, 64)
+    with torch.no_grad():
+        before = G(z)
+        G.bias[5] += 7.0
+        shift = G(z) - before
+    assert torch.allclose(shift[:, 5], torch.full((3,), 7.0)) and shift[:, torch.arange(10396) != 5].abs().max() == 0
