@@ -9,7 +9,7 @@ import torch
 from verticalfs.methods.icafs.networks import Critic, Generator, gradient_penalty
 
 
-@pytest.mark.parametrize("arch", ["conv", "mlp"])
+@pytest.mark.parametrize("arch", ["conv", "conv-full", "mlp"])
 def test_shapes(arch):
     G, D = Generator(8, 5, 13, arch=arch, hidden=8), Critic(13, 5, arch=arch, hidden=8)
     x = G(torch.randn(4, 8), torch.zeros(4, 5))
@@ -18,7 +18,7 @@ def test_shapes(arch):
     assert Generator(8, 0, 13, arch=arch, hidden=8)(torch.randn(4, 8)).shape == (4, 13)
 
 
-@pytest.mark.parametrize("arch", ["conv", "mlp"])
+@pytest.mark.parametrize("arch", ["conv", "conv-full", "mlp"])
 def test_party_critic_features_are_normalised(arch):
     """A party's part of the federated critic ends in a LayerNorm without affine parameters: each
     row's features have mean 0 and variance 1 however large the input."""
@@ -29,7 +29,7 @@ def test_party_critic_features_are_normalised(arch):
     torch.testing.assert_close(h.var(1, unbiased=False), torch.ones(5), atol=1e-3, rtol=0)
 
 
-@pytest.mark.parametrize("arch", ["conv", "mlp"])
+@pytest.mark.parametrize("arch", ["conv", "conv-full", "mlp"])
 def test_spectral_party_critic_has_unit_gain_layers(arch):
     """``spectral=True``: after 300 forward passes in training mode (each one power iteration),
     every linear and convolutional weight the critic uses has largest singular value 1, and the
@@ -93,7 +93,7 @@ def test_gradient_penalty_of_a_linear_critic():
 
 
 def test_party_output_activations_match_a_per_block_softmax():
-    """The vectorised output activations (one segment softmax over all one-hot blocks) equal
+    """The vectorised output activations (one softmax per block width over all blocks) equal
     CTGAN's per-block ones: tanh on each continuous scalar, a Gumbel softmax at temperature 0.2 on
     each block with the same noise; every block of every row sums to 1; gradients flow."""
     import numpy as np
@@ -109,7 +109,8 @@ def test_party_output_activations_match_a_per_block_softmax():
     state = ps.gen.get_state()
     out = ps._activate(raw)
     ps.gen.set_state(state)
-    noise = -torch.empty(7, len(ps.onehot_idx)).exponential_(generator=ps.gen).log()
+    noise = ps._gumbel(7)
+    assert noise.shape == (7, len(ps.onehot_idx)) and bool(torch.isfinite(noise).all())
     ref, j = raw.detach().clone(), 0
     for a, w in ps.spans:
         ref[:, a:a + w] = F.softmax((raw.detach()[:, a:a + w] + noise[:, j:j + w]) / 0.2, 1)
@@ -145,3 +146,32 @@ def test_party_generator_step_leaves_the_critic_untouched():
     ps.critic_step(np.ones_like(hr), -np.ones_like(hf))
     assert any(not torch.equal(a, b) for a, b in zip(d0, ps.D.parameters(), strict=True))
     assert all(torch.equal(a, b) for a, b in zip(g1, ps.G.parameters(), strict=True))
+
+
+def test_conv_networks_convolve_down_and_deconvolve_up():
+    """``arch="conv"`` (section V-E read as CTAB-GAN's networks): a 10,396-wide record on a 104 x 104
+    square (the smallest multiple of 8 that holds it); the critic's three stride-2 3x3
+    convolutions and a last 3x3 one leave a 13 x 13 map; the generator's three stride-2 transposed
+    3x3 convolutions grow 13 x 13 back to 104 x 104; four convolutional layers each, and one
+    learnt bias per output value in the generator."""
+    from verticalfs.methods.icafs.networks import strided_side
+
+    assert [strided_side(w) for w in (1, 64, 65, 10396)] == [8, 8, 16, 104]
+    G = Generator(64, 0, 10396, arch="conv", hidden=8)
+    D = Critic(10396, 0, arch="conv", hidden=8, out_dim=32, spectral=True)
+    convs = [m for m in D.body if isinstance(m, torch.nn.Conv2d)]
+    assert [m.stride for m in convs] == [(2, 2)] * 3 + [(1, 1)] and all(m.kernel_size == (3, 3) for m in convs)
+    img = torch.nn.functional.pad(torch.randn(3, 10396), (0, 104 * 104 - 10396)).view(3, 1, 104, 104)
+    assert D.body(img).shape == (3, 1, 13, 13) and D(torch.randn(3, 10396)).shape == (3, 32)
+    ups = [m for m in G.body if isinstance(m, torch.nn.ConvTranspose2d)]
+    assert len(ups) == 3 and all(m.stride == (2, 2) and m.kernel_size == (3, 3) for m in ups)
+    assert sum(isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d)) for m in G.body) == 4
+    x = G(torch.randn(3, 64))
+    assert x.shape == (3, 10396)
+    G.eval()
+    z = torch.randn(3, 64)
+    with torch.no_grad():
+        before = G(z)
+        G.bias[5] += 7.0
+        shift = G(z) - before
+    assert torch.allclose(shift[:, 5], torch.full((3,), 7.0)) and shift[:, torch.arange(10396) != 5].abs().max() == 0

@@ -112,7 +112,10 @@ class ICAFSParams(TrainConfig):
     channels : int
         Filters of the 3x3 convolutions of the synthesis networks (8; section V-E gives no number).
     arch : str
-        ``conv`` (section V-E) or ``mlp``.
+        ``conv`` (section V-E: 3x3 convolutions of stride 2 down in the critic, transposed ones up in
+        the generator; the default since 2026-11-26), ``conv-full`` (the same four 3x3 layers at the
+        record's full resolution, the default until then, ~15x the cost of a stage-1 iteration on
+        ALLAML) or ``mlp`` (:mod:`.networks`).
     gan_lr : float
         Adam's learning rate of the synthesis networks (1e-3; CTGAN's 2e-4 learnt the label too slowly
         in 250 iterations, see :mod:`.synthesis`).
@@ -436,8 +439,8 @@ class ICAFS(Method):
                               "(use a classification target)")
         if p.variant not in VARIANTS:
             raise ConfigError(f"{self.name}: variant must be one of {VARIANTS}, got {p.variant!r}")
-        if p.arch not in ("conv", "mlp"):
-            raise ConfigError(f"{self.name}: arch must be 'conv' or 'mlp', got {p.arch!r}")
+        if p.arch not in ("conv", "conv-full", "mlp"):
+            raise ConfigError(f"{self.name}: arch must be 'conv', 'conv-full' or 'mlp', got {p.arch!r}")
         if p.critic_norm not in ("layernorm", "spectral"):
             raise ConfigError(f"{self.name}: critic_norm must be 'layernorm' or 'spectral', got {p.critic_norm!r}")
         if not 0.0 <= float(p.aux_weight) < float("inf"):

@@ -5,9 +5,27 @@ Section V-E: "Generators and discriminators are implemented using CNNs with 4 la
 generator performs a series of deconvolution operations to generate a record while a discriminator
 performs a series of convolution operations ... 3x3 filters ... For each pair of consecutive
 layers, it adds a Conv2d layer, a LayerNorm layer, and a LeakyReLU activation layer. The final
-layer is a Conv2d layer followed by a ReLU activation." A record of width ``w`` is laid out on the
-smallest square ``side x side >= w`` (zero padded); ``arch="conv"`` (default) follows that text,
-``arch="mlp"`` is the fully connected option the issue allows.
+layer is a Conv2d layer followed by a ReLU activation." A record of width ``w`` is laid out on a
+square ``side x side >= w`` (zero padded); ``arch="mlp"`` is the fully connected option the issue
+allows. Two readings of the text:
+
+- ``arch="conv"`` (default since 2026-11-26, issue 42): the generator *deconvolves* and the critic
+  *convolves down*, as the text says and as CTAB-GAN's networks do (Zhao et al. 2021, whose
+  description section V-E repeats; GTV, reference [31], uses them too). ``side`` is the smallest
+  multiple of 8 with ``side^2 >= w``. The critic: three 3x3 convolutions of stride 2 (``side`` ->
+  ``side/2`` -> ``side/4`` -> ``side/8``), each followed by LayerNorm and LeakyReLU, a last 3x3
+  convolution to one map, and a linear head to the features (as before). The generator mirrors
+  it: a linear projection of the code to ``channels`` maps of ``side/8``, a 3x3 convolution, three
+  3x3 transposed convolutions of stride 2 (LayerNorm and LeakyReLU between), and a learnt bias per
+  output value (an untied bias, ours: translation-invariant filters over columns laid out in an
+  arbitrary order cannot give each column its own offset; the full-resolution projection of
+  ``conv-full`` gave it one). Every layer has ``channels`` filters (the paper gives no number).
+  One Algorithm 1 iteration of an ALLAML party (72 rows x 3,565 columns, a 104 x 104 map) costs
+  about 1/15 of ``conv-full``'s (measured in ``benchmarks/icafs/README.md``, "Speed").
+- ``arch="conv-full"`` (the default until 2026-11-26): four 3x3 convolutions of stride 1 at the
+  full ``side x side`` resolution (``side`` the smallest square), after a linear projection of the
+  code to two full-resolution maps in the generator and before a linear head in the critic. Kept
+  to reproduce the results measured with it.
 
 Interpretations (ours): the generator's last activation cannot be a ReLU, because the
 mode-specific representation has negative values (``alpha`` in [-0.99, 0.99]); the synthesis
@@ -46,14 +64,60 @@ class _ConvStack(nn.Module):
         return self.net(x)
 
 
+#: stride-2 layers of ``arch="conv"``: the map's side shrinks (critic) or grows (generator) 2^3 times
+_STRIDED = 3
+
+
+def strided_side(width: int) -> int:
+    """``arch="conv"``'s square: the smallest multiple of ``2^3`` whose square holds ``width`` values."""
+    step = 2 ** _STRIDED
+    return step * max(1, math.ceil(math.sqrt(int(width)) / step))
+
+
+def _down(channels: int, side: int) -> nn.Sequential:
+    """The critic's convolutions: three 3x3 of stride 2 (LayerNorm, LeakyReLU after each), then a
+    3x3 to one map, ``1 x side x side`` -> ``1 x side/8 x side/8``."""
+    layers: list[nn.Module] = []
+    c, s = 1, side
+    for _ in range(_STRIDED):
+        s //= 2
+        layers += [nn.Conv2d(c, channels, 3, stride=2, padding=1), nn.LayerNorm([channels, s, s]), nn.LeakyReLU(0.2)]
+        c = channels
+    layers.append(nn.Conv2d(c, 1, 3, padding=1))
+    return nn.Sequential(*layers)
+
+
+def _up(channels: int, side: int) -> nn.Sequential:
+    """The generator's deconvolutions: a 3x3 convolution at ``side/8``, then three 3x3 transposed
+    convolutions of stride 2 (LayerNorm, LeakyReLU between), ``channels x side/8 x side/8`` ->
+    ``1 x side x side``."""
+    s = side // 2 ** _STRIDED
+    layers: list[nn.Module] = [nn.Conv2d(channels, channels, 3, padding=1), nn.LayerNorm([channels, s, s]),
+                               nn.LeakyReLU(0.2)]
+    for i in range(_STRIDED):
+        s *= 2
+        last = i == _STRIDED - 1
+        layers.append(nn.ConvTranspose2d(channels, 1 if last else channels, 3, stride=2, padding=1, output_padding=1))
+        if not last:
+            layers += [nn.LayerNorm([channels, s, s]), nn.LeakyReLU(0.2)]
+    return nn.Sequential(*layers)
+
+
 class Generator(nn.Module):
     """Noise and a conditional vector to a record of ``width`` values (before output activations)."""
 
     def __init__(self, noise_dim: int, cond_dim: int, width: int, arch: str = "conv", hidden: int = 64) -> None:
         super().__init__()
         self.width, self.arch = int(width), arch
-        self.side = square_side(width)
         if arch == "conv":
+            self.side = strided_side(width)
+            self.channels = hidden
+            s = self.side // 2 ** _STRIDED
+            self.project = nn.Linear(noise_dim + cond_dim, hidden * s * s)
+            self.body = _up(hidden, self.side)
+            self.bias = nn.Parameter(torch.zeros(self.width))  # one learnt offset per output value (untied bias)
+        elif arch == "conv-full":
+            self.side = square_side(width)
             self.project = nn.Linear(noise_dim + cond_dim, hidden * self.side * self.side // 4 or hidden)
             self.channels = max(1, self.project.out_features // (self.side * self.side))
             self.body = _ConvStack(self.channels, hidden, 1, self.side)
@@ -62,12 +126,16 @@ class Generator(nn.Module):
                                       nn.LeakyReLU(0.2), nn.Linear(4 * hidden, 4 * hidden), nn.LayerNorm(4 * hidden),
                                       nn.LeakyReLU(0.2), nn.Linear(4 * hidden, width))
         else:
-            raise ValueError(f"arch must be 'conv' or 'mlp', got {arch!r}")
+            raise ValueError(f"arch must be 'conv', 'conv-full' or 'mlp', got {arch!r}")
 
     def forward(self, noise: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
         x = noise if cond is None else torch.cat([noise, cond], 1)
         if self.arch == "mlp":
             return self.body(x)
+        if self.arch == "conv":
+            s = self.side // 2 ** _STRIDED
+            out = self.body(self.project(x).view(-1, self.channels, s, s))
+            return out.flatten(1)[:, : self.width] + self.bias
         h = self.project(x)[:, : self.channels * self.side * self.side]
         out = self.body(h.view(-1, self.channels, self.side, self.side))
         return out.flatten(1)[:, : self.width]
@@ -86,8 +154,12 @@ class Critic(nn.Module):
                  spectral: bool = False) -> None:
         super().__init__()
         self.arch = arch
-        self.side = square_side(width + cond_dim)
         if arch == "conv":
+            self.side = strided_side(width + cond_dim)
+            self.body = _down(hidden, self.side)
+            self.head = nn.Linear((self.side // 2 ** _STRIDED) ** 2, out_dim)
+        elif arch == "conv-full":
+            self.side = square_side(width + cond_dim)
             self.body = _ConvStack(1, hidden, 1, self.side)
             self.head = nn.Linear(self.side * self.side, out_dim)
         elif arch == "mlp":
@@ -95,7 +167,7 @@ class Critic(nn.Module):
                                       nn.Linear(4 * hidden, 4 * hidden), nn.LeakyReLU(0.2))
             self.head = nn.Linear(4 * hidden, out_dim)
         else:
-            raise ValueError(f"arch must be 'conv' or 'mlp', got {arch!r}")
+            raise ValueError(f"arch must be 'conv', 'conv-full' or 'mlp', got {arch!r}")
         self.norm = nn.LayerNorm(out_dim, elementwise_affine=False) if out_dim > 1 and not spectral else nn.Identity()
         if spectral:  # every weight of the critic divided by its largest singular value (Miyato et al. 2018)
             for m in list(self.modules()):

@@ -95,16 +95,26 @@ class PartySynthesis:
             if c.kind == "continuous":
                 alphas.append(pos)
             pos += c.width
-        self.spans = self.norm.spans()
-        # every one-hot position and the block (span) it belongs to: the output activations are
-        # one segment softmax over all blocks at once (a loop over blocks is slow for thousands of
-        # columns, and each slice assignment copies the whole gradient in backward)
         self.alpha_idx = torch.as_tensor(alphas, dtype=torch.long)
+        self.spans = self.norm.spans()
+        # every one-hot position, in the order of the blocks (spans), and the same positions grouped
+        # by block width: the output activations are one softmax per width over a rows x blocks x
+        # width view (a handful of widths, <= max_modes + categories; no loop over columns, no
+        # scatter), written back by one index_copy (a loop over blocks is slow for thousands of
+        # columns, and each slice assignment copies the whole gradient in backward)
         starts = np.array([a for a, _ in self.spans], dtype=np.int64)
         widths = np.array([w for _, w in self.spans], dtype=np.int64)
         seg = np.repeat(np.arange(len(widths)), widths)
-        self.segment = torch.from_numpy(seg)
-        self.onehot_idx = torch.from_numpy(starts[seg] + np.arange(len(seg)) - (np.cumsum(widths) - widths)[seg])
+        first = np.cumsum(widths) - widths  # each block's first entry in the span-ordered noise
+        self.onehot_idx = torch.from_numpy(starts[seg] + np.arange(len(seg)) - first[seg])
+        pos, noise_j, self.groups = [], [], []
+        for w in np.unique(widths):
+            blocks = np.flatnonzero(widths == w)
+            self.groups.append((int(sum(len(p) for p in pos)), len(blocks), int(w)))
+            pos.append((starts[blocks, None] + np.arange(w)).ravel())
+            noise_j.append((first[blocks, None] + np.arange(w)).ravel())
+        self.soft_pos = torch.from_numpy(np.concatenate(pos) if pos else np.zeros(0, np.int64))
+        self.soft_noise = torch.from_numpy(np.concatenate(noise_j) if noise_j else np.zeros(0, np.int64))
         width = self.norm.output_width
         self.G = seeded(seed, lambda: Generator(self.code_dim, 0, width, arch=arch, hidden=channels))
         self.D = seeded(seed + 1, lambda: Critic(width, 0, arch=arch, hidden=channels, out_dim=self.feature_dim,
@@ -119,25 +129,25 @@ class PartySynthesis:
         """CTGAN's output activations: tanh on each continuous column's scalar, a Gumbel softmax
         (temperature 0.2) on each one-hot block."""
         out = self._scalars(raw)
-        if len(self.onehot_idx):
-            out = out.index_copy(1, self.onehot_idx, self._block_softmax(raw.index_select(1, self.onehot_idx)))
+        if len(self.soft_pos):
+            n = raw.shape[0]
+            z = (raw.index_select(1, self.soft_pos) + self._gumbel(n).index_select(1, self.soft_noise)) / 0.2
+            parts = [F.softmax(z[:, o:o + b * w].reshape(n, b, w), -1).reshape(n, b * w) for o, b, w in self.groups]
+            out = out.index_copy(1, self.soft_pos, torch.cat(parts, 1))
         return out
+
+    def _gumbel(self, n: int) -> torch.Tensor:
+        """Standard Gumbel noise for ``n`` rows, one value per one-hot entry in block order:
+        ``-log E`` with ``E = -log U`` exponential (``U`` uniform, kept away from 0; 4x faster than
+        ``Tensor.exponential_``)."""
+        u = torch.rand((n, len(self.onehot_idx)), generator=self.gen).clamp_(min=1e-12)
+        return u.log_().neg_().log_().neg_()
 
     def _scalars(self, raw: torch.Tensor) -> torch.Tensor:
         """``raw`` with tanh on each continuous column's scalar."""
         if not len(self.alpha_idx):
             return raw
         return raw.index_copy(1, self.alpha_idx, torch.tanh(raw.index_select(1, self.alpha_idx)))
-
-    def _block_softmax(self, logits: torch.Tensor) -> torch.Tensor:
-        g = -torch.empty_like(logits).exponential_(generator=self.gen).log()
-        z = (logits + g) / 0.2
-        seg = self.segment.expand(z.shape[0], -1)
-        n_seg = len(self.spans)
-        top = torch.full((z.shape[0], n_seg), -torch.inf, dtype=z.dtype).scatter_reduce(
-            1, seg, z.detach(), reduce="amax", include_self=True)
-        e = torch.exp(z - top.gather(1, seg))
-        return e / torch.zeros_like(top).scatter_add(1, seg, e).gather(1, seg)
 
     def _codes(self, codes) -> torch.Tensor:
         a = np.asarray(codes)
