@@ -145,6 +145,17 @@ def seeded(seed: int, build: Callable[[], _T]) -> _T:
         return build()
 
 
+def train_scale(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean and standard deviation of each column of a party's training rows ``X``, for
+    ``(x - mean) / sd`` (issue 40: the autoencoder baseline and SEFS, whose ReLU units died on
+    min-max columns). No rows: mean 0; fewer than two rows or a constant column (float32 rounding
+    leaves ~1e-8): sd 1, so such a column is only centred."""
+    d = X.shape[1]
+    mu = X.mean(0) if len(X) else torch.zeros(d)
+    sd = X.std(0) if len(X) > 1 else torch.ones(d)
+    return mu, torch.where(sd > 1e-6, sd, torch.ones_like(sd))
+
+
 def make_optimizer(params: Iterable[Any], name: str, lr: float, weight_decay: float = 0.0,
                    momentum: float = 0.0) -> torch.optim.Optimizer:
     name = name.lower()

@@ -169,7 +169,8 @@ def lr_for_classes(lr: float, n_classes: int | None, lr_classes: float) -> float
 
     Adam's first steps at a learning rate set for binary data (FedSDG-FS's 0.03) leave a network on
     30 classes at the loss ln 30 for good (issue 40, measured in
-    benchmarks/fedsdg_fs/README.md); ``lr_classes`` 0 or a binary task leave ``lr``.
+    benchmarks/fedsdg_fs/README.md); ``lr_classes`` 0 or a binary task leave ``lr``. The gated
+    methods scale their penalty by the same rule (``lam_classes``; ``lam`` in place of ``lr``).
     """
     if not n_classes or lr_classes <= 0 or int(n_classes) <= lr_classes:
         return float(lr)

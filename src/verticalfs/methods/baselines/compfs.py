@@ -46,7 +46,7 @@ from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods.base import Method
 from verticalfs.methods.registry import register
 from verticalfs.party import handles
-from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer, TrainConfig
+from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer, TrainConfig, widths_for_classes
 from verticalfs.transport.messages import (
     At,
     Embeddings,
@@ -305,7 +305,7 @@ class CompFSParams(TrainConfig):
 
 def learner_width(params: CompFSParams, n_classes: int) -> int:
     """The learners' hidden width: ``hidden[0]``, widened to ``hidden_per_class`` x classes."""
-    return max(int(params.hidden[0]), math.ceil(float(params.hidden_per_class) * max(0, int(n_classes))))
+    return widths_for_classes(params.hidden[:1], n_classes, float(params.hidden_per_class))[0]
 
 
 class CompFSTrainer(SplitTrainer):

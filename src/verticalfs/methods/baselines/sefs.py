@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from verticalfs.exceptions import ConfigError
 from verticalfs.methods.base import Method
 from verticalfs.methods.registry import register
-from verticalfs.nn.models import MLP, make_optimizer, seeded
+from verticalfs.nn.models import MLP, make_optimizer, seeded, train_scale
 from verticalfs.party import handles
 from verticalfs.training.batches import BatchPlan
 from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer, TrainConfig
@@ -115,8 +115,7 @@ class SEFSRole(SplitRole):
         self.gen = torch.Generator().manual_seed(int(spec.seed) + 11)
         if "train" in data.splits:
             X = data.X("train")
-            self.mu, self.sd = X.mean(0), X.std(0) if len(X) > 1 else torch.ones(X.shape[1])
-            self.sd = torch.where(self.sd > 1e-6, self.sd, torch.ones_like(self.sd))
+            self.mu, self.sd = train_scale(X)
             self.xbar = torch.zeros(X.shape[1])  # the standardised columns' means
             self.L = copula_factor(X.numpy())
         self.optimizer = self.make_optimizer()

@@ -22,7 +22,7 @@ from torch import nn
 from verticalfs.codecs import get_codec
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods.sparsevfl.trainer import CodedVFLTrainer
-from verticalfs.nn.models import init_weights, seeded
+from verticalfs.nn.models import init_weights, seeded, train_scale
 from verticalfs.party import Context, Role, handles
 from verticalfs.training.batches import BatchPlan
 from verticalfs.training.history import derive_seed
@@ -118,9 +118,7 @@ def standardised(X: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     set its codes gave the top model .063, PCA's .763 (benchmarks/sparsevfl/README.md, "Defaults on
     many classes"). PCA centres for itself and is unaffected.
     """
-    mu = X["train"].mean(0) if len(X["train"]) else torch.zeros(X["train"].shape[1])
-    sd = X["train"].std(0) if len(X["train"]) > 1 else torch.ones(X["train"].shape[1])
-    sd = torch.where(sd > 1e-6, sd, torch.ones_like(sd))  # float32 rounding of a constant column
+    mu, sd = train_scale(X["train"])
     return {s: (x - mu) / sd for s, x in X.items()}
 
 
