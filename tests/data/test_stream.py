@@ -48,8 +48,17 @@ def files(tmp_path_factory):
 
 @pytest.mark.parametrize("source", ["t.parquet", "parts", "t.csv"])
 @pytest.mark.parametrize("scaling", ["minmax", "robust", "standard"])
-def test_streamed_and_in_memory_prepare_the_same_matrices(files, source, scaling):
+@pytest.mark.parametrize("columns_at_once", [None, 1, 3])
+def test_streamed_and_in_memory_prepare_the_same_matrices(files, source, scaling, columns_at_once, monkeypatch):
+    """``columns_at_once``: the transform pass reads that many columns per pass over the file (its
+    budget of decoded bytes made small: 1 puts the one-hot column alone, 3 gives non-contiguous
+    prepared columns), and writes 7 rows between two releases of their pages."""
+    import verticalfs.data.stream as stream
+
     root, ids, codes = files
+    if columns_at_once is not None:
+        monkeypatch.setattr(stream, "DECODED_BYTES", 10 * 3000 * columns_at_once)  # rows of the largest row group
+        monkeypatch.setattr(stream, "WRITE_ROWS", 7)
     mem = DeployedParty("telecom", root / "t.csv", categorical=["plan"], stream=False)
     big = DeployedParty("telecom", root / source, categorical=["plan"], stream=True)
     assert big.table is not None and mem.table is None
@@ -98,3 +107,19 @@ def test_constant_warning_and_bad_files(tmp_path):
         StreamedTable("p", tmp_path / "d.parquet").ids()
     with pytest.raises(DataError, match="no id column 'key'"):
         StreamedTable("p", tmp_path / "c.parquet", id_column="key")
+
+
+def test_a_subset_of_columns_prepares_its_share_of_the_block_to_the_bit():
+    """PartyPreprocessor.subset: the streamed transform's groups of columns (data/stream.py)."""
+    from verticalfs.data.preprocess import PartyPreprocessor
+
+    df = _table(500).drop(columns="id")
+    for scaling in ("minmax", "standard", "robust", "none"):
+        pp = PartyPreprocessor.fit("telecom", df, ["plan"], scaling=scaling, impute="median")
+        full = pp.transform(df)
+        for cols in (["income"], ["plan"], ["calls", "plan"], ["income", "age", "plan"], list(df.columns)):
+            sub, at = pp.subset(cols)
+            assert [pp.feature_names[j] for j in at] == sub.feature_names
+            assert np.array_equal(sub.transform(df[cols]), full[:, at]), (scaling, cols)
+        with pytest.raises(KeyError, match="nope"):
+            pp.subset(["nope"])

@@ -299,6 +299,31 @@ class PartyPreprocessor:
             return np.zeros((len(X), 0), dtype=np.float32)
         return np.ascontiguousarray(np.hstack(parts).astype(np.float32))
 
+    def subset(self, columns) -> tuple[PartyPreprocessor, np.ndarray]:
+        """The preprocessing of ``columns`` alone (a subset of the party's columns) and, for each
+        of its prepared features, its position among this preprocessor's prepared features: every
+        step is per column (imputation, scaling, one-hot), so ``sub.transform(X[columns])`` is
+        ``self.transform(X)[:, positions]`` to the bit. A party prepares a table in groups of
+        columns with it (data/stream.py: a Parquet row group is read a column chunk at a time)."""
+        want = set(columns)
+        unknown = want - set(self.numeric) - set(self.categorical)
+        if unknown:
+            raise KeyError(f"party {self.party!r}: no column {sorted(unknown)} to prepare")
+        num = [j for j, c in enumerate(self.numeric) if c in want]
+        sub = PartyPreprocessor(self.party, [self.numeric[j] for j in num],
+                                [c for c in self.categorical if c in want], self.scaling, self.impute,
+                                fill={c: v for c, v in self.fill.items() if c in want},
+                                scale=[self.scale[j] for j in num] if self.scale else [],
+                                offset=[self.offset[j] for j in num] if self.offset else [],
+                                categories={c: list(self.categories[c]) for c in self.categorical if c in want})
+        positions, at = list(num), len(self.numeric)
+        for c in self.categorical:
+            k = len(self.categories[c])
+            if c in want:
+                positions += range(at, at + k)
+            at += k
+        return sub, np.asarray(positions, dtype=np.int64)
+
     # ----------------------------------------------------------------------------- persistence
     def to_dict(self) -> dict:
         """Plain numbers and strings (saved with a model, loaded without pickle)."""

@@ -43,6 +43,14 @@ from verticalfs.exceptions import DataError
 
 #: rows of one record batch of the transform pass (64k rows x 50 columns of float64: 26 MB)
 BATCH_ROWS = 1 << 16
+#: the transform pass reads as many columns at once as keep about this many bytes of a row group
+#: decoded (see :func:`prepare_streamed`): Parquet decodes a row group's column chunk whole; at row
+#: groups of 500k rows, 50 float32 columns read together held +266 MB of resident memory, 10 columns
+#: +61 MB, one +15 (pyarrow's ParquetFile.iter_batches, 2026-11-26), about 10 bytes a value. Each
+#: group is one more pass over the row groups (the same bytes read in all: a column chunk once).
+DECODED_BYTES = 64 << 20
+#: rows of the transform written to a memory map between two releases of the pages they touched
+WRITE_ROWS = 4096
 #: files at least this large are read streamed by a deployed party (``stream_above_mb``)
 DEFAULT_STREAM_ABOVE_MB = 256.0
 
@@ -190,16 +198,30 @@ class StreamedTable:
     def batches(self, columns: Sequence[str], batch_rows: int = BATCH_ROWS) -> Iterator[tuple[int, pd.DataFrame]]:
         """``(first row, frame)`` of consecutive record batches of ``columns``, in file order."""
         offset = 0
-        # one batch read ahead, not pyarrow's default 16 (x 4 files): the memory of a few batches
-        # and a row group's column chunks read page by page, not buffered whole (pre_buffer): at 1M
-        # rows in row groups of 500k, the pass's peak +690 -> +260 MB (benchmarks/scale/RESULTS.md)
-        ds = _pyarrow()
-        opts = ds.ParquetFragmentScanOptions(pre_buffer=False, use_buffered_stream=True, buffer_size=1 << 20)
-        for b in self.dataset.to_batches(columns=list(columns), batch_size=batch_rows, use_threads=False,
-                                         batch_readahead=1, fragment_readahead=1, fragment_scan_options=opts):
-            if b.num_rows:
-                yield offset, b.to_pandas()
-                offset += b.num_rows
+        # a file at a time through ParquetFile.iter_batches (no dataset scanner's read-ahead), a row
+        # group's column chunks read page by page, not buffered whole (pre_buffer): at 1M rows in
+        # row groups of 500k, 50 columns read at once held +266 MB here against +474 MB through the
+        # dataset scanner (benchmarks/scale/RESULTS.md)
+        import pyarrow.parquet as pq
+
+        for frag in self.dataset.get_fragments():
+            f = pq.ParquetFile(frag.path, pre_buffer=False, buffer_size=1 << 20)
+            try:
+                for b in f.iter_batches(batch_size=batch_rows, columns=list(columns), use_threads=False):
+                    if b.num_rows:
+                        yield offset, b.to_pandas()
+                        offset += b.num_rows
+            finally:
+                f.close()
+
+    def largest_row_group(self) -> int:
+        """Rows of the table's largest Parquet row group (Parquet decodes a column's chunk of a row
+        group whole: what one column read at a time holds)."""
+        most = 0
+        for frag in self.dataset.get_fragments():
+            md = frag.metadata
+            most = max([most] + [md.row_group(i).num_rows for i in range(md.num_row_groups)])
+        return most
 
     def schema_frame(self) -> pd.DataFrame:
         """An empty frame with the table's columns and types (for the column checks)."""
@@ -253,16 +275,22 @@ _releaser: threading.Thread | None = None
 _releaser_lock = threading.Lock()
 
 
-def release_pages(arr) -> None:
+def release_pages(arr, first: int | None = None, stop: int | None = None) -> None:
     """Unmap the resident pages of a memory-mapped array from this process (``MADV_DONTNEED``):
     they stay in the system's page cache (written pages included: the mapping is shared, nothing is
     lost), and a later read faults them in again; but they no longer count in the process's
     resident memory. Without it, writing or reading a split's matrix once leaves every page of it
-    resident: 200 bytes a row at 50 columns, 2 GB at 10M rows."""
+    resident: 200 bytes a row at 50 columns, 2 GB at 10M rows. ``first``/``stop``: only the pages
+    of those rows."""
     mm = getattr(arr, "_mmap", None)
     if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
         try:
-            mm.madvise(mmap.MADV_DONTNEED)
+            if first is None:
+                mm.madvise(mmap.MADV_DONTNEED)
+            else:  # rows first..stop-1 only (the map starts at the file's start: np.memmap's offset 0)
+                row = arr.strides[0]
+                start = first * row // mmap.PAGESIZE * mmap.PAGESIZE
+                mm.madvise(mmap.MADV_DONTNEED, start, max(0, min(len(mm), stop * row) - start))
         except (OSError, ValueError):  # closed, or not supported here
             pass
 
@@ -296,13 +324,17 @@ def keep_pages_released(arr) -> None:
 
 def prepare_streamed(table: StreamedTable, pos: np.ndarray, codes: np.ndarray, cols: Sequence[str],
                      cats: Sequence[str], *, scaling: str, impute: str, splits: Sequence[str],
-                     out_dir: str | Path, batch_rows: int = BATCH_ROWS):
+                     out_dir: str | Path, batch_rows: int = BATCH_ROWS, column_group: int | None = None):
     """The aligned rows prepared into float32 memory-mapped files, one per split.
 
     ``pos[i]`` is the file row of the label holder's row ``i`` and ``codes[i]`` its split (an index
     into ``splits``). Returns ``(preprocessor, {split: np.memmap})``; each split's rows are in the
-    label holder's order.
+    label holder's order. ``column_group``: the columns read and prepared in one pass over the
+    file (default: as many as keep :data:`DECODED_BYTES` of the largest row group decoded).
     """
+    if column_group is None:
+        column_group = max(1, DECODED_BYTES // (10 * max(1, table.largest_row_group())))
+    column_group = max(1, int(column_group))
     pos = np.asarray(pos, dtype=np.int64)
     codes = np.asarray(codes, dtype=np.int64)
     pp = fit_streamed(table, pos[codes == 0], cols, cats, scaling=scaling, impute=impute)
@@ -322,21 +354,44 @@ def prepare_streamed(table: StreamedTable, pos: np.ndarray, codes: np.ndarray, c
         maps[s] = (np.memmap(f, dtype=np.float32, mode="w+", shape=(len(mine), d)) if len(mine) and d
                    else np.zeros((len(mine), d), dtype=np.float32))
     cat_set = set(cats)
-    for first, frame in table.batches(list(cols), batch_rows):
-        k_rows = split_of[first:first + len(frame)]
-        keep = np.flatnonzero(k_rows >= 0)
-        if not len(keep):
-            continue
-        X = frame.iloc[keep].reset_index(drop=True)
-        for c in cols:
-            X[c] = _typed(X[c], c in cat_set)
-        A = pp.transform(X, where=str(table.path))
-        for k, s in enumerate(splits):
-            m = k_rows[keep] == k
-            if m.any():
-                maps[s][dest[first + keep[m]]] = A[m]
-        for m in maps.values():  # a batch's rows land all over the split (label holder's order)
-            release_pages(m)
+    cols = list(cols)
+    # a group of columns at a time: Parquet decodes a row group's column chunk whole, so reading all
+    # 50 columns of a 500k-row group held ~270 MB of decoded pages at once (+530 MB over the pass
+    # with the frames); 8 columns hold a sixth of it. Each step is per column, so the groups' outputs
+    # are the whole block's to the bit (PartyPreprocessor.subset).
+    groups = [cols[a:a + column_group] for a in range(0, len(cols), column_group)] or [[]]
+    for group in groups:
+        sub, at = pp.subset(group) if len(groups) > 1 else (pp, None)
+        span = (slice(int(at[0]), int(at[-1]) + 1) if at is not None and len(at)
+                and (np.diff(at) == 1).all() else None)
+        for first, frame in table.batches(group, batch_rows):
+            k_rows = split_of[first:first + len(frame)]
+            keep = np.flatnonzero(k_rows >= 0)
+            if not len(keep):
+                continue
+            X = frame.iloc[keep].reset_index(drop=True)
+            del frame
+            for c in group:
+                X[c] = _typed(X[c], c in cat_set)
+            A = sub.transform(X, where=str(table.path))
+            for k, s in enumerate(splits):
+                m = k_rows[keep] == k
+                if m.any():
+                    rows = dest[first + keep[m]]
+                    # a batch's rows land all over the split (the label holder's order): written in
+                    # ascending order a few thousand at a time, each piece's pages released after it
+                    # (a whole batch at once left ~all of the split's pages resident: 180 MB at 1M rows)
+                    o = np.argsort(rows)
+                    rows, m = rows[o], np.flatnonzero(m)[o]
+                    for a in range(0, len(rows), WRITE_ROWS):
+                        r, mi = rows[a:a + WRITE_ROWS], m[a:a + WRITE_ROWS]
+                        if at is None:
+                            maps[s][r] = A[mi]
+                        elif span is not None:  # contiguous prepared columns (no one-hot among them)
+                            maps[s][r, span] = A[mi]
+                        else:
+                            maps[s][r[:, None], at[None, :]] = A[mi]
+                        release_pages(maps[s], int(r[0]), int(r[-1]) + 1)
     for m in maps.values():
         if isinstance(m, np.memmap):
             m.flush()
