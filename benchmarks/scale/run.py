@@ -14,16 +14,20 @@ Stages, timed separately:
 - ``psi``: private set intersection with both parties at once (the connection's ``psi_seconds``);
 - ``prepare``: the rest of the connection: the label holder's split and ``Align``, each party
   fitting its preprocessing and writing its memory-mapped matrices;
-- ``vfl epoch``: one epoch of ``vfl`` (training and evaluation);
+- ``vfl epoch``: one epoch of ``vfl`` (training and evaluation), the model saved;
+- ``predict``: that saved model scoring every customer held by all three parties where the data
+  lives (``verticalfs predict --config``: PSI over the parties' scoring files, here their training
+  files, then the split model's inference), its own connection included;
 - ``feast``: FEAST's selection with one epoch of ``vfl`` on the kept columns (``feast+vfl``: the
   parties keep their columns, the default policy), its own connection included.
 
 Peak RSS: per stage, the largest resident set (``VmRSS``) of each process sampled every 0.1 s
 during the stage (a spike shorter than that can be missed); per process over the whole size, its
 high-water mark (``VmHWM``, exact). The bank's process is this one: the label holder and the bank's
-own feature block. The slope is the least-squares slope of log(seconds) against log(rows) over the
-sizes; the 10M line (when 10M is not run) is extrapolated from the two largest sizes (seconds by
-their log-log slope, RSS by a straight line in rows) and labelled so.
+own feature block (the files are generated in a process of their own). The slope is the
+least-squares slope of log(seconds) against log(rows) over the sizes; the 10M line (when 10M is not
+run) is extrapolated from the two largest sizes (seconds by their log-log slope, RSS by a straight
+line in rows) andlabelled so.
 
     python benchmarks/scale/run.py                     # 100k, 1M, 3M
     python benchmarks/scale/run.py --sizes 20000,100000 --quick
@@ -148,9 +152,14 @@ def measure(n: int, root: Path, *, columns: int = 50) -> dict:
     from verticalfs.api import run
     from verticalfs.deploy.config import Deployment
     from verticalfs.deploy.holder import connect, run_deployment
+    from verticalfs.deploy.predict import predict_deployment
 
     t0 = time.perf_counter()
-    paths = generate(root, n, columns=columns)
+    # in a process of its own: this process is the bank's, and its peak resident set is measured
+    subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+                    "from run import generate; generate(Path(sys.argv[2]), int(sys.argv[3]), columns=int(sys.argv[4]))",
+                    str(Path(__file__).resolve().parent), str(root), str(n), str(columns)], check=True)
+    paths = {p: root / f"{p}.parquet" for p in PARTIES}
     gen_s = time.perf_counter() - t0
     lines = ['label_party = "bank"', 'label_column = "default"', "insecure = true", "stream_above_mb = 0",
              "max_file_mb = 100000", "connect_timeout = 120"]
@@ -190,11 +199,19 @@ def measure(n: int, root: Path, *, columns: int = 50) -> dict:
         try:
             sampler.stage("vfl epoch")
             t = time.perf_counter()
-            res = run("vfl", conn.data, seed=0, params={"epochs": 1, "batch_size": 1024}, federation=conn.federation)
+            res = run("vfl", conn.data, seed=0, params={"epochs": 1, "batch_size": 1024}, federation=conn.federation,
+                      save_model=root / "model")
             out["stages"]["vfl epoch"] = time.perf_counter() - t
             out["vfl_accuracy"] = res.metrics.get("accuracy")
         finally:
             conn.close()
+        sampler.stage("predict")
+        t = time.perf_counter()
+        pred = predict_deployment(dep, root / "model")
+        out["stages"]["predict"] = time.perf_counter() - t
+        out["predicted"] = len(pred["ids"])
+        out["predict_psi_s"] = pred.get("psi_s", float("nan"))
+        del pred
         sampler.stage("feast")
         t = time.perf_counter()
         res = run_deployment(dep, "feast+vfl", seed=0, params={"vfl.epochs": 1, "vfl.batch_size": 1024})
@@ -264,7 +281,8 @@ def format_size(r: dict, columns: int, label: str = "") -> str:
             f"{p} {v:6.0f} MB" for p, v in sorted(peaks.items(), key=lambda kv: PARTIES.index(kv[0]))))
     lines.append(f"{'':12s}peak RSS (VmHWM) of the size:  " + "  ".join(
         f"{p} {v:6.0f} MB" for p, v in sorted(r["rss_mb"].items(), key=lambda kv: PARTIES.index(kv[0])))
-        + (f"   (vfl accuracy {r['vfl_accuracy']:.3f}; generating the files took {r['generate_s']:.1f} s)"
+        + (f"   (vfl accuracy {r['vfl_accuracy']:.3f}; {r.get('predicted', 0):,} rows predicted; generating the files "
+           f"took {r['generate_s']:.1f} s)"
            if "vfl_accuracy" in r else ""))
     return "\n".join(lines)
 

@@ -37,7 +37,8 @@ def test_generator_writes_three_aligned_parties_with_a_learnable_label(tmp_path)
 @pytest.mark.slow
 def test_runner_measures_every_stage_with_real_processes(tmp_path):
     r = scale.measure(4000, tmp_path, columns=5)
-    assert set(r["stages"]) == {"read", "psi", "prepare", "vfl epoch", "feast"}
+    assert set(r["stages"]) == {"read", "psi", "prepare", "vfl epoch", "predict", "feast"}
     assert all(v > 0 for v in r["stages"].values())
     assert set(r["rss_mb"]) == {"bank", "telecom", "insurer"} and all(v > 50 for v in r["rss_mb"].values())
     assert r["feast_trained_as"] == "feast+vfl" and r["vfl_accuracy"] > 0.5
+    assert r["predicted"] == 4000  # every customer, held by all three parties, scored

@@ -174,17 +174,17 @@ class StreamedTable:
         if col.null_count:
             raise DataError(f"party {self.party!r}: {col.null_count} rows of {str(self.path)!r} have no id in "
                             f"column {self.id_column!r}; give every row an id")
+        import pyarrow.compute as pc
+
         col = col.cast("string")
-        parts = [np.asarray(col.slice(a, BATCH_ROWS).to_pylist(), dtype=str) for a in range(0, len(col), BATCH_ROWS)]
+        # the widest id first, then one array filled a batch at a time (no second copy of the ids)
+        width = (pc.max(pc.utf8_length(col)).as_py() or 1) if len(col) else 1
+        ids = np.empty(len(col), dtype=f"<U{width}")
+        for a in range(0, len(col), BATCH_ROWS):
+            ids[a:a + BATCH_ROWS] = col.slice(a, BATCH_ROWS).to_numpy(zero_copy_only=False)
         del col
-        width = max((p.dtype.itemsize for p in parts), default=4) // 4
-        ids = np.empty(sum(len(p) for p in parts), dtype=f"<U{max(width, 1)}")
-        at = 0
-        for p in parts:
-            ids[at:at + len(p)] = p
-            at += len(p)
-        del parts
         look = IdLookup(ids)
+        del ids
         dup = look.repeated(3)
         if len(dup):
             raise DataError(f"party {self.party!r}: ids repeat in column {self.id_column!r} of {str(self.path)!r} "

@@ -189,15 +189,18 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         out.federation = fed  # (ends the session at the parties on close, also after a failure)
         # the ids as a numpy text array end to end (PSI, the lookup of the labels, Align): a few bytes
         # an id, not a Python string each
-        psi = intersect_all([fed.proxy(p) for p in names if p != lp], ids, cache=PsiCache(dep.state_dir(LABEL_HOLDER)),
-                            engine=dep.psi_engine, text_array=True)
+        # a large label file's ids come sorted with their file rows (an IdLookup: no file-order copy,
+        # no second sort to find the labels of the intersection)
+        look = ids if isinstance(ids, IdLookup) else None
+        psi = intersect_all([fed.proxy(p) for p in names if p != lp], ids if look is None else look.sorted,
+                            cache=PsiCache(dep.state_dir(LABEL_HOLDER)), engine=dep.psi_engine, text_array=True)
         common, out.psi_seconds, out.psi_cached = psi.ids, psi.seconds, psi.cached
         if not len(common):
             raise DataError(f"no id in column {dep.id_column!r} is held by every party; check that the files "
                             "use the same ids (compared as text: '007' and '7' differ)")
         common = _sort_ids(common)
-        y_raw = labels.iloc[IdLookup(ids).positions(common)]
-        del ids
+        y_raw = labels.iloc[(look if look is not None else IdLookup(ids)).positions(common)]
+        del ids, look
         y, task, class_names = _labels(y_raw.reset_index(drop=True), dep.task, entry.file, dep.label_column)
         name = Path(entry.file).name
         idx = split_indices(y, task, seed=seed, test_size=dep.test_size, val_size=dep.val_size, name=name)
@@ -237,11 +240,12 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         raise
 
 
-def _label_frame(dep: Deployment, lp: str, path: Path) -> tuple[np.ndarray, pd.Series, list[str]]:
+def _label_frame(dep: Deployment, lp: str, path: Path) -> tuple[np.ndarray | IdLookup, pd.Series, list[str]]:
     """The label party's ids (a numpy text array, file order), its labels (a series named after the
     label column, file order), and its file's columns. A file at least ``stream_above_mb`` large is
     not read whole: only its id and label columns (its features are served by its own
-    :class:`~verticalfs.deploy.party.DeployedParty`, which reads them in pieces)."""
+    :class:`~verticalfs.deploy.party.DeployedParty`, which reads them in pieces), and its ids are
+    given as an :class:`~verticalfs.data.stream.IdLookup` (sorted, with their file rows)."""
     from verticalfs.data.stream import StreamedTable, file_bytes
 
     ids, labels = None, None
@@ -251,7 +255,7 @@ def _label_frame(dep: Deployment, lp: str, path: Path) -> tuple[np.ndarray, pd.S
         try:
             columns = list(table.columns)
             if dep.label_column in columns:
-                ids = table.ids()
+                ids = table.id_lookup()
                 labels = table.column(dep.label_column).rename(dep.label_column)
         finally:
             table.close()
