@@ -27,7 +27,7 @@ high-water mark (``VmHWM``, exact). The bank's process is this one: the label ho
 own feature block (the files are generated in a process of their own). The slope is the
 least-squares slope of log(seconds) against log(rows) over the sizes; the 10M line (when 10M is not
 run) is extrapolated from the two largest sizes (seconds by their log-log slope, RSS by a straight
-line in rows) andlabelled so.
+line in rows) and labelled so.
 
     python benchmarks/scale/run.py                     # 100k, 1M, 3M
     python benchmarks/scale/run.py --sizes 20000,100000 --quick
