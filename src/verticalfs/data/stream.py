@@ -331,20 +331,39 @@ def prepare_streamed(table: StreamedTable, pos: np.ndarray, codes: np.ndarray, c
     into ``splits``). Returns ``(preprocessor, {split: np.memmap})``; each split's rows are in the
     label holder's order. ``column_group``: the columns read and prepared in one pass over the
     file (default: as many as keep :data:`DECODED_BYTES` of the largest row group decoded).
+    The preprocessor is fitted on the training rows (code 0, :func:`fit_streamed`), then applied by
+    :func:`transform_streamed`.
     """
+    pos = np.asarray(pos, dtype=np.int64)
+    codes = np.asarray(codes, dtype=np.int64)
+    pp = fit_streamed(table, pos[codes == 0], cols, cats, scaling=scaling, impute=impute)
+    maps = transform_streamed(table, pp, pos, codes, cols, cats, splits=splits, out_dir=out_dir,
+                              batch_rows=batch_rows, column_group=column_group)
+    return pp, maps
+
+
+def transform_streamed(table: StreamedTable, pp: PartyPreprocessor, pos: np.ndarray, codes: np.ndarray,
+                       cols: Sequence[str], cats: Sequence[str], *, splits: Sequence[str], out_dir: str | Path,
+                       batch_rows: int = BATCH_ROWS, column_group: int | None = None) -> dict[str, np.ndarray]:
+    """The file rows ``pos`` prepared by the fitted ``pp`` into float32 memory-mapped files
+    ``<out_dir>/<party>-<split>.f32``, one per split (``codes[i]``: row ``i``'s split, an index into
+    ``splits``), each split's rows in the order of ``pos``; ``{split: np.memmap}`` (an empty split:
+    an ordinary empty array), their pages released as they are written and kept released
+    (:func:`keep_pages_released`). ``cols``: the columns ``pp`` prepares, in file order; ``cats``:
+    the categorical ones. Training prepares its aligned rows with it (:func:`prepare_streamed`), a
+    party its scoring file with a saved model's preprocessor (every row, in file order)."""
     if column_group is None:
         column_group = max(1, DECODED_BYTES // (10 * max(1, table.largest_row_group())))
     column_group = max(1, int(column_group))
     pos = np.asarray(pos, dtype=np.int64)
     codes = np.asarray(codes, dtype=np.int64)
-    pp = fit_streamed(table, pos[codes == 0], cols, cats, scaling=scaling, impute=impute)
     d = len(pp.feature_names)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     # file row -> (split, destination row) for the aligned rows; -1 elsewhere
     split_of = np.full(table.n_rows, -1, dtype=np.int8)
     dest = np.full(table.n_rows, -1, dtype=np.int64)
-    maps: dict[str, np.memmap] = {}
+    maps: dict[str, np.ndarray] = {}
     for k, s in enumerate(splits):
         mine = np.flatnonzero(codes == k)
         split_of[pos[mine]] = k
@@ -400,7 +419,7 @@ def prepare_streamed(table: StreamedTable, pos: np.ndarray, codes: np.ndarray, c
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()  # the batches' buffers back to the system, not kept by the pool
-    return pp, maps
+    return maps
 
 
 def file_bytes(path: str | Path) -> int:
