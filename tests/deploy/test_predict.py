@@ -42,6 +42,10 @@ METHODS = {
 }
 
 
+#: the PSI messages over the parties' scoring files, of either engine
+SCORING_PSI = {"ScoringPsi", "PsiReply", "ScoringPsiOpen", "PsiOpened", "ScoringPsiChunk", "PsiChunkReply"}
+
+
 def _predict_files(root: Path, train: dict[str, Path]) -> dict[str, Path]:
     """New rows per party: the training rows' columns perturbed, ids partly shared, in another order;
     the bank's without the label."""
@@ -148,12 +152,13 @@ def test_federated_predict_equals_in_process(site, models, serve_process, method
     assert c["by_phase"]["predict"] > 0 and "eval" not in c["by_phase"]  # inference is metered as such
     kinds = set(c["by_kind"])
     assert {"OpenModel", "StageIds", "IdsDigestRequest"} <= kinds
-    # PSI over the scoring files ran, or its result was reused (the same files as an earlier prediction)
-    assert ("ScoringPsi" in kinds) != (net["psi_cached"] == ["telecom", "insurer"])
+    # PSI over the scoring files ran (the deployment's engine: ristretto255 where installed, streamed
+    # in chunks), or its result was reused (the same files as an earlier prediction)
+    assert bool(SCORING_PSI & kinds) != (net["psi_cached"] == ["telecom", "insurer"])
     # only what the method sends at inference crosses: embeddings of a split model. Under the parties'
     # default policy (release_columns = false) feast trains as feast+vfl, so no column crosses either
-    sent = kinds - {"OpenModel", "ModelOpened", "ScoringPsi", "PsiReply", "StageIds", "IdsStaged",
-                    "IdsDigestRequest", "IdsDigest"}
+    sent = kinds - {"OpenModel", "ModelOpened", "StageIds", "IdsStaged", "IdsDigestRequest", "IdsDigest",
+                    *SCORING_PSI}
     assert sent == {"EmbedRequest", "Embeddings"}, sent
     # what the parties sent equals the in-process prediction's (the requests name a session's own split)
     reply = "Embeddings"
@@ -299,3 +304,145 @@ def test_two_sessions_with_two_models_at_once(site, models, servers):
             sb = b.score(ids[lo + 5:lo + 30])
             np.testing.assert_array_equal(sa.probabilities, refs["vfl"]["probabilities"][lo:lo + 20])
             np.testing.assert_array_equal(sb.probabilities, refs["sparsevfl-16"]["probabilities"][lo + 5:lo + 30])
+
+
+# ----------------------------------------------------------- a party with millions of rows (issue 39)
+@pytest.fixture(scope="module")
+def stream_site(site, models):
+    """The same parties, files and saved models in a second deployment whose every file is read
+    streamed (``stream_above_mb = 0``: what a file of millions of rows gets) and whose PSI is the
+    streamed ristretto255 engine. Its own folder, so its own PSI cache (PSI runs) and working folders."""
+    root = site / "stream"
+    root.mkdir()
+    os.symlink(site / "models", root / "models")  # each party's parts, where SaveModel wrote them
+    lines = ['label_party = "bank"', 'label_column = "default"', 'id_column = "customer_id"', 'certs = "../certs"',
+             "connect_timeout = 5", "stream_above_mb = 0", 'psi_engine = "ristretto255"']
+    for p in PARTIES:
+        lines += [f"[parties.{p}]", f'address = "127.0.0.1:{_free_port()}"', f'file = "../{p}.csv"',
+                  f'predict_file = "../{p}_new.csv"', f"[parties.{p}.policy]", "max_psi_requests = 200"]
+    (root / "deployment.toml").write_text("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def stream_servers(stream_site):
+    started = {p: _start(stream_site, p) for p in PARTIES if p != "bank"}
+    procs = {p: _listening(proc, p) for p, proc in started.items()}
+    yield procs
+    for p in procs.values():
+        p.send_signal(signal.SIGTERM)
+    for p in procs.values():
+        _stop(p)
+
+
+def _staged(m, ids: list[str]) -> tuple[object, np.ndarray]:
+    """Score ``ids`` with ``m``; the label party's open model (served in this process) and the rows
+    it staged for them, every prepared column."""
+    m.score(ids)
+    rt = m.local.runtime
+    sc = rt.scoring_models[m.name]
+    return sc, sc.data._X_all[f"predict-{m._session}"].numpy().copy()
+
+
+def test_streamed_parties_score_as_in_memory_with_ristretto255(site, models, servers, stream_site, stream_servers):
+    """Every party's scoring file read streamed and prepared once into a memory-mapped matrix, PSI
+    over the scoring files by the streamed ristretto255 engine: the same ids and the same scores,
+    to the bit, as the in-memory parties with openmined-psi's engine (or the cache)."""
+    from verticalfs.deploy.predict import DeployedModel, predict_deployment
+
+    for method in ("vfl", "sparsevfl-16"):
+        net = predict_deployment(Deployment.load(stream_site / "deployment.toml"), models[method])
+        ref = _in_process(site, models[method])
+        assert list(net["ids"]) == list(ref["ids"])
+        np.testing.assert_array_equal(net["probabilities"], ref["probabilities"])
+        kinds = set(net["communication"]["by_kind"])
+        if not net["psi_cached"]:
+            assert {"ScoringPsiOpen", "ScoringPsiChunk", "PsiOpened", "PsiChunkReply"} <= kinds
+            assert "ScoringPsi" not in kinds
+    # the staged matrices of the label party's own block (served here): byte for byte the in-memory
+    # path's, and the streamed party's prepared matrix is a memory-mapped file in its working folder
+    dep_mem, dep_str = Deployment.load(site / "deployment.toml"), Deployment.load(stream_site / "deployment.toml")
+    with DeployedModel(dep_str, models["vfl"]) as m:
+        ids = [str(i) for i in m.known[::7]][::-1] + ["nobody"]
+        sc, streamed = _staged(m, ids)
+        assert sc.file.streamed and isinstance(sc.X, np.memmap)
+        work = sc.file.table.work_dir
+        assert Path(sc.X.filename).is_file() and Path(sc.X.filename).is_relative_to(work)
+        assert sc.X.shape == (sc.file.n_rows, len(sc.data.feature_names))
+        assert streamed.shape[0] == len(ids) - 1
+    assert not work.exists()  # removed with the party (its working folder is its own)
+    with DeployedModel(dep_mem, models["vfl"]) as m:
+        sc, in_memory = _staged(m, ids)
+        assert not sc.file.streamed and not isinstance(sc.X, np.memmap)
+    assert streamed.dtype == in_memory.dtype == np.float32
+    assert streamed.tobytes() == in_memory.tobytes()
+
+
+def test_label_party_ids_streamed(site, stream_site):
+    """The label party's scoring ids read by the label holder itself (its block served elsewhere):
+    by the id column alone from a large file, the same set as from the in-memory read."""
+    from types import SimpleNamespace
+
+    from verticalfs.deploy.predict import DeployedModel
+
+    got = {}
+    for root in (site, stream_site):
+        view = SimpleNamespace(local=None, dep=Deployment.load(root / "deployment.toml"))
+        got[root] = DeployedModel._own_ids(view)
+        assert isinstance(got[root], np.ndarray) and got[root].dtype.kind == "U"
+    want = pd.read_csv(site / "bank_new.csv", dtype={"customer_id": str})["customer_id"]
+    assert sorted(got[site].tolist()) == sorted(got[stream_site].tolist()) == sorted(want)
+
+
+def _psi_party(root: Path, *, n: int, stream_above_mb: float, policy=None):
+    """A deployed party in this process on an in-process channel, scoring file ``n`` rows of Parquet,
+    and the label holder's scoring proxy to it (the rewriting of deploy/predict.py)."""
+    from verticalfs.deploy.party import DeployedParty
+    from verticalfs.deploy.predict import _PhaseProxy
+    from verticalfs.deploy.scoring import enable_scoring
+    from verticalfs.names import LABEL_HOLDER
+    from verticalfs.transport.inprocess import InProcessChannel
+    from verticalfs.transport.ledger import Ledger
+    from verticalfs.transport.node import Node, PartyProxy
+
+    rng = np.random.default_rng(5)
+    df = pd.DataFrame({"id": [f"c{i}" for i in rng.permutation(n)], "x0": rng.normal(size=n)})
+    df.to_parquet(root / "train.parquet", index=False)
+    df.iloc[n // 4:].to_parquet(root / "new.parquet", index=False)  # its scoring file: a quarter fewer ids
+    rt = DeployedParty("telecom", root / "train.parquet", stream_above_mb=stream_above_mb, policy=policy)
+    enable_scoring(rt, model_dir=root / "models", scoring_path=root / "new.parquet", read_options=rt.read_options)
+    channel, ledger = InProcessChannel(), Ledger()
+    channel.register(rt.connect(channel, Ledger()))
+    holder = Node(LABEL_HOLDER, channel, ledger)
+    channel.register(holder)
+    return rt, _PhaseProxy(PartyProxy(holder, "telecom")), ledger, df
+
+
+@pytest.mark.parametrize("stream_above_mb", [0.0, 256.0])
+def test_scoring_psi_with_either_engine_counts_against_the_policy(tmp_path, stream_above_mb):
+    """Scoring PSI over the party's scoring file (not its training file), with the streamed
+    ristretto255 engine and with openmined-psi, streamed file or not; each counted by the party's
+    PSI limits as training's PSI is."""
+    from verticalfs.configuration import PartyPolicy
+    from verticalfs.exceptions import VerticalFSError
+    from verticalfs.psi import intersect_all
+
+    n = 2000
+    rt, proxy, ledger, df = _psi_party(tmp_path, n=n, stream_above_mb=stream_above_mb,
+                                       policy=PartyPolicy(max_psi_requests=2, max_psi_ids=n))
+    ids = np.asarray([f"c{i}" for i in range(n)], dtype=str)  # the label holder's
+    held = set(df["id"].iloc[n // 4:])
+    want = [i for i in ids.tolist() if i in held]
+    for engine in ("ristretto255", "openmined"):
+        got = intersect_all([proxy], ids, engine=engine, text_array=True, chunk=512).ids  # streamed: 4 chunks
+        assert list(got) == want, engine
+    assert rt.scoring_file().streamed == (stream_above_mb == 0)
+    kinds = {r.kind for r in ledger.records()}
+    assert {"ScoringPsiOpen", "ScoringPsiChunk", "ScoringPsi"} <= kinds
+    assert not kinds & {"PsiOpen", "PsiChunk", "PsiRequest"}  # nothing about its training file
+    assert rt.psi_requests == 2
+    with pytest.raises(VerticalFSError, match="max_psi_requests"):
+        intersect_all([proxy], ids, engine="ristretto255", text_array=True, chunk=512)
+    rt.psi_requests = 0
+    with pytest.raises(VerticalFSError, match="max_psi_ids"):
+        intersect_all([proxy], np.append(ids, "one-more"), engine="ristretto255", text_array=True)

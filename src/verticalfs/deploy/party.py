@@ -135,6 +135,7 @@ class DeployedParty(PartyRuntime):
             self.frame = frame.set_index(id_column)[cols]
             self._lookup = None
         self.path, self.id_column = path, id_column
+        self.stream_above_mb = float(stream_above_mb)  # its scoring file's rule too (deploy/scoring.py)
         self.read_options = {"na_values": na_values, "delimiter": delimiter, "encoding": encoding,
                              "max_bytes": max_bytes}
         self.columns, self.categorical = cols, cats
