@@ -256,15 +256,20 @@ def test_concurrent_requests_are_batched(site, models, endpoint):
     assert batches < len(ids)  # several clients' requests went out together
 
 
-def test_unknown_ids_stay_at_the_label_holder_and_changed_files_are_reread(site, models, servers):
+@pytest.mark.parametrize("streamed", [False, True], ids=["in-memory", "streamed"])
+def test_unknown_ids_stay_at_the_label_holder_and_changed_files_are_reread(site, models, servers, streamed, request):
     """An id outside the intersection is answered 'unknown' without a message to any party; a party
     whose file changed reports the ids it lost (answered unknown) and the label holder aligns again,
-    so an id added to every file can be scored next."""
+    so an id added to every file can be scored next. Streamed: the parties' scoring files read in
+    pieces and prepared into memory maps (stream_above_mb = 0), PSI by the ristretto255 engine."""
     from verticalfs.deploy.predict import DeployedModel
 
     path = site / "telecom_new.csv"
     original = path.read_bytes()
-    with DeployedModel(Deployment.load(site / "deployment.toml"), models["vfl"]) as m:
+    if streamed:
+        request.getfixturevalue("stream_servers")
+    conf = (request.getfixturevalue("stream_site") if streamed else site) / "deployment.toml"
+    with DeployedModel(Deployment.load(conf), models["vfl"]) as m:
         known = [str(i) for i in m.known[:3]]
         n = len(list(m.fed.ledger.records()))
         s = m.score(["nobody", "x-unknown"])
@@ -315,12 +320,22 @@ def stream_site(site, models):
     root = site / "stream"
     root.mkdir()
     os.symlink(site / "models", root / "models")  # each party's parts, where SaveModel wrote them
-    lines = ['label_party = "bank"', 'label_column = "default"', 'id_column = "customer_id"', 'certs = "../certs"',
-             "connect_timeout = 5", "stream_above_mb = 0", 'psi_engine = "ristretto255"']
-    for p in PARTIES:
-        lines += [f"[parties.{p}]", f'address = "127.0.0.1:{_free_port()}"', f'file = "../{p}.csv"',
-                  f'predict_file = "../{p}_new.csv"', f"[parties.{p}.policy]", "max_psi_requests = 200"]
-    (root / "deployment.toml").write_text("\n".join(lines) + "\n")
+    ports = {p: _free_port() for p in PARTIES}
+
+    def write(name: str, stream_above_mb: str) -> None:
+        lines = ['label_party = "bank"', 'label_column = "default"', 'id_column = "customer_id"',
+                 'certs = "../certs"', "connect_timeout = 5", f"stream_above_mb = {stream_above_mb}",
+                 'psi_engine = "ristretto255"']
+        for p in PARTIES:
+            lines += [f"[parties.{p}]", f'address = "127.0.0.1:{ports[p]}"', f'file = "../{p}.csv"',
+                      f'predict_file = "../{p}_new.csv"', f"[parties.{p}.policy]", "max_psi_requests = 200"]
+        (root / name).write_text("\n".join(lines) + "\n")
+
+    write("deployment.toml", "0")
+    # its twin for the label party's own block (served by the label holder's process) read in memory:
+    # the same feature parties, the bank on an address of its own
+    ports["bank"] = _free_port()
+    write("memory.toml", "256")
     return root
 
 
@@ -361,7 +376,7 @@ def test_streamed_parties_score_as_in_memory_with_ristretto255(site, models, ser
             assert "ScoringPsi" not in kinds
     # the staged matrices of the label party's own block (served here): byte for byte the in-memory
     # path's, and the streamed party's prepared matrix is a memory-mapped file in its working folder
-    dep_mem, dep_str = Deployment.load(site / "deployment.toml"), Deployment.load(stream_site / "deployment.toml")
+    dep_mem, dep_str = Deployment.load(stream_site / "memory.toml"), Deployment.load(stream_site / "deployment.toml")
     with DeployedModel(dep_str, models["vfl"]) as m:
         ids = [str(i) for i in m.known[::7]][::-1] + ["nobody"]
         sc, streamed = _staged(m, ids)
@@ -370,7 +385,6 @@ def test_streamed_parties_score_as_in_memory_with_ristretto255(site, models, ser
         assert Path(sc.X.filename).is_file() and Path(sc.X.filename).is_relative_to(work)
         assert sc.X.shape == (sc.file.n_rows, len(sc.data.feature_names))
         assert streamed.shape[0] == len(ids) - 1
-    assert not work.exists()  # removed with the party (its working folder is its own)
     with DeployedModel(dep_mem, models["vfl"]) as m:
         sc, in_memory = _staged(m, ids)
         assert not sc.file.streamed and not isinstance(sc.X, np.memmap)
