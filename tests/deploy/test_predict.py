@@ -460,3 +460,74 @@ def test_scoring_psi_with_either_engine_counts_against_the_policy(tmp_path, stre
     rt.psi_requests = 0
     with pytest.raises(VerticalFSError, match="max_psi_ids"):
         intersect_all([proxy], np.append(ids, "one-more"), engine="ristretto255", text_array=True)
+
+
+def _open_scoring(file, pp):
+    """A model open at a party over ``file`` with the saved preprocessing ``pp`` (its role is not
+    needed to stage rows)."""
+    from verticalfs.deploy.scoring import Scoring
+    from verticalfs.party import LocalData
+
+    sc = Scoring.__new__(Scoring)
+    sc.name, sc.method, sc.preprocessor, sc.file, sc._version, sc._out = "m", "vfl", pp, file, -1, None
+    sc.data = LocalData(pp.party, pp.feature_names, {})
+    sc._prepare()
+    return sc
+
+
+@pytest.mark.parametrize("source", ["t.parquet", "parts", "t.csv"])
+@pytest.mark.parametrize("columns_at_once", [None, 1, 3])
+def test_streamed_scoring_file_stages_the_in_memory_rows(tmp_path, monkeypatch, source, columns_at_once):
+    """A scoring file read in pieces and prepared once into a memory map (a group of columns per
+    pass, a one-hot column among them, missing values imputed) stages, for any ids, the rows the
+    in-memory path stages, byte for byte; the file read again when it changes, on either path."""
+    import verticalfs.data.stream as stream
+    from tests.data.test_stream import _table
+    from verticalfs.data.preprocess import PartyPreprocessor
+    from verticalfs.deploy.scoring import ScoringFile, StageIds
+
+    if columns_at_once is not None:  # the budget of decoded bytes made small; 7 rows written at a time
+        monkeypatch.setattr(stream, "DECODED_BYTES", 10 * 3000 * columns_at_once)
+        monkeypatch.setattr(stream, "WRITE_ROWS", 7)
+    df = _table()
+    df.to_csv(tmp_path / "t.csv", index=False)
+    df.to_parquet(tmp_path / "t.parquet", index=False)
+    (tmp_path / "parts").mkdir()
+    for k, part in enumerate([df.iloc[:1000], df.iloc[1000:2000], df.iloc[2000:]]):
+        part.to_parquet(tmp_path / "parts" / f"part-{k}.parquet", index=False)
+    fit = df.iloc[:2000].drop(columns="id").assign(plan=lambda d: d["plan"].where(d["plan"].isna(),
+                                                                                    d["plan"].astype(str)))
+    pp = PartyPreprocessor.fit("telecom", fit, ["plan"], scaling="minmax", impute="median")
+    opts = {"na_values": None, "delimiter": ",", "encoding": "utf-8", "max_bytes": 1 << 30}
+    # (the in-memory path reads a file: a folder's rows are the Parquet file's)
+    mem_file = ScoringFile("telecom", tmp_path / ("t.csv" if source == "t.csv" else "t.parquet"), id_column="id",
+                           read_options=opts, stream_above_mb=256)
+    big_file = ScoringFile("telecom", tmp_path / source, id_column="id", read_options=opts, stream_above_mb=0)
+    assert big_file.streamed and not mem_file.streamed and big_file.n_rows == mem_file.n_rows == len(df)
+    mem, big = _open_scoring(mem_file, pp), _open_scoring(big_file, pp)
+    assert isinstance(big.X, np.memmap) and Path(big.X.filename).is_relative_to(big_file.table.work_dir)
+    assert not isinstance(mem.X, np.memmap)
+    ids = np.random.default_rng(2).choice(df["id"].to_numpy(), 700, replace=False).tolist() + ["nobody"]
+    staged = {}
+    for name, sc in (("mem", mem), ("big", big)):
+        rep = sc.stage(StageIds(model="m", ids=ids, split="p"))
+        assert rep.missing.tolist() == [len(ids) - 1] and rep.version == 1
+        staged[name] = sc.data.X_all("p").numpy().copy()
+    assert staged["big"].shape == (len(ids), len(pp.feature_names)) and staged["big"].dtype == np.float32
+    assert staged["big"].tobytes() == staged["mem"].tobytes()
+    # a changed file (one id dropped; in a folder, one of its files rewritten in place) is read again
+    # and prepared again on the next request
+    old = big_file.table.work_dir
+    k = int(np.flatnonzero(df["id"].to_numpy() == ids[0])[0])
+    if source == "parts":
+        part = df.iloc[k // 1000 * 1000:(k // 1000 + 1) * 1000]
+        part[part["id"] != ids[0]].to_parquet(tmp_path / "parts" / f"part-{k // 1000}.parquet", index=False)
+    elif source == "t.csv":
+        df.drop(index=k).to_csv(tmp_path / "t.csv", index=False)
+    else:
+        df.drop(index=k).to_parquet(tmp_path / "t.parquet", index=False)
+    rep = big.stage(StageIds(model="m", ids=ids, split="p"))
+    assert rep.missing.tolist() == [0, len(ids) - 1] and rep.version == 2 and big_file.n_rows == len(df) - 1
+    again = big.data.X_all("p").numpy()
+    assert again[1:].tobytes() == staged["big"][1:].tobytes() and not again[0].any()
+    assert not old.exists() and Path(big.X.filename).is_relative_to(big_file.table.work_dir)

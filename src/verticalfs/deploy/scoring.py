@@ -152,11 +152,17 @@ class ScoringFile:
         self.refresh()
 
     def _stat(self) -> tuple[int, int]:
+        """The file's modification time and size; a folder of Parquet files': the latest of its
+        files' and its own, and their total size (a file rewritten in place leaves the folder's own
+        time as it was)."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             raise DataError(f"party {self.party!r}: its scoring file {str(self.path)!r} does not exist") from None
-        return st.st_mtime_ns, st.st_size
+        if not self.path.is_dir():
+            return st.st_mtime_ns, st.st_size
+        stats = [f.stat() for f in self.path.rglob("*") if f.is_file()]
+        return max([st.st_mtime_ns] + [f.st_mtime_ns for f in stats]), sum(f.st_size for f in stats)
 
     @property
     def streamed(self) -> bool:
@@ -273,10 +279,9 @@ class Scoring:
                             f"model was trained with {need}")
         want = set(need)
         cols = [c for c in table.columns if c in want]  # file order, as training reads them
-        n = table.n_rows
         out = table.work_dir / f"scoring-{self.name}-{secrets.token_hex(6)}"
-        maps = transform_streamed(table, pp, np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int8), cols,
-                                  list(pp.categorical), splits=("scoring",), out_dir=out)
+        maps = transform_streamed(table, pp, None, None, cols, list(pp.categorical), splits=("scoring",),
+                                  out_dir=out)  # every row, in file order
         if self._out is not None:  # the previous version's matrix (an open map of it stays valid)
             shutil.rmtree(self._out, ignore_errors=True)
         self._out = out
