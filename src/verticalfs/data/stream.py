@@ -295,6 +295,24 @@ def release_pages(arr, first: int | None = None, stop: int | None = None) -> Non
             pass
 
 
+def read_rows(arr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``arr[rows]`` (a float32 copy) read from a memory-mapped matrix in ascending row order,
+    :data:`WRITE_ROWS` rows at a time, the pages of each piece released after it: 100k rows drawn
+    from a million touch nearly every page of the map, all of which a plain ``arr[rows]`` leaves
+    resident (200 MB at 50 columns)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if not isinstance(arr, np.memmap):
+        return np.asarray(arr[rows], dtype=np.float32)
+    out = np.empty((len(rows),) + arr.shape[1:], dtype=np.float32)
+    order = np.argsort(rows, kind="stable")
+    for a in range(0, len(rows), WRITE_ROWS):
+        o = order[a:a + WRITE_ROWS]
+        r = rows[o]
+        out[o] = arr[r]
+        release_pages(arr, int(r[0]), int(r[-1]) + 1)
+    return out
+
+
 def _release_loop() -> None:
     import time
 

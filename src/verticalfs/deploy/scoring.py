@@ -294,6 +294,8 @@ class Scoring:
             self._out = None
 
     def stage(self, msg: StageIds) -> IdsStaged:
+        from verticalfs.data.stream import read_rows
+
         split = str(msg.split)
         if split in ("train", "val", "test"):
             raise ProtocolError(f"party {self.data.name!r}: scoring split may not be named {split!r}")
@@ -301,8 +303,8 @@ class Scoring:
         ids = np.asarray([str(i) for i in msg.ids], dtype=str) if len(msg.ids) else np.zeros(0, dtype=str)
         pos = self.file.positions(ids)
         missing = np.flatnonzero(pos < 0)
-        if len(self.X):  # the requested rows only (read from the memory map when streamed)
-            X = np.asarray(self.X[np.where(pos < 0, 0, pos)], dtype=np.float32)
+        if len(self.X):  # the requested rows only (read from the memory map a piece at a time when streamed)
+            X = read_rows(self.X, np.where(pos < 0, 0, pos))
         else:
             X = np.zeros((len(ids), self.X.shape[1]), np.float32)
         if missing.size:
