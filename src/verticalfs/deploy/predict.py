@@ -11,7 +11,8 @@ The exchange (every message metered on the ledger)::
     label holder                                 each party of the model
     OpenModel(name, method, sha256)   ------->   reads its part from its own folder (checksum), restores
                                       <-------   its role; indexes its scoring file by id (ModelOpened)
-    ScoringPsi (ECDH-PSI, phase setup) ------>   answers with its scoring file's ids blinded
+    ScoringPsiOpen/Chunk or ScoringPsi ------>   answers with its scoring file's ids blinded (ECDH-PSI,
+      (phase setup; the deployment's psi_engine)  phase setup; counted by its policy's PSI limits)
     StageIds(model, ids, split) (predict) --->   prepares those rows with its saved preprocessing
                                       <-------   IdsStaged(missing positions, file version)
     the method's own inference messages, phase ``predict`` (embeddings of a split model; the
@@ -23,7 +24,9 @@ against the same parties do not mix rows or models.
 
 A party's *scoring file* is its ``predict_file`` in the deployment file, or its training ``file``
 (scoring known ids). It is read once and kept indexed by id; a file whose size or modification time
-changed is read again on the next request.
+changed is read again on the next request. A file of at least the deployment's ``stream_above_mb``
+is read in pieces and prepared once per open model into a memory-mapped matrix
+(:class:`~verticalfs.deploy.scoring.ScoringFile`), as training prepares a large file.
 
 What each side learns: the label holder learns the intersection of the ids (as in training, by
 PSI) and what the method sends at inference. It asks the parties only about ids in that

@@ -47,8 +47,9 @@ class ModelOpened:
 
 @message("core.ScoringPsi")
 class ScoringPsi:
-    """Label holder -> party: a PSI request (:class:`~verticalfs.psi.PsiRequest`'s fields) over the
-    ids of the party's *scoring* file (not its training file)."""
+    """Label holder -> party: an openmined-psi request (:class:`~verticalfs.psi.PsiRequest`'s fields)
+    over the ids of the party's *scoring* file (not its training file); the streamed ristretto255
+    engine's are :class:`ScoringPsiOpen` and :class:`ScoringPsiChunk`."""
 
     request: bytes
     n: int
