@@ -531,3 +531,20 @@ def test_streamed_scoring_file_stages_the_in_memory_rows(tmp_path, monkeypatch, 
     again = big.data.X_all("p").numpy()
     assert again[1:].tobytes() == staged["big"][1:].tobytes() and not again[0].any()
     assert not old.exists() and Path(big.X.filename).is_relative_to(big_file.table.work_dir)
+
+
+@pytest.mark.parametrize("stream_above_mb", [0, 256])
+def test_a_scoring_file_without_a_model_column_is_refused_before_preparing(tmp_path, stream_above_mb):
+    from tests.data.test_stream import _table
+    from verticalfs.data.preprocess import PartyPreprocessor
+    from verticalfs.deploy.scoring import ScoringFile
+    from verticalfs.exceptions import DataError
+
+    df = _table()
+    pp = PartyPreprocessor.fit("telecom", df[["income", "calls"]], [], scaling="minmax", impute="median")
+    df.drop(columns="calls").to_parquet(tmp_path / "new.parquet", index=False)
+    opts = {"na_values": None, "delimiter": ",", "encoding": "utf-8", "max_bytes": 1 << 30}
+    f = ScoringFile("telecom", tmp_path / "new.parquet", id_column="id", read_options=opts,
+                    stream_above_mb=stream_above_mb)
+    with pytest.raises(DataError, match=r"party 'telecom': columns \['calls'\] are missing in .*new\.parquet"):
+        _open_scoring(f, pp)
