@@ -223,8 +223,10 @@ class DeployedModel:
         (:class:`~verticalfs.data.stream.StreamedTable`), as training reads it."""
         if self.local is not None:
             rt = self.local.runtime
-            rt.scoring_file().refresh()
-            return rt.scoring_file().ids
+            with rt.scoring_lock:  # its server's threads may be preparing from it
+                f = rt.scoring_file()
+                f.refresh()
+                return f.ids
         from verticalfs.data.stream import StreamedTable, file_bytes
         from verticalfs.data.user import _check_size, _read_frames
 
