@@ -534,7 +534,8 @@ def test_streamed_scoring_file_stages_the_in_memory_rows(tmp_path, monkeypatch, 
 
 
 @pytest.mark.parametrize("stream_above_mb", [0, 256])
-def test_a_scoring_file_without_a_model_column_is_refused_before_preparing(tmp_path, stream_above_mb):
+def test_a_scoring_file_without_a_model_column_is_refused_before_preparing(tmp_path, monkeypatch, stream_above_mb):
+    import verticalfs.data.stream as stream
     from tests.data.test_stream import _table
     from verticalfs.data.preprocess import PartyPreprocessor
     from verticalfs.deploy.scoring import ScoringFile
@@ -546,5 +547,9 @@ def test_a_scoring_file_without_a_model_column_is_refused_before_preparing(tmp_p
     opts = {"na_values": None, "delimiter": ",", "encoding": "utf-8", "max_bytes": 1 << 30}
     f = ScoringFile("telecom", tmp_path / "new.parquet", id_column="id", read_options=opts,
                     stream_above_mb=stream_above_mb)
+    def no_pass(*a, **kw):
+        raise AssertionError("the pass over the file started")
+
+    monkeypatch.setattr(stream, "transform_streamed", no_pass)
     with pytest.raises(DataError, match=r"party 'telecom': columns \['calls'\] are missing in .*new\.parquet"):
         _open_scoring(f, pp)
