@@ -42,6 +42,10 @@ METHODS = {
 }
 
 
+#: the PSI messages over the parties' scoring files, of either engine
+SCORING_PSI = {"ScoringPsi", "PsiReply", "ScoringPsiOpen", "PsiOpened", "ScoringPsiChunk", "PsiChunkReply"}
+
+
 def _predict_files(root: Path, train: dict[str, Path]) -> dict[str, Path]:
     """New rows per party: the training rows' columns perturbed, ids partly shared, in another order;
     the bank's without the label."""
@@ -148,12 +152,13 @@ def test_federated_predict_equals_in_process(site, models, serve_process, method
     assert c["by_phase"]["predict"] > 0 and "eval" not in c["by_phase"]  # inference is metered as such
     kinds = set(c["by_kind"])
     assert {"OpenModel", "StageIds", "IdsDigestRequest"} <= kinds
-    # PSI over the scoring files ran, or its result was reused (the same files as an earlier prediction)
-    assert ("ScoringPsi" in kinds) != (net["psi_cached"] == ["telecom", "insurer"])
+    # PSI over the scoring files ran (the deployment's engine: ristretto255 where installed, streamed
+    # in chunks), or its result was reused (the same files as an earlier prediction)
+    assert bool(SCORING_PSI & kinds) != (net["psi_cached"] == ["telecom", "insurer"])
     # only what the method sends at inference crosses: embeddings of a split model. Under the parties'
     # default policy (release_columns = false) feast trains as feast+vfl, so no column crosses either
-    sent = kinds - {"OpenModel", "ModelOpened", "ScoringPsi", "PsiReply", "StageIds", "IdsStaged",
-                    "IdsDigestRequest", "IdsDigest"}
+    sent = kinds - {"OpenModel", "ModelOpened", "StageIds", "IdsStaged", "IdsDigestRequest", "IdsDigest",
+                    *SCORING_PSI}
     assert sent == {"EmbedRequest", "Embeddings"}, sent
     # what the parties sent equals the in-process prediction's (the requests name a session's own split)
     reply = "Embeddings"
@@ -251,15 +256,20 @@ def test_concurrent_requests_are_batched(site, models, endpoint):
     assert batches < len(ids)  # several clients' requests went out together
 
 
-def test_unknown_ids_stay_at_the_label_holder_and_changed_files_are_reread(site, models, servers):
+@pytest.mark.parametrize("streamed", [False, True], ids=["in-memory", "streamed"])
+def test_unknown_ids_stay_at_the_label_holder_and_changed_files_are_reread(site, models, servers, streamed, request):
     """An id outside the intersection is answered 'unknown' without a message to any party; a party
     whose file changed reports the ids it lost (answered unknown) and the label holder aligns again,
-    so an id added to every file can be scored next."""
+    so an id added to every file can be scored next. Streamed: the parties' scoring files read in
+    pieces and prepared into memory maps (stream_above_mb = 0), PSI by the ristretto255 engine."""
     from verticalfs.deploy.predict import DeployedModel
 
     path = site / "telecom_new.csv"
     original = path.read_bytes()
-    with DeployedModel(Deployment.load(site / "deployment.toml"), models["vfl"]) as m:
+    if streamed:
+        request.getfixturevalue("stream_servers")
+    conf = (request.getfixturevalue("stream_site") if streamed else site) / "deployment.toml"
+    with DeployedModel(Deployment.load(conf), models["vfl"]) as m:
         known = [str(i) for i in m.known[:3]]
         n = len(list(m.fed.ledger.records()))
         s = m.score(["nobody", "x-unknown"])
@@ -299,3 +309,247 @@ def test_two_sessions_with_two_models_at_once(site, models, servers):
             sb = b.score(ids[lo + 5:lo + 30])
             np.testing.assert_array_equal(sa.probabilities, refs["vfl"]["probabilities"][lo:lo + 20])
             np.testing.assert_array_equal(sb.probabilities, refs["sparsevfl-16"]["probabilities"][lo + 5:lo + 30])
+
+
+# ----------------------------------------------------------- a party with millions of rows (issue 39)
+@pytest.fixture(scope="module")
+def stream_site(site, models):
+    """The same parties, files and saved models in a second deployment whose every file is read
+    streamed (``stream_above_mb = 0``: what a file of millions of rows gets) and whose PSI is the
+    streamed ristretto255 engine. Its own folder, so its own PSI cache (PSI runs) and working folders."""
+    root = site / "stream"
+    root.mkdir()
+    os.symlink(site / "models", root / "models")  # each party's parts, where SaveModel wrote them
+    ports = {p: _free_port() for p in PARTIES}
+
+    def write(name: str, stream_above_mb: str) -> None:
+        lines = ['label_party = "bank"', 'label_column = "default"', 'id_column = "customer_id"',
+                 'certs = "../certs"', "connect_timeout = 5", f"stream_above_mb = {stream_above_mb}",
+                 'psi_engine = "ristretto255"']
+        for p in PARTIES:
+            lines += [f"[parties.{p}]", f'address = "127.0.0.1:{ports[p]}"', f'file = "../{p}.csv"',
+                      f'predict_file = "../{p}_new.csv"', f"[parties.{p}.policy]", "max_psi_requests = 200"]
+        (root / name).write_text("\n".join(lines) + "\n")
+
+    write("deployment.toml", "0")
+    # its twin for the label party's own block (served by the label holder's process) read in memory:
+    # the same feature parties, the bank on an address of its own
+    ports["bank"] = _free_port()
+    write("memory.toml", "256")
+    return root
+
+
+@pytest.fixture(scope="module")
+def stream_servers(stream_site):
+    started = {p: _start(stream_site, p) for p in PARTIES if p != "bank"}
+    procs = {p: _listening(proc, p) for p, proc in started.items()}
+    yield procs
+    for p in procs.values():
+        p.send_signal(signal.SIGTERM)
+    for p in procs.values():
+        _stop(p)
+
+
+def _staged(m, ids: list[str]) -> tuple[object, np.ndarray]:
+    """Score ``ids`` with ``m``; the label party's open model (served in this process) and the rows
+    it staged for them, every prepared column."""
+    m.score(ids)
+    rt = m.local.runtime
+    sc = rt.scoring_models[m.name]
+    return sc, sc.data._X_all[f"predict-{m._session}"].numpy().copy()
+
+
+def test_streamed_parties_score_as_in_memory_with_ristretto255(site, models, servers, stream_site, stream_servers):
+    """Every party's scoring file read streamed and prepared once into a memory-mapped matrix, PSI
+    over the scoring files by the streamed ristretto255 engine: the same ids and the same scores,
+    to the bit, as the in-memory parties with openmined-psi's engine (or the cache)."""
+    from verticalfs.deploy.predict import DeployedModel, predict_deployment
+
+    for method in ("vfl", "sparsevfl-16"):
+        net = predict_deployment(Deployment.load(stream_site / "deployment.toml"), models[method])
+        ref = _in_process(site, models[method])
+        assert list(net["ids"]) == list(ref["ids"])
+        np.testing.assert_array_equal(net["probabilities"], ref["probabilities"])
+        kinds = set(net["communication"]["by_kind"])
+        if not net["psi_cached"]:
+            assert {"ScoringPsiOpen", "ScoringPsiChunk", "PsiOpened", "PsiChunkReply"} <= kinds
+            assert "ScoringPsi" not in kinds
+    # the staged matrices of the label party's own block (served here): byte for byte the in-memory
+    # path's, and the streamed party's prepared matrix is a memory-mapped file in its working folder
+    dep_mem, dep_str = Deployment.load(stream_site / "memory.toml"), Deployment.load(stream_site / "deployment.toml")
+    with DeployedModel(dep_str, models["vfl"]) as m:
+        ids = [str(i) for i in m.known[::7]][::-1] + ["nobody"]
+        sc, streamed = _staged(m, ids)
+        assert sc.file.streamed and isinstance(sc.X, np.memmap)
+        work = sc.file.table.work_dir
+        assert Path(sc.X.filename).is_file() and Path(sc.X.filename).is_relative_to(work)
+        assert sc.X.shape == (sc.file.n_rows, len(sc.data.feature_names))
+        assert streamed.shape[0] == len(ids) - 1
+    with DeployedModel(dep_mem, models["vfl"]) as m:
+        sc, in_memory = _staged(m, ids)
+        assert not sc.file.streamed and not isinstance(sc.X, np.memmap)
+    assert streamed.dtype == in_memory.dtype == np.float32
+    assert streamed.tobytes() == in_memory.tobytes()
+
+
+def test_label_party_ids_streamed(site, stream_site):
+    """The label party's scoring ids read by the label holder itself (its block served elsewhere):
+    by the id column alone from a large file, the same set as from the in-memory read."""
+    from types import SimpleNamespace
+
+    from verticalfs.deploy.predict import DeployedModel
+
+    got = {}
+    for root in (site, stream_site):
+        view = SimpleNamespace(local=None, dep=Deployment.load(root / "deployment.toml"))
+        got[root] = DeployedModel._own_ids(view)
+        assert isinstance(got[root], np.ndarray) and got[root].dtype.kind == "U"
+    want = pd.read_csv(site / "bank_new.csv", dtype={"customer_id": str})["customer_id"]
+    assert sorted(got[site].tolist()) == sorted(got[stream_site].tolist()) == sorted(want)
+
+
+def _psi_party(root: Path, *, n: int, stream_above_mb: float, policy=None):
+    """A deployed party in this process on an in-process channel, scoring file ``n`` rows of Parquet,
+    and the label holder's scoring proxy to it (the rewriting of deploy/predict.py)."""
+    from verticalfs.deploy.party import DeployedParty
+    from verticalfs.deploy.predict import _PhaseProxy
+    from verticalfs.deploy.scoring import enable_scoring
+    from verticalfs.names import LABEL_HOLDER
+    from verticalfs.transport.inprocess import InProcessChannel
+    from verticalfs.transport.ledger import Ledger
+    from verticalfs.transport.node import Node, PartyProxy
+
+    rng = np.random.default_rng(5)
+    df = pd.DataFrame({"id": [f"c{i}" for i in rng.permutation(n)], "x0": rng.normal(size=n)})
+    df.to_parquet(root / "train.parquet", index=False)
+    df.iloc[n // 4:].to_parquet(root / "new.parquet", index=False)  # its scoring file: a quarter fewer ids
+    rt = DeployedParty("telecom", root / "train.parquet", stream_above_mb=stream_above_mb, policy=policy)
+    enable_scoring(rt, model_dir=root / "models", scoring_path=root / "new.parquet", read_options=rt.read_options)
+    channel, ledger = InProcessChannel(), Ledger()
+    channel.register(rt.connect(channel, Ledger()))
+    holder = Node(LABEL_HOLDER, channel, ledger)
+    channel.register(holder)
+    return rt, _PhaseProxy(PartyProxy(holder, "telecom")), ledger, df
+
+
+@pytest.mark.parametrize("stream_above_mb", [0.0, 256.0])
+def test_scoring_psi_with_either_engine_counts_against_the_policy(tmp_path, stream_above_mb):
+    """Scoring PSI over the party's scoring file (not its training file), with the streamed
+    ristretto255 engine and with openmined-psi, streamed file or not; each counted by the party's
+    PSI limits as training's PSI is."""
+    from verticalfs.configuration import PartyPolicy
+    from verticalfs.exceptions import VerticalFSError
+    from verticalfs.psi import intersect_all
+
+    n = 2000
+    rt, proxy, ledger, df = _psi_party(tmp_path, n=n, stream_above_mb=stream_above_mb,
+                                       policy=PartyPolicy(max_psi_requests=2, max_psi_ids=n))
+    ids = np.asarray([f"c{i}" for i in range(n)], dtype=str)  # the label holder's
+    held = set(df["id"].iloc[n // 4:])
+    want = [i for i in ids.tolist() if i in held]
+    for engine in ("ristretto255", "openmined"):
+        got = intersect_all([proxy], ids, engine=engine, text_array=True, chunk=512).ids  # streamed: 4 chunks
+        assert list(got) == want, engine
+    assert rt.scoring_file().streamed == (stream_above_mb == 0)
+    kinds = {r.kind for r in ledger.records()}
+    assert {"ScoringPsiOpen", "ScoringPsiChunk", "ScoringPsi"} <= kinds
+    assert not kinds & {"PsiOpen", "PsiChunk", "PsiRequest"}  # nothing about its training file
+    assert rt.psi_requests == 2
+    with pytest.raises(VerticalFSError, match="max_psi_requests"):
+        intersect_all([proxy], ids, engine="ristretto255", text_array=True, chunk=512)
+    rt.psi_requests = 0
+    with pytest.raises(VerticalFSError, match="max_psi_ids"):
+        intersect_all([proxy], np.append(ids, "one-more"), engine="ristretto255", text_array=True)
+
+
+def _open_scoring(file, pp):
+    """A model open at a party over ``file`` with the saved preprocessing ``pp`` (its role is not
+    needed to stage rows)."""
+    from verticalfs.deploy.scoring import Scoring
+    from verticalfs.party import LocalData
+
+    sc = Scoring.__new__(Scoring)
+    sc.name, sc.method, sc.preprocessor, sc.file, sc._version, sc._out = "m", "vfl", pp, file, -1, None
+    sc.data = LocalData(pp.party, pp.feature_names, {})
+    sc._prepare()
+    return sc
+
+
+@pytest.mark.parametrize("source", ["t.parquet", "parts", "t.csv"])
+@pytest.mark.parametrize("columns_at_once", [None, 1, 3])
+def test_streamed_scoring_file_stages_the_in_memory_rows(tmp_path, monkeypatch, source, columns_at_once):
+    """A scoring file read in pieces and prepared once into a memory map (a group of columns per
+    pass, a one-hot column among them, missing values imputed) stages, for any ids, the rows the
+    in-memory path stages, byte for byte; the file read again when it changes, on either path."""
+    import verticalfs.data.stream as stream
+    from tests.data.test_stream import _table
+    from verticalfs.data.preprocess import PartyPreprocessor
+    from verticalfs.deploy.scoring import ScoringFile, StageIds
+
+    if columns_at_once is not None:  # the budget of decoded bytes made small; 7 rows written at a time
+        monkeypatch.setattr(stream, "DECODED_BYTES", 10 * 3000 * columns_at_once)
+        monkeypatch.setattr(stream, "WRITE_ROWS", 7)
+    df = _table()
+    df.to_csv(tmp_path / "t.csv", index=False)
+    df.to_parquet(tmp_path / "t.parquet", index=False)
+    (tmp_path / "parts").mkdir()
+    for k, part in enumerate([df.iloc[:1000], df.iloc[1000:2000], df.iloc[2000:]]):
+        part.to_parquet(tmp_path / "parts" / f"part-{k}.parquet", index=False)
+    fit = df.iloc[:2000].drop(columns="id").assign(plan=lambda d: d["plan"].where(d["plan"].isna(),
+                                                                                    d["plan"].astype(str)))
+    pp = PartyPreprocessor.fit("telecom", fit, ["plan"], scaling="minmax", impute="median")
+    opts = {"na_values": None, "delimiter": ",", "encoding": "utf-8", "max_bytes": 1 << 30}
+    # (the in-memory path reads a file: a folder's rows are the Parquet file's)
+    mem_file = ScoringFile("telecom", tmp_path / ("t.csv" if source == "t.csv" else "t.parquet"), id_column="id",
+                           read_options=opts, stream_above_mb=256)
+    big_file = ScoringFile("telecom", tmp_path / source, id_column="id", read_options=opts, stream_above_mb=0)
+    assert big_file.streamed and not mem_file.streamed and big_file.n_rows == mem_file.n_rows == len(df)
+    mem, big = _open_scoring(mem_file, pp), _open_scoring(big_file, pp)
+    assert isinstance(big.X, np.memmap) and Path(big.X.filename).is_relative_to(big_file.table.work_dir)
+    assert not isinstance(mem.X, np.memmap)
+    ids = np.random.default_rng(2).choice(df["id"].to_numpy(), 700, replace=False).tolist() + ["nobody"]
+    staged = {}
+    for name, sc in (("mem", mem), ("big", big)):
+        rep = sc.stage(StageIds(model="m", ids=ids, split="p"))
+        assert rep.missing.tolist() == [len(ids) - 1] and rep.version == 1
+        staged[name] = sc.data.X_all("p").numpy().copy()
+    assert staged["big"].shape == (len(ids), len(pp.feature_names)) and staged["big"].dtype == np.float32
+    assert staged["big"].tobytes() == staged["mem"].tobytes()
+    # a changed file (one id dropped; in a folder, one of its files rewritten in place) is read again
+    # and prepared again on the next request
+    old = big_file.table.work_dir
+    k = int(np.flatnonzero(df["id"].to_numpy() == ids[0])[0])
+    if source == "parts":
+        part = df.iloc[k // 1000 * 1000:(k // 1000 + 1) * 1000]
+        part[part["id"] != ids[0]].to_parquet(tmp_path / "parts" / f"part-{k // 1000}.parquet", index=False)
+    elif source == "t.csv":
+        df.drop(index=k).to_csv(tmp_path / "t.csv", index=False)
+    else:
+        df.drop(index=k).to_parquet(tmp_path / "t.parquet", index=False)
+    rep = big.stage(StageIds(model="m", ids=ids, split="p"))
+    assert rep.missing.tolist() == [0, len(ids) - 1] and rep.version == 2 and big_file.n_rows == len(df) - 1
+    again = big.data.X_all("p").numpy()
+    assert again[1:].tobytes() == staged["big"][1:].tobytes() and not again[0].any()
+    assert not old.exists() and Path(big.X.filename).is_relative_to(big_file.table.work_dir)
+
+
+@pytest.mark.parametrize("stream_above_mb", [0, 256])
+def test_a_scoring_file_without_a_model_column_is_refused_before_preparing(tmp_path, monkeypatch, stream_above_mb):
+    import verticalfs.data.stream as stream
+    from tests.data.test_stream import _table
+    from verticalfs.data.preprocess import PartyPreprocessor
+    from verticalfs.deploy.scoring import ScoringFile
+    from verticalfs.exceptions import DataError
+
+    df = _table()
+    pp = PartyPreprocessor.fit("telecom", df[["income", "calls"]], [], scaling="minmax", impute="median")
+    df.drop(columns="calls").to_parquet(tmp_path / "new.parquet", index=False)
+    opts = {"na_values": None, "delimiter": ",", "encoding": "utf-8", "max_bytes": 1 << 30}
+    f = ScoringFile("telecom", tmp_path / "new.parquet", id_column="id", read_options=opts,
+                    stream_above_mb=stream_above_mb)
+    def no_pass(*a, **kw):
+        raise AssertionError("the pass over the file started")
+
+    monkeypatch.setattr(stream, "transform_streamed", no_pass)
+    with pytest.raises(DataError, match=r"party 'telecom': columns \['calls'\] are missing in .*new\.parquet"):
+        _open_scoring(f, pp)

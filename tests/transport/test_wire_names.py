@@ -145,6 +145,8 @@ GOLDEN: list[tuple[str, int]] = [
     ("core.PsiOpened", 29352),
     ("core.PsiChunk", 47113),
     ("core.PsiChunkReply", 20500),
+    ("core.ScoringPsiOpen", 32892),
+    ("core.ScoringPsiChunk", 54734),
 ]
 
 WHY = ("the list of wire names in tests/transport/test_wire_names.py is golden: a peer running the previous "

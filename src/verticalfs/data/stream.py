@@ -295,6 +295,24 @@ def release_pages(arr, first: int | None = None, stop: int | None = None) -> Non
             pass
 
 
+def read_rows(arr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``arr[rows]`` (a float32 copy) read from a memory-mapped matrix in ascending row order,
+    :data:`WRITE_ROWS` rows at a time, the pages of each piece released after it: 100k rows drawn
+    from a million touch nearly every page of the map, all of which a plain ``arr[rows]`` leaves
+    resident (200 MB at 50 columns)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if not isinstance(arr, np.memmap):
+        return np.asarray(arr[rows], dtype=np.float32)
+    out = np.empty((len(rows),) + arr.shape[1:], dtype=np.float32)
+    order = np.argsort(rows, kind="stable")
+    for a in range(0, len(rows), WRITE_ROWS):
+        o = order[a:a + WRITE_ROWS]
+        r = rows[o]
+        out[o] = arr[r]
+        release_pages(arr, int(r[0]), int(r[-1]) + 1)
+    return out
+
+
 def _release_loop() -> None:
     import time
 
@@ -331,28 +349,59 @@ def prepare_streamed(table: StreamedTable, pos: np.ndarray, codes: np.ndarray, c
     into ``splits``). Returns ``(preprocessor, {split: np.memmap})``; each split's rows are in the
     label holder's order. ``column_group``: the columns read and prepared in one pass over the
     file (default: as many as keep :data:`DECODED_BYTES` of the largest row group decoded).
+    The preprocessor is fitted on the training rows (code 0, :func:`fit_streamed`), then applied by
+    :func:`transform_streamed`.
     """
-    if column_group is None:
-        column_group = max(1, DECODED_BYTES // (10 * max(1, table.largest_row_group())))
-    column_group = max(1, int(column_group))
     pos = np.asarray(pos, dtype=np.int64)
     codes = np.asarray(codes, dtype=np.int64)
     pp = fit_streamed(table, pos[codes == 0], cols, cats, scaling=scaling, impute=impute)
+    maps = transform_streamed(table, pp, pos, codes, cols, cats, splits=splits, out_dir=out_dir,
+                              batch_rows=batch_rows, column_group=column_group)
+    return pp, maps
+
+
+def transform_streamed(table: StreamedTable, pp: PartyPreprocessor, pos: np.ndarray | None,
+                       codes: np.ndarray | None, cols: Sequence[str], cats: Sequence[str], *,
+                       splits: Sequence[str], out_dir: str | Path,
+                       batch_rows: int = BATCH_ROWS, column_group: int | None = None) -> dict[str, np.ndarray]:
+    """The file rows ``pos`` prepared by the fitted ``pp`` into float32 memory-mapped files
+    ``<out_dir>/<party>-<split>.f32``, one per split (``codes[i]``: row ``i``'s split, an index into
+    ``splits``), each split's rows in the order of ``pos`` (``None``: every file row, in file order,
+    in the one split of ``splits``); ``{split: np.memmap}`` (an empty split:
+    an ordinary empty array), their pages released as they are written and kept released
+    (:func:`keep_pages_released`). ``cols``: the columns ``pp`` prepares, in file order; ``cats``:
+    the categorical ones. Training prepares its aligned rows with it (:func:`prepare_streamed`), a
+    party its scoring file with a saved model's preprocessor (every row, in file order)."""
+    if column_group is None:
+        column_group = max(1, DECODED_BYTES // (10 * max(1, table.largest_row_group())))
+    column_group = max(1, int(column_group))
+    whole = pos is None  # every file row, in file order, in one split: no row maps (17 bytes a row)
+    if whole:
+        n = table.n_rows
+        pos, codes = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        if len(splits) != 1:
+            raise ValueError("every row (pos=None) goes to one split")
+    pos = np.asarray(pos, dtype=np.int64)
+    codes = np.asarray(codes, dtype=np.int64)
     d = len(pp.feature_names)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     # file row -> (split, destination row) for the aligned rows; -1 elsewhere
-    split_of = np.full(table.n_rows, -1, dtype=np.int8)
-    dest = np.full(table.n_rows, -1, dtype=np.int64)
-    maps: dict[str, np.memmap] = {}
+    split_of = np.full(0 if whole else table.n_rows, -1, dtype=np.int8)
+    dest = np.full(0 if whole else table.n_rows, -1, dtype=np.int64)
+    maps: dict[str, np.ndarray] = {}
     for k, s in enumerate(splits):
-        mine = np.flatnonzero(codes == k)
-        split_of[pos[mine]] = k
-        dest[pos[mine]] = np.arange(len(mine))
+        if whole:
+            rows_k = n
+        else:
+            mine = np.flatnonzero(codes == k)
+            split_of[pos[mine]] = k
+            dest[pos[mine]] = np.arange(len(mine))
+            rows_k = len(mine)
         f = out_dir / f"{table.party}-{s}.f32"
         # np.memmap cannot map an empty file: an empty split is an ordinary empty array
-        maps[s] = (np.memmap(f, dtype=np.float32, mode="w+", shape=(len(mine), d)) if len(mine) and d
-                   else np.zeros((len(mine), d), dtype=np.float32))
+        maps[s] = (np.memmap(f, dtype=np.float32, mode="w+", shape=(rows_k, d)) if rows_k and d
+                   else np.zeros((rows_k, d), dtype=np.float32))
     cat_set = set(cats)
     cols = list(cols)
     # a group of columns at a time: Parquet decodes a row group's column chunk whole, so reading all
@@ -365,7 +414,8 @@ def prepare_streamed(table: StreamedTable, pos: np.ndarray, codes: np.ndarray, c
         span = (slice(int(at[0]), int(at[-1]) + 1) if at is not None and len(at)
                 and (np.diff(at) == 1).all() else None)
         for first, frame in table.batches(group, batch_rows):
-            k_rows = split_of[first:first + len(frame)]
+            k_rows = (np.zeros(len(frame), dtype=np.int8) if whole  # dest[r] = r
+                      else split_of[first:first + len(frame)])
             keep = np.flatnonzero(k_rows >= 0)
             if not len(keep):
                 continue
@@ -377,7 +427,7 @@ def prepare_streamed(table: StreamedTable, pos: np.ndarray, codes: np.ndarray, c
             for k, s in enumerate(splits):
                 m = k_rows[keep] == k
                 if m.any():
-                    rows = dest[first + keep[m]]
+                    rows = first + keep[m] if whole else dest[first + keep[m]]
                     # a batch's rows land all over the split (the label holder's order): written in
                     # ascending order a few thousand at a time, each piece's pages released after it
                     # (a whole batch at once left ~all of the split's pages resident: 180 MB at 1M rows)
@@ -400,7 +450,7 @@ def prepare_streamed(table: StreamedTable, pos: np.ndarray, codes: np.ndarray, c
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()  # the batches' buffers back to the system, not kept by the pool
-    return pp, maps
+    return maps
 
 
 def file_bytes(path: str | Path) -> int:

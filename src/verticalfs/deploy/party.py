@@ -135,6 +135,7 @@ class DeployedParty(PartyRuntime):
             self.frame = frame.set_index(id_column)[cols]
             self._lookup = None
         self.path, self.id_column = path, id_column
+        self.stream_above_mb = float(stream_above_mb)  # its scoring file's rule too (deploy/scoring.py)
         self.read_options = {"na_values": na_values, "delimiter": delimiter, "encoding": encoding,
                              "max_bytes": max_bytes}
         self.columns, self.categorical = cols, cats
@@ -159,14 +160,17 @@ class DeployedParty(PartyRuntime):
             raise ProtocolError(f"party {self.name!r} has no scoring file")
         version = 0
         if scoring:
-            f = self.scoring_file()
-            f.refresh()
-            version = f.version
+            # under the scoring lock: a streamed file read again removes the previous version's
+            # working folder, which an open model may be preparing into
+            with self.scoring_lock:
+                f = self.scoring_file()
+                f.refresh()
+                version, ids = f.version, f.ids
         key = (scoring, version)
         if key not in self._digests:
             if getattr(self, "_secret", None) is None:
                 self._secret = party_secret(self.state_dir)
-            self._digests[key] = ids_digest(self.scoring_file().ids if scoring else self.ids, self._secret)
+            self._digests[key] = ids_digest(ids if scoring else self.ids, self._secret)
         return IdsDigest(digest=self._digests[key])
 
     def handle(self, sender, msg, at, node):

@@ -11,7 +11,8 @@ The exchange (every message metered on the ledger)::
     label holder                                 each party of the model
     OpenModel(name, method, sha256)   ------->   reads its part from its own folder (checksum), restores
                                       <-------   its role; indexes its scoring file by id (ModelOpened)
-    ScoringPsi (ECDH-PSI, phase setup) ------>   answers with its scoring file's ids blinded
+    ScoringPsiOpen/Chunk or ScoringPsi ------>   answers with its scoring file's ids blinded (ECDH-PSI,
+      (phase setup; the deployment's psi_engine)  phase setup; counted by its policy's PSI limits)
     StageIds(model, ids, split) (predict) --->   prepares those rows with its saved preprocessing
                                       <-------   IdsStaged(missing positions, file version)
     the method's own inference messages, phase ``predict`` (embeddings of a split model; the
@@ -23,7 +24,9 @@ against the same parties do not mix rows or models.
 
 A party's *scoring file* is its ``predict_file`` in the deployment file, or its training ``file``
 (scoring known ids). It is read once and kept indexed by id; a file whose size or modification time
-changed is read again on the next request.
+changed is read again on the next request. A file of at least the deployment's ``stream_above_mb``
+is read in pieces and prepared once per open model into a memory-mapped matrix
+(:class:`~verticalfs.deploy.scoring.ScoringFile`), as training prepares a large file.
 
 What each side learns: the label holder learns the intersection of the ids (as in training, by
 PSI) and what the method sends at inference. It asks the parties only about ids in that
@@ -53,6 +56,8 @@ from verticalfs.deploy.scoring import (
     ModelOpened,
     OpenModel,
     ScoringPsi,
+    ScoringPsiChunk,
+    ScoringPsiOpen,
     StageIds,
     scoring_path,
 )
@@ -68,7 +73,8 @@ BATCH_CHUNK = 100_000
 
 class _PhaseProxy:
     """A party proxy whose ``eval`` messages go at phase ``predict``, and whose PSI requests are
-    over the party's scoring file (:class:`ScoringPsi`)."""
+    over the party's scoring file (:class:`ScoringPsi` for openmined-psi, :class:`ScoringPsiOpen`
+    and :class:`ScoringPsiChunk` for the streamed ristretto255 engine)."""
 
     __slots__ = ("name", "_proxy")
 
@@ -80,10 +86,15 @@ class _PhaseProxy:
         return At("predict", at.round, at.step) if at.phase == "eval" else at
 
     def _rewrite(self, msg: Any, at: At) -> tuple[Any, At]:
-        from verticalfs.psi import IdsDigestRequest, PsiRequest
+        from verticalfs.psi import IdsDigestRequest, PsiChunk, PsiOpen, PsiRequest
 
-        if type(msg) is PsiRequest:
+        t = type(msg)
+        if t is PsiRequest:  # openmined-psi
             msg = ScoringPsi(request=msg.request, n=msg.n)
+        elif t is PsiOpen:  # the streamed ristretto255 engine (its replies are PSI's own)
+            msg = ScoringPsiOpen(group=msg.group, n=msg.n, chunk=msg.chunk)
+        elif t is PsiChunk:
+            msg = ScoringPsiChunk(index=msg.index, points=msg.points)
         elif type(msg) is IdsDigestRequest:
             msg = IdsDigestRequest(scoring=True)
         return msg, self._at(at)
@@ -207,16 +218,31 @@ class DeployedModel:
 
     # ------------------------------------------------------------------ ids
     def _own_ids(self) -> np.ndarray:
-        """The label party's scoring ids: its own file, read here (the label holder is the label party)."""
+        """The label party's scoring ids (a numpy text array): its own file, read here (the label
+        holder is the label party); a file of at least ``stream_above_mb`` MiB by its id column alone
+        (:class:`~verticalfs.data.stream.StreamedTable`), as training reads it."""
         if self.local is not None:
             rt = self.local.runtime
-            rt.scoring_file().refresh()
-            return rt.scoring_file().ids
-        from verticalfs.data.user import _read_frames
+            with rt.scoring_lock:  # its server's threads may be preparing from it
+                f = rt.scoring_file()
+                f.refresh()
+                return f.ids
+        from verticalfs.data.stream import StreamedTable, file_bytes
+        from verticalfs.data.user import _check_size, _read_frames
 
         dep = self.dep
         lp = dep.label_party
-        f = _read_frames({lp: scoring_path(dep, lp)}, id_column=dep.id_column, na_values=dep.na_values,
+        path = Path(scoring_path(dep, lp))
+        if file_bytes(path) >= dep.stream_above_mb * 2**20:
+            if path.is_file():
+                _check_size(lp, path, dep.max_bytes)
+            table = StreamedTable(lp, path, id_column=dep.id_column, na_values=dep.na_values, delimiter=dep.delimiter,
+                                  encoding=dep.encoding)
+            try:
+                return table.id_lookup().sorted
+            finally:
+                table.close()
+        f = _read_frames({lp: path}, id_column=dep.id_column, na_values=dep.na_values,
                          delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=dep.max_bytes)[lp]
         return f[dep.id_column].to_numpy(dtype=str)
 
@@ -225,17 +251,30 @@ class DeployedModel:
         from verticalfs.data.user import _sort_ids
         from verticalfs.psi import PsiCache, intersect_all
 
-        ids = self._own_ids()
+        ids = np.asarray(self._own_ids())
+        if ids.dtype.kind != "U":
+            ids = ids.astype(str) if len(ids) else np.zeros(0, dtype=str)
         others = [self.view.proxy(p) for p in self.parties if p != self.dep.label_party]
-        # ScoringPsi carries openmined-psi's request (the scoring file's ids): that engine here
+        # the deployment's engine, as training's PSI (holder.connect); the ids a text array end to end
         psi = intersect_all(others, ids, cache=PsiCache(self.dep.state_dir(LABEL_HOLDER)),
-                            engine="openmined") if others else None
-        common = psi.ids if psi is not None else [str(i) for i in ids]
+                            engine=self.dep.psi_engine, text_array=True) if others else None
+        common = np.asarray(psi.ids if psi is not None else ids)
+        if common.dtype.kind != "U":
+            common = common.astype(str) if len(common) else np.zeros(0, dtype=str)
         self.psi_seconds = 0.0 if psi is None else psi.seconds
         self.psi_cached = [] if psi is None else psi.cached
-        self.known = _sort_ids(np.asarray(common, dtype=str)) if common else np.zeros(0, dtype=str)
-        self._known_set = set(self.known.tolist())
+        self.known = _sort_ids(common) if len(common) else np.zeros(0, dtype=str)
+        # membership by binary search in a sorted copy (not a set of Python strings)
+        self._known_sorted = np.sort(self.known)
         return self.known
+
+    def _is_known(self, ids: np.ndarray) -> np.ndarray:
+        """Which of ``ids`` (a numpy text array) are in the intersection."""
+        ks = self._known_sorted
+        if not len(ks) or not len(ids):
+            return np.zeros(len(ids), dtype=bool)
+        j = np.minimum(np.searchsorted(ks, ids), len(ks) - 1)
+        return ks[j] == ids
 
     # ------------------------------------------------------------------ scoring
     def score(self, ids, split: str = "predict") -> Scores:
@@ -243,9 +282,12 @@ class DeployedModel:
         from verticalfs.methods.base import probabilities
 
         with self._lock:
-            ids = [str(i) for i in ids]
-            ask = [i for i in dict.fromkeys(ids) if i in self._known_set]
-            unknown = [i for i in dict.fromkeys(ids) if i not in self._known_set]
+            ids = np.asarray(ids)
+            ids = ids.astype(str) if len(ids) else np.zeros(0, dtype=str)
+            _, first = np.unique(ids, return_index=True)
+            ids = ids[np.sort(first)]  # each id once, in the order first asked
+            hit = self._is_known(ids)
+            ask, unknown = ids[hit].tolist(), ids[~hit].tolist()
             if not ask:
                 return self._scores(np.zeros(0, dtype=str), self._empty(), unknown)
             lost = np.zeros(len(ask), dtype=bool)

@@ -7,7 +7,10 @@ See :mod:`verticalfs.deploy.predict` for the exchange and what each side learns.
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +47,32 @@ class ModelOpened:
 
 @message("core.ScoringPsi")
 class ScoringPsi:
-    """Label holder -> party: a PSI request (:class:`~verticalfs.psi.PsiRequest`'s fields) over the
-    ids of the party's *scoring* file (not its training file)."""
+    """Label holder -> party: an openmined-psi request (:class:`~verticalfs.psi.PsiRequest`'s fields)
+    over the ids of the party's *scoring* file (not its training file); the streamed ristretto255
+    engine's are :class:`ScoringPsiOpen` and :class:`ScoringPsiChunk`."""
 
     request: bytes
     n: int
+
+
+@message("core.ScoringPsiOpen")
+class ScoringPsiOpen:
+    """Label holder -> party: a streamed ristretto255 PSI (:class:`~verticalfs.psi.PsiOpen`'s
+    fields) over the ids of the party's *scoring* file; answered with a
+    :class:`~verticalfs.psi.PsiOpened`."""
+
+    group: str
+    n: int
+    chunk: int
+
+
+@message("core.ScoringPsiChunk")
+class ScoringPsiChunk:
+    """Label holder -> party: a chunk of the streamed scoring PSI (:class:`~verticalfs.psi.PsiChunk`'s
+    fields); answered with a :class:`~verticalfs.psi.PsiChunkReply`."""
+
+    index: int
+    points: bytes
 
 
 @message("core.StageIds")
@@ -71,7 +95,7 @@ class IdsStaged:
     version: int
 
 
-SCORING_KINDS = (OpenModel, ScoringPsi, StageIds)
+SCORING_KINDS = (OpenModel, ScoringPsi, ScoringPsiOpen, ScoringPsiChunk, StageIds)
 
 
 # ------------------------------------------------------------------------------- party side
@@ -104,38 +128,97 @@ def plain_name(name: str, party: str) -> str:
 
 
 class ScoringFile:
-    """A party's scoring file, indexed by id, read again when its size or modification time changes."""
+    """A party's scoring file, indexed by id, read again when its size or modification time changes.
 
-    def __init__(self, party: str, path: Path, *, id_column: str, read_options: dict) -> None:
+    A file of at least ``stream_above_mb`` MiB (the training file's rule, :class:`DeployedParty`) is
+    not read into memory: it is a :class:`~verticalfs.data.stream.StreamedTable` (in a working
+    folder of its own, removed when the file is read again or the party stops) and its ids an
+    :class:`~verticalfs.data.stream.IdLookup` (sorted, with their file rows); each open model
+    prepares it once into a memory-mapped matrix (:class:`Scoring`). A smaller file is a pandas
+    frame indexed by id, as before.
+    """
+
+    def __init__(self, party: str, path: Path, *, id_column: str, read_options: dict,
+                 stream_above_mb: float | None = None) -> None:
+        from verticalfs.data.stream import DEFAULT_STREAM_ABOVE_MB
+
         self.party, self.path, self.id_column, self.read_options = party, Path(path), id_column, read_options
+        self.stream_above_mb = DEFAULT_STREAM_ABOVE_MB if stream_above_mb is None else float(stream_above_mb)
         self.version = 0
         self._stamp: tuple[int, int] | None = None
-        self.frame = None
+        self.frame = None  # the in-memory path
+        self.table = None  # the streamed path: a StreamedTable, and its IdLookup
+        self.lookup = None
+        self._finalizer = None
         self.refresh()
 
     def _stat(self) -> tuple[int, int]:
+        """The file's modification time and size; a folder of Parquet files': the latest of its
+        files' and its own, and their total size (a file rewritten in place leaves the folder's own
+        time as it was)."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             raise DataError(f"party {self.party!r}: its scoring file {str(self.path)!r} does not exist") from None
-        return st.st_mtime_ns, st.st_size
+        if not self.path.is_dir():
+            return st.st_mtime_ns, st.st_size
+        stats = [f.stat() for f in self.path.rglob("*") if f.is_file()]
+        return max([st.st_mtime_ns] + [f.st_mtime_ns for f in stats]), sum(f.st_size for f in stats)
+
+    @property
+    def streamed(self) -> bool:
+        return self.table is not None
 
     def refresh(self) -> bool:
         """Read the file again if it changed; True if it did."""
-        from verticalfs.data.user import _read_frames
+        from verticalfs.data.stream import StreamedTable, file_bytes
+        from verticalfs.data.user import _check_size, _read_frames
 
         stamp = self._stat()
         if stamp == self._stamp:
             return False
-        frame = _read_frames({self.party: self.path}, id_column=self.id_column, **self.read_options)[self.party]
-        self.frame = frame.set_index(self.id_column)
+        opts = self.read_options
+        if file_bytes(self.path) >= self.stream_above_mb * 2**20:
+            if self.path.is_file() and opts.get("max_bytes") is not None:
+                _check_size(self.party, self.path, int(opts["max_bytes"]))
+            table = StreamedTable(self.party, self.path, id_column=self.id_column, na_values=opts.get("na_values"),
+                                  delimiter=opts.get("delimiter", ","), encoding=opts.get("encoding", "utf-8"))
+            try:
+                lookup = table.id_lookup()
+            except BaseException:
+                table.close()
+                raise
+            self._close()
+            self.table, self.lookup, self.frame = table, lookup, None
+            self._finalizer = weakref.finalize(self, table.close)
+        else:
+            frame = _read_frames({self.party: self.path}, id_column=self.id_column, **opts)[self.party]
+            self._close()
+            self.frame = frame.set_index(self.id_column)
         self._stamp = stamp
         self.version += 1
         return True
 
+    def _close(self) -> None:
+        """The streamed table of the previous version removed (maps still open on its files stay valid)."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self.table = self.lookup = self._finalizer = None
+
     @property
     def ids(self) -> np.ndarray:
-        return self.frame.index.to_numpy(dtype=str)
+        """Its ids as a numpy text array (file order in memory; sorted when streamed)."""
+        return self.lookup.sorted if self.streamed else self.frame.index.to_numpy(dtype=str)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.lookup) if self.streamed else len(self.frame)
+
+    def positions(self, ids) -> np.ndarray:
+        """The file row of each of ``ids`` (-1: not held)."""
+        if self.streamed:
+            return self.lookup.positions(ids)
+        return self.frame.index.get_indexer(ids)
 
 
 class Scoring:
@@ -169,28 +252,62 @@ class Scoring:
         cls = runtime._role_class(str(msg.method))
         self.role = cls.restore(self.data, saved["role"], ctx)
         self._version = -1
+        self._out: Path | None = None  # the streamed matrix's folder
         self._prepare()
 
     def _prepare(self) -> None:
         """Every row of the scoring file prepared once with the saved preprocessing (row by row
-        independent: the same floats as preparing any subset), again when the file changed."""
+        independent: the same floats as preparing any subset), again when the file changed: in
+        memory for a small file, into a float32 memory-mapped file in the streamed table's working
+        folder for a large one (a pass per group of columns, :func:`~verticalfs.data.stream.transform_streamed`)."""
         self.file.refresh()
         if self._version == self.file.version:
             return
-        frame = self.file.frame
-        self.X = self.preprocessor.transform(frame, where=str(self.file.path))
-        self.index = frame.index
+        if self.file.streamed:
+            self.X = self._prepare_streamed()
+        else:
+            self.X = self.preprocessor.transform(self.file.frame, where=str(self.file.path))
         self._version = self.file.version
 
+    def _prepare_streamed(self) -> np.ndarray:
+        from verticalfs.data.stream import transform_streamed
+
+        table, pp = self.file.table, self.preprocessor
+        need = list(pp.numeric) + list(pp.categorical)
+        missing = [c for c in need if c not in table.columns]
+        if missing:  # before the pass over the file
+            raise DataError(f"party {pp.party!r}: columns {missing} are missing in {str(self.file.path)!r}; the "
+                            f"model was trained with {need}")
+        want = set(need)
+        cols = [c for c in table.columns if c in want]  # file order, as training reads them
+        out = table.work_dir / f"scoring-{self.name}-{secrets.token_hex(6)}"
+        maps = transform_streamed(table, pp, None, None, cols, list(pp.categorical), splits=("scoring",),
+                                  out_dir=out)  # every row, in file order
+        if self._out is not None:  # the previous version's matrix (an open map of it stays valid)
+            shutil.rmtree(self._out, ignore_errors=True)
+        self._out = out
+        return maps["scoring"]
+
+    def close(self) -> None:
+        """Its prepared matrix's folder removed (streamed path)."""
+        if self._out is not None:
+            shutil.rmtree(self._out, ignore_errors=True)
+            self._out = None
+
     def stage(self, msg: StageIds) -> IdsStaged:
-        ids = [str(i) for i in msg.ids]
+        from verticalfs.data.stream import read_rows
+
         split = str(msg.split)
         if split in ("train", "val", "test"):
             raise ProtocolError(f"party {self.data.name!r}: scoring split may not be named {split!r}")
         self._prepare()
-        pos = self.index.get_indexer(ids)
+        ids = np.asarray([str(i) for i in msg.ids], dtype=str) if len(msg.ids) else np.zeros(0, dtype=str)
+        pos = self.file.positions(ids)
         missing = np.flatnonzero(pos < 0)
-        X = self.X[np.where(pos < 0, 0, pos)] if len(self.X) else np.zeros((len(ids), self.X.shape[1]), np.float32)
+        if len(self.X):  # the requested rows only (read from the memory map a piece at a time when streamed)
+            X = read_rows(self.X, np.where(pos < 0, 0, pos))
+        else:
+            X = np.zeros((len(ids), self.X.shape[1]), np.float32)
         if missing.size:
             X[missing] = 0.0
         self.data.put(split, X)
@@ -218,7 +335,7 @@ def scoring_handle(runtime, sender: str, msg: Any, at: At, node) -> Any:
 
 def _scoring_handle(runtime, sender: str, msg: Any, at: At, node) -> Any:
     from verticalfs.party import Context
-    from verticalfs.psi import PsiRequest, PsiServer
+    from verticalfs.psi import PsiChunk, PsiOpen, PsiParty, PsiRequest, PsiServer
 
     t = type(msg)
     models, splits = runtime.scoring_models, runtime.scoring_splits
@@ -226,17 +343,30 @@ def _scoring_handle(runtime, sender: str, msg: Any, at: At, node) -> Any:
         sc = models.get(str(msg.model))
         if sc is None or sc.sha256 != msg.sha256 or sc.method != msg.method:
             sc = Scoring(runtime, msg, Context(node, at, sender))
-        models.pop(sc.name, None)
+        # a model closed removes its prepared matrix's folder (rows it staged are copies: they stay)
+        old = models.pop(sc.name, None)
+        if old is not None and old is not sc:
+            old.close()
         models[sc.name] = sc
         while len(models) > MAX_OPEN_MODELS:
-            models.pop(next(iter(models)))
+            models.pop(next(iter(models))).close()
         sc.file.refresh()
-        return ModelOpened(rows_in_file=len(sc.file.frame), version=sc.file.version)
-    if t is ScoringPsi:
+        return ModelOpened(rows_in_file=sc.file.n_rows, version=sc.file.version)
+    if t is ScoringPsi or t is ScoringPsiOpen:
         runtime.count_request("PSI requests", int(msg.n))  # the party policy's PSI limits, as for training's PSI
         f = runtime.scoring_file()
         f.refresh()
-        return PsiServer(f.ids).reply(PsiRequest(request=msg.request, n=msg.n))
+        if t is ScoringPsi:  # openmined-psi
+            return PsiServer(f.ids).reply(PsiRequest(request=msg.request, n=msg.n))
+        # the streamed ristretto255 engine over the scoring file's ids (a numpy text array); the state
+        # of one run per session (a session's runtime is its own copy, transport/grpc/party.py)
+        runtime._scoring_psi = PsiParty(f.ids)
+        return runtime._scoring_psi.reply(PsiOpen(group=msg.group, n=msg.n, chunk=msg.chunk))
+    if t is ScoringPsiChunk:
+        psi = getattr(runtime, "_scoring_psi", None)
+        if psi is None:
+            raise ProtocolError(f"party {runtime.name!r}: a scoring PSI chunk arrived before ScoringPsiOpen")
+        return psi.reply(PsiChunk(index=msg.index, points=msg.points))
     if t is StageIds:
         sc = models.get(str(msg.model))
         if sc is None:
@@ -264,9 +394,13 @@ def is_scoring(msg: Any, at: At) -> bool:
     return type(msg) in SCORING_KINDS or at.phase == PREDICT.phase
 
 
-def enable_scoring(runtime, *, model_dir: Path, scoring_path: Path, read_options: dict) -> None:
+def enable_scoring(runtime, *, model_dir: Path, scoring_path: Path, read_options: dict,
+                   stream_above_mb: float | None = None) -> None:
     """Give a deployed party what it needs to score: its model folder and its scoring file
-    (``predict_file`` or its training file; read when a model is first opened)."""
+    (``predict_file`` or its training file; read when a model is first opened), streamed from
+    ``stream_above_mb`` MiB (default: the party's own setting, as for its training file)."""
+    if stream_above_mb is None:
+        stream_above_mb = getattr(runtime, "stream_above_mb", None)
     runtime.scoring_enabled = True
     runtime.model_dir = Path(model_dir)
     runtime.scoring_models = {}  # name -> Scoring, in the order opened
@@ -275,11 +409,13 @@ def enable_scoring(runtime, *, model_dir: Path, scoring_path: Path, read_options
     runtime._scoring_path = Path(scoring_path)
     runtime._scoring_file = None
     runtime._read_options = dict(read_options)
+    runtime._scoring_psi = None
 
     def scoring_file() -> ScoringFile:
         if runtime._scoring_file is None:
             runtime._scoring_file = ScoringFile(runtime.name, runtime._scoring_path, id_column=runtime.id_column,
-                                                read_options=runtime._read_options)
+                                                read_options=runtime._read_options,
+                                                stream_above_mb=stream_above_mb)
         return runtime._scoring_file
 
     runtime.scoring_file = scoring_file
