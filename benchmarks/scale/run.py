@@ -281,8 +281,8 @@ def format_size(r: dict, columns: int, label: str = "") -> str:
             f"{p} {v:6.0f} MB" for p, v in sorted(peaks.items(), key=lambda kv: PARTIES.index(kv[0]))))
     lines.append(f"{'':12s}peak RSS (VmHWM) of the size:  " + "  ".join(
         f"{p} {v:6.0f} MB" for p, v in sorted(r["rss_mb"].items(), key=lambda kv: PARTIES.index(kv[0])))
-        + (f"   (vfl accuracy {r['vfl_accuracy']:.3f}; {r.get('predicted', 0):,} rows predicted; generating the files "
-           f"took {r['generate_s']:.1f} s)"
+        + (f"   (vfl accuracy {r['vfl_accuracy']:.3f}; {r.get('predicted', 0):,} rows predicted, their PSI "
+           f"{r.get('predict_psi_s', 0):.1f} s; generating the files took {r['generate_s']:.1f} s)"
            if "vfl_accuracy" in r else ""))
     return "\n".join(lines)
 
