@@ -65,3 +65,30 @@ def test_the_party_expects_its_gradient_shape(trained):
     out = fed.proxy(party).request(EmbedRequest("train", 0, 0, True), At("train"), expect=Embeddings)
     node = fed.local_runtime(party).node
     assert node.max_elements == out.values.size
+
+
+@pytest.mark.parametrize("method", ["vfl", "sparsevfl-16", "less-vfl"])
+def test_a_whole_split_is_evaluated_a_block_of_rows_at_a_time_with_the_same_result(method, monkeypatch):
+    """Evaluation of a whole split runs the parties' bottom models and the top model a block of
+    ``EVAL_ROWS`` rows at a time (issue 39: a split of millions of rows held all its hidden
+    activations at once); the blocks give the one-pass result."""
+    import verticalfs.training.split as split
+
+    data = verticalfs.build_data("breast_cancer", parties=2, seed=0)
+    params = {"epochs": 2, "batch_size": 64}
+    whole = verticalfs.run(method, data, seed=0, params=params)
+    calls = []
+    forward_rows = split.SplitRole.forward_rows
+
+    def counted(self, X):
+        calls.append(len(X))
+        return forward_rows(self, X)
+
+    monkeypatch.setattr(split, "EVAL_ROWS", 7)
+    monkeypatch.setattr(split.SplitRole, "forward_rows", counted)
+    blocks = verticalfs.run(method, data, seed=0, params=params)
+    assert calls and max(calls) > 7  # whole splits went through the blocks
+    for a, b in zip(whole.history, blocks.history, strict=True):
+        for k, v in a.items():
+            if isinstance(v, float) and k not in ("seconds",):
+                assert b[k] == pytest.approx(v, rel=1e-6, abs=1e-9), (k, a["epoch"])

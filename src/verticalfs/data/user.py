@@ -330,11 +330,20 @@ def _read_parquet(party: str, path: Path, max_bytes: int = DEFAULT_MAX_BYTES) ->
     return pd.read_parquet(path)
 
 
+def _all_integers(ids: np.ndarray, block: int = 1 << 16) -> bool:
+    """Every id an integer literal (digits after an optional minus), checked a block at a time (no
+    stripped copy of all the ids), stopping at the first block that has another."""
+    for a in range(0, len(ids), block):
+        if not np.all(np.char.isdigit(np.char.lstrip(ids[a:a + block], "-"))):
+            return False
+    return True
+
+
 def _sort_ids(ids: np.ndarray) -> np.ndarray:
     """Ids in a natural order: by integer value when every id is an integer literal (``"9"`` before
     ``"10"``; ``"007"`` and ``"7"`` stay distinct, the shorter first), else as text."""
     ids = np.asarray(ids, dtype=str)
-    if ids.size and np.all(np.char.isdigit(np.char.lstrip(ids, "-"))):
+    if ids.size and _all_integers(ids):
         try:
             vals = ids.astype(np.float64)
         except ValueError:

@@ -75,6 +75,9 @@ from verticalfs.transport.messages import (
 )
 from verticalfs.transport.node import request_all, send_all
 
+#: rows of a whole-split evaluation computed at once (a party's bottom model, the top model)
+EVAL_ROWS = 1 << 16
+
 if TYPE_CHECKING:
     from verticalfs.federation import Federation, LocalFederation
     from verticalfs.party import LocalData
@@ -422,8 +425,17 @@ class SplitRole(Role):
         if model.training:
             model.eval()
         with torch.no_grad():
-            out = self.forward(X)
+            out = self.forward_rows(X)
         return self.encode_forward(out, False)
+
+    def forward_rows(self, X: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` without gradients over a whole split, :data:`EVAL_ROWS` rows at a time
+        (each row's embedding is its own: the bottom models are row-wise in evaluation): a party of
+        millions of rows holds one block's hidden activations, not the split's."""
+        if len(X) <= EVAL_ROWS:
+            return self.forward(X)
+        parts = [self.forward(X[a:a + EVAL_ROWS]) for a in range(0, len(X), EVAL_ROWS)]
+        return torch.cat(parts, 0)
 
     @handles(Gradients)
     def on_gradients(self, msg: Any, ctx: Context) -> None:
@@ -732,8 +744,10 @@ class SplitTrainer:
         """The top model's output on concatenated embeddings, as ``prediction_metrics`` takes it."""
         top = self._top_model()
         top.eval()
-        with torch.no_grad():
-            out: np.ndarray = top(torch.from_numpy(H)).numpy()
+        with torch.no_grad():  # a block of rows at a time (row-wise): one block's activations held
+            T = torch.from_numpy(H)
+            out: np.ndarray = (top(T) if len(T) <= EVAL_ROWS else torch.cat(
+                [top(T[a:a + EVAL_ROWS]) for a in range(0, len(T), EVAL_ROWS)], 0)).numpy()
         return out
 
     # -------------------------------------------------------------- training
