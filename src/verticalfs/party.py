@@ -99,6 +99,9 @@ class LocalData:
         self.feature_names = list(feature_names)
         self.sources = list(self.feature_names if sources is None else sources)
         self._X_all = {s: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)) for s, a in X.items()}
+        # the splits held in memory-mapped files (a party of millions of rows, data/stream.py): their
+        # kept columns go to memory-mapped files too, not to a copy in memory
+        self._mapped = {s: a for s, a in X.items() if isinstance(a, np.memmap) and a.dtype == np.float32}
         self.kept = np.arange(len(self.feature_names))
         self._X = dict(self._X_all)
 
@@ -144,7 +147,20 @@ class LocalData:
                                 f"{self.n_features} features")
         self.kept = idx
         t = torch.as_tensor(idx)
-        self._X = {s: X.index_select(1, t).contiguous() for s, X in self._X_all.items()}
+        self._X = {s: (torch.from_numpy(self._kept_map(s, idx)) if s in self._mapped
+                       else X.index_select(1, t).contiguous()) for s, X in self._X_all.items()}
+
+    def _kept_map(self, split: str, idx: np.ndarray) -> np.ndarray:
+        """Columns ``idx`` of a memory-mapped split, in a memory-mapped file beside it (the one
+        written for the previous selection of that split removed)."""
+        from verticalfs.data.stream import select_columns
+
+        old = getattr(self, "_kept_files", {}).get(split)
+        out = select_columns(self._mapped[split], idx)
+        self._kept_files = {**getattr(self, "_kept_files", {}), split: getattr(out, "filename", None)}
+        if old is not None:
+            Path(old).unlink(missing_ok=True)  # (an open map of it stays valid)
+        return out
 
     def put(self, split: str, X: np.ndarray) -> None:
         """Set (or replace) the rows of ``split``: every prepared column of ``X`` (e.g. rows staged
@@ -153,6 +169,7 @@ class LocalData:
         if t.ndim != 2 or t.shape[1] != self.n_features:
             raise ProtocolError(f"party {self.name!r}: rows of shape {tuple(t.shape)} for {self.n_features} features")
         self._X_all[split] = t
+        self._mapped.pop(split, None)
         self._X[split] = t.index_select(1, torch.as_tensor(self.kept)).contiguous()
 
     def keep_positions(self, positions: Sequence[int] | np.ndarray) -> None:
