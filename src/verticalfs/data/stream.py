@@ -466,8 +466,8 @@ def transform_streamed(table: StreamedTable, pp: PartyPreprocessor, pos: np.ndar
     cols = list(cols)
     # a group of columns at a time: Parquet decodes a row group's column chunk whole, so reading all
     # 50 columns of a 500k-row group held ~270 MB of decoded pages at once (+530 MB over the pass
-    # with the frames); 8 columns hold a sixth of it. Each step is per column, so the groups' outputs
-    # are the whole block's to the bit (PartyPreprocessor.subset).
+    # with the frames); a group keeps about DECODED_BYTES of it. Each step is per column, so the
+    # groups' outputs are the whole block's to the bit (PartyPreprocessor.subset).
     groups = [cols[a:a + column_group] for a in range(0, len(cols), column_group)] or [[]]
     for group in groups:
         sub, at = pp.subset(group) if len(groups) > 1 else (pp, None)
