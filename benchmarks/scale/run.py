@@ -31,6 +31,7 @@ line in rows) and labelled so.
 
     python benchmarks/scale/run.py                     # 100k, 1M, 3M
     python benchmarks/scale/run.py --sizes 20000,100000 --quick
+    python benchmarks/scale/run.py --sizes 3000000 --vfl-only    # the networked vfl run alone, exact peaks
 
 Goals (issue 39): peak RSS per party < 1.5 GiB at 10M rows; every stage linear in rows (slope
 <= 1.1).
@@ -148,7 +149,7 @@ class Sampler:
         self._thread.join()
 
 
-def measure(n: int, root: Path, *, columns: int = 50) -> dict:
+def measure(n: int, root: Path, *, columns: int = 50, vfl_only: bool = False) -> dict:
     from verticalfs.api import run
     from verticalfs.deploy.config import Deployment
     from verticalfs.deploy.holder import connect, run_deployment
@@ -205,6 +206,11 @@ def measure(n: int, root: Path, *, columns: int = 50) -> dict:
             out["vfl_accuracy"] = res.metrics.get("accuracy")
         finally:
             conn.close()
+        if vfl_only:  # the networked vfl run alone: each process's VmHWM is that run's exact peak
+            sampler.stop()
+            out["stage_rss_mb"].update(sampler.peaks)
+            out["rss_mb"] = {p: _hwm_mb(pid) for p, pid in pids.items()}
+            return out
         sampler.stage("predict")
         t = time.perf_counter()
         pred = predict_deployment(dep, root / "model")
@@ -244,6 +250,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--sizes", default="100000,1000000,3000000", help="rows per party, comma-separated")
     ap.add_argument("--columns", type=int, default=50)
     ap.add_argument("--quick", action="store_true", help="20k and 50k rows x 10 columns (a check, not a result)")
+    ap.add_argument("--vfl-only", action="store_true",
+                    help="only the networked vfl run (read, PSI, prepare, one epoch): each process's VmHWM is then "
+                         "that run's exact peak")
     a = ap.parse_args(argv)
     sizes = [20_000, 50_000] if a.quick else [int(s) for s in a.sizes.split(",")]
     columns = 10 if a.quick else a.columns
@@ -255,7 +264,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for n in sizes:
         load.append(os.getloadavg()[0])
         with tempfile.TemporaryDirectory(prefix=f"vfs-scale-{n}-") as d:
-            r = measure(n, Path(d), columns=columns)
+            r = measure(n, Path(d), columns=columns, vfl_only=a.vfl_only)
         load.append(os.getloadavg()[0])
         results.append(r)
         print(format_size(r, columns), flush=True)
@@ -281,8 +290,9 @@ def format_size(r: dict, columns: int, label: str = "") -> str:
             f"{p} {v:6.0f} MB" for p, v in sorted(peaks.items(), key=lambda kv: PARTIES.index(kv[0]))))
     lines.append(f"{'':12s}peak RSS (VmHWM) of the size:  " + "  ".join(
         f"{p} {v:6.0f} MB" for p, v in sorted(r["rss_mb"].items(), key=lambda kv: PARTIES.index(kv[0])))
-        + (f"   (vfl accuracy {r['vfl_accuracy']:.3f}; {r.get('predicted', 0):,} rows predicted, their PSI "
-           f"{r.get('predict_psi_s', 0):.1f} s; generating the files took {r['generate_s']:.1f} s)"
+        + (f"   (vfl accuracy {r['vfl_accuracy']:.3f}; " + (
+            f"{r['predicted']:,} rows predicted, their PSI {r.get('predict_psi_s', 0):.1f} s; " if "predicted" in r
+            else "the vfl run only; ") + f"generating the files took {r['generate_s']:.1f} s)"
            if "vfl_accuracy" in r else ""))
     return "\n".join(lines)
 
