@@ -102,6 +102,7 @@ class LocalData:
         # the splits held in memory-mapped files (a party of millions of rows, data/stream.py): their
         # kept columns go to memory-mapped files too, not to a copy in memory
         self._mapped = {s: a for s, a in X.items() if isinstance(a, np.memmap) and a.dtype == np.float32}
+        self._kept_files: dict[str, str | None] = {}  # split -> the file of its kept columns (memory-mapped)
         self.kept = np.arange(len(self.feature_names))
         self._X = dict(self._X_all)
 
@@ -155,9 +156,10 @@ class LocalData:
         written for the previous selection of that split removed)."""
         from verticalfs.data.stream import select_columns
 
-        old = getattr(self, "_kept_files", {}).get(split)
+        old = self._kept_files.get(split)
         out = select_columns(self._mapped[split], idx)
-        self._kept_files = {**getattr(self, "_kept_files", {}), split: getattr(out, "filename", None)}
+        # a new dict, not an update: a session's shallow copy of the party keeps its own
+        self._kept_files = {**self._kept_files, split: getattr(out, "filename", None)}
         if old is not None:
             Path(old).unlink(missing_ok=True)  # (an open map of it stays valid)
         return out
@@ -169,7 +171,7 @@ class LocalData:
         if t.ndim != 2 or t.shape[1] != self.n_features:
             raise ProtocolError(f"party {self.name!r}: rows of shape {tuple(t.shape)} for {self.n_features} features")
         self._X_all[split] = t
-        self._mapped.pop(split, None)
+        self._mapped = {s: a for s, a in self._mapped.items() if s != split}  # (a new dict, as above)
         self._X[split] = t.index_select(1, torch.as_tensor(self.kept)).contiguous()
 
     def keep_positions(self, positions: Sequence[int] | np.ndarray) -> None:

@@ -80,8 +80,8 @@ def site(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
-def servers(site):
+def _serve(site):
+    """The feature parties of ``site`` served in processes of their own until the generator closes."""
     started = {p: _start(site, p) for p in PARTIES if p != "bank"}
     procs = {p: _listening(proc, p) for p, proc in started.items()}
     yield procs
@@ -89,6 +89,11 @@ def servers(site):
         p.send_signal(signal.SIGTERM)
     for p in procs.values():
         _stop(p)
+
+
+@pytest.fixture(scope="module")
+def servers(site):
+    yield from _serve(site)
 
 
 @pytest.fixture(scope="module")
@@ -341,13 +346,7 @@ def stream_site(site, models):
 
 @pytest.fixture(scope="module")
 def stream_servers(stream_site):
-    started = {p: _start(stream_site, p) for p in PARTIES if p != "bank"}
-    procs = {p: _listening(proc, p) for p, proc in started.items()}
-    yield procs
-    for p in procs.values():
-        p.send_signal(signal.SIGTERM)
-    for p in procs.values():
-        _stop(p)
+    yield from _serve(stream_site)
 
 
 def _staged(m, ids: list[str]) -> tuple[object, np.ndarray]:
