@@ -301,3 +301,27 @@ def test_the_deployment_files_psi_engine(tmp_path):
     assert Deployment.from_dict({**conf, "psi_engine": "openmined"}, tmp_path / "d.toml").psi_engine == "openmined"
     with pytest.raises(ConfigError, match=r"psi_engine = \"fastest\""):
         Deployment.from_dict({**conf, "psi_engine": "fastest"}, tmp_path / "d.toml")
+
+
+def test_the_ristretto_engine_leaves_no_copy_of_libsodium_in_the_temporary_directory(tmp_path):
+    """rbcl writes its bundled libsodium to a new temporary file on every import and never removes it
+    (2.8 MB a process); the engine removes it once loaded. A fresh process with its own TMPDIR imports
+    the engine, runs one ristretto255 hash-to-group, and leaves the directory empty; imported
+    directly, rbcl leaves its file (the fix is ours, not rbcl's)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("rbcl")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    code = ("from verticalfs.psi import _rbcl, resolve_engine; "
+            "assert resolve_engine('ristretto255') == 'ristretto255'; rb = _rbcl(); "
+            "p = rb.crypto_core_ristretto255_from_hash(bytes(64)); assert len(p) == 32")
+    subprocess.run([sys.executable, "-c", code], env={**env, "TMPDIR": str(ours)}, check=True, timeout=60)
+    assert list(ours.iterdir()) == []
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    subprocess.run([sys.executable, "-c", "import rbcl"], env={**env, "TMPDIR": str(theirs)}, check=True, timeout=60)
+    assert [p.suffix for p in theirs.iterdir()] == [".so"] or os.name != "posix"

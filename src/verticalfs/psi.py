@@ -45,11 +45,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import importlib.util
 import io
 import json
 import math
 import os
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -248,16 +250,37 @@ def _rbcl():
     except ImportError:  # pragma: no cover - the deploy extra
         raise ConfigError("the ristretto255 PSI engine needs rbcl (libsodium): pip install 'verticalfs[deploy]' "
                           "or pip install rbcl; or choose psi_engine = \"openmined\"") from None
+    _forget_extracted_library()
     return rbcl
 
 
-def installed(engine: str) -> bool:
-    """Whether ``engine``'s library imports here."""
+def _forget_extracted_library() -> None:
+    """Remove the copy of libsodium that rbcl's import writes to the temporary directory.
+
+    rbcl 1.1 writes its bundled libsodium (2.8 MB) to a new ``tempfile.NamedTemporaryFile(delete=False)``
+    on every import and loads it from there, and never removes it: every party process, CLI run and
+    test worker that used the ristretto255 engine left one in ``/tmp`` (1.8 GB of them on our
+    development machine in a day). The library is mapped by then, so on POSIX the file can be
+    unlinked at once (the mapping stays valid); on Windows a loaded DLL cannot be removed and the
+    file is left, as rbcl leaves it."""
+    mod = sys.modules.get("rbcl._sodium")
+    path = getattr(mod, "lib_path", None)
+    if not isinstance(path, str) or os.name != "posix":
+        return
     try:
-        (_rbcl if engine == "ristretto255" else _psi)()
-    except ConfigError:
+        os.unlink(path)
+    except FileNotFoundError:  # already removed (a second import of the module returns the same one)
+        pass
+    mod.lib_path = None  # type: ignore[union-attr]
+
+
+def installed(engine: str) -> bool:
+    """Whether ``engine``'s library is installed here (found, not imported: importing rbcl has a cost)."""
+    module = "rbcl" if engine == "ristretto255" else "private_set_intersection"
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
         return False
-    return True
 
 
 def resolve_engine(engine: str | None = None) -> str:
