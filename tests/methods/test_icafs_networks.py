@@ -154,9 +154,9 @@ def test_conv_networks_convolve_down_and_deconvolve_up():
     convolutions and a last 3x3 one leave a 13 x 13 map; the generator's three stride-2 transposed
     3x3 convolutions grow 13 x 13 back to 104 x 104; four convolutional layers each, and one
     learnt bias per output value in the generator."""
-    from verticalfs.methods.icafs.networks import strided_side
+    from verticalfs.methods.icafs.networks import strided_side, strides
 
-    assert [strided_side(w) for w in (1, 64, 65, 10396)] == [8, 8, 16, 104]
+    assert [strides(w) for w in (10396, 9080)] == [3, 3] and [strided_side(w) for w in (10396, 9080)] == [104, 96]
     G = Generator(64, 0, 10396, arch="conv", hidden=8)
     D = Critic(10396, 0, arch="conv", hidden=8, out_dim=32, spectral=True)
     convs = [m for m in D.body if isinstance(m, torch.nn.Conv2d)]
@@ -175,3 +175,38 @@ def test_conv_networks_convolve_down_and_deconvolve_up():
         G.bias[5] += 7.0
         shift = G(z) - before
     assert torch.allclose(shift[:, 5], torch.full((3,), 7.0)) and shift[:, torch.arange(10396) != 5].abs().max() == 0
+
+
+def test_conv_strides_only_wide_records_and_keeps_their_bottom_map_at_least_12_wide():
+    """:func:`strides`: a record that fits in 32 x 32 keeps its full resolution (``arch="conv"`` builds
+    ``conv-full``'s very networks: the same outputs from the same seeds); a wider one strides as
+    often as leaves a bottom map of at least 12 x 12 (ALLAML's 4,144-value parties at K = 5: two
+    strides, 68 -> 17; its 2,067-value ones at K = 10: two, 48 -> 12; a 1,600-value record: one,
+    40 -> 20), at most three."""
+    from verticalfs.methods.icafs.networks import strided_side, strides
+
+    cases = {1: 0, 847: 0, 1024: 0, 1025: 1, 1600: 1, 2067: 2, 4144: 2, 10396: 3, 40000: 3}
+    assert {w: strides(w) for w in cases} == cases
+    assert [strided_side(w) for w in (1600, 2067, 4144)] == [40, 48, 68]
+
+    def outputs(arch: str, w: int):
+        torch.manual_seed(0)
+        G = Generator(64, 0, w, arch=arch, hidden=8)
+        torch.manual_seed(1)
+        D = Critic(w, 0, arch=arch, hidden=8, out_dim=32, spectral=True)
+        torch.manual_seed(2)
+        return G, D, G(torch.randn(4, 64)), D(torch.randn(4, w))
+
+    G, D, g, d = outputs("conv", 847)  # USPS's party at K = 2 (128 pixels -> 847 values, 30 x 30)
+    _, _, g_full, d_full = outputs("conv-full", 847)
+    assert G.arch == D.arch == "conv-full" and torch.equal(g, g_full) and torch.equal(d, d_full)
+    for w, k, bottom in ((1600, 1, 20), (2067, 2, 12), (4144, 2, 17)):
+        G, D, g, d = outputs("conv", w)
+        assert G.arch == D.arch == "conv" and g.shape == (4, w) and d.shape == (4, 32)
+        assert sum(isinstance(m, torch.nn.ConvTranspose2d) for m in G.body) == k
+        assert sum(isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d)) for m in G.body) == 4
+        convs = [m for m in D.body if isinstance(m, torch.nn.Conv2d)]
+        assert [m.stride for m in convs] == [(2, 2)] * k + [(1, 1)] * (4 - k)
+        side = strided_side(w)
+        img = torch.nn.functional.pad(torch.randn(2, w), (0, side * side - w)).view(2, 1, side, side)
+        assert D.body(img).shape == (2, 1, bottom, bottom)

@@ -113,9 +113,10 @@ class ICAFSParams(TrainConfig):
         Filters of the 3x3 convolutions of the synthesis networks (8; section V-E gives no number).
     arch : str
         ``conv`` (section V-E: 3x3 convolutions of stride 2 down in the critic, transposed ones up in
-        the generator; the default since 2026-11-26), ``conv-full`` (the same four 3x3 layers at the
-        record's full resolution, the default until then, ~15x the cost of a stage-1 iteration on
-        ALLAML) or ``mlp`` (:mod:`.networks`).
+        the generator, for a party's record wider than 32 x 32; a narrower one keeps its full
+        resolution, as ``conv-full``; the default since 2026-11-26), ``conv-full`` (the same four 3x3
+        layers at the record's full resolution, the default until then, ~15x the cost of a stage-1
+        iteration on ALLAML) or ``mlp`` (:mod:`.networks`).
     gan_lr : float
         Adam's learning rate of the synthesis networks (1e-3; CTGAN's 2e-4 learnt the label too slowly
         in 250 iterations, see :mod:`.synthesis`).

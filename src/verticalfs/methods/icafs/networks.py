@@ -11,21 +11,25 @@ allows. Two readings of the text:
 
 - ``arch="conv"`` (default since 2026-11-26, issue 42): the generator *deconvolves* and the critic
   *convolves down*, as the text says and as CTAB-GAN's networks do (Zhao et al. 2021, whose
-  description section V-E repeats; GTV, reference [31], uses them too). ``side`` is the smallest
-  multiple of 8 with ``side^2 >= w``. The critic: three 3x3 convolutions of stride 2 (``side`` ->
-  ``side/2`` -> ``side/4`` -> ``side/8``), each followed by LayerNorm and LeakyReLU, a last 3x3
-  convolution to one map, and a linear head to the features (as before). The generator mirrors
-  it: a linear projection of the code to ``channels`` maps of ``side/8``, a 3x3 convolution, three
-  3x3 transposed convolutions of stride 2 (LayerNorm and LeakyReLU between), and a learnt bias per
-  output value (an untied bias, ours: translation-invariant filters over columns laid out in an
-  arbitrary order cannot give each column its own offset; the full-resolution projection of
-  ``conv-full`` gave it one). Every layer has ``channels`` filters (the paper gives no number).
-  One Algorithm 1 iteration of an ALLAML party (72 rows x 3,565 columns, a 104 x 104 map) costs
-  about 1/15 of ``conv-full``'s (measured in ``benchmarks/icafs/README.md``, "Speed").
-- ``arch="conv-full"`` (the default until 2026-11-26): four 3x3 convolutions of stride 1 at the
-  full ``side x side`` resolution (``side`` the smallest square), after a linear projection of the
-  code to two full-resolution maps in the generator and before a linear head in the critic. Kept
-  to reproduce the results measured with it.
+  description section V-E repeats; GTV, reference [31], uses them too), where the record is wide
+  enough for it: :func:`strides` gives ``k`` stride-2 layers (three for ALLAML's and TOX_171's
+  parties at K = 2; none for a record that fits in 32 x 32, such as USPS's, which then gets
+  ``conv-full``'s networks, below: strided down to 4 x 4 its synthesis lost the label). ``side`` is
+  the smallest multiple of ``2^k`` with ``side^2 >= w``. The critic: ``k`` 3x3 convolutions of
+  stride 2 (``side`` -> ``side/2^k``), 3x3 ones of stride 1 up to four layers, each but the last
+  followed by LayerNorm and LeakyReLU, the last to one map, and a linear head to the features (as
+  before). The generator mirrors it: a linear projection of the code to ``channels`` maps of
+  ``side/2^k``, 3x3 convolutions, ``k`` 3x3 transposed convolutions of stride 2 (LayerNorm and
+  LeakyReLU between), and a learnt bias per output value (an untied bias, ours:
+  translation-invariant filters over columns laid out in an arbitrary order cannot give each column
+  its own offset; the full-resolution projection of ``conv-full`` gave it one). Every layer has
+  ``channels`` filters (the paper gives no number). One Algorithm 1 iteration of an ALLAML party
+  (72 rows x 3,565 columns, a 104 x 104 map) costs about 1/15 of ``conv-full``'s (measured in
+  ``benchmarks/icafs/README.md``, "Speed").
+- ``arch="conv-full"`` (the default until 2026-11-26, and ``conv``'s networks for a record of at
+  most 32 x 32): four 3x3 convolutions of stride 1 at the full ``side x side`` resolution (``side``
+  the smallest square), after a linear projection of the code to two full-resolution maps in the
+  generator and before a linear head in the critic.
 
 Interpretations (ours): the generator's last activation cannot be a ReLU, because the
 mode-specific representation has negative values (``alpha`` in [-0.99, 0.99]); the synthesis
@@ -64,39 +68,77 @@ class _ConvStack(nn.Module):
         return self.net(x)
 
 
-#: stride-2 layers of ``arch="conv"``: the map's side shrinks (critic) or grows (generator) 2^3 times
+#: at most this many stride-2 layers in ``arch="conv"``: the map's side shrinks (critic) or grows
+#: (generator) up to 2^3 times
 _STRIDED = 3
+_LAYERS = 4  # section V-E: "CNNs with 4 layers each"
+#: ``arch="conv"`` keeps a record that fits in ``FULL_SIDE x FULL_SIDE`` at its full resolution
+#: (``conv-full``'s networks), and strides only wider ones (see :func:`strides`)
+FULL_SIDE = 32
+#: the least side of the strided networks' bottom map (see :func:`strides`)
+MIN_BOTTOM = 12
+
+
+def strides(width: int) -> int:
+    """Stride-2 layers of ``arch="conv"`` for a record of ``width`` values.
+
+    None if the record fits in ``FULL_SIDE x FULL_SIDE`` (then ``arch="conv"`` is ``conv-full``);
+    else as many as keep the bottom map at least ``MIN_BOTTOM`` on a side, at most three. Measured
+    (``benchmarks/icafs/README.md``, "Where the networks stride", K = 2, seed 0): on USPS, whose
+    party record is 847 values (a 30 x 30 square), a logistic regression trained on the synthesis
+    reaches 9.9 % on real rows with three strides (a 4 x 4 bottom map), 57.8 % with one (15 x 15)
+    and 67.8 % at full resolution (``conv-full``'s networks: 69.5 %); on ALLAML (104 x 104) and
+    TOX_171 (96 x 96), three strides (13 x 13 and 12 x 12 bottom maps) kept the synthesis's quality
+    within its spread over five seeds and made stage 1 ten times shorter. A full-resolution
+    iteration costs about ``side^2``: affordable at 32 x 32, 8-18x the strided one on USPS, ~15x on
+    ALLAML. The thresholds lie between the measured sides (30 and 96; 4 and 12); they are not
+    pinned closer."""
+    s0 = max(1, math.ceil(math.sqrt(int(width))))
+    if s0 <= FULL_SIDE:
+        return 0
+    k = _STRIDED
+    while k > 1 and math.ceil(s0 / 2 ** k) < MIN_BOTTOM:
+        k -= 1
+    return k
 
 
 def strided_side(width: int) -> int:
-    """``arch="conv"``'s square: the smallest multiple of ``2^3`` whose square holds ``width`` values."""
-    step = 2 ** _STRIDED
+    """``arch="conv"``'s square: the smallest multiple of ``2^k`` (``k`` = :func:`strides`) whose square
+    holds ``width`` values (for ``k = 0``, ``conv-full``'s :func:`square_side`)."""
+    step = 2 ** strides(width)
     return step * max(1, math.ceil(math.sqrt(int(width)) / step))
 
 
-def _down(channels: int, side: int) -> nn.Sequential:
-    """The critic's convolutions: three 3x3 of stride 2 (LayerNorm, LeakyReLU after each), then a
-    3x3 to one map, ``1 x side x side`` -> ``1 x side/8 x side/8``."""
+def _down(channels: int, side: int, k: int) -> nn.Sequential:
+    """The critic's convolutions: ``k`` 3x3 of stride 2, then 3x3 of stride 1 up to four layers
+    (LayerNorm, LeakyReLU between), the last to one map: ``1 x side x side`` -> ``1 x side/2^k x side/2^k``."""
     layers: list[nn.Module] = []
     c, s = 1, side
-    for _ in range(_STRIDED):
+    for _ in range(k):
         s //= 2
         layers += [nn.Conv2d(c, channels, 3, stride=2, padding=1), nn.LayerNorm([channels, s, s]), nn.LeakyReLU(0.2)]
+        c = channels
+    for _ in range(_LAYERS - 1 - k):
+        layers += [nn.Conv2d(c, channels, 3, padding=1), nn.LayerNorm([channels, s, s]), nn.LeakyReLU(0.2)]
         c = channels
     layers.append(nn.Conv2d(c, 1, 3, padding=1))
     return nn.Sequential(*layers)
 
 
-def _up(channels: int, side: int) -> nn.Sequential:
-    """The generator's deconvolutions: a 3x3 convolution at ``side/8``, then three 3x3 transposed
-    convolutions of stride 2 (LayerNorm, LeakyReLU between), ``channels x side/8 x side/8`` ->
-    ``1 x side x side``."""
-    s = side // 2 ** _STRIDED
-    layers: list[nn.Module] = [nn.Conv2d(channels, channels, 3, padding=1), nn.LayerNorm([channels, s, s]),
-                               nn.LeakyReLU(0.2)]
-    for i in range(_STRIDED):
+def _up(channels: int, side: int, k: int) -> nn.Sequential:
+    """The generator's deconvolutions, the critic's mirror: 3x3 convolutions at ``side/2^k`` (four
+    layers less ``k``), then ``k`` 3x3 transposed convolutions of stride 2 (LayerNorm, LeakyReLU
+    between): ``channels x side/2^k x side/2^k`` -> ``1 x side x side``."""
+    s = side // 2 ** k
+    layers: list[nn.Module] = []
+    for i in range(_LAYERS - k):
+        last = k == 0 and i == _LAYERS - 1
+        layers.append(nn.Conv2d(channels, 1 if last else channels, 3, padding=1))
+        if not last:
+            layers += [nn.LayerNorm([channels, s, s]), nn.LeakyReLU(0.2)]
+    for i in range(k):
         s *= 2
-        last = i == _STRIDED - 1
+        last = i == k - 1
         layers.append(nn.ConvTranspose2d(channels, 1 if last else channels, 3, stride=2, padding=1, output_padding=1))
         if not last:
             layers += [nn.LayerNorm([channels, s, s]), nn.LeakyReLU(0.2)]
@@ -108,13 +150,15 @@ class Generator(nn.Module):
 
     def __init__(self, noise_dim: int, cond_dim: int, width: int, arch: str = "conv", hidden: int = 64) -> None:
         super().__init__()
+        if arch == "conv" and strides(width) == 0:
+            arch = "conv-full"  # a narrow record keeps its full resolution (:func:`strides`)
         self.width, self.arch = int(width), arch
         if arch == "conv":
-            self.side = strided_side(width)
+            self.side, self.k = strided_side(width), strides(width)
             self.channels = hidden
-            s = self.side // 2 ** _STRIDED
+            s = self.side // 2 ** self.k
             self.project = nn.Linear(noise_dim + cond_dim, hidden * s * s)
-            self.body = _up(hidden, self.side)
+            self.body = _up(hidden, self.side, self.k)
             self.bias = nn.Parameter(torch.zeros(self.width))  # one learnt offset per output value (untied bias)
         elif arch == "conv-full":
             self.side = square_side(width)
@@ -133,7 +177,7 @@ class Generator(nn.Module):
         if self.arch == "mlp":
             return self.body(x)
         if self.arch == "conv":
-            s = self.side // 2 ** _STRIDED
+            s = self.side // 2 ** self.k
             out = self.body(self.project(x).view(-1, self.channels, s, s))
             return out.flatten(1)[:, : self.width] + self.bias
         h = self.project(x)[:, : self.channels * self.side * self.side]
@@ -153,11 +197,13 @@ class Critic(nn.Module):
     def __init__(self, width: int, cond_dim: int, arch: str = "conv", hidden: int = 64, out_dim: int = 1,
                  spectral: bool = False) -> None:
         super().__init__()
+        if arch == "conv" and strides(width + cond_dim) == 0:
+            arch = "conv-full"  # a narrow record keeps its full resolution (:func:`strides`)
         self.arch = arch
         if arch == "conv":
-            self.side = strided_side(width + cond_dim)
-            self.body = _down(hidden, self.side)
-            self.head = nn.Linear((self.side // 2 ** _STRIDED) ** 2, out_dim)
+            self.side, k = strided_side(width + cond_dim), strides(width + cond_dim)
+            self.body = _down(hidden, self.side, k)
+            self.head = nn.Linear((self.side // 2 ** k) ** 2, out_dim)
         elif arch == "conv-full":
             self.side = square_side(width + cond_dim)
             self.body = _ConvStack(1, hidden, 1, self.side)
