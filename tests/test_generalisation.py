@@ -74,7 +74,9 @@ DATA = {"digits": "digits", "synth30": "multiclass-synth"}
 #: .364 on digits (.853 at its 35) and .090 on synth30 (.540 at its 35), benchmarks/icafs/README.md
 #: ICAFS too: at the cap (10 stage-1 iterations of its 250, 10 epochs of its 100) its synth30
 #: selection moved 4-8 points with the synthesis's random draws alone (.337-.420, bar .427); at its
-#: defaults .597 (vfl .527; 2026-11-26, seed 0, 501 s with CI running beside it)
+#: defaults .597 (vfl .527; 2026-11-26, seed 0, 501 s with CI running beside it); since its networks
+#: stride only wide records (one stride here, 44 x 44 -> 22 x 22; digits at full resolution) .640 in
+#: 510 s and digits .939 in 234 s (vfl .931; eleventh sitting, load ~2)
 OWN_EPOCHS = {"fedsdg-fs", "original-gate", "vflfs", "compfs", "icafs"}
 #: methods whose runs take more than a few seconds on 2 cores
 SLOW = {"autoencoder", "cfeast", "compfs", "fedsdg-fs", "group-lasso", "icafs", "less-vfl", "local-lasso",
