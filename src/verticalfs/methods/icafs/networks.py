@@ -82,7 +82,7 @@ MIN_BOTTOM = 12
 def strides(width: int) -> int:
     """Stride-2 layers of ``arch="conv"`` for a record of ``width`` values.
 
-    None if the record fits in ``FULL_SIDE x FULL_SIDE`` (then ``arch="conv"`` is ``conv-full``);
+    None (0) if the record fits in ``FULL_SIDE x FULL_SIDE`` (then ``arch="conv"`` is ``conv-full``);
     else as many as keep the bottom map at least ``MIN_BOTTOM`` on a side, at most three. Measured
     (``benchmarks/icafs/README.md``, "Where the networks stride", K = 2, seed 0): on USPS, whose
     party record is 847 values (a 30 x 30 square), a logistic regression trained on the synthesis
@@ -105,8 +105,10 @@ def strides(width: int) -> int:
 def strided_side(width: int) -> int:
     """``arch="conv"``'s square: the smallest multiple of ``2^k`` (``k`` = :func:`strides`) whose square
     holds ``width`` values (for ``k = 0``, ``conv-full``'s :func:`square_side`)."""
-    step = 2 ** strides(width)
-    return step * max(1, math.ceil(math.sqrt(int(width)) / step))
+    k = strides(width)
+    if k == 0:
+        return square_side(width)
+    return 2 ** k * max(1, math.ceil(math.sqrt(int(width)) / 2 ** k))
 
 
 def _down(channels: int, side: int, k: int) -> nn.Sequential:
