@@ -210,3 +210,31 @@ def test_conv_strides_only_wide_records_and_keeps_their_bottom_map_at_least_12_w
         side = strided_side(w)
         img = torch.nn.functional.pad(torch.randn(2, w), (0, side * side - w)).view(2, 1, side, side)
         assert D.body(img).shape == (2, 1, bottom, bottom)
+
+
+def test_three_strides_keep_the_eighth_sittings_networks_parameter_for_parameter():
+    """ALLAML's party at K = 2 (10,396 values): the rule of :func:`strides` builds the networks the
+    eighth sitting measured, the same modules in the same order with the same shapes (so the same
+    seeded initial weights and the same figures; checked once against that code's outputs in one
+    process, 2026-11-26): generator projection 64 -> 8 x 13 x 13, a 3x3 convolution and three
+    transposed ones 13 -> 26 -> 52 -> 104; critic three stride-2 convolutions 104 -> 52 -> 26 -> 13,
+    a 3x3 to one map and a 169 -> 32 head."""
+    G = Generator(64, 0, 10396, arch="conv", hidden=8)
+    D = Critic(10396, 0, arch="conv", hidden=8, out_dim=32, spectral=True)
+    assert [(n, tuple(p.shape)) for n, p in G.named_parameters()] == [
+        ("bias", (10396,)), ("project.weight", (1352, 64)), ("project.bias", (1352,)),
+        ("body.0.weight", (8, 8, 3, 3)), ("body.0.bias", (8,)), ("body.1.weight", (8, 13, 13)),
+        ("body.1.bias", (8, 13, 13)), ("body.3.weight", (8, 8, 3, 3)), ("body.3.bias", (8,)),
+        ("body.4.weight", (8, 26, 26)), ("body.4.bias", (8, 26, 26)), ("body.6.weight", (8, 8, 3, 3)),
+        ("body.6.bias", (8,)), ("body.7.weight", (8, 52, 52)), ("body.7.bias", (8, 52, 52)),
+        ("body.9.weight", (8, 1, 3, 3)), ("body.9.bias", (1,))]
+    assert [type(m).__name__ for m in G.body if isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d))] == [
+        "Conv2d", "ConvTranspose2d", "ConvTranspose2d", "ConvTranspose2d"]
+    assert [(n, tuple(p.shape)) for n, p in D.named_parameters()] == [
+        ("body.0.bias", (8,)), ("body.0.parametrizations.weight.original", (8, 1, 3, 3)),
+        ("body.1.weight", (8, 52, 52)), ("body.1.bias", (8, 52, 52)), ("body.3.bias", (8,)),
+        ("body.3.parametrizations.weight.original", (8, 8, 3, 3)), ("body.4.weight", (8, 26, 26)),
+        ("body.4.bias", (8, 26, 26)), ("body.6.bias", (8,)), ("body.6.parametrizations.weight.original", (8, 8, 3, 3)),
+        ("body.7.weight", (8, 13, 13)), ("body.7.bias", (8, 13, 13)), ("body.9.bias", (1,)),
+        ("body.9.parametrizations.weight.original", (1, 8, 3, 3)), ("head.bias", (32,)),
+        ("head.parametrizations.weight.original", (32, 169))]
