@@ -76,7 +76,8 @@ DATA = {"digits": "digits", "synth30": "multiclass-synth"}
 #: selection moved 4-8 points with the synthesis's random draws alone (.337-.420, bar .427); at its
 #: defaults .597 (vfl .527; 2026-11-26, seed 0, 501 s with CI running beside it); since its networks
 #: stride only wide records (one stride here, 44 x 44 -> 22 x 22; digits at full resolution) .640 in
-#: 510 s and digits .939 in 234 s (vfl .931; eleventh sitting, load ~2)
+#: 510 s and digits .939 in 234 s (vfl .931; eleventh sitting, load ~2, one pytest process); in CI
+#: under xdist beside the other worker's cases 1,234 s and 282 s (fresh clone at 900de69)
 OWN_EPOCHS = {"fedsdg-fs", "original-gate", "vflfs", "compfs", "icafs"}
 #: methods whose runs take more than a few seconds on 2 cores
 SLOW = {"autoencoder", "cfeast", "compfs", "fedsdg-fs", "group-lasso", "icafs", "less-vfl", "local-lasso",
