@@ -86,10 +86,11 @@ def strides(width: int) -> int:
     else as many as keep the bottom map at least ``MIN_BOTTOM`` on a side, at most three. Measured
     (``benchmarks/icafs/README.md``, "Where the networks stride", K = 2, seed 0): on USPS, whose
     party record is 847 values (a 30 x 30 square), a logistic regression trained on the synthesis
-    reaches 9.9 % on real rows with three strides (a 4 x 4 bottom map), 57.8 % with one (15 x 15)
-    and 67.8 % at full resolution (``conv-full``'s networks: 69.5 %); on ALLAML (104 x 104) and
-    TOX_171 (96 x 96), three strides (13 x 13 and 12 x 12 bottom maps) kept the synthesis's quality
-    within its spread over five seeds and made stage 1 ten times shorter. A full-resolution
+    reaches 9.9 % on real rows with three strides (a 4 x 4 bottom map), 57.8 % with one (15 x 15),
+    67.8 % with no stride and ``conv-full``'s networks 69.5 % (71.6 ± 0.9 % over five seeds). On
+    TOX_171 (96 x 96) three strides (a 12 x 12 bottom map) kept the synthesis's quality (28.0 %
+    against 29.1 %); on ALLAML (104 x 104, 13 x 13) it fell from 73.3 to 62.7 ± 8.9 % (15 test rows;
+    two strides, 26 x 26, gave 58.7 ± 18.5 %); both made stage 1 ten times shorter. A full-resolution
     iteration costs about ``side^2``: affordable at 32 x 32, 8-18x the strided one on USPS, ~15x on
     ALLAML. The thresholds lie between the measured sides (30 and 96; 4 and 12); they are not
     pinned closer."""
