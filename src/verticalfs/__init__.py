@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.6.0"
+__version__ = "0.6.1"
 
 _LAZY = {
     "RunResult": "verticalfs.api",
