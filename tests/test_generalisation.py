@@ -77,7 +77,9 @@ DATA = {"digits": "digits", "synth30": "multiclass-synth"}
 #: defaults .597 (vfl .527; 2026-11-26, seed 0, 501 s with CI running beside it); since its networks
 #: stride only wide records (one stride here, 44 x 44 -> 22 x 22; digits at full resolution) .640 in
 #: 510 s and digits .939 in 234 s (vfl .931; eleventh sitting, load ~2, one pytest process); in CI
-#: under xdist beside the other worker's cases 1,234 s and 282 s (fresh clone at 900de69)
+#: under xdist beside the other worker's cases 1,234 s and 282 s (fresh clone at 900de69), 1,256 s
+#: and 259 s (CI's own run of a6509d1), 586 s and 608 s (fresh clone at fcdb4b7): which cases share
+#: the other worker decides it
 OWN_EPOCHS = {"fedsdg-fs", "original-gate", "vflfs", "compfs", "icafs"}
 #: methods whose runs take more than a few seconds on 2 cores
 SLOW = {"autoencoder", "cfeast", "compfs", "fedsdg-fs", "group-lasso", "icafs", "less-vfl", "local-lasso",
