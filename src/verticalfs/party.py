@@ -17,18 +17,20 @@ kind differently (the split-learning roles of SparseVFL and of plain VFL both an
 :class:`~verticalfs.transport.messages.EmbedRequest`), and a role may keep as many models and
 pending graphs as its method needs.
 
-By default a role accepts messages only from the label holder; a handler declared with
-``handles(Kind, peers=True)`` also accepts them from other feature parties. Anything else is a
-:class:`~verticalfs.exceptions.ProtocolError` naming the party, the sender and the kind: a message the
-protocol does not expect is rejected, never executed.
-
-Every runtime has a :class:`~verticalfs.configuration.PartyPolicy` (in-process: permissive; in a
-deployment: the party's ``[policy]``) that it checks before any work: at ``Join`` the method's name
-and what its spec asks (:meth:`Role.policy_rules`, :meth:`Role.key_bits`), for every message any
-Paillier public key it carries (``min_key_bits``) and the rules its handler was declared with
-(``handles(GatherColumns, policy="release_columns")``), PSI request counts, and the name a model is
-saved under. A refusal is a :class:`~verticalfs.exceptions.PolicyError` naming the party, the rule
-and the key to change.
+Every message a party answers, the runtime's own kinds and the role's alike, is a handler declared
+with :func:`handles`, and with it who may send it and which policy rules guard it
+(:mod:`verticalfs.dispatch`). By default a kind is accepted only from the label holder; a handler
+declared with ``handles(Kind, peers=True)`` also accepts it from other feature parties. The party
+resolves a message to its declaration and hands it through one chain of layers before the
+handler runs: the sender, any Paillier public key it carries (``min_key_bits``), the request
+budget (PSI and ``Align`` counts), the policy rules declared with the handler
+(``handles(GatherColumns, policy="release_columns")``) and, at ``Join``, what the method's spec
+asks (:meth:`Role.policy_rules`, :meth:`Role.key_bits`). A message the protocol does not expect,
+or from a sender it does not allow, is a :class:`~verticalfs.exceptions.ProtocolError` naming the
+party, the sender and the kind; a refusal of the policy
+(:class:`~verticalfs.configuration.PartyPolicy`: in-process permissive, in a deployment the party's
+``[policy]``) is a :class:`~verticalfs.exceptions.PolicyError` naming the party, the rule and the
+key to change. The name a model is saved under is checked by its handler.
 
 :class:`LocalProxy` lets a non-federated reference (``central``) drive the same roles in one
 process without messages.
@@ -40,13 +42,29 @@ import copy
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from verticalfs.codecs import get_codec
 from verticalfs.configuration import PartyPolicy
+from verticalfs.dispatch import (
+    DEFAULT_MODS,
+    POLICY_RULES,
+    Budget,
+    Call,
+    Context,
+    Handlers,
+    Mod,
+    Route,
+    answer,
+    check_key_bits,
+    handles,
+    policy_allows,
+    refusal,
+    require,
+)
 from verticalfs.exceptions import PolicyError, ProtocolError
 from verticalfs.model_files import load_party_file, save_party_file
 from verticalfs.names import LABEL_HOLDER
@@ -78,7 +96,8 @@ from verticalfs.transport.node import Node
 if TYPE_CHECKING:
     from verticalfs.transport.channel import Channel
 
-_Handler = TypeVar("_Handler", bound=Callable[..., Any])
+__all__ = ["POLICY_RULES", "Context", "LocalData", "LocalProxy", "PartyRuntime", "Role", "handles", "policy_allows",
+           "refusal"]
 
 
 class LocalData:
@@ -164,6 +183,14 @@ class LocalData:
             Path(old).unlink(missing_ok=True)  # (an open map of it stays valid)
         return out
 
+    def fork(self) -> LocalData:
+        """A view of the same columns with its own kept features and splits (a session's own rows:
+        replacing or narrowing them leaves this one as it is)."""
+        out = copy.copy(self)
+        out._X_all = dict(self._X_all)
+        out._X = dict(self._X)
+        return out
+
     def put(self, split: str, X: np.ndarray) -> None:
         """Set (or replace) the rows of ``split``: every prepared column of ``X`` (e.g. rows staged
         for scoring with a saved model), the kept ones in use."""
@@ -185,118 +212,15 @@ class LocalData:
         return m
 
 
-class Context:
-    """What a handler may do besides replying: message other parties, at the current position."""
-
-    __slots__ = ("at", "sender", "_node")
-
-    def __init__(self, node: Node | None, at: At, sender: str) -> None:
-        self._node = node
-        self.at = at
-        self.sender = sender
-
-    def _need_node(self) -> Node:
-        if self._node is None:
-            raise ProtocolError("this party has no channel to other parties (a local reference run)")
-        return self._node
-
-    def send(self, receiver: str, msg: Any) -> None:
-        """One-way message to another party, at the position of the message being handled."""
-        self._need_node().send(receiver, msg, self.at)
-
-    def request(self, receiver: str, msg: Any) -> Any:
-        """Request to another party, at the position of the message being handled."""
-        return self._need_node().request(receiver, msg, self.at)
-
-    def expect_elements(self, n: int) -> None:
-        """The most values a run-length coded array this party receives next may decode to (the
-        shape it expects, e.g. its pending embeddings' gradient); else its message's size bounds it."""
-        if self._node is not None:
-            self._node.max_elements = int(n)
-
-
-#: the policy rules a request may need: what the party must allow, in words (for the refusal)
-POLICY_RULES = {
-    "release_columns": "send raw columns to the label holder",
-    "accept_labels": "receive the labels in the clear",
-    "require_secure": "run the plaintext mode of a method that has a secure mode",
-}
-
-
-def handles(*kinds: type, peers: bool = False,
-            policy: str | tuple[str, ...] = ()) -> Callable[[_Handler], _Handler]:
-    """Mark a :class:`Role` method as the handler of message ``kinds``: ``fn(self, msg, ctx)``.
-
-    ``peers=True`` also accepts the kinds from other feature parties (default: the label holder only).
-    ``policy``: rules of :data:`POLICY_RULES` the party's policy must allow before the handler runs
-    (``"release_columns"`` for a handler that sends raw columns, ``"accept_labels"`` for one that
-    receives labels in the clear, ``"require_secure"`` for a plaintext mode).
-    """
-    rules = (policy,) if isinstance(policy, str) else tuple(policy)
-    unknown = [r for r in rules if r not in POLICY_RULES]
-    if unknown:
-        raise ValueError(f"handles(policy=...): unknown rules {unknown}; use {sorted(POLICY_RULES)}")
-
-    def deco(fn: _Handler) -> _Handler:
-        fn._vf_handles = (kinds, peers)  # type: ignore[attr-defined]  # a mark on the function object
-        fn._vf_policy = rules  # type: ignore[attr-defined]
-        return fn
-
-    return deco
-
-
-def policy_allows(policy: PartyPolicy, rule: str) -> bool:
-    """Whether ``policy`` allows what ``rule`` (a key of :data:`POLICY_RULES`) guards."""
-    if rule == "require_secure":
-        return not policy.require_secure
-    return bool(getattr(policy, rule))
-
-
-def refusal(party: str, rule: str, value: Any, what: str, fix: str) -> PolicyError:
-    """The one line of a refusal: the party, what it refuses, the rule, the key to change."""
-    return PolicyError(f"party {party!r} refuses to {what}: its policy has {rule} = {_toml(value)} "
-                       f"({fix}: key {rule} of [parties.{party}.policy] or of its --policy file)")
-
-
-def _toml(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return f'"{v}"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml(x) for x in v) + "]"
-    return f"{v}"
-
-
-class Role:
+class Role(Handlers):
     """One method's part at one party for one run (see the module docstring).
 
     Subclasses mark handler methods with :func:`handles`; the runtime calls ``handler(msg, ctx)``
-    and sends back what it returns (``None`` for a one-way message). ``__init__(data, spec, ctx)``
-    receives the party's :class:`LocalData`, the ``spec`` of the ``Join`` and the context;
-    :meth:`joined` is the reply to the ``Join``.
+    (after its layers checked the sender and the policy, :mod:`verticalfs.dispatch`) and sends back
+    what it returns (``None`` for a one-way message). ``__init__(data, spec, ctx)`` receives the
+    party's :class:`LocalData`, the ``spec`` of the ``Join`` and the context; :meth:`joined` is the
+    reply to the ``Join``.
     """
-
-    _handlers: ClassVar[dict[type, tuple[str, bool]]] = {}
-    #: message kind -> the policy rules its handler needs (``handles(..., policy=...)``)
-    _policy: ClassVar[dict[type, tuple[str, ...]]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        table: dict[type, tuple[str, bool]] = {}
-        rules: dict[type, tuple[str, ...]] = {}
-        for base in reversed(cls.__mro__[1:]):
-            table.update(getattr(base, "_handlers", {}))
-            rules.update(getattr(base, "_policy", {}))
-        for name, fn in vars(cls).items():
-            marks = getattr(fn, "_vf_handles", None)
-            if marks is not None:
-                kinds, peers = marks
-                for k in kinds:
-                    table[k] = (name, peers)
-                    rules[k] = getattr(fn, "_vf_policy", ())
-        cls._handlers = table
-        cls._policy = rules
 
     # ------------------------------------------------------------------ policy
     @classmethod
@@ -335,24 +259,49 @@ class Role:
         """The role rebuilt from :meth:`export`'s output, on ``data`` (its kept features restored)."""
         raise ProtocolError(f"{cls.__name__} cannot be restored from a saved model")
 
-    def handle(self, sender: str, msg: Any, ctx: Context) -> Any:
-        entry = self._handlers.get(type(msg))
-        if entry is None:
-            raise ProtocolError(f"party {self.data.name!r} ({type(self).__name__}) does not expect "
-                                f"{kind_name(msg)} from {sender!r}")
-        name, peers = entry
-        if sender != LABEL_HOLDER and not peers:
-            raise ProtocolError(f"party {self.data.name!r} accepts {kind_name(msg)} only from the label "
-                                f"holder, not from {sender!r}")
-        return getattr(self, name)(msg, ctx)
-
     @property
     def name(self) -> str:
         return self.data.name
 
 
-class PartyRuntime:
+class RequestCount:
+    """The PSI and alignment requests a party answered since it started (one count, shared by its
+    sessions: :meth:`PartyRuntime.fork`)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+#: the budget of PSI requests (one per intersection, whichever the engine): the ids asked about
+PSI_BUDGET = Budget("PSI requests", lambda msg: int(msg.n))
+
+
+def _join_guard(call: Call) -> None:
+    """The policy checks of a ``Join``: the method (``methods``), the rules its role needs for the
+    spec (:meth:`Role.policy_rules`) and the size of the keys it would make (``min_key_bits``)."""
+    party: PartyRuntime = call.target
+    msg: Join = call.msg
+    method = str(msg.method)
+    allowed = party.policy.methods
+    if allowed != "all" and method not in allowed:
+        raise refusal(party.name, "methods", list(allowed), f"join method {method!r}", "add the method to allow it")
+    cls = party.role_class(method)
+    for rule in cls.policy_rules(msg.spec):
+        require(party, rule, f"{POLICY_RULES[rule]} (method {method!r})")
+    bits = cls.key_bits(msg.spec)
+    if bits is not None:
+        check_key_bits(party, int(bits), f"make {int(bits)}-bit Paillier keys (method {method!r})")
+
+
+class PartyRuntime(Handlers):
     """A feature party: its :class:`LocalData`, its messaging node and the role of the current run.
+
+    Every message reaches it through :meth:`handle`: resolved to its declared route
+    (:meth:`resolve`: the runtime's own kinds below, else the current role's), then handed through
+    the party's layers (``mods``, :data:`~verticalfs.dispatch.DEFAULT_MODS`: sender, key size,
+    request budget, policy) to its handler (:mod:`verticalfs.dispatch`).
 
     Parameters
     ----------
@@ -373,11 +322,15 @@ class PartyRuntime:
     policy : PartyPolicy, optional
         What the party agrees to do (default :meth:`PartyPolicy.permissive`, the in-process
         path's); see the module docstring.
+    mods : sequence of callables, optional
+        The layers every message passes before its handler (default
+        :data:`~verticalfs.dispatch.DEFAULT_MODS`); ``[*DEFAULT_MODS, my_layer]`` adds one.
     """
 
     def __init__(self, data: Any, *, role_for: Callable[[str], type[Role]] | None = None,
                  allowed_methods: Sequence[str] | None = None, ids: Sequence[Any] | None = None,
-                 checkpoint_dir: str | Path | None = None, policy: PartyPolicy | None = None) -> None:
+                 checkpoint_dir: str | Path | None = None, policy: PartyPolicy | None = None,
+                 mods: Sequence[Mod] | None = None) -> None:
         self.data = data if isinstance(data, LocalData) else LocalData.of(data)
         self.name = self.data.name
         self.role: Role | None = None
@@ -389,121 +342,147 @@ class PartyRuntime:
         self.ids = ids
         self.checkpoint_dir = checkpoint_dir
         self.policy = PartyPolicy.permissive() if policy is None else policy
-        self.psi_requests = 0  # PSI requests answered (bounded by the policy's max_psi_requests)
+        self.mods: list[Mod] = list(DEFAULT_MODS if mods is None else mods)
+        self._requests = RequestCount()  # PSI and Align requests answered (the policy's max_psi_requests)
         self._psi: PsiParty | None = None  # this party's answers to PSI (either engine)
         self._reported = 0  # peer-traffic records already reported to the label holder
         self.session_over = False  # set by EndSession: the label holder's run is over
+
+    @property
+    def psi_requests(self) -> int:
+        """PSI and ``Align`` requests answered since the party started (bounded by ``max_psi_requests``)."""
+        return self._requests.n
+
+    @psi_requests.setter
+    def psi_requests(self, n: int) -> None:
+        self._requests.n = int(n)
 
     def connect(self, channel: Channel, ledger: Ledger) -> Node:
         """Attach a messaging node on ``channel`` (the node is the channel's endpoint for this party)."""
         self.node = Node(self.name, channel, ledger, self.handle)
         return self.node
 
-    def handle(self, sender: str, msg: Any, at: At, node: Node | None) -> Any:
+    def fork(self) -> PartyRuntime:
+        """A session's own copy of this party (:mod:`verticalfs.transport.grpc.party`): its own view
+        of the rows (kept features, splits), no role and no node yet; the file read at start, the
+        policy, the layers and the request count are shared."""
+        rt = copy.copy(self)
+        rt.data = self.data.fork()
+        rt.role, rt.method, rt.node = None, None, None
+        rt._reported = 0
+        rt.session_over = False
+        return rt
+
+    # ------------------------------------------------------------------ dispatch
+    def handle(self, sender: str, msg: Any, at: At | None, node: Node | None) -> Any:
+        """Answer ``msg`` from ``sender`` (the node's handler): resolve its route, then the layers, then the handler."""
+        target, route, what = self.resolve(sender, msg, at)
+        return answer(Call(self, sender, msg, at, node, route, target, what), self.mods)
+
+    def resolve(self, sender: str, msg: Any, at: At | None) -> tuple[Handlers, Route, str]:
+        """The route of ``msg`` (a :class:`ProtocolError` for a kind the party does not answer): the
+        object whose handler answers it, its declaration, and what that is (for refusals)."""
         t = type(msg)
-        self._check_public_key(msg)
-        if t in PSI_KINDS:
-            if sender != LABEL_HOLDER or self.ids is None:
-                raise ProtocolError(f"party {self.name!r} answers PSI requests only from the label holder and "
-                                    "only when it was given its ids")
-            if t in PSI_OPENS:  # one request per intersection, whichever the engine
-                self.count_request("PSI requests", int(msg.n))
-            if self._psi is None:
-                self._psi = PsiParty(self.ids)
-            return self._psi.reply(msg)
-        if t is Persist:
-            if sender != LABEL_HOLDER:
-                raise ProtocolError(f"party {self.name!r} accepts Persist only from the label holder")
-            return party_persist(self, msg)
-        if t is EndSession:  # the networked party then drops this session's state (transport/grpc/party.py)
-            if sender != LABEL_HOLDER:
-                raise ProtocolError(f"party {self.name!r} accepts EndSession only from the label holder")
-            self.session_over = True
-            return Ack()
-        if t is TrafficRequest:
-            if sender != LABEL_HOLDER:
-                raise ProtocolError(f"party {self.name!r} reports its traffic only to the label holder")
-            return self._traffic()
-        if t is SaveModel or t is LoadModel:
-            if sender != LABEL_HOLDER:
-                raise ProtocolError(f"party {self.name!r} accepts {kind_name(msg)} only from the label holder")
-            return self._save(msg) if t is SaveModel else self._load(msg, Context(node, at, sender))
-        if t is HelloRequest or t is Join or t is SupportRequest or t is KeepFeatures:
-            if sender != LABEL_HOLDER:
-                raise ProtocolError(f"party {self.name!r} accepts {kind_name(msg)} only from the label holder, "
-                                    f"not from {sender!r}")
-            if t is HelloRequest:
-                d = self.data
-                return Hello(feature_names=list(d.feature_names), n_samples={s: d.n_samples(s) for s in d.splits},
-                             sources=None if d.sources == d.feature_names else list(d.sources))
-            if t is KeepFeatures:
-                self.data.keep(msg.indices)
-                self.role = None  # a role built on the old columns must not go on
-            if t is KeepFeatures:
-                return SupportReport(kept=np.asarray(self.data.kept, dtype=np.int64))
-            if t is SupportRequest:
-                scores = self.role.feature_scores() if self.role is not None else None
-                return SupportReport(kept=np.asarray(self.data.kept, dtype=np.int64),
-                                     scores=None if scores is None else np.asarray(scores, dtype=np.float32))
-            return self._join(msg, Context(node, at, sender))
+        route = self.routes.get(t)
+        if route is not None:
+            return self, route, f"party {self.name!r}"
         if self.role is None:
             raise ProtocolError(f"party {self.name!r} received {kind_name(msg)} from {sender!r} before any Join")
-        for rule in self.role._policy.get(t, ()):
-            self._require(rule, f"{POLICY_RULES[rule]} ({kind_name(msg)} of {self.method!r})")
-        return self.role.handle(sender, msg, Context(node, at, sender))
+        route = self.role.routes.get(t)
+        if route is None:
+            raise ProtocolError(f"party {self.name!r} ({type(self.role).__name__}) does not expect {kind_name(msg)} "
+                                f"from {sender!r}")
+        return self.role, route, f"{self.method!r}"
+
+    # ------------------------------------------------------------------ the runtime's own kinds
+    @handles(*(k for k in PSI_KINDS if k not in PSI_OPENS))
+    def on_psi(self, msg: Any, ctx: Context) -> Any:
+        """Private set intersection over the party's ids (either engine, :mod:`verticalfs.psi`);
+        its opening requests draw on the PSI budget (:meth:`on_psi_open`)."""
+        if self.ids is None:
+            raise ProtocolError(f"party {self.name!r} answers PSI requests only when it was given its ids")
+        if self._psi is None:
+            self._psi = PsiParty(self.ids)
+        return self._psi.reply(msg)
+
+    @handles(*PSI_OPENS, budget=PSI_BUDGET)
+    def on_psi_open(self, msg: Any, ctx: Context) -> Any:
+        """The request that opens an intersection (one per intersection, counted by the policy)."""
+        return self.on_psi(msg, ctx)
+
+    @handles(Persist)
+    def on_persist(self, msg: Persist, ctx: Context) -> Ack:
+        return party_persist(self, msg)
+
+    @handles(EndSession)
+    def on_end_session(self, msg: EndSession, ctx: Context) -> Ack:
+        """The label holder's run is over: the networked party then drops this session's state
+        (transport/grpc/party.py)."""
+        self.session_over = True
+        return Ack()
+
+    @handles(TrafficRequest)
+    def on_traffic_request(self, msg: TrafficRequest, ctx: Context) -> TrafficReport:
+        return self._traffic()
+
+    @handles(SaveModel)
+    def on_save_model(self, msg: SaveModel, ctx: Context) -> ModelSaved:
+        return self._save(msg)
+
+    @handles(LoadModel)
+    def on_load_model(self, msg: LoadModel, ctx: Context) -> Ack:
+        return self._load(msg, ctx)
+
+    @handles(HelloRequest)
+    def on_hello_request(self, msg: HelloRequest, ctx: Context) -> Hello:
+        d = self.data
+        return Hello(feature_names=list(d.feature_names), n_samples={s: d.n_samples(s) for s in d.splits},
+                     sources=None if d.sources == d.feature_names else list(d.sources))
+
+    @handles(KeepFeatures)
+    def on_keep_features(self, msg: KeepFeatures, ctx: Context) -> SupportReport:
+        self.data.keep(msg.indices)
+        self.role = None  # a role built on the old columns must not go on
+        return SupportReport(kept=np.asarray(self.data.kept, dtype=np.int64))
+
+    @handles(SupportRequest)
+    def on_support_request(self, msg: SupportRequest, ctx: Context) -> SupportReport:
+        scores = self.role.feature_scores() if self.role is not None else None
+        return SupportReport(kept=np.asarray(self.data.kept, dtype=np.int64),
+                             scores=None if scores is None else np.asarray(scores, dtype=np.float32))
+
+    @handles(Join, guard=_join_guard)
+    def on_join(self, msg: Join, ctx: Context) -> Any:
+        method = str(msg.method)
+        check_protocol(msg.protocol, peer=f"party {self.name!r} refuses the Join: the label holder",
+                       me=f"party {self.name!r}")
+        if not self.allows_method(method):
+            raise ProtocolError(f"party {self.name!r} does not take part in method {method!r}; it allows "
+                                f"{sorted(self._allowed or ())}")
+        cls = self.role_class(method)
+        self.role = cls(self.data, msg.spec, ctx)
+        self.method = method
+        return self.role.joined()
 
     # ------------------------------------------------------------------ policy
-    def _require(self, rule: str, what: str) -> None:
-        if not policy_allows(self.policy, rule):
-            fix = "set it to false" if rule == "require_secure" else "set it to true"
-            raise refusal(self.name, rule, getattr(self.policy, rule), what, f"to allow it, {fix}")
-
-    def _check_public_key(self, msg: Any) -> None:
-        """A Paillier public key sent to this party (any message's ``public_key`` field) must be at
-        least ``min_key_bits`` long."""
-        pk = getattr(msg, "public_key", None)
-        if isinstance(pk, (bytes, bytearray)) and pk:
-            bits = int.from_bytes(bytes(pk), "big").bit_length()
-            self._check_bits(bits, f"use a {bits}-bit Paillier key ({kind_name(msg)})")
-
-    def _check_bits(self, bits: int, what: str) -> None:
-        least = int(self.policy.min_key_bits)
-        if bits < least - 8:  # a modulus of "2048 bits" may be a few bits shorter
-            raise refusal(self.name, "min_key_bits", least, what, f"ask for keys of {least} bits or more, or lower it")
-
     def count_request(self, what: str, n_ids: int) -> None:
         """One more PSI (or alignment) request of ``n_ids`` ids: within the policy's limits, or refused."""
         pol = self.policy
         if n_ids > pol.max_psi_ids:
             raise refusal(self.name, "max_psi_ids", pol.max_psi_ids, f"answer a request with {n_ids} ids",
                           "raise it to allow larger requests")
-        if self.psi_requests >= pol.max_psi_requests:
+        if self._requests.n >= pol.max_psi_requests:
             raise refusal(self.name, "max_psi_requests", pol.max_psi_requests,
-                          f"answer more {what} (it has answered {self.psi_requests} since it started)",
+                          f"answer more {what} (it has answered {self._requests.n} since it started)",
                           "restart the party or raise it")
-        self.psi_requests += 1
+        self._requests.n += 1
 
-    def _join(self, msg: Join, ctx: Context) -> Any:
-        method = str(msg.method)
-        check_protocol(msg.protocol, peer=f"party {self.name!r} refuses the Join: the label holder",
-                       me=f"party {self.name!r}")
-        if self._allowed is not None and method not in self._allowed:
-            raise ProtocolError(f"party {self.name!r} does not take part in method {method!r}; it allows "
-                                f"{sorted(self._allowed)}")
-        allowed = self.policy.methods
-        if allowed != "all" and method not in allowed:
-            raise refusal(self.name, "methods", list(allowed), f"join method {method!r}", "add the method to allow it")
-        cls = self._role_class(method)
-        for rule in cls.policy_rules(msg.spec):
-            self._require(rule, f"{POLICY_RULES[rule]} (method {method!r})")
-        bits = cls.key_bits(msg.spec)
-        if bits is not None:
-            self._check_bits(int(bits), f"make {int(bits)}-bit Paillier keys (method {method!r})")
-        self.role = cls(self.data, msg.spec, ctx)
-        self.method = str(msg.method)
-        return self.role.joined()
+    def allows_method(self, method: str) -> bool:
+        """Whether the party was built to take part in ``method`` (``allowed_methods``)."""
+        return self._allowed is None or method in self._allowed
 
-    def _role_class(self, method: str) -> type[Role]:
+    def role_class(self, method: str) -> type[Role]:
+        """The role class this party builds for ``method``."""
         if self._role_for is None:
             raise ProtocolError(f"party {self.name!r} was built without role_for, so it can take part in no method "
                                 f"({method!r} asked); build it with role_for=verticalfs.methods.registry.party_roles()")
@@ -558,7 +537,7 @@ class PartyRuntime:
             raise ProtocolError(f"party {self.name!r}: the rows given have features {self.data.feature_names[:5]}..., "
                                 f"the model was trained on {list(saved['feature_names'])[:5]}...")
         self.data.keep(saved["kept"])
-        cls = self._role_class(str(msg.method))
+        cls = self.role_class(str(msg.method))
         self.role = cls.restore(self.data, saved["role"], ctx)
         self.method = str(msg.method)
         return Ack()

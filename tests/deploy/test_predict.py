@@ -354,7 +354,7 @@ def _staged(m, ids: list[str]) -> tuple[object, np.ndarray]:
     it staged for them, every prepared column."""
     m.score(ids)
     rt = m.local.runtime
-    sc = rt.scoring_models[m.name]
+    sc = rt.scoring.models[m.name]
     return sc, sc.data._X_all[f"predict-{m._session}"].numpy().copy()
 
 
@@ -412,7 +412,6 @@ def _psi_party(root: Path, *, n: int, stream_above_mb: float, policy=None):
     and the label holder's scoring proxy to it (the rewriting of deploy/predict.py)."""
     from verticalfs.deploy.party import DeployedParty
     from verticalfs.deploy.predict import _PhaseProxy
-    from verticalfs.deploy.scoring import enable_scoring
     from verticalfs.names import LABEL_HOLDER
     from verticalfs.transport.inprocess import InProcessChannel
     from verticalfs.transport.ledger import Ledger
@@ -423,7 +422,7 @@ def _psi_party(root: Path, *, n: int, stream_above_mb: float, policy=None):
     df.to_parquet(root / "train.parquet", index=False)
     df.iloc[n // 4:].to_parquet(root / "new.parquet", index=False)  # its scoring file: a quarter fewer ids
     rt = DeployedParty("telecom", root / "train.parquet", stream_above_mb=stream_above_mb, policy=policy)
-    enable_scoring(rt, model_dir=root / "models", scoring_path=root / "new.parquet", read_options=rt.read_options)
+    rt.enable_scoring(root / "new.parquet")
     channel, ledger = InProcessChannel(), Ledger()
     channel.register(rt.connect(channel, Ledger()))
     holder = Node(LABEL_HOLDER, channel, ledger)
@@ -449,7 +448,7 @@ def test_scoring_psi_with_either_engine_counts_against_the_policy(tmp_path, stre
     for engine in ("ristretto255", "openmined"):
         got = intersect_all([proxy], ids, engine=engine, text_array=True, chunk=512).ids  # streamed: 4 chunks
         assert list(got) == want, engine
-    assert rt.scoring_file().streamed == (stream_above_mb == 0)
+    assert rt.scoring.file().streamed == (stream_above_mb == 0)
     kinds = {r.kind for r in ledger.records()}
     assert {"ScoringPsiOpen", "ScoringPsiChunk", "ScoringPsi"} <= kinds
     assert not kinds & {"PsiOpen", "PsiChunk", "PsiRequest"}  # nothing about its training file

@@ -144,10 +144,9 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None, che
                             encoding=dep.encoding, max_bytes=dep.max_bytes if max_bytes is None else max_bytes,
                             checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(name),
                             policy=policy, state_dir=dep.state_dir(name), stream_above_mb=dep.stream_above_mb)
-    from verticalfs.deploy.scoring import enable_scoring, model_root, scoring_path
+    from verticalfs.deploy.scoring import scoring_path
 
-    enable_scoring(runtime, model_dir=model_root(dep, name), scoring_path=scoring_path(dep, name),
-                   read_options=runtime.read_options)
+    runtime.enable_scoring(scoring_path(dep, name))
     return NetworkedParty(runtime, e.listen, tls=dep.tls(name), addresses=dep.addresses,
                           insecure=dep.insecure, connect_timeout=dep.connect_timeout)
 

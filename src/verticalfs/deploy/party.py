@@ -30,10 +30,10 @@ from verticalfs.configuration import PartyPolicy
 from verticalfs.data.stream import DEFAULT_STREAM_ABOVE_MB, StreamedTable, file_bytes, prepare_streamed
 from verticalfs.data.user import _check_size, _read_frames, feature_columns, party_block
 from verticalfs.data.vertical import IMPUTATIONS, SCALINGS, SPLITS, prepare_block
-from verticalfs.deploy.scoring import is_scoring, scoring_handle
+from verticalfs.deploy.scoring import PartyScoring, is_scoring
+from verticalfs.dispatch import Budget, Context, handles
 from verticalfs.exceptions import DataError, ProtocolError
 from verticalfs.methods import registry
-from verticalfs.names import LABEL_HOLDER
 from verticalfs.party import LocalData, PartyRuntime
 from verticalfs.psi import IdsDigest, IdsDigestRequest
 from verticalfs.transport.messages import message
@@ -147,53 +147,86 @@ class DeployedParty(PartyRuntime):
                          role_for=registry.party_roles(), allowed_methods=allowed_methods,
                          checkpoint_dir=checkpoint_dir, policy=PartyPolicy() if policy is None else policy)
         self.aligned = False
-        self.scoring_enabled = False  # set by verticalfs.deploy.predict.enable_scoring
+        #: its scoring of saved models (:meth:`enable_scoring`); ``None``: it scores nothing
+        self.scoring: PartyScoring | None = None
         #: the party's working folder (its PSI digest secret, ``psi.key``)
         self.state_dir = None if state_dir is None else Path(state_dir)
+        self._secret: bytes | None = None
         self._digests: dict[tuple[bool, int], str] = {}
+
+    def enable_scoring(self, scoring_path: str | Path, *, stream_above_mb: float | None = None) -> PartyScoring:
+        """Score saved models over ``scoring_path`` (its ``predict_file``, or its training file; read
+        when a model is first opened), streamed from ``stream_above_mb`` MiB (default: the party's own
+        setting, as for its training file)."""
+        self.scoring = PartyScoring(self, scoring_path=Path(scoring_path), id_column=self.id_column,
+                                    read_options=self.read_options,
+                                    stream_above_mb=self.stream_above_mb if stream_above_mb is None
+                                    else stream_above_mb)
+        return self.scoring
+
+    def fork(self) -> DeployedParty:
+        """A session's own copy (:meth:`PartyRuntime.fork`): not aligned yet; its scoring shares the
+        open models, its scoring PSI is its own."""
+        rt = super().fork()
+        assert isinstance(rt, DeployedParty)
+        rt.aligned = False
+        rt.scoring = None if self.scoring is None else self.scoring.fork(rt)
+        return rt
 
     def _digest(self, scoring: bool) -> IdsDigest:
         """The keyed digest of the ids of its training file (or scoring file), computed once per file version."""
         from verticalfs.psi import ids_digest, party_secret
 
-        if scoring and not self.scoring_enabled:
-            raise ProtocolError(f"party {self.name!r} has no scoring file")
         version = 0
         if scoring:
+            if self.scoring is None:
+                raise ProtocolError(f"party {self.name!r} has no scoring file")
             # under the scoring lock: a streamed file read again removes the previous version's
             # working folder, which an open model may be preparing into
-            with self.scoring_lock:
-                f = self.scoring_file()
+            with self.scoring.lock:
+                f = self.scoring.file()
                 f.refresh()
                 version, ids = f.version, f.ids
         key = (scoring, version)
         if key not in self._digests:
-            if getattr(self, "_secret", None) is None:
+            if self._secret is None:
                 self._secret = party_secret(self.state_dir)
             self._digests[key] = ids_digest(ids if scoring else self.ids, self._secret)
         return IdsDigest(digest=self._digests[key])
 
+    # ------------------------------------------------------------------ dispatch
     def handle(self, sender, msg, at, node):
-        if type(msg) is IdsDigestRequest:
-            if sender != LABEL_HOLDER:
-                raise ProtocolError(f"party {self.name!r} tells the digest of its ids only to the label holder")
-            return self._digest(bool(msg.scoring))
-        if self.scoring_enabled and is_scoring(msg, at):  # a saved model's inference (deploy/predict.py)
-            return scoring_handle(self, sender, msg, at, node)
-        if type(msg) is Align or type(msg) is PolicyQuery:
-            if sender != LABEL_HOLDER:
-                raise ProtocolError(f"party {self.name!r} accepts {type(msg).__name__} only from the label holder, "
-                                    f"not {sender!r}")
-            if type(msg) is PolicyQuery:
-                pol = self.policy
-                return PolicyReport(release_columns=pol.release_columns, accept_labels=pol.accept_labels,
-                                    require_secure=pol.require_secure, min_key_bits=int(pol.min_key_bits),
-                                    methods=["all"] if pol.methods == "all" else list(pol.methods))
-            return self._align(msg)
+        """As :meth:`PartyRuntime.handle`; a scoring message (:func:`~verticalfs.deploy.scoring.is_scoring`)
+        is resolved and answered under the scoring lock (sessions share the open models)."""
+        if self.scoring is not None and is_scoring(msg, at):
+            with self.scoring.lock:
+                return super().handle(sender, msg, at, node)
         return super().handle(sender, msg, at, node)
 
+    def resolve(self, sender, msg, at):
+        """A scoring message's route is its scoring's (:meth:`PartyScoring.resolve`), else as
+        :meth:`PartyRuntime.resolve`."""
+        if self.scoring is not None and is_scoring(msg, at):
+            return self.scoring.resolve(sender, msg, at)
+        return super().resolve(sender, msg, at)
+
+    @handles(IdsDigestRequest)
+    def on_ids_digest_request(self, msg: IdsDigestRequest, ctx: Context) -> IdsDigest:
+        return self._digest(bool(msg.scoring))
+
+    @handles(PolicyQuery)
+    def on_policy_query(self, msg: PolicyQuery, ctx: Context) -> PolicyReport:
+        pol = self.policy
+        return PolicyReport(release_columns=pol.release_columns, accept_labels=pol.accept_labels,
+                            require_secure=pol.require_secure, min_key_bits=int(pol.min_key_bits),
+                            methods=["all"] if pol.methods == "all" else list(pol.methods))
+
+    @handles(Align, budget=Budget("alignments", lambda m: len(m.ids)))
+    def on_align(self, msg: Align, ctx: Context) -> Aligned:
+        return self._align(msg)
+
     def _align(self, msg: Align) -> Aligned:
-        self.count_request("alignments", len(msg.ids))
+        # (counted by the alignments budget before it runs, verticalfs.dispatch)
         # a text array since protocol 1.2 (serde's compact text array), a list of str before
         if isinstance(msg.ids, np.ndarray) and (msg.ids.dtype.kind != "U" or msg.ids.ndim != 1):
             raise ProtocolError(f"party {self.name!r}: Align's ids are a 1-D text array, got dtype {msg.ids.dtype} "

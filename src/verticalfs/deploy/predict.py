@@ -4,7 +4,7 @@
 the label party. ``DIR`` is the label holder's folder of the model (``run --save-model DIR``: its
 ``manifest.json`` and ``active.pt``); the parties are sent only the model's *name* (``DIR``'s last
 component) and each reads its own part from its own model folder (``<model_dir>/<name>/<party>.pt``,
-:func:`party_model_dir`). Nothing else of the model, and no path, crosses.
+its policy's ``model_dir``). Nothing else of the model, and no path, crosses.
 
 The exchange (every message metered on the ledger)::
 
@@ -222,9 +222,9 @@ class DeployedModel:
         holder is the label party); a file of at least ``stream_above_mb`` MiB by its id column alone
         (:class:`~verticalfs.data.stream.StreamedTable`), as training reads it."""
         if self.local is not None:
-            rt = self.local.runtime
-            with rt.scoring_lock:  # its server's threads may be preparing from it
-                f = rt.scoring_file()
+            sc = self.local.runtime.scoring
+            with sc.lock:  # its server's threads may be preparing from it
+                f = sc.file()
                 f.refresh()
                 return f.ids
         from verticalfs.data.stream import StreamedTable, file_bytes

@@ -1,24 +1,30 @@
 """The party's side of using a saved model (:mod:`verticalfs.deploy.predict` is the label holder's):
-the scoring messages, the open model at a party and its scoring file, indexed by id.
+the scoring messages, a deployed party's scoring (:class:`PartyScoring`, the handlers of those
+messages, owned by the party), the open model at a party and its scoring file, indexed by id.
 
 See :mod:`verticalfs.deploy.predict` for the exchange and what each side learns.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import secrets
 import shutil
 import threading
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from verticalfs.exceptions import ConfigError, DataError, ProtocolError
-from verticalfs.names import LABEL_HOLDER
+from verticalfs.dispatch import Budget, Context, Handlers, Route, handles
+from verticalfs.exceptions import DataError, ProtocolError
 from verticalfs.transport.messages import At, message
+
+if TYPE_CHECKING:
+    from verticalfs.party import PartyRuntime
+    from verticalfs.psi import PsiParty
 
 #: the phase of inference messages on the ledger
 PREDICT = At("predict")
@@ -99,24 +105,10 @@ SCORING_KINDS = (OpenModel, ScoringPsi, ScoringPsiOpen, ScoringPsiChunk, StageId
 
 
 # ------------------------------------------------------------------------------- party side
-def model_root(dep, name: str) -> Path:
-    """The folder under which party ``name`` of ``dep`` keeps its saved models, one sub-folder per
-    model name: ``models/<party>`` beside the deployment file."""
-    return Path(dep.path).parent / "models" / name
-
-
 def scoring_path(dep, name: str) -> Path:
     """Party ``name``'s scoring file: its ``predict_file``, else its training ``file``."""
     e = dep.party(name)
     return e.predict_file if e.predict_file is not None else e.file
-
-
-def party_model_dir(runtime) -> Path:
-    """The folder under which party ``runtime`` keeps its saved models (set by :func:`enable_scoring`)."""
-    d = getattr(runtime, "model_dir", None)
-    if d is None:
-        raise ConfigError(f"party {runtime.name!r} has no model folder")
-    return Path(d)
 
 
 def plain_name(name: str, party: str) -> str:
@@ -226,30 +218,30 @@ class Scoring:
     and its scoring file. Kept apart from the party's training state (``runtime.role``), so that a
     running training and scoring do not disturb each other's role."""
 
-    def __init__(self, runtime, msg: OpenModel, ctx) -> None:
+    def __init__(self, scoring: PartyScoring, msg: OpenModel, ctx: Context) -> None:
         from verticalfs.data.preprocess import PartyPreprocessor
         from verticalfs.model_files import load_party_file
         from verticalfs.party import LocalData
 
-        name = plain_name(str(msg.model), runtime.name)
-        allowed = runtime._allowed
-        if allowed is not None and msg.method not in allowed:
-            raise ProtocolError(f"party {runtime.name!r} does not take part in method {msg.method!r}; it allows "
-                                f"{sorted(allowed)}")
-        folder = runtime.model_folder(name)  # the party policy's model_dir / name, as SaveModel wrote it
-        path = folder / f"{runtime.name}.pt"
-        saved = load_party_file(path, expected_sha256=str(msg.sha256), party=runtime.name)
+        party = scoring.party
+        name = plain_name(str(msg.model), party.name)
+        if not party.allows_method(str(msg.method)):
+            raise ProtocolError(f"party {party.name!r} does not take part in method {msg.method!r}; it allows "
+                                f"{sorted(party._allowed or ())}")
+        folder = party.model_folder(name)  # the party policy's model_dir / name, as SaveModel wrote it
+        path = folder / f"{party.name}.pt"
+        saved = load_party_file(path, expected_sha256=str(msg.sha256), party=party.name)
         if saved["method"] != msg.method:
-            raise ProtocolError(f"party {runtime.name!r}: model {name!r} holds a {saved['method']!r} part, not "
+            raise ProtocolError(f"party {party.name!r}: model {name!r} holds a {saved['method']!r} part, not "
                                 f"{msg.method!r}")
         if saved.get("preprocessor") is None:
-            raise ProtocolError(f"party {runtime.name!r}: model {name!r} has no saved preprocessing")
+            raise ProtocolError(f"party {party.name!r}: model {name!r} has no saved preprocessing")
         self.name, self.method, self.sha256 = name, str(msg.method), str(msg.sha256)
         self.preprocessor = PartyPreprocessor.from_dict(saved["preprocessor"])
-        self.file = runtime.scoring_file()
-        self.data = LocalData(runtime.name, list(saved["feature_names"]), {})
+        self.file = scoring.file()
+        self.data = LocalData(party.name, list(saved["feature_names"]), {})
         self.data.keep(saved["kept"])
-        cls = runtime._role_class(str(msg.method))
+        cls = party.role_class(str(msg.method))
         self.role = cls.restore(self.data, saved["role"], ctx)
         self._version = -1
         self._out: Path | None = None  # the streamed matrix's folder
@@ -320,29 +312,119 @@ MAX_OPEN_MODELS = 8
 MAX_SPLITS = 16
 
 
-def scoring_handle(runtime, sender: str, msg: Any, at: At, node) -> Any:
-    """The party's answer to a scoring message, or to a method message of phase ``predict`` (sent
-    to the role of the open model whose rows that message's split names, never the training role).
-
-    Several label-holder sessions may score at once (a ``serve-model`` and a nightly ``predict``):
-    models are kept open by name, and each session stages its rows under split names of its own."""
-    if sender != LABEL_HOLDER:
-        raise ProtocolError(f"party {runtime.name!r} accepts scoring messages only from the label holder, "
-                            f"not {sender!r}")
-    with runtime.scoring_lock:
-        return _scoring_handle(runtime, sender, msg, at, node)
+def is_scoring(msg: Any, at: At | None) -> bool:
+    """A scoring message, or any message of phase ``predict`` (a saved model's inference)."""
+    return type(msg) in SCORING_KINDS or (at is not None and at.phase == PREDICT.phase)
 
 
-def _scoring_handle(runtime, sender: str, msg: Any, at: At, node) -> Any:
-    from verticalfs.party import Context
-    from verticalfs.psi import PsiChunk, PsiOpen, PsiParty, PsiRequest, PsiServer
+def _split_of(msg: Any) -> Any:
+    """The split a method's inference message names (its ``split`` field: ``EmbedRequest``,
+    ``GatherColumns``, ...); ``None`` if it names none."""
+    return getattr(msg, "split", None)
 
-    t = type(msg)
-    models, splits = runtime.scoring_models, runtime.scoring_splits
-    if t is OpenModel:
+
+class _Unstaged:
+    """The route of a method's message of phase ``predict`` whose split no :class:`StageIds`
+    prepared (not a message kind: it answers every such message with a refusal)."""
+
+
+class _Shared:
+    """What every session of a party shares for scoring: the open models, the staged splits, the
+    lock that serialises scoring, the scoring file (read when a model is first opened)."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, Scoring] = {}  # name -> Scoring, in the order opened
+        self.splits: dict[str, Scoring] = {}  # staged split -> Scoring
+        self.lock = threading.Lock()
+        self.file: ScoringFile | None = None
+
+
+class PartyScoring(Handlers):
+    """A deployed party's scoring: the handlers of the scoring messages, owned by the party
+    (:class:`~verticalfs.deploy.party.DeployedParty`'s ``scoring``).
+
+    It answers :class:`OpenModel`, the scoring PSI and :class:`StageIds`, and routes a method's
+    message of phase ``predict`` to the role of the open model whose rows that message's split
+    names, never to the training role (:meth:`resolve`). Several label-holder sessions may score at
+    once (a ``serve-model`` and a nightly ``predict``): models are kept open by name, and each
+    session stages its rows under split names of its own. A session's copy (:meth:`fork`) shares
+    the open models, the staged splits, the lock and the scoring file; its streamed scoring PSI is
+    its own.
+
+    Parameters
+    ----------
+    party : PartyRuntime
+        The party it belongs to (its name, policy, allowed methods, model folder and roles).
+    scoring_path : path
+        Its scoring file (``predict_file`` or its training file).
+    id_column : str
+    read_options : dict
+        How to read the file (as its training file).
+    stream_above_mb : float, optional
+        Files from this size on are read in pieces (default: the library's).
+    """
+
+    def __init__(self, party: PartyRuntime, *, scoring_path: Path, id_column: str,
+                 read_options: dict[str, Any], stream_above_mb: float | None = None) -> None:
+        self.party = party
+        self.path = Path(scoring_path)
+        self.id_column = id_column
+        self.read_options = dict(read_options)
+        self.stream_above_mb = stream_above_mb
+        self._shared = _Shared()
+        self.psi: PsiParty | None = None  # this session's streamed scoring PSI
+
+    def fork(self, party: PartyRuntime) -> PartyScoring:
+        """The scoring of ``party``, a session's copy of this one's party (see the class docstring)."""
+        out = copy.copy(self)
+        out.party, out.psi = party, None
+        return out
+
+    @property
+    def lock(self) -> threading.Lock:
+        return self._shared.lock
+
+    @property
+    def models(self) -> dict[str, Scoring]:
+        return self._shared.models
+
+    @property
+    def splits(self) -> dict[str, Scoring]:
+        return self._shared.splits
+
+    def file(self) -> ScoringFile:
+        """The scoring file, indexed by id (read on first use; :meth:`ScoringFile.refresh` reads it again)."""
+        sh = self._shared
+        if sh.file is None:
+            sh.file = ScoringFile(self.party.name, self.path, id_column=self.id_column,
+                                  read_options=self.read_options, stream_above_mb=self.stream_above_mb)
+        return sh.file
+
+    # ------------------------------------------------------------------ routing
+    def resolve(self, sender: str, msg: Any, at: At | None) -> tuple[Handlers, Route, str]:
+        """The route of a scoring message (:func:`is_scoring`), under :attr:`lock`: a scoring kind's
+        own, or for a method's message of phase ``predict`` the route its open model's role declares."""
+        t = type(msg)
+        route = self.routes.get(t)
+        if route is not None:
+            return self, route, f"party {self.party.name!r}"
+        split = _split_of(msg)
+        sc = self.splits.get(split) if isinstance(split, str) else None
+        if sc is None:
+            return self, self.routes[_Unstaged], f"party {self.party.name!r}"
+        route = sc.role.routes.get(t)
+        if route is None:
+            raise ProtocolError(f"party {self.party.name!r} ({type(sc.role).__name__}, model {sc.name!r}) does not "
+                                f"expect {t.__name__} from {sender!r}")
+        return sc.role, route, f"model {sc.name!r}"
+
+    # ------------------------------------------------------------------ handlers
+    @handles(OpenModel)
+    def on_open_model(self, msg: OpenModel, ctx: Context) -> ModelOpened:
+        models = self.models
         sc = models.get(str(msg.model))
         if sc is None or sc.sha256 != msg.sha256 or sc.method != msg.method:
-            sc = Scoring(runtime, msg, Context(node, at, sender))
+            sc = Scoring(self, msg, ctx)
         # a model closed removes its prepared matrix's folder (rows it staged are copies: they stay)
         old = models.pop(sc.name, None)
         if old is not None and old is not sc:
@@ -352,27 +434,37 @@ def _scoring_handle(runtime, sender: str, msg: Any, at: At, node) -> Any:
             models.pop(next(iter(models))).close()
         sc.file.refresh()
         return ModelOpened(rows_in_file=sc.file.n_rows, version=sc.file.version)
-    if t is ScoringPsi or t is ScoringPsiOpen:
-        runtime.count_request("PSI requests", int(msg.n))  # the party policy's PSI limits, as for training's PSI
-        f = runtime.scoring_file()
+
+    @handles(ScoringPsi, ScoringPsiOpen, budget=Budget("PSI requests", lambda m: int(m.n)))
+    def on_scoring_psi(self, msg: ScoringPsi | ScoringPsiOpen, ctx: Context) -> Any:
+        """PSI over the scoring file's ids (the party policy's PSI limits count it, as training's PSI)."""
+        from verticalfs.psi import PsiOpen, PsiParty, PsiRequest, PsiServer
+
+        f = self.file()
         f.refresh()
-        if t is ScoringPsi:  # openmined-psi
+        if isinstance(msg, ScoringPsi):  # openmined-psi
             return PsiServer(f.ids).reply(PsiRequest(request=msg.request, n=msg.n))
         # the streamed ristretto255 engine over the scoring file's ids (a numpy text array); the state
-        # of one run per session (a session's runtime is its own copy, transport/grpc/party.py)
-        runtime._scoring_psi = PsiParty(f.ids)
-        return runtime._scoring_psi.reply(PsiOpen(group=msg.group, n=msg.n, chunk=msg.chunk))
-    if t is ScoringPsiChunk:
-        psi = getattr(runtime, "_scoring_psi", None)
-        if psi is None:
-            raise ProtocolError(f"party {runtime.name!r}: a scoring PSI chunk arrived before ScoringPsiOpen")
-        return psi.reply(PsiChunk(index=msg.index, points=msg.points))
-    if t is StageIds:
-        sc = models.get(str(msg.model))
+        # of one run per session (a session's scoring is its own copy, :meth:`fork`)
+        self.psi = PsiParty(f.ids)
+        return self.psi.reply(PsiOpen(group=msg.group, n=msg.n, chunk=msg.chunk))
+
+    @handles(ScoringPsiChunk)
+    def on_scoring_psi_chunk(self, msg: ScoringPsiChunk, ctx: Context) -> Any:
+        from verticalfs.psi import PsiChunk
+
+        if self.psi is None:
+            raise ProtocolError(f"party {self.party.name!r}: a scoring PSI chunk arrived before ScoringPsiOpen")
+        return self.psi.reply(PsiChunk(index=msg.index, points=msg.points))
+
+    @handles(StageIds)
+    def on_stage_ids(self, msg: StageIds, ctx: Context) -> IdsStaged:
+        sc = self.models.get(str(msg.model))
         if sc is None:
-            raise ProtocolError(f"party {runtime.name!r}: model {msg.model!r} is not open (OpenModel first; a party "
-                                f"keeps {MAX_OPEN_MODELS} models open)")
+            raise ProtocolError(f"party {self.party.name!r}: model {msg.model!r} is not open (OpenModel first; a "
+                                f"party keeps {MAX_OPEN_MODELS} models open)")
         rep = sc.stage(msg)
+        splits = self.splits
         splits.pop(str(msg.split), None)
         splits[str(msg.split)] = sc
         while len(splits) > MAX_SPLITS:
@@ -380,42 +472,9 @@ def _scoring_handle(runtime, sender: str, msg: Any, at: At, node) -> Any:
             splits.pop(old)
             owner.data.put(old, np.zeros((0, owner.data.n_features), dtype=np.float32))
         return rep
-    split = getattr(msg, "split", None)
-    sc = splits.get(split) if isinstance(split, str) else None
-    if sc is None:
-        raise ProtocolError(f"party {runtime.name!r} received {t.__name__} at phase predict for split {split!r}, "
-                            "which no StageIds prepared")
-    for rule in sc.role._policy.get(t, ()):  # the party policy's rules, as for training
-        runtime._require(rule, f"{rule} ({t.__name__} of model {sc.name!r})")
-    return sc.role.handle(sender, msg, Context(node, at, sender))
 
-
-def is_scoring(msg: Any, at: At) -> bool:
-    return type(msg) in SCORING_KINDS or at.phase == PREDICT.phase
-
-
-def enable_scoring(runtime, *, model_dir: Path, scoring_path: Path, read_options: dict,
-                   stream_above_mb: float | None = None) -> None:
-    """Give a deployed party what it needs to score: its model folder and its scoring file
-    (``predict_file`` or its training file; read when a model is first opened), streamed from
-    ``stream_above_mb`` MiB (default: the party's own setting, as for its training file)."""
-    if stream_above_mb is None:
-        stream_above_mb = getattr(runtime, "stream_above_mb", None)
-    runtime.scoring_enabled = True
-    runtime.model_dir = Path(model_dir)
-    runtime.scoring_models = {}  # name -> Scoring, in the order opened
-    runtime.scoring_splits = {}  # staged split -> Scoring
-    runtime.scoring_lock = threading.Lock()
-    runtime._scoring_path = Path(scoring_path)
-    runtime._scoring_file = None
-    runtime._read_options = dict(read_options)
-    runtime._scoring_psi = None
-
-    def scoring_file() -> ScoringFile:
-        if runtime._scoring_file is None:
-            runtime._scoring_file = ScoringFile(runtime.name, runtime._scoring_path, id_column=runtime.id_column,
-                                                read_options=runtime._read_options,
-                                                stream_above_mb=stream_above_mb)
-        return runtime._scoring_file
-
-    runtime.scoring_file = scoring_file
+    @handles(_Unstaged)
+    def on_unstaged(self, msg: Any, ctx: Context) -> None:
+        """A method's message of phase ``predict`` whose split no :class:`StageIds` prepared."""
+        raise ProtocolError(f"party {self.party.name!r} received {type(msg).__name__} at phase predict for split "
+                            f"{_split_of(msg)!r}, which no StageIds prepared")

@@ -14,7 +14,6 @@ bare channel, e.g. tests and the network benchmark) share the runtime itself, as
 
 from __future__ import annotations
 
-import copy
 import sys
 import threading
 import time
@@ -52,14 +51,6 @@ class Session:
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started))
         return f"session {self.id or '(none)'}, started at {when} by {self.by} ({self.peer})"
-
-
-def _fork_data(data: Any) -> Any:
-    """A session's own view of a party's LocalData: the same tensors, its own kept features and splits."""
-    out = copy.copy(data)
-    out._X_all = dict(data._X_all)
-    out._X = dict(data._X)
-    return out
 
 
 class NetworkedParty:
@@ -156,14 +147,7 @@ class NetworkedParty:
         if not sid:
             base.session_over = False
             return base
-        rt: Any = copy.copy(base)  # the file read at start, the policy, the scoring models: shared
-        rt.data = _fork_data(base.data)
-        rt.role, rt.method, rt.node = None, None, None
-        rt._reported = 0
-        rt.session_over = False
-        if hasattr(base, "aligned"):
-            rt.aligned = False
-        rt.count_request = base.count_request  # the policy's PSI and Align limits count every session
+        rt = base.fork()  # the file read at start, the policy, the scoring models: shared
         if self.channel is None:
             raise RuntimeError("set_addresses() first")
         rt.connect(self.channel.for_session(sid), Ledger(compute_rounds=False))
