@@ -42,7 +42,7 @@ import copy
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -221,6 +221,10 @@ class Role(Handlers):
     party's :class:`LocalData`, the ``spec`` of the ``Join`` and the context; :meth:`joined` is the
     reply to the ``Join``.
     """
+
+    #: attributes a checkpoint leaves out (:class:`~verticalfs.transport.messages.Persist`): caches
+    #: the role rebuilds from its state (e.g. a batch plan); ``data`` and ``spec`` are never saved
+    transient: ClassVar[tuple[str, ...]] = ()
 
     # ------------------------------------------------------------------ policy
     @classmethod

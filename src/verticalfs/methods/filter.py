@@ -209,8 +209,6 @@ class FilterMethod(Method):
 
     def fit(self, fed) -> FilterMethod:
         self.join_parties(fed)
-        for cb in self.callbacks:
-            cb.on_train_begin(self, 1, "selection")
         led = fed.ledger
         b0 = led.total_bytes
         t0 = time.perf_counter()
@@ -228,6 +226,9 @@ class FilterMethod(Method):
             if p in self.feature_scores_ and 0 <= i < len(self.feature_scores_[p]):
                 self.feature_scores_[p][i] = v
 
+        # the evaluation is this method's one "epoch" (a round-based selection reported its rounds)
+        for cb in self.callbacks:
+            cb.on_train_begin(self, 1, "selection")
         X, y = self.gather(fed, selected)
         b2 = led.total_bytes
         lab = fed.labels

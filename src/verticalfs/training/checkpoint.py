@@ -1,13 +1,15 @@
 """Checkpoints at the end of every epoch, and resuming a run from the last complete one.
 
 A run with a checkpoint folder saves, after every training epoch of the one split-learning loop
-(:class:`~verticalfs.training.split.SplitTrainer`):
+(:class:`~verticalfs.training.split.SplitTrainer`) and after every round of a round-based protocol
+(:class:`~verticalfs.training.rounds.RoundDriver`), whichever loop (:class:`Loop`) runs:
 
 - at every party (a :class:`Persist` message, phase ``checkpoint``): its role's state (bottom
-  model, optimiser, gates, masks, batch plan), the features it still uses, its RNG states, in its
-  own folder (a party's checkpoint never leaves its host);
-- at the label holder: the trainer's state (its attributes: top model, optimiser, history, best
-  epoch so far, and whatever a method's trainer keeps), the ledger so far, the RNG states.
+  model, optimiser, gates, masks, batch plan, a protocol's weights), the features it still uses,
+  its RNG states, in its own folder (a party's checkpoint never leaves its host);
+- at the label holder: the loop's state (:meth:`Loop.checkpoint_state`: a trainer's attributes, top
+  model, optimiser, history, best epoch so far, and whatever a method's trainer keeps; a driver's
+  history and its protocol's state), the ledger so far, the RNG states.
 
 Each file is written atomically (a temporary file, then a rename); the label holder then writes
 ``latest.json`` naming the checkpoint, only after every party confirmed its file: a checkpoint
@@ -42,7 +44,7 @@ import shutil
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -55,14 +57,33 @@ from verticalfs.utils.io import check_private_file, write_bytes_atomic, write_js
 if TYPE_CHECKING:
     from verticalfs.crypto.keys import PrivateKey
     from verticalfs.party import PartyRuntime
-    from verticalfs.training.split import SplitTrainer
 
 PHASE = "checkpoint"
 #: a role's attributes that are not state (rebuilt by the run's Join)
 _NOT_STATE = frozenset({"data", "spec"})
-#: a trainer's attributes that are not state (the run rebuilds them)
-_TRAINER_NOT_STATE = frozenset({"fed", "callbacks", "entry_hook", "labels", "y", "loss", "config", "method",
-                                "seed", "parties", "task", "eval_splits", "select", "codec", "checkpoints"})
+
+
+class Loop(Protocol):
+    """What a checkpointed loop offers the :class:`Checkpointer` (a
+    :class:`~verticalfs.training.split.SplitTrainer`, a :class:`~verticalfs.training.rounds.RoundDriver`)."""
+
+    #: the label holder's federation (its parties checkpoint by ``Persist``, its ledger is saved)
+    fed: Any
+    #: the parties taking part now
+    parties: list[str]
+
+    @property
+    def position(self) -> int:
+        """Epochs or rounds done (the ``round`` of the checkpoint's messages)."""
+        ...
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The label holder's state of the loop (plain data, see :mod:`verticalfs.training.state`)."""
+        ...
+
+    def load_checkpoint_state(self, saved: dict[str, Any], keys: dict[str, PrivateKey]) -> None:
+        """Put :meth:`checkpoint_state`'s output back into the resumed run's loop."""
+        ...
 
 
 def rng_state() -> dict[str, Any]:
@@ -125,7 +146,8 @@ def _read(path: Path) -> tuple[dict[str, Any], dict[str, PrivateKey]]:
     return tree, keys
 
 
-def _restore_attrs(obj: Any, saved: dict[str, Any], keys: dict[str, PrivateKey], what: str) -> None:
+def restore_attrs(obj: Any, saved: dict[str, Any], keys: dict[str, PrivateKey], what: str) -> None:
+    """Put saved attributes back into ``obj`` (modules and optimisers in place)."""
     for k, s in saved.items():
         setattr(obj, k, _state.restore_into(getattr(obj, k, None), s, keys, f"{what}.{k}"))
 
@@ -158,7 +180,8 @@ def party_persist(runtime: PartyRuntime, msg: Persist) -> Ack:
         raise ProtocolError(f"party {runtime.name!r} has no role to checkpoint")
     path = run_dir / f"{_safe(str(msg.tag), 'checkpoint tag')}.pt"
     if msg.action == "save":
-        state = {k: v for k, v in vars(role).items() if k not in _NOT_STATE}
+        skip = _NOT_STATE | set(role.transient)
+        state = {k: v for k, v in vars(role).items() if k not in skip}
         _private_dir(Path(folder))
         _write(path, {"role": state, "kept": np.asarray(runtime.data.kept), "rng": rng_state(),
                       "method": runtime.method})
@@ -174,7 +197,7 @@ def party_persist(runtime: PartyRuntime, msg: Persist) -> Ack:
             raise ProtocolError(f"party {runtime.name!r}: checkpoint {msg.tag!r} is of {saved.get('method')!r}, the "
                                 f"run is {runtime.method!r}")
         runtime.data.keep(_state.restore_into(None, saved["kept"], keys))
-        _restore_attrs(role, saved["role"], keys, f"party {runtime.name!r}")
+        restore_attrs(role, saved["role"], keys, f"party {runtime.name!r}")
         set_rng_state(_state.restore_into(None, saved["rng"], keys))
         return Ack()
     raise ProtocolError(f"unknown checkpoint action {msg.action!r}; use 'save', 'load' or 'clear'")
@@ -223,28 +246,29 @@ class Checkpointer:
     def replaying(self) -> bool:
         return self.target is not None and self.segment < int(self.target["segment"])
 
-    def begin(self, trainer: SplitTrainer) -> int:
-        """A loop segment starts; returns how many of its epochs to skip (restored from the checkpoint)."""
+    def begin(self, loop: Loop) -> int:
+        """A loop segment starts; returns how many of its epochs (or rounds) to skip (restored from
+        the checkpoint)."""
         self.segment += 1
         if self.target is not None and self.segment == int(self.target["segment"]):
             done = int(self.target["epochs"])
-            self._restore(trainer, self.target["tag"])
+            self._restore(loop, self.target["tag"])
             self.target = None
             return done
         return 0
 
-    def save(self, trainer: SplitTrainer, epochs_done: int) -> None:
-        """After an epoch: every party saves, then the label holder, then ``latest.json`` names it."""
+    def save(self, loop: Loop, epochs_done: int) -> None:
+        """After an epoch (or a round): every party saves, then the label holder, then ``latest.json`` names it."""
         if self.replaying:
             return
         tag = f"s{self.segment}-e{epochs_done}"
-        at = At(PHASE, trainer.epoch)
-        fed = trainer.fed
-        for p in trainer.parties:
+        at = At(PHASE, loop.position)
+        fed = loop.fed
+        for p in loop.parties:
             fed.proxy(p).request(Persist(action="save", run=self.run_id, tag=tag), at, expect=Ack)
         led = fed.ledger
-        state = {k: v for k, v in vars(trainer).items() if k not in _TRAINER_NOT_STATE}
-        blob = {"trainer": state, "ledger": led.snapshot(), "rng": rng_state()}
+        blob = {"trainer": loop.checkpoint_state(), "position": loop.position, "ledger": led.snapshot(),
+                "rng": rng_state()}
         run_dir = self.folder / self.run_id
         _private_dir(self.folder)
         _write(run_dir / f"{tag}.pt", blob)
@@ -252,16 +276,16 @@ class Checkpointer:
                                                         "epochs": epochs_done, "tag": tag})
         _prune(run_dir)
 
-    def _restore(self, trainer: SplitTrainer, tag: str) -> None:
+    def _restore(self, loop: Loop, tag: str) -> None:
         path = self.folder / self.run_id / f"{tag}.pt"
         if not path.is_file():
             raise ConfigError(f"the label holder's checkpoint {str(path)!r} named in latest.json is missing")
         blob, keys = _read(path)
-        at = At(PHASE, int(blob["trainer"].get("epoch", 0)))
-        for p in trainer.parties:
-            trainer.fed.proxy(p).request(Persist(action="load", run=self.run_id, tag=tag), at, expect=Ack)
-        _restore_attrs(trainer, blob["trainer"], keys, "the label holder's trainer")
-        trainer.fed.ledger.restore(_state.restore_into(None, blob["ledger"], keys))
+        at = At(PHASE, int(blob.get("position", blob["trainer"].get("epoch", 0))))  # (a split trainer's before 0.7)
+        for p in loop.parties:
+            loop.fed.proxy(p).request(Persist(action="load", run=self.run_id, tag=tag), at, expect=Ack)
+        loop.load_checkpoint_state(blob["trainer"], keys)
+        loop.fed.ledger.restore(_state.restore_into(None, blob["ledger"], keys))
         set_rng_state(_state.restore_into(None, blob["rng"], keys))
 
     def clear(self, fed: Any = None, parties: Iterable[str] = ()) -> None:

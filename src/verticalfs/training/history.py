@@ -5,14 +5,12 @@ from __future__ import annotations
 import sys
 import time
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
-
-    from verticalfs.training.split import SplitTrainer
 
 
 def derive_seed(seed: int, *keys: Any) -> int:
@@ -37,14 +35,21 @@ class History(list[dict[str, Any]]):
         return max(vals) if higher_is_better else min(vals)
 
 
+class Run(Protocol):
+    """The loop a callback hears from: a split-learning trainer
+    (:class:`~verticalfs.training.split.SplitTrainer`), a round driver
+    (:class:`~verticalfs.training.rounds.RoundDriver`), or a method whose one step is its evaluation
+    (a filter method)."""
+
+
 class Callback:
     """No-op hooks; override the ones you need."""
 
-    def on_train_begin(self, trainer: SplitTrainer, epochs: int, phase: str) -> None: ...
+    def on_train_begin(self, trainer: Run, epochs: int, phase: str) -> None: ...
 
-    def on_epoch_end(self, trainer: SplitTrainer, entry: dict[str, Any]) -> None: ...
+    def on_epoch_end(self, trainer: Run, entry: dict[str, Any]) -> None: ...
 
-    def on_train_end(self, trainer: SplitTrainer) -> None: ...
+    def on_train_end(self, trainer: Run) -> None: ...
 
     def on_stage_step(self, trainer: Any, stage: str, done: int, total: int) -> None:
         """A step of a long stage that is not an epoch (ICAFS's synthesis): ``done`` of ``total``."""
@@ -103,7 +108,7 @@ class ProgressCallback(Callback):
         eta = elapsed / done * (total - done) if done else float("nan")
         return f"{_clock(elapsed)} elapsed" + (f", ETA {_clock(eta)}" if done < total and eta == eta else "")
 
-    def on_train_begin(self, trainer: SplitTrainer, epochs: int, phase: str) -> None:
+    def on_train_begin(self, trainer: Run, epochs: int, phase: str) -> None:
         self._phase, self._epochs, self._done = phase, int(epochs), 0
         self._t0, self._last = time.monotonic(), float("-inf")
         if self._use_lines():
@@ -132,7 +137,7 @@ class ProgressCallback(Callback):
         info = f"{self.metric}={m:.4f} " if isinstance(m, float) else ""
         return info + f"{entry.get('bytes', 0) / 1e6:.2f} MB"
 
-    def on_epoch_end(self, trainer: SplitTrainer, entry: dict[str, Any]) -> None:
+    def on_epoch_end(self, trainer: Run, entry: dict[str, Any]) -> None:
         self._done += 1
         if self._progress is None or self._task is None:  # (both are set together)
             if self._use_lines() and self._due(self._done >= self._epochs):
@@ -141,7 +146,7 @@ class ProgressCallback(Callback):
             return
         self._progress.update(self._task, advance=1, info=self._info(entry))
 
-    def on_train_end(self, trainer: SplitTrainer) -> None:
+    def on_train_end(self, trainer: Run) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

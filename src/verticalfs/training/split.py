@@ -79,10 +79,15 @@ from verticalfs.transport.node import request_all, send_all
 EVAL_ROWS = 1 << 16
 
 if TYPE_CHECKING:
+    from verticalfs.crypto.keys import PrivateKey
     from verticalfs.federation import Federation, LocalFederation
     from verticalfs.party import LocalData
     from verticalfs.training.checkpoint import Checkpointer
     from verticalfs.transport.ledger import Ledger
+
+#: a trainer's attributes that are not checkpoint state (the run rebuilds them)
+_TRAINER_NOT_STATE = frozenset({"fed", "callbacks", "entry_hook", "labels", "y", "loss", "config", "method",
+                                "seed", "parties", "task", "eval_splits", "select", "codec", "checkpoints"})
 
 #: a split gradient handed to carry_optimizer_state: new parameter -> (old parameter, slicing)
 SlicedParams = dict[torch.Tensor, tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]]
@@ -983,6 +988,23 @@ class SplitTrainer:
                 "two_column": bool(self.binary)}
 
     # ----------------------------------------------------------- checkpoints
+    @property
+    def position(self) -> int:
+        """Epochs run so far (the ``round`` of a checkpoint's messages)."""
+        return self.epoch
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The trainer's state for a run's checkpoint (:class:`~verticalfs.training.checkpoint.Checkpointer`):
+        its attributes (top model, optimiser, history, best epoch so far, and whatever a method's
+        trainer keeps), not those the run rebuilds."""
+        return {k: v for k, v in vars(self).items() if k not in _TRAINER_NOT_STATE}
+
+    def load_checkpoint_state(self, saved: dict[str, Any], keys: dict[str, PrivateKey]) -> None:
+        """Put :meth:`checkpoint_state`'s output back into this (the resumed run's) trainer."""
+        from verticalfs.training.checkpoint import restore_attrs
+
+        restore_attrs(self, saved, keys, "the label holder's trainer")
+
     def save_checkpoint(self) -> None:
         self._saved_top = copy.deepcopy(self._top_model().state_dict())
         self._checkpoint_parties("save")

@@ -31,7 +31,11 @@ with non-zero coefficients"). The chosen run is the one with the fewest non-zero
 larger alpha); its non-zero features are ranked by ``|w|`` and the top N selected. If no run reached
 N non-zeros, the run with the most is used and the rest of the N is filled in party order. After
 each run every party reports its non-zero indices and ``|w|`` (a model property, the ranking needs
-it). ``info_["runs"]`` lists every run's alpha, non-zeros, bytes and seconds, and
+it). The search runs on the round driver (:mod:`verticalfs.training.rounds`), one round per
+training run: ``rounds_`` is its history (alpha, non-zeros, intercept, bytes so far per round),
+callbacks and events follow each round, and a run with checkpoints saves after each round (each
+party its weights and the public key, the label holder the key pair and the search) and resumes
+after the last complete one. ``info_["runs"]`` lists every run's alpha, non-zeros, bytes and seconds, and
 ``info_["final_run_bytes"] / ["final_run_seconds"]`` the chosen run alone. Interpretation of
 feast.md section 5.2, which explains FATE-Lasso's cost varying with N by the rounds the run with
 the chosen hyper-parameters needs to converge: its figures are read as the cost of that one run;
@@ -64,6 +68,7 @@ from verticalfs.methods.filter import FilterMethod, FilterParams
 from verticalfs.methods.registry import register
 from verticalfs.training.batches import BatchPlan
 from verticalfs.training.history import derive_seed
+from verticalfs.training.rounds import RoundDriver
 from verticalfs.transport.messages import At
 
 
@@ -237,19 +242,12 @@ class FateLasso(FilterMethod):
         pub, priv = generate_keypair(int(p.key_bits), backend=p.backend, randomness=p.randomness,
                                      insecure=p.insecure)
         t_key = time.perf_counter() - t0
-        lo, hi = (math.log(float(v)) for v in p.alpha_range)
-        runs, results = [], []
-        for r in range(int(p.rounds)):
-            alpha = math.exp(0.5 * (lo + hi))
-            coefs, info = self._train(fed, pub, priv, alpha, r)
-            runs.append(info)
-            results.append(coefs)
-            if info["nonzero"] == N:
-                break
-            if info["nonzero"] > N:
-                lo = math.log(alpha)  # too many non-zeros: more penalty
-            else:
-                hi = math.log(alpha)
+        search = _AlphaSearch(self, fed, pub, priv)
+        driver = RoundDriver(fed, self.name, max_rounds=int(p.rounds), callbacks=self.callbacks,
+                             checkpoints=self.checkpoints)
+        #: the search's history, one entry per training run (round): alpha, non-zeros, intercept, bytes
+        self.rounds_ = driver.run(search)
+        pub, runs, results = search.pub, search.runs, search.results
         above = [i for i, r in enumerate(runs) if r["nonzero"] >= N]
         if above:
             best = min(above, key=lambda i: (runs[i]["nonzero"], -runs[i]["alpha"]))
@@ -277,3 +275,46 @@ class FateLasso(FilterMethod):
             mask_hiding_bits_by_step={"gradient": min(r["mask_hiding_bits"] for r in runs)},
         )
         return chosen
+
+
+class _AlphaSearch:
+    """FATE-Lasso's bisection over alpha as a round-based protocol (:mod:`verticalfs.training.rounds`):
+    a round is one training run from ``w = 0`` at the middle of the bracket (log scale); it stops
+    at a run with exactly ``n_select`` non-zero coefficients."""
+
+    phase = "selection"
+
+    def __init__(self, method: FateLasso, fed, pub, priv) -> None:
+        self.method, self.fed = method, fed
+        self.pub, self.priv = pub, priv
+        self.n_select = int(method.params.n_select)
+        self.lo, self.hi = (math.log(float(v)) for v in method.params.alpha_range)
+        self.runs: list[dict] = []  # each run's figures (info_["runs"])
+        self.results: list[dict] = []  # each run's {party: (non-zero indices, |w|)}
+
+    def begin(self, driver) -> None:
+        """Nothing to set up: the keys are made before (and restored with the state on resume)."""
+
+    def run_round(self, index: int) -> dict:
+        alpha = math.exp(0.5 * (self.lo + self.hi))
+        coefs, info = self.method._train(self.fed, self.pub, self.priv, alpha, index)
+        self.runs.append(info)
+        self.results.append(coefs)
+        if info["nonzero"] > self.n_select:
+            self.lo = math.log(alpha)  # too many non-zeros: more penalty
+        elif info["nonzero"] < self.n_select:
+            self.hi = math.log(alpha)
+        return {"alpha": float(alpha), "nonzero": int(info["nonzero"]), "intercept": float(info["intercept"]),
+                "encryptions": int(info["encryptions"]), "mask_hiding_bits": int(info["mask_hiding_bits"])}
+
+    def stop(self, entry: dict) -> bool:
+        return int(entry["nonzero"]) == self.n_select
+
+    def state(self) -> dict:
+        return {"pub": self.pub, "priv": self.priv, "lo": self.lo, "hi": self.hi, "runs": self.runs,
+                "results": self.results}
+
+    def load_state(self, state: dict) -> None:
+        self.pub, self.priv = state["pub"], state["priv"]
+        self.lo, self.hi = float(state["lo"]), float(state["hi"])
+        self.runs, self.results = list(state["runs"]), list(state["results"])

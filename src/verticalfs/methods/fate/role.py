@@ -66,22 +66,35 @@ class IVRole(FilterRole):
 
 
 class LassoRole(FilterRole):
-    """A host of FATE's hetero logistic regression with an L1 penalty."""
+    """A host of FATE's hetero logistic regression with an L1 penalty.
+
+    Its state (``state``: the public key, its weights, the run's settings, the pending batch and
+    masks) is plain data, so that a checkpoint after a run (a round of the search) saves it; the
+    batch plan is rebuilt from it (``transient``)."""
 
     state: dict | None = None
+    transient = ("_plan",)
+    _plan: tuple | None = None  # (key, BatchPlan) of the current run
 
     def _state(self) -> dict:
         if self.state is None:
             raise ProtocolError(f"party {self.name!r} received a fate-lasso message before LassoStart")
         return self.state
 
+    def _batches(self) -> BatchPlan:
+        st = self._state()
+        key = (int(st["n_rows"]), int(st["batch_size"]), int(st["shuffle_seed"]))
+        if self._plan is None or self._plan[0] != key:
+            self._plan = (key, BatchPlan(*key))
+        return self._plan[1]
+
     def _predict(self, epoch: int, batch: int) -> PartialPredictor:
         st = self.state
         if batch < 0:
             return PartialPredictor(values=np.zeros(0))
-        rows = st["plan"].rows(epoch, batch)
+        rows = self._batches().rows(epoch, batch)
         st["rows"] = rows
-        return PartialPredictor(values=take_rows(st["X"], rows) @ st["w"])
+        return PartialPredictor(values=take_rows(self.columns("train"), rows) @ st["w"])
 
     @handles(LassoStart)
     def on_lasso_start(self, msg: LassoStart, ctx: Context) -> PartialPredictor:
@@ -94,8 +107,8 @@ class LassoRole(FilterRole):
             raise ProtocolError(f"party {self.name!r}: the first LassoStart must carry the public key")
         X = self.columns("train")  # a view (a memory-mapped table stays mapped); batches read by index
         self.state = {
-            "pub": pub, "X": X, "w": np.zeros(X.shape[1]), "alpha": float(msg.alpha), "lr": float(msg.lr),
-            "plan": BatchPlan(X.shape[0], int(msg.batch_size), int(msg.shuffle_seed)),
+            "pub": pub, "w": np.zeros(X.shape[1]), "alpha": float(msg.alpha), "lr": float(msg.lr),
+            "n_rows": int(X.shape[0]), "batch_size": int(msg.batch_size), "shuffle_seed": int(msg.shuffle_seed),
             "prec": int(msg.feature_precision), "run": int(msg.run),
         }
         return self._predict(0, 0)
@@ -103,7 +116,7 @@ class LassoRole(FilterRole):
     @handles(EncryptedResidual)
     def on_encrypted_residual(self, msg: EncryptedResidual, ctx: Context) -> MaskedGradient:
         st = self._state()
-        rows = st["plan"].rows(int(msg.epoch), int(msg.batch))
+        rows = self._batches().rows(int(msg.epoch), int(msg.batch))
         if not np.array_equal(rows, st.get("rows")):
             raise ProtocolError(f"party {self.name!r}: EncryptedResidual for epoch {msg.epoch} batch "
                                 f"{msg.batch} does not follow the predictor it sent")
@@ -115,7 +128,7 @@ class LassoRole(FilterRole):
         top = pub.bits - 3
         if not 0 <= int(msg.bound_bits) <= pub.bits:
             raise ProtocolError(f"party {self.name!r}: EncryptedResidual bound_bits {msg.bound_bits} out of range")
-        Xb = take_rows(st["X"], rows)
+        Xb = take_rows(self.columns("train"), rows)
         xs = float(np.abs(np.rint(np.ldexp(Xb, st["prec"]))).sum(0).max()) if Xb.size else 0.0
         g_bits = int(msg.bound_bits) + max(1, int(np.ceil(xs * (1 + 1e-12)))).bit_length()
         hiding = top - g_bits
