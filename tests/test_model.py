@@ -98,6 +98,20 @@ def saved(files, tmp_path_factory):
     return folder, test
 
 
+def test_predict_sends_its_events(saved):
+    """``predict(..., callbacks=)``: the events of a prediction (issue 49)."""
+    from tests.event_stream import Lines, check_stream
+
+    folder, test = saved
+    sink = Lines()
+    out = predict(folder, test, callbacks=[sink])
+    events = sink.events()
+    check_stream(events, method="vfl", parties=["bank", "telecom"])
+    assert events[0].kind == "predict" and events[0].dataset == "m"
+    assert [e.name for e in events if e.type == "phase"] == ["predict", "predict"]
+    assert events[-1].bytes_total == out["communication"]["total_bytes"] > 0
+
+
 def _copy_with(saved, tmp_path, entry: str, name: str):
     import json
     import shutil

@@ -28,6 +28,7 @@ from verticalfs.exceptions import ConfigError, VerticalFSWarning
 from verticalfs.federation import Federation
 from verticalfs.methods import registry
 from verticalfs.model import save_model as _save_model
+from verticalfs.run_events import LoopEvents, RunEvents, split_callbacks
 from verticalfs.training.checkpoint import Checkpointer, run_id
 from verticalfs.training.history import ProgressCallback
 from verticalfs.transport.bandwidth import estimate_wall_time
@@ -187,7 +188,8 @@ def run(
     seed: int = 0,
     params: Mapping[str, Any] | None = None,
     codec: str | None = None,
-    progress: bool = False,
+    callbacks: Sequence[Any] = (),
+    progress: bool | None = None,
     bandwidths_mbps: Sequence[float] = (10.0, 100.0),
     data_config: Mapping[str, Any] | None = None,
     federation: Federation | None = None,
@@ -195,6 +197,7 @@ def run(
     save_model: str | Path | None = None,
     checkpoint_dir: str | Path | None = None,
     resume: bool = False,
+    parent: str | None = None,
 ) -> RunResult:
     """Run a registered method on prepared data and collect the result.
 
@@ -211,8 +214,16 @@ def run(
     codec : str, optional
         Payload codec of the embeddings and gradients (``float32``, ``float16``, ``int8``, ...) for
         methods that take one (default float32); an error for methods that fix their own codecs.
-    progress : bool
-        Show a progress bar.
+    callbacks : sequence
+        What follows the run: :class:`~verticalfs.training.history.Callback` objects (the loops
+        call their hooks; their ``on_event`` gets every event of the run, e.g.
+        :class:`~verticalfs.training.history.ProgressCallback`, the progress lines and bars) and
+        callables taking an event (e.g. :class:`~verticalfs.events.EventLog`, one JSON line per
+        event). The events (:mod:`verticalfs.events`): the start, each loop's phase, every epoch
+        or round with its metrics and bytes so far, the selection, a party's refusal, the warnings
+        and the end (``ok``, ``error``, ``interrupted``).
+    progress : bool, optional
+        Deprecated: ``callbacks=[ProgressCallback(method)]`` shows the progress.
     bandwidths_mbps : sequence of float
         Bandwidths at which to report estimated wall time (sparsevfl.md section 4.4).
     federation : Federation, optional
@@ -231,33 +242,72 @@ def run(
         :mod:`verticalfs.training.checkpoint`. Removed when the run completes.
     resume : bool
         Continue the interrupted run whose checkpoints are in ``checkpoint_dir`` (same options).
+    parent : str, optional
+        The id of the comparison this run belongs to (its events' ``parent``).
     """
+    callbacks = with_progress(callbacks, progress, method, data.labels.task)
+    hooks, sinks = split_callbacks(callbacks)
+    events = RunEvents(sinks, parent=parent) if sinks else None
+    return run_observed(method, data, hooks=hooks, events=events, seed=seed, params=params, codec=codec,
+                        bandwidths_mbps=bandwidths_mbps, data_config=data_config, federation=federation,
+                        threads=threads, save_model=save_model, checkpoint_dir=checkpoint_dir, resume=resume)
+
+
+def with_progress(callbacks: Sequence[Any], progress: bool | None, method: str, task: str) -> list[Any]:
+    """``callbacks``, with the progress lines and bars added for the deprecated ``progress=True``."""
+    out = list(callbacks)
+    if progress is not None:
+        warnings.warn("progress= is deprecated: pass callbacks=[verticalfs.training.ProgressCallback(method)]",
+                      DeprecationWarning, stacklevel=3)
+        if progress:
+            out.append(ProgressCallback(method, primary_metric(task)))
+    return out
+
+
+def run_observed(method: str, data: PreparedData, *, hooks: Sequence[Any], events: RunEvents | None,
+                 threads: int | None = 1, **kw: Any) -> RunResult:
+    """:func:`run` for a caller that owns the run's events (``events``, already started or not;
+    ``hooks``: the callbacks the loops call): a deployment's run, which tells its set-up first."""
     if threads is None:
-        return _run(method, data, seed=seed, params=params, codec=codec, progress=progress,
-                    bandwidths_mbps=bandwidths_mbps, data_config=data_config, federation=federation,
-                    save_model=save_model, checkpoint_dir=checkpoint_dir, resume=resume)
+        return _run(method, data, hooks=hooks, events=events, **kw)
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(int(threads))
     try:
-        return _run(method, data, seed=seed, params=params, codec=codec, progress=progress,
-                    bandwidths_mbps=bandwidths_mbps, data_config=data_config, federation=federation,
-                    save_model=save_model, checkpoint_dir=checkpoint_dir, resume=resume)
+        return _run(method, data, hooks=hooks, events=events, **kw)
     finally:
         torch.set_num_threads(before)
 
 
-def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_config, federation,
+def _run(method, data, *, hooks, events, **kw) -> RunResult:
+    if events is None:
+        return _fit(method, data, hooks=list(hooks), events=None, **kw)
+    try:
+        return _fit(method, data, hooks=list(hooks), events=events, **kw)
+    except BaseException as exc:
+        if not events.started:
+            events.start(method=method, dataset=data.name, parties=list(data.party_names), seed=kw.get("seed"),
+                         params=dict(kw.get("params") or {}))
+        events.fail(exc)
+        raise
+
+
+def _fit(method, data, *, hooks, events, seed, params, codec, bandwidths_mbps, data_config, federation,
          save_model=None, checkpoint_dir=None, resume=False) -> RunResult:
     cls = registry.get(method)
-    metric = primary_metric(data.labels.task)
-    callbacks = [ProgressCallback(method, metric)] if progress else []
+    callbacks = list(hooks) + ([LoopEvents(events)] if events is not None else [])
     m = cls(seed=seed, callbacks=callbacks, codec=codec, **dict(params or {}))
     why = m.cannot_save() if save_model is not None else None
     if why:  # before the training, not after it
         raise ConfigError(f"{method}: {why}")
     fed = Federation.in_process(data) if federation is None else federation
+    if events is not None:
+        events.ledger = fed.ledger
+        events.start(method=method, dataset=data.name, parties=list(data.party_names), seed=seed,
+                     params=dict(vars(m.params)), mode="in-process" if fed.is_local else "deployment")
+        for w in data.warnings or []:
+            events.warning(w)
     m.entry_hook = spurious_hook(fed, data.ground_truth) if fed.is_local else None
     ck = None
     if resume and checkpoint_dir is None:
@@ -294,10 +344,16 @@ def _run(method, data, *, seed, params, codec, progress, bandwidths_mbps, data_c
         cfg["data"] = dict(data_config)
     estimates = [estimate_wall_time(fed.ledger, b).to_dict() for b in bandwidths_mbps] if len(fed.ledger) else []
     chance = chance_check(method, m, fed.labels, selection)
-    notes = list(data.warnings or []) + selection_warnings(method, selection) + [
-        str(w) for w in m.info_.get("warnings", [])] + ([chance["message"]] if chance else [])
+    later = selection_warnings(method, selection) + [str(w) for w in m.info_.get("warnings", [])] + (
+        [chance["message"]] if chance else [])
+    notes = list(data.warnings or []) + later
     for w in notes:
         warnings.warn(w, VerticalFSWarning, stacklevel=2)
+    if events is not None:
+        events.selection(selection, m.feature_scores_)
+        for w in later:
+            events.warning(w)
+        events.end("ok", metrics=dict(m.metrics_))
     return RunResult(
         method=method,
         dataset=data.name,

@@ -7,6 +7,7 @@ code 2. Ctrl-C says what was interrupted and where finished results are (exit co
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 from pathlib import Path
@@ -68,6 +69,26 @@ def _warn(notes, shown: set[str]) -> None:
 def _interrupted(what: str, where: str | None = None) -> None:
     err.print(f"interrupted: {what}" + (f"; {where}" if where else "; nothing was written"), soft_wrap=True)
     raise typer.Exit(130)
+
+
+OPT_EVENTS_HELP = ("Write the run's events to this file, one JSON line each as they happen (start with the parties "
+                   "and their policies, phases, epochs or rounds with metrics and bytes, selection, refusals, warnings, "
+                   "end); the schema: docs/reference/events.md. Appended to; mode 0600.")
+
+
+def _callbacks(progress: bool, events: Path | None, stack: Any) -> list[Any]:
+    """The run's callbacks: the progress lines or bars (unless --quiet), and the --events file
+    (opened on ``stack``, closed when the command ends)."""
+    out: list[Any] = []
+    if progress:
+        from verticalfs.training.history import ProgressCallback
+
+        out.append(ProgressCallback())
+    if events is not None:
+        from verticalfs.events import EventLog
+
+        out.append(stack.enter_context(EventLog(events)))
+    return out
 
 
 def _parse_params(items: list[str] | None) -> dict[str, str]:
@@ -386,6 +407,7 @@ def run_cmd(
     resume: bool = O(False, "--resume", help="Continue the interrupted run whose checkpoints are in --checkpoints (or the deployment's folder), with the same options."),
     config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result. A deployment file (with [parties.<name>] tables) runs across machines: see README 'Deploy across machines'. Every key: docs/reference/configuration.md.", callback=_load_config, is_eager=True),
     strict: bool = OPT_STRICT,
+    events: Path = O(None, "--events", help=OPT_EVENTS_HELP),
 ) -> None:
     """Run one method on one data set and print its figures; optionally write the result JSON."""
     from verticalfs.options import check_epochs, check_out, check_seed
@@ -401,6 +423,7 @@ def run_cmd(
         check_out(out)
         check_out(save_model, "--save-model", directory=True)
         check_out(checkpoints, "--checkpoints", directory=True)
+        check_out(events, "--events")
         params = _parse_params(param)
         if epochs is not None:
             params.setdefault("epochs", str(epochs))
@@ -440,12 +463,14 @@ def run_cmd(
 
     stage = "loading the data"
     shown: set[str] = set()
+    stack = contextlib.ExitStack()
     try:
+        callbacks = _callbacks(progress, events, stack)
         if deployment is not None:
             from verticalfs.deploy.holder import run_deployment
 
             stage = f"running {method} over {deployment}"
-            res = run_deployment(dep, method, seed=seed, params=params, codec=codec, progress=progress,
+            res = run_deployment(dep, method, seed=seed, params=params, codec=codec, callbacks=callbacks,
                                  save_model=save_model, checkpoint_dir=checkpoints, resume=resume)
             cached = res.info["deployment"].get("psi_cached") or []
             err.print(f"aligned {res.info['deployment']['n_aligned']} rows by private set intersection "
@@ -461,12 +486,14 @@ def run_cmd(
             data = opts.build(seed, parsed)
             _warn(data.warnings, shown)  # before the training, not only after it
             stage = f"running {method}"
-            res = run(method, data, seed=seed, params=params, codec=codec, progress=progress,
+            res = run(method, data, seed=seed, params=params, codec=codec, callbacks=callbacks,
                       data_config=opts.config(), save_model=save_model, checkpoint_dir=checkpoints, resume=resume)
     except VerticalFSError as exc:
         _fail(exc)
     except KeyboardInterrupt:
         _interrupted(f"{stage} (seed {seed})")
+    finally:
+        stack.close()
     res.config["cli"] = {k: v for k, v in resolved.items() if v is not None}
     _print_result(res, shown)
     if save_model is not None:
@@ -506,6 +533,7 @@ def predict_cmd(
     max_file_mb: float = OPT_MAX_FILE,
     strip_ids: bool = OPT_STRIP_IDS,
     expect_sha256: str = O(None, "--expect-sha256", help="The manifest sha256 printed by `run --save-model`: a model whose manifest differs (changed files and checksums) is refused."),
+    events: Path = O(None, "--events", help=OPT_EVENTS_HELP),
 ) -> None:
     """Federated inference with a saved model: each party prepares its own new rows, the label
     holder combines them through the same messages as training; the bytes are reported."""
@@ -513,22 +541,26 @@ def predict_cmd(
     from verticalfs.options import check_out, parse_party_files
 
     if config is not None:
-        _predict_deployed(config, model, out, party_file, insecure, expect_sha256)
+        _predict_deployed(config, model, out, party_file, insecure, expect_sha256, events)
         return
+    stack = contextlib.ExitStack()
     try:
         if not party_file:
             raise ConfigError("give --party-file party=path for each party of the model, or --config deployment.toml")
         check_out(out)
+        check_out(events, "--events")
         files = parse_party_files(party_file)
         if not max_file_mb > 0:
             raise ConfigError(f"--max-file-mb must be > 0, got {max_file_mb}")
         res = predict(model, files, id_column=id_column, na_values=na_values, delimiter=delimiter,
                       encoding=encoding, max_bytes=int(max_file_mb * 2**20), strip_ids=strip_ids,
-                      expected_sha256=expect_sha256)
+                      expected_sha256=expect_sha256, callbacks=_callbacks(False, events, stack))
     except VerticalFSError as exc:
         _fail(exc)
     except KeyboardInterrupt:
         _interrupted("predicting")
+    finally:
+        stack.close()
     err.print(res["report"].summary(), soft_wrap=True, highlight=False, markup=False)
     _warn(res["warnings"], set())
     write_predictions(res, out, id_column)
@@ -547,24 +579,29 @@ def _deployment(config: Path, insecure: bool):
 
 
 def _predict_deployed(config: Path, model: Path, out: Path, party_file, insecure: bool,
-                      expect_sha256: str | None) -> None:
+                      expect_sha256: str | None, events: Path | None = None) -> None:
     """``predict --config``: batch prediction where the data lives (verticalfs.deploy.predict)."""
     from verticalfs.model import write_predictions
     from verticalfs.options import check_out
 
+    stack = contextlib.ExitStack()
     try:
         if party_file:
             raise ConfigError(f"--party-file does not apply with a deployment file (each party reads its own "
                               f"predict_file or file named in {str(config)!r}); leave it out")
         check_out(out)
+        check_out(events, "--events")
         dep = _deployment(config, insecure)
         from verticalfs.deploy.predict import predict_deployment
 
-        res = predict_deployment(dep, model, expected_sha256=expect_sha256)
+        res = predict_deployment(dep, model, expected_sha256=expect_sha256,
+                                 callbacks=_callbacks(False, events, stack))
     except VerticalFSError as exc:
         _fail(exc)
     except KeyboardInterrupt:
         _interrupted("predicting")
+    finally:
+        stack.close()
     write_predictions(res, out, dep.id_column)
     c = res["communication"]
     err.print("scoring files: " + ", ".join(f"{p} holds {n} rows" for p, n in res["rows"].items())
@@ -693,6 +730,7 @@ def compare_cmd(
     progress: bool = O(True, "--progress/--no-progress", help="Show progress on standard error (see `run --help`)."),
     quiet: bool = O(False, "--quiet", "-q", help="No progress output (the same as --no-progress)."),
     strict: bool = OPT_STRICT,
+    events: Path = O(None, "--events", help=OPT_EVENTS_HELP + " The comparison's events enclose each run's."),
 ) -> None:
     """Run several methods on the same data and seeds: a table, results.json and a plot of accuracy against MB."""
     from verticalfs.compare import compare, write_compare
@@ -708,6 +746,7 @@ def compare_cmd(
         for f in ("results.json", "accuracy_vs_mb.png"):
             check_out(out / f, "--out")
         check_epochs(epochs)
+        check_out(events, "--events")
         seed_list = parse_seeds(seeds)
         parsed = opts.check()
         if not names:
@@ -730,16 +769,19 @@ def compare_cmd(
     def on_start(method: str, seed: int) -> None:
         state["current"] = (method, seed)
 
+    stack = contextlib.ExitStack()
     try:
         summary = compare(opts, names, seeds=seed_list, epochs=epochs, params=specific, common_params=common,
-                          codec=codec, reference=reference, progress=progress, out_dir=out, resume=resume,
-                          parsed=parsed, on_start=on_start)
+                          codec=codec, reference=reference, callbacks=_callbacks(progress, events, stack),
+                          out_dir=out, resume=resume, parsed=parsed, on_start=on_start)
     except VerticalFSError as exc:
         _fail(exc)
     except KeyboardInterrupt:
         m, s = state["current"] or ("set-up", "-")
         _interrupted(f"{m} (seed {s})", f"the finished runs are in {out / 'runs'}; rerun with --resume to "
                      "complete the rest")
+    finally:
+        stack.close()
     _print_compare(summary, opts, seeds)
     _warn(summary["warnings"], set())
     paths = write_compare(summary, out)

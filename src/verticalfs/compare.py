@@ -41,7 +41,8 @@ def compare(
     reference: bool | None = None,
     target_fraction: float = 0.9,
     min_spurious_removed: float = 0.8,
-    progress: bool = False,
+    progress: bool | None = None,
+    callbacks: Sequence[Any] = (),
     on_result: Callable[[str, int, RunResult], None] | None = None,
     out_dir: str | Path | None = None,
     resume: bool = False,
@@ -55,7 +56,43 @@ def compare(
     atomically, to ``out_dir/runs/<method>__seed<k>.json``; with ``resume`` the runs found there
     are read back instead of run again. A method that cannot run on the data (e.g. a binary-only
     method on several classes) is reported as skipped, with the reason, and the others go on.
+
+    ``callbacks``: as for :func:`verticalfs.run`; the comparison's own events (``run_start`` of kind
+    ``compare``, its end) enclose each run's, whose ``parent`` is the comparison's id.
+    ``progress``: deprecated (``callbacks=[ProgressCallback()]``).
     """
+    from verticalfs.run_events import events_of, failing
+
+    if progress is not None:
+        import warnings
+
+        warnings.warn("progress= is deprecated: pass callbacks=[verticalfs.training.ProgressCallback()]",
+                      DeprecationWarning, stacklevel=2)
+        if progress:
+            from verticalfs.training.history import ProgressCallback
+
+            callbacks = [*callbacks, ProgressCallback()]
+    _, events = events_of(callbacks)
+    label = dataset if isinstance(dataset, str) else ((dataset.dataset if parsed is not None else None) or "user files")
+    with failing(events, kind="compare", dataset=str(label)):
+        if events is not None:
+            events.start(kind="compare", dataset=str(label), params={"methods": list(methods), "seeds": list(seeds)})
+        out = _compare(dataset, methods, parties=parties, noise=noise, overlap=overlap, seeds=seeds, epochs=epochs,
+                       params=params, common_params=common_params, data_dir=data_dir, codec=codec,
+                       reference=reference, target_fraction=target_fraction,
+                       min_spurious_removed=min_spurious_removed, callbacks=callbacks,
+                       parent=None if events is None else events.run, on_result=on_result, out_dir=out_dir,
+                       resume=resume, parsed=parsed, on_start=on_start)
+        if events is not None:
+            for w in out["warnings"]:
+                events.warning(w)
+            events.end("ok")
+        return out
+
+
+def _compare(dataset, methods, *, parties, noise, overlap, seeds, epochs, params, common_params, data_dir, codec,
+             reference, target_fraction, min_spurious_removed, callbacks, parent, on_result, out_dir, resume,
+             parsed, on_start) -> dict[str, Any]:
     noisy = bool(np.any(np.asarray(parsed["noise"] if parsed else noise, dtype=float) > 0))
     reference = noisy if reference is None else reference
     runs: dict[str, list[dict]] = {}
@@ -105,7 +142,7 @@ def compare(
                     on_start(REFERENCE, seed)
                 ref_data = build(seed, noise_override=0.0)
                 rp = _method_params("vfl", epochs, common_params, (params or {}).get("vfl"))
-                ref = run("vfl", ref_data, seed=seed, params=rp, codec=codec, progress=progress)
+                ref = run("vfl", ref_data, seed=seed, params=rp, codec=codec, callbacks=callbacks, parent=parent)
                 best = ref.method_obj.history_.best(primary_metric(ref_data.labels.task))
                 done = _summ(ref, primary_metric(ref_data.labels.task), None, min_spurious_removed)
                 done["reference_best"] = best
@@ -121,7 +158,7 @@ def compare(
                     on_start(m, seed)
                 mp = _method_params(m, epochs, common_params, (params or {}).get(m))
                 try:
-                    res = run(m, data, seed=seed, params=mp, codec=codec, progress=progress)
+                    res = run(m, data, seed=seed, params=mp, codec=codec, callbacks=callbacks, parent=parent)
                 except ConfigError as exc:  # the method cannot run on this data: skip it, keep the rest
                     skipped[m] = str(exc)
                     continue

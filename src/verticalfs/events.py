@@ -87,6 +87,10 @@ class Phase(_Event):
     type: Literal["phase"] = "phase"
     name: str
     state: Literal["start", "end"]
+    total: int | None = Field(None, ge=0, description="On `start` of a loop: how many epochs or rounds it runs at "
+                                                      "most.")
+    unit: Literal["epoch", "round"] | None = Field(None, description="On `start` of a loop: what its steps are "
+                                                                     "(`epoch` or `round` events follow).")
     seconds: Number = Field(None, description="On `end`: the phase's wall seconds.")
     bytes_total: int = Field(0, ge=0, description="Every byte on the ledger so far.")
     bytes_by_party: dict[str, int] = Field(default_factory=dict,

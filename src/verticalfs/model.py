@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import json
 import warnings as _warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -146,17 +148,30 @@ def read_manifest(directory: str | Path, *, expected_sha256: str | None = None) 
 # ----------------------------------------------------------------------------------- prediction
 def predict(model_dir: str | Path, files: Mapping[str, str | Path], *, id_column: str = "id", na_values=None,
             delimiter: str = ",", encoding: str = "utf-8", max_bytes: int | None = None,
-            strip_ids: bool = False, expected_sha256: str | None = None) -> dict:
+            strip_ids: bool = False, expected_sha256: str | None = None, callbacks: Sequence[Any] = ()) -> dict:
     """Federated inference with a saved model on new rows (one file per party, aligned by id).
 
     ``expected_sha256``: the manifest's SHA-256 printed at save; a manifest with another is refused
-    (the manifest's own checksums then vouch for every file).
+    (the manifest's own checksums then vouch for every file). ``callbacks``: as for
+    :func:`verticalfs.run` (the events of a prediction: its start, the ``predict`` phase, the
+    warnings, its end).
 
     Returns ``{"ids", "prediction", "probabilities" (or None), "classes", "communication", "report",
     "warnings"}``; ``warnings`` counts, per party and column, category levels the model never saw
     (encoded as all zeros), and ids that would align after stripping (``strip_ids``).
     """
-    model_dir = Path(model_dir)
+    from verticalfs.run_events import events_of, failing
+
+    _, events = events_of(callbacks)
+    with failing(events, kind="predict", dataset=Path(model_dir).name, parties=list(files)):
+        return _predict(Path(model_dir), files, events, id_column=id_column, na_values=na_values,
+                        delimiter=delimiter, encoding=encoding, max_bytes=max_bytes, strip_ids=strip_ids,
+                        expected_sha256=expected_sha256)
+
+
+def _predict(model_dir: Path, files: Mapping[str, str | Path], events: Any, *, id_column: str, na_values: Any,
+             delimiter: str, encoding: str, max_bytes: int | None, strip_ids: bool,
+             expected_sha256: str | None) -> dict:
     man = read_manifest(model_dir, expected_sha256=expected_sha256)
     parties = man["parties"]
     missing = [p for p in parties if p not in files]
@@ -197,10 +212,14 @@ def predict(model_dir: str | Path, files: Mapping[str, str | Path], *, id_column
         channel.register(r.connect(channel, ledger))
     fed = Federation(labels, channel, list(parties), ledger=ledger)
     channel.register(fed.node)
+    if events is not None:
+        events.ledger = fed.ledger
+        events.start(kind="predict", method=str(man["method"]), dataset=model_dir.name, parties=list(parties))
     for p, entry in parties.items():
         fed.proxy(p).request(LoadModel(method=method.joined_as(), file=str(model_dir / entry["file"]),
                                        sha256=entry["sha256"]), At("setup"), expect=Ack)
-    out = method.predict_from_holder(holder["holder"], fed, "predict")
+    with nullcontext() if events is None else events.phase("predict"):
+        out = method.predict_from_holder(holder["holder"], fed, "predict")
     probs = probabilities(out, task)
     names = holder["class_names"] or [str(i) for i in range(n_classes)]
     if task == "regression":
@@ -208,7 +227,11 @@ def predict(model_dir: str | Path, files: Mapping[str, str | Path], *, id_column
     else:
         prediction, probs_out = np.asarray(names, dtype=object)[probs.argmax(1)], probs
     for w in notes:
-        _warnings.warn(w, VerticalFSWarning, stacklevel=2)
+        _warnings.warn(w, VerticalFSWarning, stacklevel=3)
+    if events is not None:
+        for w in notes:
+            events.warning(w)
+        events.end("ok")
     return {"ids": ids, "prediction": prediction, "probabilities": probs_out, "classes": names,
             "communication": fed.ledger.summary(), "report": report, "method": man["method"], "warnings": notes}
 

@@ -27,9 +27,11 @@ pytest.importorskip("cryptography")
 pytest.importorskip("private_set_intersection")
 
 import verticalfs  # noqa: E402
+from tests.event_stream import Lines, check_stream  # noqa: E402
 from verticalfs.data.user import load_party_files  # noqa: E402
 from verticalfs.deploy.config import Deployment  # noqa: E402
 from verticalfs.exceptions import ConfigError  # noqa: E402
+from verticalfs.methods import available, get  # noqa: E402
 
 # the module's tests share one site and two party processes (module fixtures): one xdist worker runs
 # them all, in order (a second worker would start its own processes, each importing torch). All but
@@ -73,9 +75,7 @@ def _files(folder: Path) -> dict[str, Path]:
     return out
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    root = tmp_path_factory.mktemp("deployment")
+def _site(root: Path, policy: list[str]) -> Path:
     files = _files(root)
     subprocess.run([sys.executable, "-m", "verticalfs", "certs", "make", "--parties", ",".join(PARTIES),
                     "--out", str(root / "certs")], check=True, capture_output=True)
@@ -83,10 +83,16 @@ def site(tmp_path_factory):
              'checkpoints = "ck"', "connect_timeout = 5"]
     for p in PARTIES:
         lines += [f"[parties.{p}]", f'address = "127.0.0.1:{_free_port()}"', f'file = "{files[p].name}"']
-    for p in PARTIES:  # feast as in-process: its evaluation classifier on gathered columns
-        lines += [f"[parties.{p}.policy]", "release_columns = true"]
+    for p in PARTIES:
+        lines += [f"[parties.{p}.policy]", *policy]
     (root / "deployment.toml").write_text("\n".join(lines) + "\n")
     return root
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    # feast as in-process: its evaluation classifier on gathered columns
+    return _site(tmp_path_factory.mktemp("deployment"), ["release_columns = true"])
 
 
 def _start(site: Path, name: str) -> subprocess.Popen:
@@ -146,8 +152,17 @@ def _method_traffic(res) -> dict:
 def test_networked_run_equals_in_process(site, servers, method, params):
     from verticalfs.deploy.holder import run_deployment
 
-    net = run_deployment(site / "deployment.toml", method, seed=0, params=params)
+    sink = Lines()
+    net = run_deployment(site / "deployment.toml", method, seed=0, params=params, callbacks=[sink])
     ref = _in_process(site, method, params)
+    # its events (issue 49): started with the parties' policies, PSI and alignment, then the method's
+    events = sink.events()
+    assert check_stream(events, method=method, parties=["telecom", "insurer"], mode="deployment") >= 1
+    assert events[0].label_party == "bank" and set(events[0].policies) == {"telecom", "insurer"}
+    assert events[0].policies["telecom"]["release_columns"] is True
+    phases = [e.name for e in events if e.type == "phase" and e.state == "end"]
+    assert phases[:2] == ["psi", "align"]
+    assert events[-1].bytes_total == net.communication["total_bytes"]
     assert net.metrics == ref.metrics
     assert net.selection["n_kept"] == ref.selection["n_kept"]
     for p in ref.selection["parties"]:
@@ -171,6 +186,51 @@ def test_networked_run_equals_in_process(site, servers, method, params):
         assert net.communication["wire_bytes"] > net.communication["total_bytes"]
     if method == "feast":  # its party-to-party messages, recorded at the parties, are on the ledger
         assert net.communication["by_direction"].get("peer", 0) == ref.communication["by_direction"]["peer"] > 0
+
+
+def test_a_refusal_over_the_deployment_is_an_event(site, servers):
+    """A party's policy refuses the plaintext mode (require_secure = true): its refusal is an event
+    naming it and the rule, then the run's end with the error."""
+    from verticalfs.deploy.holder import run_deployment
+    from verticalfs.exceptions import PolicyError
+
+    sink = Lines()
+    with pytest.raises(PolicyError, match="require_secure"):
+        run_deployment(site / "deployment.toml", "fedsdg-fs", seed=0, callbacks=[sink],
+                       params={"secure": False, "epochs": 1})
+    events = sink.events()
+    check_stream(events, method="fedsdg-fs", parties=["telecom", "insurer"], mode="deployment", status="error")
+    (refusal,) = [e for e in events if e.type == "refusal"]
+    assert refusal.rule == "require_secure" and refusal.party in PARTIES
+
+
+@pytest.fixture(scope="module")
+def open_site(tmp_path_factory):
+    """A site whose parties allow every method's small test settings (512-bit keys, plaintext modes,
+    a run per registered method), with its two party processes."""
+    root = _site(tmp_path_factory.mktemp("open"), ["release_columns = true", "min_key_bits = 0",
+                                                    "require_secure = false", "max_psi_requests = 1000"])
+    started = {p: _start(root, p) for p in PARTIES if p != "bank"}
+    procs = {p: _listening(proc, p) for p, proc in started.items()}
+    yield root
+    for p in procs.values():
+        _stop(p)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in available() if not get(n).needs_pooled_data])
+def test_every_method_sends_valid_events_over_a_deployment(open_site, name):
+    """The registry over a deployment's party processes: every method's events fit the schema."""
+    from verticalfs.deploy.holder import run_deployment
+
+    sink = Lines()
+    res = run_deployment(open_site / "deployment.toml", name, seed=0, params=get(name).test_params,
+                         callbacks=[sink])
+    events = sink.events()
+    assert check_stream(events, method=res.info["trained_as"], parties=["telecom", "insurer"],
+                        mode="deployment") >= 1
+    assert [e.name for e in events if e.type == "phase" and e.state == "end"][:2] == ["psi", "align"]
+    assert [e.type for e in events].count("selection") == 1
 
 
 @pytest.mark.slow

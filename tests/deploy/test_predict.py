@@ -26,6 +26,7 @@ pytest.importorskip("cryptography")
 pytest.importorskip("private_set_intersection")
 
 from tests.deploy.test_deployment import PARTIES, _files, _free_port, _listening, _start, _stop  # noqa: E402
+from tests.event_stream import Lines, check_stream  # noqa: E402
 from verticalfs.deploy.config import Deployment  # noqa: E402
 
 # the module's tests share one deployment (module fixtures): one xdist worker runs them all, in order
@@ -146,8 +147,14 @@ def test_federated_predict_equals_in_process(site, models, serve_process, method
     assert sorted(f.name for f in model.iterdir()) == ["active.pt", "manifest.json"]
     for p in PARTIES:
         assert [f.name for f in (site / "models" / p / method).iterdir()] == [f"{p}.pt"]
-    net = predict_deployment(Deployment.load(site / "deployment.toml"), model)
+    sink = Lines()
+    net = predict_deployment(Deployment.load(site / "deployment.toml"), model, callbacks=[sink])
     ref = _in_process(site, model)
+    events = sink.events()  # its events (issue 49): the set-up (model opened, scoring PSI), then the scoring
+    check_stream(events, method=net["method"], parties=list(PARTIES), mode="deployment")
+    assert events[0].kind == "predict"
+    assert [e.name for e in events if e.type == "phase" and e.state == "end"] == ["setup", "predict"]
+    assert events[-1].bytes_total == net["communication"]["total_bytes"]
     assert list(net["ids"]) == list(ref["ids"])
     held = [set(pd.read_csv(site / f"{p}_new.csv", dtype={"customer_id": str})["customer_id"]) for p in PARTIES]
     assert len(net["ids"]) == len(set.intersection(*held)) < min(map(len, held))

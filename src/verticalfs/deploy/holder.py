@@ -8,11 +8,11 @@
    ``connect_timeout``);
 3. intersects the ids with every feature party at once by ECDH-PSI (:mod:`verticalfs.psi`, phase
    ``setup``), or takes a party's result from the label holder's cache while its ids are unchanged;
-4. orders the intersection as the in-process path does, codes the labels, draws the split
+4. asks each party its policy (:class:`~verticalfs.deploy.party.PolicyQuery`: whether it
+   releases columns decides how a filter method is trained, :func:`federated_method`), orders the
+   intersection as the in-process path does, codes the labels, draws the split
    (:func:`~verticalfs.data.vertical.split_indices`, stratified, with the run's seed) and sends
-   each party :class:`~verticalfs.deploy.party.Align` (the aligned ids and each row's split),
-   then asks each party its policy (:class:`~verticalfs.deploy.party.PolicyQuery`: whether it
-   releases columns decides how a filter method is trained, :func:`federated_method`);
+   each party :class:`~verticalfs.deploy.party.Align` (the aligned ids and each row's split);
 5. learns the parties' schemas (prepared feature names) by the metered ``Hello``.
 
 The result is a :class:`~verticalfs.federation.Federation` over gRPC and a label-holder *view* of
@@ -166,9 +166,17 @@ def party_policy(dep: Deployment, name: str, override=None):
     return pol
 
 
-def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None) -> Connected:
-    """Steps 1-5 of the module docstring."""
+def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None, events: Any = None,
+            on_policies: Any = None) -> Connected:
+    """Steps 1-5 of the module docstring (each party's policy is asked first, right after it is
+    reached: ``on_policies(policies)`` is told them before the private set intersection).
+    ``events`` (a :class:`~verticalfs.run_events.RunEvents`) hears the ``psi`` and ``align`` phases."""
+    from contextlib import nullcontext
+
     from verticalfs.psi import PsiCache, intersect_all
+
+    def phase(name: str) -> Any:
+        return nullcontext() if events is None else events.phase(name)
 
     lp = dep.label_party
     entry = dep.party(lp)
@@ -186,13 +194,25 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         channel.wait_ready(names)
         fed = Federation(LabelData(y={s: np.zeros(0) for s in SPLITS}, task="binary", n_classes=2), channel, names)
         out.federation = fed  # (ends the session at the parties on close, also after a failure)
+        if events is not None:
+            events.ledger = fed.ledger
+        for p in names:  # each party's own policy (its --policy file may override the deployment file's)
+            if p != lp:
+                pol = fed.proxy(p).request(PolicyQuery(), SETUP, expect=PolicyReport)
+                out.policies[p] = {"release_columns": bool(pol.release_columns),
+                                   "accept_labels": bool(pol.accept_labels),
+                                   "require_secure": bool(pol.require_secure), "min_key_bits": int(pol.min_key_bits),
+                                   "methods": [str(m) for m in pol.methods]}
+        if on_policies is not None:
+            on_policies(dict(out.policies))
         # the ids as a numpy text array end to end (PSI, the lookup of the labels, Align): a few bytes
         # an id, not a Python string each
         # a large label file's ids come sorted with their file rows (an IdLookup: no file-order copy,
         # no second sort to find the labels of the intersection)
         look = ids if isinstance(ids, IdLookup) else None
-        psi = intersect_all([fed.proxy(p) for p in names if p != lp], ids if look is None else look.sorted,
-                            cache=PsiCache(dep.state_dir(LABEL_HOLDER)), engine=dep.psi_engine, text_array=True)
+        with phase("psi"):
+            psi = intersect_all([fed.proxy(p) for p in names if p != lp], ids if look is None else look.sorted,
+                                cache=PsiCache(dep.state_dir(LABEL_HOLDER)), engine=dep.psi_engine, text_array=True)
         common, out.psi_seconds, out.psi_cached = psi.ids, psi.seconds, psi.cached
         if not len(common):
             raise DataError(f"no id in column {dep.id_column!r} is held by every party; check that the files "
@@ -207,16 +227,10 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         for k, s in enumerate(SPLITS):
             codes[idx[s]] = k
         align = Align(ids=common, split=codes, scaling=dep.scaling, impute=dep.impute)
-        for p in names:
-            rep = fed.proxy(p).request(align, SETUP, expect=Aligned)
-            out.rows[p] = {"rows_in_file": int(rep.rows_in_file), "rows_kept": int(rep.rows_kept)}
-        for p in names:  # each party's own policy (its --policy file may override the deployment file's)
-            if p != lp:
-                pol = fed.proxy(p).request(PolicyQuery(), SETUP, expect=PolicyReport)
-                out.policies[p] = {"release_columns": bool(pol.release_columns),
-                                   "accept_labels": bool(pol.accept_labels),
-                                   "require_secure": bool(pol.require_secure), "min_key_bits": int(pol.min_key_bits),
-                                   "methods": [str(m) for m in pol.methods]}
+        with phase("align"):
+            for p in names:
+                rep = fed.proxy(p).request(align, SETUP, expect=Aligned)
+                out.rows[p] = {"rows_in_file": int(rep.rows_in_file), "rows_kept": int(rep.rows_kept)}
         out.rows.setdefault(lp, {"rows_in_file": len(labels), "rows_kept": len(common)})
         ys = {s: y[idx[s]] for s in SPLITS}
         if task == "regression":
@@ -323,24 +337,42 @@ def federated_method(dep: Deployment, method: str, params: Mapping[str, Any] | N
 
 
 def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
-                   params: Mapping[str, Any] | None = None, codec: str | None = None, progress: bool = False,
-                   save_model: str | Path | None = None, threads: int | None = 1, checkpoint_dir=None,
-                   resume: bool = False):
+                   params: Mapping[str, Any] | None = None, codec: str | None = None, callbacks: Any = (),
+                   progress: bool | None = None, save_model: str | Path | None = None, threads: int | None = 1,
+                   checkpoint_dir=None, resume: bool = False):
     """Run ``method`` over a deployment from the label party's host; returns the
-    :class:`~verticalfs.api.RunResult` (its ``info["deployment"]`` says how many rows each party kept)."""
-    from verticalfs.api import run
+    :class:`~verticalfs.api.RunResult` (its ``info["deployment"]`` says how many rows each party kept).
+
+    ``callbacks`` as for :func:`verticalfs.run`; the events start once the parties' policies are
+    known (``run_start`` carries them, and the method the policies let run), then the ``psi`` and
+    ``align`` phases, then the method's. ``progress``: deprecated, as for :func:`verticalfs.run`."""
+    from verticalfs.api import run_observed, with_progress
+    from verticalfs.run_events import RunEvents, split_callbacks
 
     if not isinstance(dep, Deployment):
         dep = Deployment.load(dep)
     asked = method
-    conn = connect(dep, seed=seed)
+    hooks, sinks = split_callbacks(with_progress(callbacks, progress, method, dep.task or "binary"))
+    events = RunEvents(sinks) if sinks else None
+    chosen: dict[str, Any] = {}
+
+    def started(policies: dict[str, dict]) -> None:
+        keeping = [p for p, pol in policies.items() if not pol["release_columns"]]
+        chosen["method"], chosen["params"], chosen["why"] = federated_method(dep, asked, params, keeping=keeping)
+        if events is not None:
+            events.start(method=chosen["method"], dataset=Path(dep.party(dep.label_party).file).name,
+                         parties=[p for p in dep.parties if p != dep.label_party], label_party=dep.label_party,
+                         mode="deployment", seed=seed, params=dict(chosen["params"] or {}), policies=policies)
+
+    conn = None
     try:
-        keeping = [p for p, pol in conn.policies.items() if not pol["release_columns"]]
-        method, params, why = federated_method(dep, asked, params, keeping=keeping)
-        res = run(method, conn.data, seed=seed, params=params, codec=codec, progress=progress,
-                  federation=conn.federation, threads=threads, save_model=save_model,
-                  checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(LABEL_HOLDER),
-                  resume=resume)
+        conn = connect(dep, seed=seed, events=events, on_policies=started)
+        method, params, why = chosen["method"], chosen["params"], chosen["why"]
+        res = run_observed(method, conn.data, hooks=hooks, events=events, seed=seed, params=params, codec=codec,
+                           bandwidths_mbps=(10.0, 100.0), data_config=None, federation=conn.federation,
+                           threads=threads, save_model=save_model,
+                           checkpoint_dir=checkpoint_dir if checkpoint_dir is not None
+                           else dep.checkpoint_dir(LABEL_HOLDER), resume=resume)
         res.info["deployment"] = {"file": str(dep.path), "n_aligned": conn.n_aligned, "rows": conn.rows,
                                   "policies": conn.policies, "session": conn.session,
                                   "psi_cached": conn.psi_cached}
@@ -350,5 +382,12 @@ def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
             res.info["trained_as_reason"] = why
             res.info["method_asked"] = asked
         return res
+    except BaseException as exc:
+        if events is not None and not events.ended:
+            events.start(method=asked, mode="deployment", seed=seed, label_party=dep.label_party,
+                         parties=[p for p in dep.parties if p != dep.label_party])
+            events.fail(exc)
+        raise
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()

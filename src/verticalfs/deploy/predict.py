@@ -43,6 +43,8 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -361,11 +363,35 @@ class DeployedModel:
         self.close()
 
 
-def predict_deployment(dep, model_dir: str | Path, *, expected_sha256: str | None = None) -> dict:
+def predict_deployment(dep, model_dir: str | Path, *, expected_sha256: str | None = None,
+                       callbacks: Sequence[Any] = ()) -> dict:
     """Batch prediction over a deployment (``verticalfs predict --config``): every id held by every
-    party of the model, scored where the data lives."""
-    with DeployedModel(dep, model_dir, expected_sha256=expected_sha256) as m:
-        return m.predict_all()
+    party of the model, scored where the data lives. ``callbacks``: as for :func:`verticalfs.run`
+    (the events: the start, the ``setup`` phase (opening the model, the scoring PSI), the
+    ``predict`` phase, the end)."""
+    from verticalfs.model import read_manifest
+    from verticalfs.run_events import events_of, failing
+
+    _, events = events_of(callbacks)
+    name = Path(model_dir).resolve().name
+    parties = [p for p in dep.parties if p != dep.label_party]
+    with failing(events, kind="predict", dataset=name, mode="deployment", parties=parties,
+                 label_party=dep.label_party):
+        if events is not None:
+            man = read_manifest(Path(model_dir), expected_sha256=expected_sha256)
+            events.start(kind="predict", method=str(man["method"]), dataset=name, mode="deployment",
+                         parties=list(man["parties"]), label_party=dep.label_party)
+        opened = None if events is None else events.phase_start("setup")
+        m = DeployedModel(dep, model_dir, expected_sha256=expected_sha256)
+        with m:
+            if events is not None and opened is not None:
+                events.ledger = m.fed.ledger
+                events.phase_end(opened)  # (its bytes: the model's ledger from its first message)
+            with nullcontext() if events is None else events.phase("predict"):
+                out = m.predict_all()
+            if events is not None:
+                events.end("ok")
+            return out
 
 
 __all__ = ["DeployedModel", "IdsStaged", "ModelOpened", "OpenModel", "Scores", "ScoringPsi", "StageIds",

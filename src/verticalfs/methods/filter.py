@@ -132,6 +132,17 @@ def _saved_classifier(c: dict, task: str, n_classes: int):
     raise ConfigError(f"the saved filter-method model names an unknown classifier {name!r}")
 
 
+class _Evaluation:
+    """A filter method's run as its callbacks see it (:class:`~verticalfs.training.history.Run`):
+    one step, its selection and evaluation (a round-based selection, FATE's lasso, runs a loop of
+    its own inside it)."""
+
+    unit = "epoch"
+
+    def __init__(self) -> None:
+        self.position = 0
+
+
 class FilterMethod(Method):
     """Selects ``n_select`` features across parties, then trains ``classifier`` on them.
 
@@ -209,6 +220,21 @@ class FilterMethod(Method):
 
     def fit(self, fed) -> FilterMethod:
         self.join_parties(fed)
+        run = _Evaluation()
+        for cb in self.callbacks:
+            cb.on_train_begin(run, 1, "selection")
+        try:
+            entry = self._select_and_evaluate(fed)
+            run.position = 1
+            for cb in self.callbacks:
+                cb.on_epoch_end(run, entry)
+        finally:
+            for cb in self.callbacks:
+                cb.on_train_end(run)
+        return self
+
+    def _select_and_evaluate(self, fed) -> dict:
+        """Select, gather, train the classifier; the history entry of the evaluation."""
         led = fed.ledger
         b0 = led.total_bytes
         t0 = time.perf_counter()
@@ -226,9 +252,6 @@ class FilterMethod(Method):
             if p in self.feature_scores_ and 0 <= i < len(self.feature_scores_[p]):
                 self.feature_scores_[p][i] = v
 
-        # the evaluation is this method's one "epoch" (a round-based selection reported its rounds)
-        for cb in self.callbacks:
-            cb.on_train_begin(self, 1, "selection")
         X, y = self.gather(fed, selected)
         b2 = led.total_bytes
         lab = fed.labels
@@ -248,10 +271,6 @@ class FilterMethod(Method):
         if self.entry_hook is not None:
             self.entry_hook(entry)
         self.history_ = History([entry])
-        for cb in self.callbacks:
-            cb.on_epoch_end(self, entry)
-        for cb in self.callbacks:
-            cb.on_train_end(self)
         self.info_.update(
             selected=[f"{p}:{names[p][i]}" for p, i in selected],
             n_selected=len(selected),
@@ -259,7 +278,7 @@ class FilterMethod(Method):
             selection_seconds=float(t_sel),
             gather_bytes=int(b2 - b1),
         )
-        return self
+        return entry
 
     # --------------------------------------------------------- saved models
     #: the classifiers a saved model holds as plain numbers (a model file unpickles nothing)

@@ -7,7 +7,7 @@ holder tells each party which of its features to keep (:class:`~verticalfs.trans
 phase ``selection``) and the next stage ``Join``\\ s the parties that still hold features: its party
 roles are built on the kept columns only. The last stage's model, metrics and support are the
 pipeline's; its history follows the earlier stages' entries, and the ledger holds every stage's
-messages in their own phases.
+messages in their own phases. Every stage tells the pipeline's callbacks about its loops.
 
 Parameters go to a stage with the stage's name as prefix: ``feast.n_select=20``,
 ``sparsevfl-16.lam=0.02`` (``--param`` on the command line). An unprefixed ``epochs`` goes to the
@@ -48,6 +48,15 @@ class PipelineParams:
     stages: dict = field(default_factory=dict)
 
 
+class _Stage:
+    """An earlier stage's selection as the callbacks see it (:class:`~verticalfs.training.history.Run`)."""
+
+    unit = "epoch"
+
+    def __init__(self) -> None:
+        self.position = 0
+
+
 class Pipeline(Method):
     """Base of the ``a+b`` methods (see the module docstring); built by :func:`pipeline_class`."""
 
@@ -68,8 +77,7 @@ class Pipeline(Method):
             else:
                 raise ConfigError(f"method {self.name!r}: parameter {k!r} names no stage; use "
                                   f"<stage>.<parameter> with a stage of {list(self.stage_names)}")
-        self.stages = [c(seed=seed, callbacks=callbacks if i == len(per) - 1 else (),
-                         codec=codec if i == len(per) - 1 else None, **per[s])
+        self.stages = [c(seed=seed, callbacks=callbacks, codec=codec if i == len(per) - 1 else None, **per[s])
                        for i, (s, c) in enumerate(zip(self.stage_names, self.stage_classes, strict=True))]
         super().__init__(seed=seed, callbacks=callbacks, codec=None)
         self.params = PipelineParams(stages=per)
@@ -85,23 +93,14 @@ class Pipeline(Method):
         names = list(fed.party_names)
         for i, stage in enumerate(self.stages[:-1]):
             stage.entry_hook, stage.checkpoints = self.entry_hook, self.checkpoints
-            selected = self._select(stage, fed)
-            keep = {p: np.asarray(sorted(j for q, j in selected if q == p), dtype=np.int64) for p in names}
-            at = At("selection", i + 1)
-            for p in names:
-                rep = fed.proxy(p).request(KeepFeatures(indices=keep[p]), at, expect=SupportReport)
-                if not np.array_equal(np.asarray(rep.kept, dtype=np.int64), keep[p]):
-                    raise ConfigError(f"party {p!r} did not keep the features it was asked to keep")
-            names = [p for p in names if keep[p].size]
-            entry = {"epoch": 0, "phase": "selection", "stage": stage.name,
-                     "bytes": fed.ledger.total_bytes - fed.ledger.bytes_where(phase="eval"),
-                     "bytes_total": fed.ledger.total_bytes}
-            if self.entry_hook is not None:
-                self.entry_hook(entry)
-            history.append(entry)
-            info[stage.name] = {"selected": int(sum(k.size for k in keep.values())),
-                                "parties_left": [p for p in fed.party_names if p not in names],
-                                **{k: v for k, v in stage.info_.items() if isinstance(v, (int, float, str))}}
+            run = _Stage()
+            for cb in self.callbacks:  # the stage's selection, one step (its own loops run inside it)
+                cb.on_train_begin(run, 1, "selection")
+            try:
+                names = self._stage(i, stage, fed, names, history, info, run)
+            finally:
+                for cb in self.callbacks:
+                    cb.on_train_end(run)
         if not names:
             raise ConfigError(f"{self.name}: the earlier stages kept no feature at any party; nothing to train on")
         last = self.stages[-1]
@@ -118,6 +117,32 @@ class Pipeline(Method):
         info[last.name] = dict(last.info_)
         self.info_ = info
         return self
+
+    def _stage(self, i: int, stage: Method, fed, names: list[str], history: History, info: dict[str, Any],
+               run: _Stage) -> list[str]:
+        """Earlier stage ``i``: its selection, the parties told what to keep (phase ``selection``), its
+        history entry; the parties that still hold features."""
+        selected = self._select(stage, fed)
+        keep = {p: np.asarray(sorted(j for q, j in selected if q == p), dtype=np.int64) for p in names}
+        at = At("selection", i + 1)
+        for p in names:
+            rep = fed.proxy(p).request(KeepFeatures(indices=keep[p]), at, expect=SupportReport)
+            if not np.array_equal(np.asarray(rep.kept, dtype=np.int64), keep[p]):
+                raise ConfigError(f"party {p!r} did not keep the features it was asked to keep")
+        names = [p for p in names if keep[p].size]
+        entry = {"epoch": 0, "phase": "selection", "stage": stage.name,
+                 "bytes": fed.ledger.total_bytes - fed.ledger.bytes_where(phase="eval"),
+                 "bytes_total": fed.ledger.total_bytes}
+        if self.entry_hook is not None:
+            self.entry_hook(entry)
+        history.append(entry)
+        run.position = 1
+        for cb in self.callbacks:
+            cb.on_epoch_end(run, entry)
+        info[stage.name] = {"selected": int(sum(k.size for k in keep.values())),
+                            "parties_left": [p for p in fed.party_names if p not in names],
+                            **{k: v for k, v in stage.info_.items() if isinstance(v, (int, float, str))}}
+        return names
 
     # --------------------------------------------------------- saved models: the last stage's
     def cannot_save(self) -> str | None:

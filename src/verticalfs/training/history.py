@@ -36,14 +36,33 @@ class History(list[dict[str, Any]]):
 
 
 class Run(Protocol):
-    """The loop a callback hears from: a split-learning trainer
+    """A loop of a run as its callbacks see it: a split-learning trainer
     (:class:`~verticalfs.training.split.SplitTrainer`), a round driver
-    (:class:`~verticalfs.training.rounds.RoundDriver`), or a method whose one step is its evaluation
-    (a filter method)."""
+    (:class:`~verticalfs.training.rounds.RoundDriver`), or a filter method's evaluation."""
+
+    #: what its steps are: ``"epoch"`` (a split-learning loop, an evaluation) or ``"round"``
+    unit: str
+
+    @property
+    def position(self) -> int:
+        """Epochs (or rounds) done so far, over every loop of the method (a resumed loop jumps to
+        its checkpoint's)."""
+        ...
 
 
 class Callback:
-    """No-op hooks; override the ones you need."""
+    """What a run tells as it goes; override the hooks you need (each is a no-op here).
+
+    The loops (a :class:`Run`) call the hooks: ``on_train_begin(run, total, phase)`` when a loop of
+    at most ``total`` epochs or rounds starts in ``phase``, ``on_epoch_end(run, entry)`` after each
+    (``entry`` is its history entry: ``epoch`` or ``round``, metrics, bytes so far),
+    ``on_train_end(run)``, and ``on_stage_step(obj, stage, done, total)`` for a long stage that is
+    not an epoch (ICAFS's synthesis). The entry points (:func:`verticalfs.run`,
+    :func:`~verticalfs.deploy.holder.run_deployment`, ``predict``) hand every event of the run
+    (:mod:`verticalfs.events`: start, phases, epochs and rounds, selection, refusal, warnings, end)
+    to :meth:`on_event`, which the progress lines and bars (:class:`ProgressCallback`) and an event
+    file consume.
+    """
 
     def on_train_begin(self, trainer: Run, epochs: int, phase: str) -> None: ...
 
@@ -51,8 +70,11 @@ class Callback:
 
     def on_train_end(self, trainer: Run) -> None: ...
 
-    def on_stage_step(self, trainer: Any, stage: str, done: int, total: int) -> None:
+    def on_stage_step(self, trainer: object, stage: str, done: int, total: int) -> None:
         """A step of a long stage that is not an epoch (ICAFS's synthesis): ``done`` of ``total``."""
+
+    def on_event(self, event: Any) -> None:
+        """An event of the run (a model of :mod:`verticalfs.events`)."""
 
 
 def _clock(seconds: float) -> str:
@@ -60,29 +82,38 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-class ProgressCallback(Callback):
-    """Progress of a run on standard error: a rich progress bar on a terminal; otherwise (output to a
-    file or a pipe, where a bar draws nothing) one plain line per epoch or stage step with the time
-    elapsed, an ETA, the latest test metric and the megabytes sent so far.
+class _Open:
+    """A loop the progress follows: its phase, size and unit, when it started, its bar's task."""
 
-    Lines are printed at most every ``min_interval`` seconds (the first and the last step of a phase
+    __slots__ = ("phase", "total", "unit", "t0", "task")
+
+    def __init__(self, phase: str, total: int, unit: str, t0: float) -> None:
+        self.phase, self.total, self.unit, self.t0 = phase, total, unit, t0
+        self.task: TaskID | None = None
+
+
+class ProgressCallback(Callback):
+    """Progress of a run on standard error, drawn from the run's events (:meth:`on_event`): a rich
+    progress bar per running loop on a terminal; otherwise (output to a file or a pipe, where a bar
+    draws nothing) one plain line per epoch, round or stage step with the time elapsed, an ETA, the
+    latest test metric and the megabytes sent so far.
+
+    Lines are printed at most every ``min_interval`` seconds (the first and the last step of a loop
     always), so a run of thousands of short epochs does not flood a log; ``lines=True`` forces them
-    on a terminal too, ``lines=False`` forces the bar.
+    on a terminal too, ``lines=False`` forces the bar. ``description`` (the lines' prefix) defaults
+    to each run's method, ``metric`` to its accuracy (R² for regression).
     """
 
-    def __init__(self, description: str = "training", metric: str = "accuracy", *, lines: bool | None = None,
+    def __init__(self, description: str | None = None, metric: str | None = None, *, lines: bool | None = None,
                  min_interval: float = 1.0, stream: Any = None) -> None:
-        self.description = description
+        self._fixed = description
+        self.description = description or "training"
         self.metric = metric
         self.min_interval = float(min_interval)
         self._stream = stream
         self._lines = lines
         self._progress: Progress | None = None
-        self._task: TaskID | None = None
-        self._phase = ""
-        self._epochs = 0
-        self._done = 0
-        self._t0 = 0.0
+        self._open: list[_Open] = []
         self._last = float("-inf")
         self._stage: tuple[str, float] | None = None
 
@@ -96,70 +127,104 @@ class ProgressCallback(Callback):
         stream = self._stream or sys.stderr
         print(f"[{self.description}] {text}", file=stream, flush=True)
 
-    def _due(self, last: bool) -> bool:
+    def _due(self, done: int, last: bool) -> bool:
         now = time.monotonic()
-        if last or self._done <= 1 or now - self._last >= self.min_interval:
+        if last or done <= 1 or now - self._last >= self.min_interval:
             self._last = now
             return True
         return False
 
-    def _timing(self, done: int, total: int, t0: float) -> str:
-        elapsed = time.monotonic() - t0
+    @staticmethod
+    def _timing(done: int, total: int, elapsed: float) -> str:
         eta = elapsed / done * (total - done) if done else float("nan")
         return f"{_clock(elapsed)} elapsed" + (f", ETA {_clock(eta)}" if done < total and eta == eta else "")
 
-    def on_train_begin(self, trainer: Run, epochs: int, phase: str) -> None:
-        self._phase, self._epochs, self._done = phase, int(epochs), 0
-        self._t0, self._last = time.monotonic(), float("-inf")
+    # ------------------------------------------------------------------ events
+    def on_event(self, event: Any) -> None:
+        kind = event.type
+        if kind == "run_start":
+            if self._fixed is None:
+                self.description = event.method or event.kind
+        elif kind == "phase":
+            if event.state == "start" and event.total is not None:
+                self._begin(event)
+            elif event.state == "end":
+                self._end(event)
+        elif kind in ("epoch", "round"):
+            self._step(event)
+        elif kind == "stage":
+            self._stage_step(event)
+        elif kind == "run_end":
+            self._stop()
+
+    def _begin(self, event: Any) -> None:
+        unit = event.unit or "epoch"
+        loop = _Open(event.name, int(event.total), unit, float(event.time))
+        self._open.append(loop)
+        self._last = float("-inf")
         if self._use_lines():
-            self._line(f"{phase}: {epochs} epoch(s)")
+            self._line(f"{loop.phase}: {loop.total} {unit}(s)")
             return
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        if self._progress is None:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
-        self._progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(), transient=True,
-            console=Console(stderr=True),
-        )
-        self._progress.start()
-        self._task = self._progress.add_task(f"{self.description} ({phase})", total=epochs, info="")
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(), transient=True,
+                console=Console(stderr=True),
+            )
+            self._progress.start()
+        loop.task = self._progress.add_task(f"{self.description} ({loop.phase})", total=loop.total, info="")
 
-    def _info(self, entry: dict[str, Any]) -> str:
-        m = entry.get(self.metric)
-        info = f"{self.metric}={m:.4f} " if isinstance(m, float) else ""
-        return info + f"{entry.get('bytes', 0) / 1e6:.2f} MB"
+    def _info(self, event: Any) -> str:
+        name = self.metric or next((k for k in ("accuracy", "r2") if k in event.metrics), "accuracy")
+        m = event.metrics.get(name)
+        info = f"{name}={m:.4f} " if isinstance(m, float) else ""
+        return info + f"{event.bytes / 1e6:.2f} MB"
 
-    def on_epoch_end(self, trainer: Run, entry: dict[str, Any]) -> None:
-        self._done += 1
-        if self._progress is None or self._task is None:  # (both are set together)
-            if self._use_lines() and self._due(self._done >= self._epochs):
-                self._line(f"{self._phase} epoch {self._done}/{self._epochs}: "
-                           f"{self._timing(self._done, self._epochs, self._t0)}; {self._info(entry)} sent")
+    def _step(self, event: Any) -> None:
+        loop = self._open[-1] if self._open and self._open[-1].phase == event.phase else None
+        total = event.total if event.total is not None else (loop.total if loop is not None else event.index)
+        if loop is not None and loop.task is not None and self._progress is not None:
+            self._progress.update(loop.task, completed=event.index, info=self._info(event))
             return
-        self._progress.update(self._task, advance=1, info=self._info(entry))
+        if self._use_lines() and self._due(event.index, event.index >= total):
+            elapsed = float(event.time) - (loop.t0 if loop is not None else float(event.time))
+            self._line(f"{event.phase} {event.type} {event.index}/{total}: "
+                       f"{self._timing(event.index, total, elapsed)}; {self._info(event)} sent")
 
-    def on_train_end(self, trainer: Run) -> None:
+    def _end(self, event: Any) -> None:
+        for i in range(len(self._open) - 1, -1, -1):  # the innermost open loop of that phase
+            if self._open[i].phase == event.name:
+                loop = self._open.pop(i)
+                if loop.task is not None and self._progress is not None:
+                    self._progress.remove_task(loop.task)
+                break
+        if not self._open:
+            self._stop()
+
+    def _stop(self) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
 
-    def on_stage_step(self, trainer: Any, stage: str, done: int, total: int) -> None:
-        if self._stage is None or self._stage[0] != stage or done <= 1:
-            self._stage = (stage, time.monotonic())
+    def _stage_step(self, event: Any) -> None:
+        done, total = int(event.done), int(event.total)
+        if self._stage is None or self._stage[0] != event.name or done <= 1:
+            self._stage = (event.name, float(event.time))
             self._last = float("-inf")
-        self._done = done
-        if self._use_lines() and self._due(done >= total):
-            ledger = getattr(trainer, "ledger", None)
-            sent = f"; {ledger.total_bytes / 1e6:.2f} MB sent" if ledger is not None else ""
-            self._line(f"{stage} step {done}/{total}: {self._timing(done, total, self._stage[1])}{sent}")
+        if self._use_lines() and self._due(done, done >= total):
+            elapsed = float(event.time) - self._stage[1]
+            self._line(f"{event.name} step {done}/{total}: {self._timing(done, total, elapsed)}; "
+                       f"{event.bytes_total / 1e6:.2f} MB sent")
 
 
 NON_METRIC_KEYS = frozenset({"epoch", "phase", "bytes", "bytes_total", "train_loss", "spurious_removed",

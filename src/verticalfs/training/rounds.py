@@ -88,6 +88,8 @@ class _Fed(Protocol):
 class RoundDriver:
     """Runs a :class:`RoundProtocol` round after round from the label holder (module docstring).
 
+    Its callbacks see it as a :class:`~verticalfs.training.history.Run` of ``unit = "round"``.
+
     Parameters
     ----------
     fed : Federation
@@ -106,6 +108,9 @@ class RoundDriver:
     parties : sequence of str, optional
         The parties that take part (and checkpoint); default every party of ``fed``.
     """
+
+    #: what its callbacks' steps are
+    unit = "round"
 
     def __init__(self, fed: _Fed, method: str, *, max_rounds: int, phase: str | None = None,
                  callbacks: Sequence[Callback] = (), checkpoints: Checkpointer | None = None,

@@ -509,6 +509,8 @@ class SplitTrainer:
     """
 
     spec_class: type[Any] = SplitSpec
+    #: what its callbacks' steps are (:class:`~verticalfs.training.history.Run`)
+    unit = "epoch"
 
     def __init__(self, fed: Federation | LocalFederation, method: str, config: TrainConfig, *, seed: int = 0,
                  callbacks: Sequence[Callback] = (), entry_hook: Callable[[dict[str, Any]], None] | None = None,
