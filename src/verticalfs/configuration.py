@@ -250,6 +250,8 @@ class RunFile(_Model):
                            "epoch or stage (elapsed, ETA, MB sent) otherwise.")
     quiet: bool = Field(False, description="No progress output (the same as `progress = false`).")
     checkpoints: FilePath | None = Field(None, description="Checkpoint every training epoch in this folder.")
+    events: FilePath | None = Field(None, description="Write the run's events here, one JSON line each as they "
+                                    "happen (docs/reference/events.md).")
     insecure: bool = Field(False, description="With a deployment file only: no TLS.")
     resume: bool = Field(False, description="Continue the interrupted run in `checkpoints`.")
     strict: bool = Field(False, description="Exit with code 3 when the run ends at or near chance or removes "
