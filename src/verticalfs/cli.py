@@ -1018,6 +1018,50 @@ def party_serve(
         console.print(f"party {name} stopped")
 
 
+# --------------------------------------------------------------------------------------- board
+@app.command("board")
+def board_cmd(
+    folders: list[Path] = typer.Argument(None, help="Folders with results (`run --out`, `compare --out`), event files (`--events`, .jsonl) and saved models; default results/."),
+    host: str = O("127.0.0.1", "--host", help="Address to listen on. Another than the loopback needs --token (or --token-file)."),
+    port: int = O(8765, "--port", help="Port to listen on (0: any free port).", min=0, max=65535),
+    token: str = O(None, "--token", help="Required of every request (as ?token= once, or 'Authorization: Bearer'); at least 16 characters."),
+    token_file: Path = O(None, "--token-file", help="Read the token from this file (its first line; mode 600)."),
+    deployment: list[Path] = O(None, "--deployment", help="A deployment file: show each party's status, asked through the protocol with the label holder's certificate (repeatable)."),
+    insecure: bool = O(False, "--insecure", help="With --deployment: no TLS (a local experiment's deployment)."),
+) -> None:
+    """A read-only web page over runs, comparisons, live runs (--events) and a deployment's parties."""
+    from verticalfs.board import check_bind, is_loopback, read_token, serve
+
+    roots = [str(f) for f in (folders or [Path("results")])]
+    try:
+        tok = read_token(token, token_file)
+        check_bind(host, tok)
+        for f in roots:
+            if not Path(f).is_dir():
+                raise ConfigError(f"board: {f!r} is not a folder (give the folders holding results; default results/)")
+    except ConfigError as exc:
+        _fail(exc)
+    if not is_loopback(host):
+        err.print(f"[bold yellow]warning:[/] the board listens on {host}: anyone who can reach this machine and has the "
+                  "token can read every result under the folders, and its traffic is not encrypted (put it behind a "
+                  "TLS proxy, or keep --host 127.0.0.1 and use an SSH tunnel)", soft_wrap=True, highlight=False)
+
+    def ready(server) -> None:
+        sock = server.servers[0].sockets[0].getsockname()
+        shown = f"[{sock[0]}]" if ":" in sock[0] else sock[0]
+        url = f"http://{shown}:{sock[1]}/" + (f"?token={tok}" if tok else "")
+        console.print(f"board on {url} over {', '.join(roots)} (read-only; Ctrl-C stops it)", soft_wrap=True,
+                      highlight=False, markup=False)
+
+    try:
+        serve(roots, host=host, port=port, token=tok, deployments=[str(d) for d in deployment or []],
+              insecure=insecure, on_ready=ready)
+    except VerticalFSError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        pass
+
+
 def _register_method_commands() -> None:
     """Methods add their own commands (e.g. LESS-VFL's grid search) through the method registry."""
     from verticalfs.methods.registry import commands

@@ -147,6 +147,8 @@ GOLDEN: list[tuple[str, int]] = [
     ("core.PsiChunkReply", 20500),
     ("core.ScoringPsiOpen", 32892),
     ("core.ScoringPsiChunk", 54734),
+    ("core.StatusQuery", 62811),
+    ("core.StatusReport", 25853),
 ]
 
 WHY = ("the list of wire names in tests/transport/test_wire_names.py is golden: a peer running the previous "

@@ -147,8 +147,10 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None, che
     from verticalfs.deploy.scoring import scoring_path
 
     runtime.enable_scoring(scoring_path(dep, name))
-    return NetworkedParty(runtime, e.listen, tls=dep.tls(name), addresses=dep.addresses,
-                          insecure=dep.insecure, connect_timeout=dep.connect_timeout)
+    party = NetworkedParty(runtime, e.listen, tls=dep.tls(name), addresses=dep.addresses,
+                           insecure=dep.insecure, connect_timeout=dep.connect_timeout)
+    runtime.sessions_view = party.session_table  # its StatusQuery reports the server's sessions
+    return party
 
 
 def party_policy(dep: Deployment, name: str, override=None):

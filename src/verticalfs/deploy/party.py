@@ -21,7 +21,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +76,25 @@ class PolicyReport:
     require_secure: bool
     min_key_bits: int
     methods: list
+
+
+@message("core.StatusQuery")
+class StatusQuery:
+    """Label holder -> party, phase ``setup``: how are you (``verticalfs board`` over a deployment
+    file)? Answered with :class:`StatusReport`; the query's own session ends with the answer."""
+
+
+@message("core.StatusReport")
+class StatusReport:
+    """Party -> label holder: its version, the rows of its file, the label holder's sessions it
+    keeps (``id``, ``started``, ``idle_s``: one dict each; at most ``max_sessions``), and the saved
+    models it has open for scoring (by name). Nothing of its data beyond what ``Aligned`` tells."""
+
+    version: str
+    rows_in_file: int
+    sessions: list
+    max_sessions: int
+    models: list
 
 
 class DeployedParty(PartyRuntime):
@@ -153,6 +172,8 @@ class DeployedParty(PartyRuntime):
         self.state_dir = None if state_dir is None else Path(state_dir)
         self._secret: bytes | None = None
         self._digests: dict[tuple[bool, int], str] = {}
+        #: the sessions its server keeps (set by the server: transport/grpc/party.py), for StatusQuery
+        self.sessions_view: Callable[[], tuple[list[dict], int]] | None = None
 
     def enable_scoring(self, scoring_path: str | Path, *, stream_above_mb: float | None = None) -> PartyScoring:
         """Score saved models over ``scoring_path`` (its ``predict_file``, or its training file; read
@@ -224,6 +245,22 @@ class DeployedParty(PartyRuntime):
     @handles(Align, budget=Budget("alignments", lambda m: len(m.ids)))
     def on_align(self, msg: Align, ctx: Context) -> Aligned:
         return self._align(msg)
+
+    @handles(StatusQuery)
+    def on_status_query(self, msg: StatusQuery, ctx: Context) -> StatusReport:
+        self.session_over = True  # a status query is a session of its own: ended with the answer
+        return self._status()
+
+    def _status(self) -> StatusReport:
+        from verticalfs import __version__
+
+        sessions, most = self.sessions_view() if self.sessions_view is not None else ([], 0)
+        models: list[str] = []
+        if self.scoring is not None:
+            with self.scoring.lock:  # (sessions open and close models meanwhile)
+                models = [str(m) for m in self.scoring.models]
+        return StatusReport(version=__version__, rows_in_file=int(self.n_rows), sessions=sessions,
+                            max_sessions=int(most), models=models)
 
     def _align(self, msg: Align) -> Aligned:
         # (counted by the alignments budget before it runs, verticalfs.dispatch)

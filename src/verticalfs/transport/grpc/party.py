@@ -153,6 +153,16 @@ class NetworkedParty:
         rt.connect(self.channel.for_session(sid), Ledger(compute_rounds=False))
         return rt
 
+    def session_table(self) -> tuple[list[dict[str, Any]], int]:
+        """The sessions kept now (``id``, ``started`` as UTC ISO time, ``idle_s``; sessions already
+        over left out) and the most kept at once: what a status query reports."""
+        now = time.monotonic()
+        with self._sessions_lock:
+            kept = [s for s in self.sessions.values() if not s.runtime.session_over]
+        rows = [{"id": s.id or "(none)", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s.started)),
+                 "idle_s": round(now - s.last, 1)} for s in sorted(kept, key=lambda s: s.started)]
+        return rows, self.max_sessions
+
     def _end(self, s: Session) -> None:
         with self._sessions_lock:
             if self.sessions.get(s.id) is s:
