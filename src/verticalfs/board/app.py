@@ -202,7 +202,7 @@ def create_app(folders: list[str | Path], *, token: str | None = None, allowed_h
     (``None``: any; the command sets the loopback names when it binds a loopback address).
     ``deployments``: :class:`~verticalfs.board.deployment.DeploymentStatus` objects to show.
     """
-    from fastapi import FastAPI, HTTPException, Request
+    from fastapi import FastAPI, HTTPException
     from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
     from fastapi.staticfiles import StaticFiles
 
@@ -286,7 +286,7 @@ def create_app(folders: list[str | Path], *, token: str | None = None, allowed_h
                     title="Live", partial=bool(partial), event_files=catalog.event_files())
 
     @app.get("/api/stream")
-    async def stream(request: Request, run: str | None = None) -> StreamingResponse:
+    async def stream(run: str | None = None) -> StreamingResponse:
         if run is not None and not is_id(run):
             raise HTTPException(404, "no such run")
         q = hub.subscribe(run)
