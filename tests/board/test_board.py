@@ -61,7 +61,7 @@ def test_runs_page_lists_every_run_and_comparison(client):
     r = client.get("/")
     assert r.status_code == 200
     html = r.text
-    rows = re.findall(r'<tr data-id="([0-9a-f]{16})" class="(run|comparison) ', html)
+    rows = re.findall(r'<tr data-id="([0-9a-f]{16})" class="(run|comparison)"', html)
     kinds = [k for _, k in rows]
     # one run, one hostile run, a live run, a comparison and its 6 runs (vfl-original, vfl, feast x 2 seeds)
     assert kinds.count("comparison") == 1 and kinds.count("run") == 3 + 6, kinds

@@ -231,7 +231,7 @@ def run_view(cat: Catalog, eid: str, sources: dict[str, Any]) -> dict[str, Any]:
     rows_kept = _dict(dep.get("rows"))
     names = [str(p) for p in _list(result.get("parties"))] or (list(start.parties) if start else [])
     comm = _dict(result.get("communication"))
-    by_party = _dict(comm.get("by_party"))
+    by_party = dict(_dict(comm.get("by_party")))
     label_party = start.label_party if start else None
     parties = [{"name": "active", "role": "label holder" + (f" (party {label_party})" if label_party else ""),
                 "policy": None, "rows": None, "bytes": None}]
@@ -256,6 +256,11 @@ def run_view(cat: Catalog, eid: str, sources: dict[str, Any]) -> dict[str, Any]:
         for name, b in _dict(comm.get("by_phase")).items():
             phases[str(name)] = {"seconds": None, "bytes": {"all parties": b}}
         party_names = ["all parties"] if phases else []
+    if not by_party and view["phase_source"] == "events":  # the parties' bytes from their phases'
+        for p in party_names:
+            by_party[p] = sum(ph["bytes"].get(p, 0) for ph in phases.values())
+        for entry in parties:
+            entry["bytes"] = by_party.get(entry["name"], entry["bytes"])
     view["phases"] = {"names": list(phases), "parties": party_names,
                       "bytes": {p: [phases[n]["bytes"].get(p, 0) for n in phases] for p in party_names},
                       "seconds": [phases[n]["seconds"] for n in phases],

@@ -1,0 +1,176 @@
+"""The board in a real browser (headless Chromium through Selenium): every page over real results
+(the demo's comparison, a run, a deployment run of three party processes), what the user must see
+(the table's rows, the charts' series, the tooltip, the live update after an event is appended),
+no console error, no script from a hostile results folder. The screenshots of docs/guide/board.md
+are taken here.
+
+Skipped, with the reason, where Chromium or its driver is not installed (scripts/install-browser).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from tests.board.conftest import console_errors, screenshot  # noqa: E402
+from tests.board.helpers import XSS, LiveRun, injected, real_run  # noqa: E402
+
+pytestmark = pytest.mark.browser
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait(driver, js: str, timeout: float = 15.0):
+    """Poll the page's JavaScript expression ``js`` until it is truthy; its value."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(lambda d: d.execute_script(f"return {js}"))
+
+
+def open_page(driver, url: str) -> None:
+    driver.get(url)
+    wait(driver, "document.body && document.body.dataset.ready === 'yes'")
+
+
+def series(driver, canvas: str) -> list[dict]:
+    return driver.execute_script(
+        "const c = Chart.getChart(document.getElementById(arguments[0]));"
+        "return c ? c.data.datasets.map(d => ({label: d.label, n: d.data.length, method: d.method || null,"
+        " seed: d.seed === undefined ? null : d.seed})) : null;", canvas)
+
+
+def test_live_run_appears_and_updates_without_a_reload(browser, start_board, tmp_path):
+    """A run writing its events appears on the Live page and its page follows each new event
+    (server-sent events), without reloading (a mark set on the window stays)."""
+    board = start_board(str(tmp_path))
+    open_page(browser, board.url + "live")
+    wait(browser, "document.getElementById('live-state').textContent === 'live'")
+    assert browser.find_element("id", "no-live").text == "No run is running."
+    browser.execute_script("window.__notReloaded = true")
+    run = LiveRun(tmp_path / "run.jsonl")  # a new file in the folder: the board finds it while it runs
+    run.phase("setup")
+    wait(browser, "document.querySelectorAll('#live-runs tbody tr').length === 1")
+    assert browser.execute_script("return window.__notReloaded") is True
+    row = browser.find_element("css selector", "#live-runs tbody tr")
+    assert "vfl" in row.text and "bank, telecom" in row.text
+    screenshot(browser, "live")
+    row.find_element("tag name", "a").click()
+    wait(browser, "document.body.dataset.ready === 'yes' && document.getElementById('run-body')")
+    browser.execute_script("window.__notReloaded = true")
+    assert series(browser, "phases-chart") == [{"label": "bank", "n": 1, "method": None, "seed": None},
+                                               {"label": "telecom", "n": 1, "method": None, "seed": None}]
+    lags = []
+    for k, acc in enumerate((0.71, 0.83, 0.88), start=1):
+        t0 = time.monotonic()
+        run.epoch(k, acc)
+        wait(browser, f"(c => c && c.data.datasets[0].data.length === {k})"
+                      "(Chart.getChart(document.getElementById('epochs-chart')))")
+        lags.append(time.monotonic() - t0)
+    assert browser.execute_script("return Chart.getChart(document.getElementById('epochs-chart'))"
+                                  ".data.datasets[0].data") == [0.71, 0.83, 0.88]
+    run.phase("train", seconds=1.5, per_party=3000)
+    run.selection()
+    wait(browser, "document.querySelectorAll('.selection').length === 2")
+    run.end(0.88)
+    wait(browser, "document.getElementById('status').dataset.status === 'ok'")
+    assert browser.execute_script("return window.__notReloaded") is True
+    assert series(browser, "phases-chart")[0]["n"] == 2
+    print(f"live update after each epoch event: {', '.join(f'{x * 1000:.0f} ms' for x in lags)} "
+          f"(load {os.getloadavg()[0]:.1f})")
+    screenshot(browser, "run-live")
+    assert console_errors(browser) == []
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    """The demo's results (./scripts/demo --short, as CI runs it), a run's result and a hostile one."""
+    root = tmp_path_factory.mktemp("board-results")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run(["bash", str(ROOT / "scripts" / "demo"), "--short", str(root / "demo")], check=True, env=env,
+                   cwd=ROOT, capture_output=True, timeout=900)
+    real_run(root / "less-vfl" / "result.json", method="less-vfl")
+    return root
+
+
+@pytest.mark.slow
+def test_pages_over_the_demo(browser, start_board, demo, tmp_path):
+    board = start_board(str(demo))
+    summary = json.loads((demo / "demo" / "results.json").read_text())
+    n_runs = sum(len(v) for v in summary["runs"].values())
+    # Runs: every run and the comparison, sortable and filterable
+    open_page(browser, board.url)
+    rows = browser.find_elements("css selector", "#runs tbody tr")
+    assert len(rows) == 1 + n_runs + 1
+    browser.find_element("id", "filter").send_keys("feast")
+    wait(browser, "document.getElementById('shown').textContent !== ''")
+    visible = [r.text for r in rows if r.is_displayed()]
+    assert visible and all("feast" in t for t in visible)
+    browser.find_element("id", "filter").clear()
+    browser.execute_script("document.getElementById('filter').dispatchEvent(new Event('input'))")
+    head = browser.find_element("css selector", "#runs th[data-key='accuracy']")
+    head.click()  # sorted by accuracy, highest first
+    accs = [c.get_attribute("data-v") for c in browser.find_elements("css selector", "#runs tbody tr td:nth-child(6)")]
+    nums = [float(a) for a in accs if a]
+    assert nums == sorted(nums, reverse=True) and len(nums) == n_runs + 1
+    screenshot(browser, "runs")
+    assert console_errors(browser) == []
+    # the comparison: one series per method and seed, the target line, a tooltip with seed, epoch, MB
+    browser.find_element("css selector", "#runs tbody tr.comparison a").click()
+    wait(browser, "document.body.dataset.page === 'comparison' && document.body.dataset.ready === 'yes'")
+    got = series(browser, "compare-chart")
+    methods = {s["method"] for s in got}
+    assert set(summary["runs"]) <= methods and "target" in methods
+    assert browser.execute_script("return Chart.getChart(document.getElementById('compare-chart'))"
+                                  ".options.scales.x.type") == "logarithmic"
+    k = next(i for i, s in enumerate(got) if s["method"] == "vfl")
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    canvas = browser.find_element("id", "compare-chart")
+    x, y = browser.execute_script(
+        "const c = Chart.getChart(arguments[0]); const p = c.getDatasetMeta(arguments[1]).data[1];"
+        "return [p.x, p.y];", canvas, k)
+    w, h = canvas.size["width"], canvas.size["height"]
+    ActionChains(browser).move_to_element_with_offset(canvas, int(x - w / 2), int(y - h / 2)).perform()
+    tip = wait(browser, "(c => c.tooltip && c.tooltip.opacity > 0 && c.tooltip.body"
+                        " && c.tooltip.body.map(b => b.lines.join(' ')).join(' '))"
+                        "(Chart.getChart(document.getElementById('compare-chart')))")
+    assert "vfl, seed 0" in tip and "epoch 2" in tip and "MB" in tip, tip
+    table = browser.find_element("id", "compare-table").text
+    assert all(m in table for m in summary["runs"])
+    screenshot(browser, "comparison")
+    assert console_errors(browser) == []
+    # each run's page
+    links = [a.get_attribute("href") for a in browser.find_elements("css selector", "#compare-runs a")]
+    assert len(links) == n_runs
+    for link in links:
+        open_page(browser, link)
+        assert browser.find_element("id", "metrics").is_displayed()
+        assert series(browser, "epochs-chart")[0]["n"] >= 1
+        assert console_errors(browser) == []
+    # a run of `run --out`: phases, selection grouped by column, the command
+    open_page(browser, board.url + "?q=less-vfl")
+    browser.find_element("css selector", "#runs tbody tr:not([hidden]) td:nth-child(2) a").click()
+    wait(browser, "document.body.dataset.page === 'run' && document.body.dataset.ready === 'yes'")
+    assert series(browser, "phases-chart")[0]["label"] == "all parties"
+    assert browser.find_elements("css selector", ".selection-table tr.kept")
+    assert "verticalfs run --method less-vfl" in browser.find_element("id", "command").text
+    screenshot(browser, "run")
+    # a hostile folder: its markup is shown as text and never runs
+    injected(demo / "less-vfl" / "result.json", tmp_path / "hostile" / "result.json")
+    hostile = start_board(str(tmp_path / "hostile"))
+    open_page(browser, hostile.url)
+    assert XSS in browser.find_element("css selector", "#runs tbody").text
+    assert browser.execute_script("return window.__pwned === undefined")
+    browser.find_element("css selector", "#runs tbody tr:not([hidden]) td:nth-child(2) a").click()
+    wait(browser, "document.body.dataset.page === 'run' && document.body.dataset.ready === 'yes'")
+    assert XSS in browser.find_element("tag name", "h1").text
+    assert XSS in browser.find_element("css selector", ".selection-table").text
+    assert browser.execute_script("return window.__pwned === undefined && document.images.length === 0")
+    assert console_errors(browser) == []
