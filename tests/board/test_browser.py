@@ -174,3 +174,72 @@ def test_pages_over_the_demo(browser, start_board, demo, tmp_path):
     assert XSS in browser.find_element("css selector", ".selection-table").text
     assert browser.execute_script("return window.__pwned === undefined && document.images.length === 0")
     assert console_errors(browser) == []
+
+
+@pytest.mark.slow
+def test_deployment_page_over_three_party_processes(browser, start_board, tmp_path):
+    """The test deployment's three processes (two `verticalfs party serve`, mutual TLS, and the label
+    holder's `verticalfs run --config`, which serves the label party's own columns while it runs),
+    then a prediction (which opens the saved model at each party): the board's Deployment page
+    shows each feature party reachable with its policy and the model it has open, asked with the
+    label holder's certificate, and the label party's block not served now; the run's page shows
+    the policies the parties reported."""
+    pytest.importorskip("grpc")
+    from tests.deploy.test_deployment import PARTIES, _files, _listening, _start, _stop
+
+    site = tmp_path / "site"
+    site.mkdir()
+    files = _files(site)
+    subprocess.run([sys.executable, "-m", "verticalfs", "certs", "make", "--parties", ",".join(PARTIES),
+                    "--out", str(site / "certs")], check=True, capture_output=True)
+    from tests.deploy.test_deployment import _free_port
+
+    lines = ['label_party = "bank"', 'label_column = "default"', 'id_column = "customer_id"', 'certs = "certs"',
+             "connect_timeout = 5"]
+    for p in PARTIES:
+        lines += [f"[parties.{p}]", f'address = "127.0.0.1:{_free_port()}"', f'file = "{files[p].name}"']
+    lines += ["[parties.insurer.policy]", "min_key_bits = 3072", "max_sessions = 3"]
+    (site / "deployment.toml").write_text("\n".join(lines) + "\n")
+    procs = {p: _start(site, p) for p in PARTIES if p != "bank"}
+    try:
+        for p, proc in procs.items():
+            _listening(proc, p)
+        results = tmp_path / "results"
+        run = subprocess.run([sys.executable, "-m", "verticalfs", "run", "--config", str(site / "deployment.toml"),
+                              "-m", "vfl", "-p", "epochs=2", "-p", "batch_size=64", "--no-progress",
+                              "--out", str(results / "deployment" / "result.json"),
+                              "--save-model", str(results / "models" / "scorer")],
+                             cwd=site, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        pred = subprocess.run([sys.executable, "-m", "verticalfs", "predict", "--config", str(site / "deployment.toml"),
+                               "--model", str(results / "models" / "scorer"), "--out", str(tmp_path / "p.csv")],
+                              cwd=site, capture_output=True, text=True, timeout=300)
+        assert pred.returncode == 0, pred.stderr
+        board = start_board(str(results), "--deployment", str(site / "deployment.toml"))
+        open_page(browser, board.url + "deployment")
+        wait(browser, "Number(document.getElementById('deployment').dataset.polls || 0) >= 1", timeout=30)
+        cells = {r.get_attribute("data-party"): {c.get_attribute("class"): c.text for c in
+                                                 r.find_elements("tag name", "td") if c.get_attribute("class")}
+                 for r in browser.find_elements("css selector", "#deployment tbody tr")}
+        assert set(cells) == set(PARTIES)
+        assert cells["bank"]["reachable"].startswith("no:") and "bank" in cells["bank"]["reachable"]
+        for p in ("telecom", "insurer"):
+            assert cells[p]["reachable"].startswith("yes"), cells[p]
+            assert "release_columns false" in cells[p]["policy"] and "methods all" in cells[p]["policy"]
+            assert cells[p]["models"] == "scorer", cells[p]
+            assert cells[p]["rows"].isdigit() and int(cells[p]["rows"]) > 500
+        assert "min_key_bits 3072" in cells["insurer"]["policy"] and cells["insurer"]["sessions"].startswith("0 of 3")
+        screenshot(browser, "deployment")
+        assert console_errors(browser) == []
+        # the run's page: the policies each party reported, the rows it kept
+        open_page(browser, board.url + "?q=deployment")
+        browser.find_element("css selector", "#runs tbody tr:not([hidden]) td:nth-child(2) a").click()
+        wait(browser, "document.body.dataset.page === 'run' && document.body.dataset.ready === 'yes'")
+        parties = browser.find_element("id", "parties").text
+        assert "min_key_bits" in parties and "3072" in parties and " of " in parties
+        assert console_errors(browser) == []
+    finally:
+        for proc in procs.values():
+            _stop(proc)
+            if proc.stdout is not None:
+                proc.stdout.close()

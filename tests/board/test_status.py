@@ -42,7 +42,10 @@ def site(tmp_path) -> Path:
     return tmp_path
 
 
-def test_status_of_a_serving_party_and_of_one_not_listening(site):
+def test_status_of_a_serving_party_and_of_one_not_listening(site, monkeypatch):
+    import verticalfs.board.deployment as board_deployment
+
+    monkeypatch.setattr(board_deployment, "CONNECT_TIMEOUT", 0.5)  # the party not listening: no need to wait
     dep = Deployment.load(site / "deployment.toml")
     telecom = serve_party(dep, "telecom").start()
     try:
@@ -55,7 +58,7 @@ def test_status_of_a_serving_party_and_of_one_not_listening(site):
         assert t["status"]["sessions"] == [] and t["status"]["models"] == []  # its own query's session is over
         assert telecom.sessions == {}  # the board's session ended with the answer: no place kept
         b = out["bank"]  # the label party's block is served only while a run is
-        assert not b["reachable"] and "not reachable" in b["error"] and "bank" in b["error"]
+        assert not b["reachable"] and "not reachable within 0.5 s" in b["error"] and "bank" in b["error"]
         # a run in progress holds a session: the board lists it
         from verticalfs.deploy.party import PolicyQuery, PolicyReport
         from verticalfs.names import LABEL_HOLDER
