@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
-_skipped_browser: list[str] = []
 
 
 def browser_paths() -> tuple[str | None, str | None]:
@@ -44,7 +43,6 @@ def _missing() -> str | None:
 def browser():
     why = _missing()
     if why is not None:
-        _skipped_browser.append(why)
         pytest.skip(f"browser test skipped: {why}")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -69,8 +67,13 @@ def browser():
 
 
 def pytest_terminal_summary(terminalreporter):
-    if _skipped_browser:
-        terminalreporter.write_line(f"board: the browser tests were SKIPPED: {_skipped_browser[0]}", yellow=True)
+    """One line when browser tests were skipped for want of the browser (also under xdist, where
+    the skips happen in the workers)."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if "browser test skipped" in str(getattr(r, "longrepr", ""))]
+    if skipped:
+        why = str(skipped[0].longrepr).split("browser test skipped: ", 1)[-1].rstrip("')\"")
+        terminalreporter.write_line(f"board: {len(skipped)} browser test(s) SKIPPED: {why}", yellow=True)
 
 
 class Board:

@@ -212,6 +212,8 @@ def create_app(folders: list[str | Path], *, token: str | None = None, allowed_h
     catalog.refresh()
     hub = Hub(catalog)
     env = _templates()
+    for name in ("runs.html", "run.html", "comparison.html", "live.html", "deployment.html", "error.html"):
+        env.get_template(name)  # compiled now, not on a user's first page
     deps = list(deployments or [])
 
     @asynccontextmanager

@@ -31,6 +31,7 @@ def run_command_from_cli(cli: dict[str, Any]) -> str | None:
     those at their default left out), from the command's own option declarations."""
     if not cli or "method" not in cli:
         return None
+    import click
     import typer.main
 
     from verticalfs.cli import app
@@ -39,12 +40,12 @@ def run_command_from_cli(cli: dict[str, Any]) -> str | None:
     cmd = group.commands["run"]  # type: ignore[attr-defined]
     args = ["verticalfs", "run"]
     for p in cmd.params:
-        if p.name not in cli or not getattr(p, "opts", None):
+        if p.name not in cli or not isinstance(p, click.Option):
             continue
         v, default = cli[p.name], p.default
         if v is None or v == default or (isinstance(v, list) and not v):
             continue
-        if getattr(p, "is_flag", False):
+        if p.is_flag:
             if v:
                 args.append(p.opts[0])
             elif p.secondary_opts:
