@@ -1019,6 +1019,35 @@ def party_serve(
 
 
 # --------------------------------------------------------------------------------------- board
+def run_command_line(options: dict[str, Any]) -> str | None:
+    """The ``verticalfs run`` command of a result's ``config.cli`` (the options it ran with, those at
+    their default left out), from the command's own declarations (the board shows it)."""
+    import shlex
+
+    import typer.core
+    import typer.main
+
+    if not options or "method" not in options:
+        return None
+    cmd = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    args = ["verticalfs", "run"]
+    for p in cmd.params:
+        if p.name not in options or not isinstance(p, typer.core.TyperOption):
+            continue
+        v = options[p.name]
+        if v is None or v == p.default or (isinstance(v, list) and not v):
+            continue
+        if p.is_flag:
+            if v:
+                args.append(p.opts[0])
+            elif p.secondary_opts:
+                args.append(p.secondary_opts[0])
+            continue
+        for item in v if isinstance(v, list) else [v]:
+            args += [p.opts[0], str(item)]
+    return shlex.join(args)
+
+
 @app.command("board")
 def board_cmd(
     folders: list[Path] = typer.Argument(None, help="Folders with results (`run --out`, `compare --out`), event files (`--events`, .jsonl) and saved models; default results/."),
@@ -1055,7 +1084,7 @@ def board_cmd(
 
     try:
         serve(roots, host=host, port=port, token=tok, deployments=[str(d) for d in deployment or []],
-              insecure=insecure, on_ready=ready)
+              insecure=insecure, on_ready=ready, command_line=run_command_line)
     except VerticalFSError as exc:
         _fail(exc)
     except KeyboardInterrupt:

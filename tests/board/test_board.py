@@ -49,7 +49,9 @@ def results(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(results):
-    with TestClient(create_app([results])) as c:
+    from verticalfs.cli import run_command_line
+
+    with TestClient(create_app([results], command_line=run_command_line)) as c:
         yield c
 
 
@@ -225,3 +227,38 @@ def test_board_import_adds_nothing_to_the_library_or_cli():
                  "assert CliRunner().invoke(app, ['run', '--help']).exit_code == 0"):
         mods = loaded_after(code + "\nimport sys; assert 'verticalfs.board' not in sys.modules")
         assert not mods & {"fastapi", "uvicorn", "jinja2", "starlette"}
+
+
+def test_files_of_the_wrong_shape_are_shown_as_far_as_they_go(tmp_path):
+    """A results folder from elsewhere: keys of the wrong type, garbage event lines, deep nesting.
+    Every page answers (200), none fails."""
+    w = tmp_path
+    (w / "a").mkdir()
+    (w / "a" / "result.json").write_text(json.dumps({
+        "method": ["x"], "metrics": "nope", "communication": 5, "parties": "abc", "seed": "zero",
+        "selection": {"parties": {"p": {"columns": [1, "x", {"column": None}], "kept": "k"}}, "n_kept": "3"},
+        "history": [1, "a", {"epoch": "x", "bytes": "many", "accuracy": "high"}], "config": {"cli": "x"},
+        "info": {"deployment": {"policies": {"p": "everything"}, "rows": [1]}}, "warnings": "one", "chance": 3,
+        "timings": []}))
+    (w / "b" / "runs").mkdir(parents=True)
+    runs = {"m": [1, {"history": "x"}, {"seed": "s", "history": [{"bytes": "a"}]}]}
+    (w / "b" / "results.json").write_text(json.dumps({"table": "x", "runs": runs, "seeds": 3, "metric": ["acc"]}))
+    (w / "b" / "runs" / "config.json").write_text(json.dumps({"methods": "all", "data": []}))
+    (w / "c" / "runs").mkdir(parents=True)
+    (w / "c" / "runs" / "m__seed0.json").write_text(json.dumps({"seed": 0, "metric_name": 5, "history": {"x": 1}}))
+    (w / "d").mkdir()
+    (w / "d" / "manifest.json").write_text(json.dumps({"format": 1, "method": {}, "parties": [1, 2]}))
+    (w / "e").mkdir()
+    (w / "e" / "events.jsonl").write_text('not json\n{"type": "epoch"}\n' + "[" * 100_000 + "\n")
+    (w / "f").mkdir()
+    (w / "f" / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with TestClient(create_app([w])) as c:
+        page = c.get("/")
+        assert page.status_code == 200
+        ids = _ids(page.text, "run") + _ids(page.text, "comparison")
+        assert len(ids) >= 3
+        for i in _ids(page.text, "run"):
+            assert c.get(f"/run/{i}").status_code == 200, i
+        for i in _ids(page.text, "comparison"):
+            assert c.get(f"/comparison/{i}").status_code == 200, i
+        assert c.get("/live").status_code == 200

@@ -67,7 +67,8 @@ def new_token() -> str:
 
 
 def serve(folders: list[str | Path], *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
-          deployments: list[str | Path] | None = None, insecure: bool = False, on_ready: Any = None) -> None:
+          deployments: list[str | Path] | None = None, insecure: bool = False, on_ready: Any = None,
+          command_line: Any = None) -> None:
     """Run the board with uvicorn until interrupted (``on_ready(url)`` once it listens)."""
     check_bind(host, token)
     try:
@@ -88,7 +89,7 @@ def serve(folders: list[str | Path], *, host: str = "127.0.0.1", port: int = 876
 
         deps = [DeploymentStatus(d, insecure=insecure) for d in deployments]
     allowed = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"}) if is_loopback(host) else None
-    app = create_app(list(folders), token=token, allowed_hosts=allowed, deployments=deps)
+    app = create_app(list(folders), token=token, allowed_hosts=allowed, deployments=deps, command_line=command_line)
     hub = app.app.state.hub
 
     class Server(uvicorn.Server):

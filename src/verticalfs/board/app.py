@@ -184,23 +184,54 @@ def _secs(v: Any) -> str:
     return f"{v:.2f} s" if v < 60 else f"{int(v // 60)} min {v % 60:.0f} s"
 
 
+def _row_html(r: Any, has_r2: bool) -> Any:
+    """One row of the runs table, every value escaped; made once per row (a row object lives until
+    its file changes), so that a page over many runs escapes only what changed."""
+    from markupsafe import Markup, escape
+
+    cached = r.html.get(has_r2)
+    if cached is not None:
+        return cached
+    c = r.show
+    link = f"/{'comparison' if r.kind == 'comparison' else 'run'}/{r.id}"
+
+    def td(text: Any, v: Any = None, cls: str | None = None) -> str:
+        attrs = (f' class="{escape(cls)}"' if cls else "") + (f' data-v="{escape(v)}"' if v is not None else "")
+        return f"<td{attrs}>{escape(text)}</td>"
+
+    status = str(r.status) + (f" ({r.runs} runs)" if r.kind == "comparison" and r.runs is not None else "")
+    cells = [td(r.kind), f'<td><a href="{escape(link)}">{escape(r.method or "(unnamed)")}</a></td>',
+             td(r.dataset or ""), td(c["parties"]), td(c["seed"], c["seed"]), td(c["accuracy"], c["v_accuracy"]),
+             td(c["auc"], c["v_auc"])]
+    if has_r2:
+        cells.append(td(c["r2"], c["v_r2"]))
+    cells += [td(c["mb"], c["v_mb"]), td(r.kept, c["v_kept"]), td(c["seconds"], c["v_seconds"]),
+              td(status, cls=f"status-{c['status']}"), td(c["when"], r.when), td(r.where, cls="where")]
+    out = Markup(f'<tr data-id="{escape(r.id)}" class="{escape(r.kind)}">{"".join(cells)}</tr>')
+    r.html[has_r2] = out
+    return out
+
+
 def _templates() -> Any:
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(fmt=_fmt, mb=_mb, when=_when, secs=_secs)
-    env.globals["palette"] = PALETTE
+    env.globals.update(palette=PALETTE, row_html=_row_html)
     return env
 
 
 def create_app(folders: list[str | Path], *, token: str | None = None, allowed_hosts: frozenset[str] | None = None,
-               deployments: list[Any] | None = None) -> Any:
+               deployments: list[Any] | None = None, command_line: Any = None) -> Any:
     """The board over ``folders`` (an ASGI application; :func:`verticalfs.board.serve` runs it).
 
     ``token``: required of every request when given. ``allowed_hosts``: the ``Host`` names answered
     (``None``: any; the command sets the loopback names when it binds a loopback address).
     ``deployments``: :class:`~verticalfs.board.deployment.DeploymentStatus` objects to show.
+    ``command_line(options)``: a result's ``verticalfs run`` command from its stored options (the
+    command line passes :func:`verticalfs.cli.run_command_line`; without it, only the commands of
+    events and comparisons are shown).
     """
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -262,7 +293,7 @@ def create_app(folders: list[str | Path], *, token: str | None = None, allowed_h
             ent = catalog.entry(eid)
         if ent is None or ent[0] != "run":
             return missing(f"no run {eid!r} under the board's folders")
-        view = await asyncio.to_thread(run_view, catalog, eid, ent[1])
+        view = await asyncio.to_thread(run_view, catalog, eid, ent[1], command_line)
         title = f"{view['method'] or 'run'}" + (f" · seed {view['seed']}" if view["seed"] is not None else "")
         return page("run_body.html" if partial else "run.html", v=view, page_id="run", title=title,
                     partial=bool(partial))

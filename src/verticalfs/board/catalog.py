@@ -95,6 +95,8 @@ class Row:
     parent: str | None = None  # a comparison's id, for its runs
     runs: int | None = None  # a comparison: its runs
     live: bool = False  # has an event stream
+    show: dict[str, str] = field(default_factory=dict)  # the table's cells as text (made once per change)
+    html: dict[bool, Any] = field(default_factory=dict)  # the row's escaped markup, by "has an R² column"
 
     @property
     def kept(self) -> str:
@@ -223,6 +225,7 @@ class Catalog:
             self.skipped_links = 0
             self.truncated = False
             found: set[str] = set()
+            changed = False
             for k, root in enumerate(self.roots):
                 for rel, e in self._walk(root):
                     name = e.name
@@ -240,6 +243,7 @@ class Catalog:
                     old = self._files.get(key)
                     if old is not None and old.sig == sig:
                         continue
+                    changed = True
                     if old is not None and old.kind == "events" and st.st_size >= old.sig[0]:
                         old.sig = sig  # grown: read the new lines only
                         self._read_events(old)
@@ -247,9 +251,11 @@ class Catalog:
                     f = _File(Path(e.path), k, rel, sig, "other")
                     self._read(f, is_events, st.st_size)
                     self._files[key] = f
-            for key in [k for k in self._files if k not in found]:
+            gone = [k for k in self._files if k not in found]
+            for key in gone:
                 del self._files[key]
-            self._build()
+            if changed or gone or not self.scanned_at:  # nothing new: the table stands
+                self._build()
             self.scanned_at = time.time()
 
     def poll(self) -> list[tuple[str, Any]]:
@@ -287,7 +293,7 @@ class Catalog:
             return
         try:
             data = json.loads(f.path.read_bytes())
-        except (OSError, ValueError, UnicodeDecodeError):
+        except (OSError, ValueError, RecursionError):  # (UnicodeDecodeError is a ValueError)
             return
         if not isinstance(data, dict):
             return
@@ -322,13 +328,15 @@ class Catalog:
         rows: list[Row] = []
         models: list[Model] = []
         index: dict[str, tuple[str, Any]] = {}
-        results_by_path: dict[str, _File] = {}
         compare_dirs: set[str] = set()
         for f in self._files.values():
-            if f.kind == "result":
-                results_by_path[os.path.realpath(f.path)] = f
-            elif f.kind == "compare":
+            if f.kind == "compare":
                 compare_dirs.add(str(f.path.parent))
+        # a run's events name the result file it wrote (run_end.result): matched by real path
+        named = any(r.end is not None and r.end.result for f in self._files.values() if f.kind == "events"
+                    for r in (f.runs or {}).values())
+        results_by_path = {os.path.realpath(f.path): f for f in self._files.values()
+                           if f.kind == "result"} if named else {}
         merged: set[str] = set()
         # event streams first: a run with events and a result file is one row (the events' id)
         compares_by_run: dict[str, tuple[str, _File | None]] = {}
@@ -381,8 +389,9 @@ class Catalog:
             elif f.kind == "manifest":
                 mid = entry_id("model", f.root, f.rel)
                 d = f.data
-                parties = {str(p): len(v.get("feature_names") or []) for p, v in (d.get("parties") or {}).items()
-                           if isinstance(v, dict)}
+                raw = d.get("parties") if isinstance(d.get("parties"), dict) else {}
+                parties = {str(p): len(v["feature_names"]) if isinstance(v.get("feature_names"), list) else 0
+                           for p, v in raw.items() if isinstance(v, dict)}
                 models.append(Model(id=mid, where=str(Path(f.rel).parent), folder=folder,
                                     method=_text(d.get("method")), task=_text(d.get("task")), parties=parties,
                                     version=_text(d.get("verticalfs_version")), when=f.sig[1] / 1e9))
@@ -407,6 +416,8 @@ class Catalog:
             for r in crows[1:]:
                 index[r.id] = ("run", {"partial": files, "method": r.method, "seed": r.seed})
         rows.sort(key=lambda r: r.when, reverse=True)
+        for r in rows:
+            r.show = _shown(r)
         self._rows, self._models, self._index = rows, models, index
 
     # ------------------------------------------------------------------ views
@@ -436,7 +447,7 @@ class Catalog:
         path = self.confined(f)
         try:
             data = json.loads(path.read_bytes())
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise ConfigError(f"{f.rel}: cannot be read ({type(exc).__name__})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{f.rel}: not a JSON object")
@@ -464,6 +475,25 @@ class Catalog:
     def event_files(self) -> int:
         with self._lock:
             return sum(f.kind == "events" for f in self._files.values())
+
+
+def _num(v: float | None, digits: int = 4) -> str:
+    return "" if v is None else f"{v:.{digits}f}"
+
+
+def _shown(r: Row) -> dict[str, str]:
+    """A row's cells as the runs table shows them (numbers rounded, times local)."""
+    mb = "" if r.mb is None else (f"{r.mb:.3g}" if r.mb < 10 else f"{r.mb:,.1f}")
+    secs = "" if r.seconds is None else (f"{r.seconds:.2f} s" if r.seconds < 60 else
+                                        f"{int(r.seconds // 60)} min {r.seconds % 60:.0f} s")
+    return {"accuracy": _num(r.accuracy), "auc": _num(r.auc), "r2": _num(r.r2), "mb": mb, "seconds": secs,
+            "when": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.when)) if r.when else "",
+            "parties": ", ".join(r.parties), "seed": "" if r.seed is None else str(r.seed),
+            "status": r.status.replace(" ", "-"),
+            "v_accuracy": "" if r.accuracy is None else repr(r.accuracy), "v_auc": "" if r.auc is None else repr(r.auc),
+            "v_r2": "" if r.r2 is None else repr(r.r2), "v_mb": "" if r.mb is None else repr(r.mb),
+            "v_kept": "" if r.n_kept is None else str(r.n_kept),
+            "v_seconds": "" if r.seconds is None else repr(r.seconds)}
 
 
 def classify(data: dict[str, Any], rel: str) -> str:

@@ -7,6 +7,7 @@ files are treated as untrusted text (the templates escape them, the charts draw 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,37 +26,11 @@ def _list(v: Any) -> list[Any]:
     return v if isinstance(v, list) else []
 
 
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 # ----------------------------------------------------------------------------- commands
-def run_command_from_cli(cli: dict[str, Any]) -> str | None:
-    """The ``verticalfs run`` command line of a result's ``config.cli`` (the options it ran with;
-    those at their default left out), from the command's own option declarations."""
-    if not cli or "method" not in cli:
-        return None
-    import click
-    import typer.main
-
-    from verticalfs.cli import app
-
-    group = typer.main.get_command(app)
-    cmd = group.commands["run"]  # type: ignore[attr-defined]
-    args = ["verticalfs", "run"]
-    for p in cmd.params:
-        if p.name not in cli or not isinstance(p, click.Option):
-            continue
-        v, default = cli[p.name], p.default
-        if v is None or v == default or (isinstance(v, list) and not v):
-            continue
-        if p.is_flag:
-            if v:
-                args.append(p.opts[0])
-            elif p.secondary_opts:
-                args.append(p.secondary_opts[0])
-            continue
-        for item in v if isinstance(v, list) else [v]:
-            args += [p.opts[0], str(item)]
-    return shlex.join(args)
-
-
 def _noise_text(v: Any) -> str:
     if isinstance(v, list):
         return ",".join(str(x) for x in v)
@@ -166,8 +141,11 @@ def _group_kept(kept: list[str]) -> list[dict[str, Any]]:
     return [{"column": c, "kept": True, "levels": lv, "levels_kept": lv, "score": None} for c, lv in groups.items()]
 
 
-def run_view(cat: Catalog, eid: str, sources: dict[str, Any]) -> dict[str, Any]:
-    """Everything a run's page shows (see the module docstring)."""
+def run_view(cat: Catalog, eid: str, sources: dict[str, Any],
+             command_line: Callable[[dict[str, Any]], str | None] | None = None) -> dict[str, Any]:
+    """Everything a run's page shows (see the module docstring). ``command_line(options)``: the
+    ``verticalfs run`` command of a result's stored options (``config.cli``; the command line gives
+    it, :func:`verticalfs.cli.run_command_line`)."""
     row = cat.row(eid)
     result: dict[str, Any] = {}
     if "result" in sources:
@@ -199,7 +177,7 @@ def run_view(cat: Catalog, eid: str, sources: dict[str, Any]) -> dict[str, Any]:
             real = cfg.resolve()
             if cat.roots[(sources.get("compare") or sources["partial"][0]).root] in real.parents and real.is_file():
                 compare_config = _dict(json.loads(real.read_bytes()))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             compare_config = {}
     start = next((e for e in events if e.type == "run_start"), None)
     end = next((e for e in reversed(events) if e.type == "run_end"), None)
@@ -311,8 +289,8 @@ def run_view(cat: Catalog, eid: str, sources: dict[str, Any]) -> dict[str, Any]:
     cmd, how = None, None
     if start is not None and start.command:
         cmd, how = shlex.join(start.command), "as it was started (its run_start event)"
-    elif _dict(_dict(result.get("config")).get("cli")):
-        cmd, how = run_command_from_cli(_dict(result["config"]["cli"])), "from the options stored in its result"
+    elif _dict(_dict(result.get("config")).get("cli")) and command_line is not None:
+        cmd, how = command_line(_dict(result["config"]["cli"])), "from the options stored in its result"
     elif compare_run and compare_config:
         cmd = run_command_from_compare(compare_config, str(sources["method"]), int(sources["seed"]))
         how = "from the comparison's stored configuration (runs/config.json)"
@@ -353,9 +331,9 @@ def comparison_view(cat: Catalog, eid: str, sources: dict[str, Any]) -> dict[str
         real = cfg.resolve()
         if root in real.parents and real.is_file():
             config = _dict(json.loads(real.read_bytes()))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         config = {}
-    metric = str(summary.get("metric") or "accuracy")
+    metric = summary.get("metric") if isinstance(summary.get("metric"), str) else "accuracy"
     runs = _dict(summary.get("runs"))
     datasets: list[dict[str, Any]] = []
     flat: list[str] = []
@@ -393,9 +371,12 @@ def comparison_view(cat: Catalog, eid: str, sources: dict[str, Any]) -> dict[str
     table = []
     for row in _list(summary.get("table")):
         row = _dict(row)
-        table.append({k: row.get(k) for k in ("method", "runs", "metric", "metric_std", "total_mb", "train_mb",
-                                               "spurious_removed", "mb_to_target", "reached", "at_chance", "n_kept",
-                                               "skipped")})
+        out_row: dict[str, Any] = {k: _float(row.get(k)) for k in ("metric", "metric_std", "total_mb", "train_mb",
+                                                                   "spurious_removed", "mb_to_target", "n_kept")}
+        out_row.update(method=str(row.get("method")), runs=_int(row.get("runs")), reached=_int(row.get("reached")),
+                       at_chance=_int(row.get("at_chance")),
+                       skipped=None if row.get("skipped") is None else str(row.get("skipped")))
+        table.append(out_row)
     if not table:  # an incomplete comparison: one row per method from its runs so far
         for method, rs in runs.items():
             vals = [_float(_dict(r).get("metric")) for r in _list(rs)]
@@ -410,9 +391,12 @@ def comparison_view(cat: Catalog, eid: str, sources: dict[str, Any]) -> dict[str
             seed = _dict(r).get("seed", j)
             run_links.append({"method": str(method), "seed": seed, "id": entry_id("compare-run", eid, method, seed),
                               "metric": _float(_dict(r).get("metric")), "mb": _float(_dict(r).get("total_mb"))})
-    return {"id": eid, "where": where, "metric": metric, "dataset": summary.get("dataset"),
-            "parties": summary.get("parties"), "noise": summary.get("noise"), "seeds": summary.get("seeds"),
-            "target_fraction": summary.get("target_fraction"),
+    return {"id": eid, "where": where, "metric": metric,
+            "dataset": None if summary.get("dataset") is None else str(summary.get("dataset")),
+            "parties": _int(summary.get("parties")),
+            "noise": None if summary.get("noise") is None else str(summary.get("noise")),
+            "seeds": [str(x) for x in _list(summary.get("seeds"))],
+            "target_fraction": _float(summary.get("target_fraction")),
             "chart": {"datasets": datasets, "target": target, "reach": reach, "metric": metric,
                       "xmin": min(xs) if xs else None, "xmax": max(xs) if xs else None,
                       "target_label": None if target is None else
