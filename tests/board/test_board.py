@@ -70,6 +70,8 @@ def test_runs_page_lists_every_run_and_comparison(client):
     assert "SECRET-OUTSIDE" not in html  # a link leading out of the folder is not followed
     assert "2 link(s) leading outside the folders ignored" in html  # the file and the folder
     assert len(_ids(html, "run")) == 9 and len(_ids(html, "comparison")) == 1
+    api = client.get("/api/runs").json()  # the same table as JSON
+    assert sorted(r["id"] for r in api) == sorted(i for i, _ in rows) and "html" not in api[0]
 
 
 def test_run_page_shows_parties_phases_epochs_selection_and_command(client, results):
@@ -262,3 +264,24 @@ def test_files_of_the_wrong_shape_are_shown_as_far_as_they_go(tmp_path):
         for i in _ids(page.text, "comparison"):
             assert c.get(f"/comparison/{i}").status_code == 200, i
         assert c.get("/live").status_code == 200
+
+
+def test_a_comparison_known_from_its_events_lists_its_runs(tmp_path):
+    """A comparison run with --events: its run_start (kind compare), then each run naming it as its parent."""
+    from verticalfs import __version__
+    from verticalfs.events import Emitter, EventLog
+
+    with EventLog(tmp_path / "cmp.jsonl") as log:
+        parent = Emitter([log])
+        parent.emit("run_start", kind="compare", dataset="breast_cancer", parties=["p1", "p2"], version=__version__,
+                    command=["verticalfs", "compare", "-d", "breast_cancer", "--events", "cmp.jsonl"])
+        for seed in (0, 1):
+            child = Emitter([log])
+            child.emit("run_start", method="vfl", dataset="breast_cancer", parties=["p1", "p2"], seed=seed,
+                       parent=parent.run, version=__version__)
+            child.emit("epoch", phase="train", index=1, metrics={"accuracy": 0.9}, bytes=10, bytes_total=10)
+    with TestClient(create_app([tmp_path])) as c:
+        (cid,) = _ids(c.get("/").text, "comparison")
+        page = c.get(f"/comparison/{cid}")
+        assert page.status_code == 200
+        assert len(_ids(page.text, "run")) == 2 and "verticalfs compare -d breast_cancer --events cmp.jsonl" in page.text

@@ -283,7 +283,7 @@ def create_app(folders: list[str | Path], *, token: str | None = None, allowed_h
     @app.get("/api/runs")
     async def runs_json() -> JSONResponse:
         catalog.refresh()
-        return JSONResponse([{k: v for k, v in vars(r).items()} for r in catalog.rows])
+        return JSONResponse([{k: v for k, v in vars(r).items() if k not in ("show", "html")} for r in catalog.rows])
 
     @app.get("/run/{eid}", response_class=HTMLResponse)
     async def run_page(eid: str, partial: int = 0) -> HTMLResponse:

@@ -323,10 +323,18 @@ def comparison_view(cat: Catalog, eid: str, sources: dict[str, Any]) -> dict[str
         cfg = files[0].path.parent / "config.json"
         root = cat.roots[files[0].root]
         where = str(Path(files[0].rel).parent)
-    else:  # a comparison known from its events only
-        return {"id": eid, "where": "", "events_only": True, "chart": {"datasets": []}, "table": [], "runs": [],
-                "metric": None, "command": None, "children": [r for r in cat.children(eid) if r.live], "warnings": [],
-                "skipped": {}}
+    else:  # a comparison known from its events only (running, or its results.json elsewhere)
+        events = cat.events_of(eid)
+        start = next((e for e in events if e.type == "run_start"), None)
+        children = [r for r in cat.children(eid) if r.live]
+        return {"id": eid, "where": cat.row(eid).where if cat.row(eid) else "", "events_only": True,
+                "metric": "accuracy", "dataset": start.dataset if start else None,
+                "parties": len(start.parties) if start and start.parties else None, "noise": None, "seeds": [],
+                "target_fraction": None,
+                "chart": {"datasets": [], "target": None, "reach": [], "metric": "accuracy", "xmin": None,
+                          "xmax": None, "target_label": None},
+                "flat": [], "table": [], "runs": [], "children": children, "warnings": [], "skipped": {},
+                "command": shlex.join(start.command) if start and start.command else None}
     try:
         real = cfg.resolve()
         if root in real.parents and real.is_file():

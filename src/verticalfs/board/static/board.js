@@ -208,7 +208,7 @@
       label: s.label, method: s.method, seed: s.seed, data: s.points, showLine: s.points.length > 1,
       borderColor: s.colour, backgroundColor: s.colour, pointRadius: s.points.length > 1 ? 2 : 6, borderWidth: 1.5,
     }));
-    if (d.target !== null && d.xmin !== null) {
+    if (d.target !== null && d.target !== undefined && d.xmin !== null && d.xmin !== undefined) {
       datasets.push({
         label: d.target_label, method: "target", data: [{ x: d.xmin, y: d.target }, { x: d.xmax, y: d.target }],
         showLine: true, borderColor: "#000000", backgroundColor: "#000000", borderDash: [2, 3], pointRadius: 0,
