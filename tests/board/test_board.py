@@ -284,4 +284,5 @@ def test_a_comparison_known_from_its_events_lists_its_runs(tmp_path):
         (cid,) = _ids(c.get("/").text, "comparison")
         page = c.get(f"/comparison/{cid}")
         assert page.status_code == 200
-        assert len(_ids(page.text, "run")) == 2 and "verticalfs compare -d breast_cancer --events cmp.jsonl" in page.text
+        assert len(_ids(page.text, "run")) == 2
+        assert "verticalfs compare -d breast_cancer --events cmp.jsonl" in page.text

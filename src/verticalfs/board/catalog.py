@@ -65,6 +65,15 @@ def _float(v: Any) -> float | None:
     return f if f == f and f not in (float("inf"), float("-inf")) else None
 
 
+def _d(v: Any) -> dict[str, Any]:
+    """``v`` when it is a JSON object, else an empty one (files from elsewhere: any shape)."""
+    return v if isinstance(v, dict) else {}
+
+
+def _l(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
 def _text(v: Any) -> str | None:
     return None if v is None else str(v)
 
@@ -389,7 +398,7 @@ class Catalog:
             elif f.kind == "manifest":
                 mid = entry_id("model", f.root, f.rel)
                 d = f.data
-                raw = d.get("parties") if isinstance(d.get("parties"), dict) else {}
+                raw = _d(d.get("parties"))
                 parties = {str(p): len(v["feature_names"]) if isinstance(v.get("feature_names"), list) else 0
                            for p, v in raw.items() if isinstance(v, dict)}
                 models.append(Model(id=mid, where=str(Path(f.rel).parent), folder=folder,
@@ -515,11 +524,11 @@ def classify(data: dict[str, Any], rel: str) -> str:
 
 def _result_summary(d: dict[str, Any]) -> dict[str, Any]:
     """The few figures of a result JSON the runs table shows (the page reads the file again)."""
-    metrics = d.get("metrics") if isinstance(d.get("metrics"), dict) else {}
-    sel = d.get("selection") if isinstance(d.get("selection"), dict) else {}
-    comm = d.get("communication") if isinstance(d.get("communication"), dict) else {}
-    tim = d.get("timings") if isinstance(d.get("timings"), dict) else {}
-    parties = d.get("parties") if isinstance(d.get("parties"), list) else []
+    metrics = _d(d.get("metrics"))
+    sel = _d(d.get("selection"))
+    comm = _d(d.get("communication"))
+    tim = _d(d.get("timings"))
+    parties = _l(d.get("parties"))
     return {"method": _text(d.get("method")), "dataset": _text(d.get("dataset")),
             "parties": [str(p) for p in parties], "seed": d.get("seed") if isinstance(d.get("seed"), int) else None,
             "metrics": {str(k): _float(v) for k, v in metrics.items()},
@@ -585,12 +594,12 @@ def _events_row(rid: str, folder: str, rel: str, run: EventRun) -> Row:
 
 def _compare_rows(cid: str, folder: str, rel: str, d: dict[str, Any], when: float) -> list[Row]:
     """A comparison's row, then one per run of it (method x seed)."""
-    runs = d.get("runs") if isinstance(d.get("runs"), dict) else {}
+    runs = _d(d.get("runs"))
     metric = _text(d.get("metric"))
     n = sum(len(v) for v in runs.values() if isinstance(v, list))
     methods = [str(m) for m in runs]
     best = None
-    for r in d.get("table") or []:
+    for r in _l(d.get("table")):
         if isinstance(r, dict) and _float(r.get("metric")) is not None:
             best = max(best or -1e300, _float(r["metric"]) or 0.0)
     parties = d.get("parties")
@@ -605,7 +614,7 @@ def _compare_rows(cid: str, folder: str, rel: str, d: dict[str, Any], when: floa
         for k, r in enumerate(rs):
             if not isinstance(r, dict):
                 continue
-            metrics = r.get("metrics") if isinstance(r.get("metrics"), dict) else {}
+            metrics = _d(r.get("metrics"))
             seed = r.get("seed") if isinstance(r.get("seed"), int) else k
             row = Row(id=entry_id("compare-run", cid, m, seed), kind="run", where=f"{rel} [{m}, seed {seed}]",
                       folder=folder, method=str(m), dataset=head.dataset, parties=head.parties, seed=seed,

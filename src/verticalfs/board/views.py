@@ -212,7 +212,8 @@ def run_view(cat: Catalog, eid: str, sources: dict[str, Any],
     comm = _dict(result.get("communication"))
     by_party = dict(_dict(comm.get("by_party")))
     label_party = start.label_party if start else None
-    parties = [{"name": "active", "role": "label holder" + (f" (party {label_party})" if label_party else ""),
+    holder = "label holder" + (f" (party {label_party})" if label_party else "")
+    parties: list[dict[str, Any]] = [{"name": "active", "role": holder,
                 "policy": None, "rows": None, "bytes": None}]
     for p in names:
         parties.append({"name": p, "role": "feature party", "policy": policies.get(p),
@@ -239,7 +240,7 @@ def run_view(cat: Catalog, eid: str, sources: dict[str, Any],
         for p in party_names:
             by_party[p] = sum(ph["bytes"].get(p, 0) for ph in phases.values())
         for entry in parties:
-            entry["bytes"] = by_party.get(entry["name"], entry["bytes"])
+            entry["bytes"] = by_party.get(str(entry["name"]), entry["bytes"])
     view["phases"] = {"names": list(phases), "parties": party_names,
                       "bytes": {p: [phases[n]["bytes"].get(p, 0) for n in phases] for p in party_names},
                       "seconds": [phases[n]["seconds"] for n in phases],
@@ -295,8 +296,9 @@ def run_view(cat: Catalog, eid: str, sources: dict[str, Any],
         cmd = run_command_from_compare(compare_config, str(sources["method"]), int(sources["seed"]))
         how = "from the comparison's stored configuration (runs/config.json)"
     view["command"], view["command_source"] = cmd, how
+    stored = _dict(_dict(compare_config.get("methods")).get(str(sources.get("method"))))
     view["params"] = {str(k): v for k, v in _dict(result.get("config")).items() if k not in ("cli", "data")} or (
-        dict(start.params) if start else {}) or _dict(_dict(compare_config.get("methods")).get(sources.get("method")))
+        dict(start.params) if start else {}) or stored
     view["files"] = [s.rel for s in (sources.get("result"), sources.get("compare")) if s is not None] + (
         [sources["events"][0].rel] if "events" in sources else [])
     return view
@@ -327,7 +329,8 @@ def comparison_view(cat: Catalog, eid: str, sources: dict[str, Any]) -> dict[str
         events = cat.events_of(eid)
         start = next((e for e in events if e.type == "run_start"), None)
         children = [r for r in cat.children(eid) if r.live]
-        return {"id": eid, "where": cat.row(eid).where if cat.row(eid) else "", "events_only": True,
+        head = cat.row(eid)
+        return {"id": eid, "where": head.where if head is not None else "", "events_only": True,
                 "metric": "accuracy", "dataset": start.dataset if start else None,
                 "parties": len(start.parties) if start and start.parties else None, "noise": None, "seeds": [],
                 "target_fraction": None,
@@ -354,7 +357,7 @@ def comparison_view(cat: Catalog, eid: str, sources: dict[str, Any]) -> dict[str
             points = []
             for h in _list(r.get("history")):
                 h = _dict(h)
-                b, y = _float(h.get("bytes")), _float(h.get(metric))
+                b, y = _float(h.get("bytes")), _float(h.get(str(metric)))
                 if b is None or y is None or b <= 0:
                     continue
                 points.append({"x": b / 1e6, "y": y, "epoch": h.get("epoch"), "phase": str(h.get("phase", "")),
@@ -368,8 +371,8 @@ def comparison_view(cat: Catalog, eid: str, sources: dict[str, Any]) -> dict[str
             datasets.append({"label": str(method), "method": str(method), "seed": seed, "colour": colour,
                              "points": points, "first": j == 0,
                              "run": entry_id("compare-run", eid, method, seed)})
-    targets = [_float(_dict(r).get("target")) for rs in runs.values() for r in _list(rs)]
-    targets = [t for t in targets if t is not None]
+    found = [_float(_dict(r).get("target")) for rs in runs.values() for r in _list(rs)]
+    targets = [t for t in found if t is not None]
     target = sum(targets) / len(targets) if targets else None
     reach = []
     for row in _list(summary.get("table")):
@@ -387,8 +390,8 @@ def comparison_view(cat: Catalog, eid: str, sources: dict[str, Any]) -> dict[str
         table.append(out_row)
     if not table:  # an incomplete comparison: one row per method from its runs so far
         for method, rs in runs.items():
-            vals = [_float(_dict(r).get("metric")) for r in _list(rs)]
-            vals = [v for v in vals if v is not None]
+            got = [_float(_dict(r).get("metric")) for r in _list(rs)]
+            vals = [v for v in got if v is not None]
             table.append({"method": method, "runs": len(_list(rs)),
                           "metric": sum(vals) / len(vals) if vals else None, "metric_std": None,
                           "total_mb": None, "train_mb": None, "spurious_removed": None, "mb_to_target": None,
