@@ -243,3 +243,50 @@ def test_deployment_page_over_three_party_processes(browser, start_board, tmp_pa
             _stop(proc)
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+def _cli_has_events() -> bool:
+    out = subprocess.run([sys.executable, "-m", "verticalfs", "run", "--help"], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "300"}, timeout=120)
+    return "--events" in out.stdout
+
+
+@pytest.mark.slow
+def test_a_real_run_with_events_appears_and_updates_live(browser, start_board, tmp_path):
+    """`verticalfs run ... --events FILE` (a real training run, its own process): it appears on the
+    Live page while it runs, its page's chart grows epoch by epoch without a reload, and when it ends
+    its result file and its events are one run."""
+    if not _cli_has_events():
+        pytest.skip("`verticalfs run --events` is not in this version yet (issue 49)")
+    board = start_board(str(tmp_path))
+    open_page(browser, board.url + "live")
+    wait(browser, "document.getElementById('live-state').textContent === 'live'")
+    browser.execute_script("window.__notReloaded = true")
+    run = subprocess.Popen([sys.executable, "-m", "verticalfs", "run", "-m", "vfl", "-d", "breast_cancer", "--parties",
+                            "2", "-e", "40", "-p", "batch_size=16", "--events", str(tmp_path / "run.jsonl"),
+                            "--out", str(tmp_path / "result.json"), "--no-progress"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait(browser, "document.querySelectorAll('#live-runs tbody tr').length === 1", timeout=120)
+        assert browser.execute_script("return window.__notReloaded") is True
+        browser.find_element("css selector", "#live-runs tbody tr a").click()
+        wait(browser, "document.body.dataset.page === 'run' && document.body.dataset.ready === 'yes'")
+        browser.execute_script("window.__notReloaded = true")
+        points = ("(c => c ? c.data.datasets[0].data.length : 0)"
+                  "(Chart.getChart(document.getElementById('epochs-chart')))")
+        first = wait(browser, points, timeout=120)
+        if run.poll() is None:  # still running: the chart grows while it does
+            wait(browser, f"{points} > {first}", timeout=120)
+        out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+        wait(browser, "document.getElementById('status').dataset.status === 'ok'", timeout=30)
+        assert wait(browser, points) == 40
+        assert browser.execute_script("return window.__notReloaded") is True
+        assert console_errors(browser) == []
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    open_page(browser, board.url)
+    rows = browser.find_elements("css selector", "#runs tbody tr")
+    assert len(rows) == 1 and "run.jsonl + result.json" in rows[0].text  # the events and the result: one run
