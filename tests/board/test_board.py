@@ -286,3 +286,22 @@ def test_a_comparison_known_from_its_events_lists_its_runs(tmp_path):
         assert page.status_code == 200
         assert len(_ids(page.text, "run")) == 2
         assert "verticalfs compare -d breast_cancer --events cmp.jsonl" in page.text
+
+
+def test_a_file_removed_or_swapped_for_a_link_out_after_the_walk(tmp_path, tmp_path_factory):
+    """The page of a run whose file went away, or became a link out of the folder, since the walk
+    answers 404 naming the file, and reads nothing outside."""
+    run = real_run(tmp_path / "r" / "result.json")
+    with TestClient(create_app([tmp_path])) as c:
+        (rid,) = _ids(c.get("/").text, "run")
+        outside = tmp_path_factory.mktemp("elsewhere") / "secret.json"
+        d = json.loads(run.read_text())
+        d["method"] = "SECRET-OUTSIDE"
+        outside.write_text(json.dumps(d))
+        run.unlink()
+        os.symlink(outside, run)  # same size and time would not be re-read: the page must check again
+        r = c.get(f"/run/{rid}")
+        assert r.status_code == 404 and "SECRET-OUTSIDE" not in r.text and "outside its folder" in r.text
+        run.unlink()
+        r = c.get(f"/run/{rid}")
+        assert r.status_code == 404 and "SECRET-OUTSIDE" not in r.text

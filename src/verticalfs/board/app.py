@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import logging
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,8 +27,10 @@ from urllib.parse import parse_qsl, urlencode
 
 from verticalfs.board.catalog import Catalog, is_id
 from verticalfs.board.views import PALETTE, comparison_view, run_view
+from verticalfs.exceptions import ConfigError
 
 HERE = Path(__file__).parent
+log = logging.getLogger("verticalfs.board")
 COOKIE = "verticalfs_board"
 #: the Content-Security-Policy of every answer
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -142,11 +145,15 @@ class Hub:
         last_walk = time.monotonic()
         while self.listeners and not self.closing:
             await asyncio.sleep(POLL_S)
-            if time.monotonic() - last_walk >= WALK_S:
-                await asyncio.to_thread(self.catalog.refresh)
-                last_walk = time.monotonic()
-            else:
-                await asyncio.to_thread(self.catalog.poll)
+            try:
+                if time.monotonic() - last_walk >= WALK_S:
+                    await asyncio.to_thread(self.catalog.refresh)
+                    last_walk = time.monotonic()
+                else:
+                    await asyncio.to_thread(self.catalog.poll)
+            except Exception:  # noqa: BLE001 - a file that cannot be read now: the live pages go on
+                log.exception("board: reading the folders failed; trying again")
+                continue
             items, cursor = self.catalog.feed_since(cursor)
             for eid, ev in items:
                 payload = json.dumps({"id": eid, "event": json.loads(ev.model_dump_json())})
@@ -274,7 +281,7 @@ def create_app(folders: list[str | Path], *, token: str | None = None, allowed_h
 
     @app.get("/", response_class=HTMLResponse)
     async def runs_page() -> HTMLResponse:
-        catalog.refresh()
+        await asyncio.to_thread(catalog.refresh)
         rows = catalog.rows
         return page("runs.html", rows=rows, models=catalog.models, page_id="runs",
                     has_r2=any(r.r2 is not None for r in rows), skipped_links=catalog.skipped_links,
@@ -282,18 +289,21 @@ def create_app(folders: list[str | Path], *, token: str | None = None, allowed_h
 
     @app.get("/api/runs")
     async def runs_json() -> JSONResponse:
-        catalog.refresh()
+        await asyncio.to_thread(catalog.refresh)
         return JSONResponse([{k: v for k, v in vars(r).items() if k not in ("show", "html")} for r in catalog.rows])
 
     @app.get("/run/{eid}", response_class=HTMLResponse)
     async def run_page(eid: str, partial: int = 0) -> HTMLResponse:
         ent = catalog.entry(eid)
         if ent is None:
-            catalog.refresh()
+            await asyncio.to_thread(catalog.refresh)
             ent = catalog.entry(eid)
         if ent is None or ent[0] != "run":
             return missing(f"no run {eid!r} under the board's folders")
-        view = await asyncio.to_thread(run_view, catalog, eid, ent[1], command_line)
+        try:
+            view = await asyncio.to_thread(run_view, catalog, eid, ent[1], command_line)
+        except ConfigError as exc:  # gone or changed since the walk
+            return missing(str(exc))
         title = f"{view['method'] or 'run'}" + (f" · seed {view['seed']}" if view["seed"] is not None else "")
         return page("run_body.html" if partial else "run.html", v=view, page_id="run", title=title,
                     partial=bool(partial))
@@ -302,16 +312,19 @@ def create_app(folders: list[str | Path], *, token: str | None = None, allowed_h
     async def comparison_page(eid: str) -> HTMLResponse:
         ent = catalog.entry(eid)
         if ent is None:
-            catalog.refresh()
+            await asyncio.to_thread(catalog.refresh)
             ent = catalog.entry(eid)
         if ent is None or ent[0] != "comparison":
             return missing(f"no comparison {eid!r} under the board's folders")
-        view = await asyncio.to_thread(comparison_view, catalog, eid, ent[1])
+        try:
+            view = await asyncio.to_thread(comparison_view, catalog, eid, ent[1])
+        except ConfigError as exc:
+            return missing(str(exc))
         return page("comparison.html", v=view, page_id="comparison", title=f"Comparison · {view.get('dataset')}")
 
     @app.get("/live", response_class=HTMLResponse)
     async def live_page(partial: int = 0) -> HTMLResponse:
-        catalog.refresh()
+        await asyncio.to_thread(catalog.refresh)
         rows = catalog.rows
         live = [r for r in rows if r.live and r.status == "running"]
         done = [r for r in rows if r.live and r.status != "running"][:20]
