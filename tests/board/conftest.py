@@ -127,26 +127,37 @@ def console_errors(driver) -> list[dict]:
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "guide" / "img"
 
 
-def screenshot(driver, name: str) -> Path:
+def screenshot(driver, name: str, full: bool = False) -> Path:
     """A screenshot for the documentation (docs/guide/img/board-<name>.png), written by the test
-    itself so that the docs never show an old board; kept as it is when less than 1 % of its
-    pixels differ (times and dates), so that a run leaves the work tree clean."""
+    itself so that the docs never show an old board. It replaces the file when any pixel differs
+    outside the page's ``data-volatile`` elements (times, durations, temporary paths, ports): a
+    run that changes nothing else leaves the work tree clean, any other change is written."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
     DOCS_IMG.mkdir(parents=True, exist_ok=True)
     path = DOCS_IMG / f"board-{name}.png"
+    size = driver.get_window_size()
+    if full:  # the whole page: as tall as its content (the width, and so the charts' layout, unchanged)
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.set_window_size(size["width"], min(int(height) + 140, 4000))
+    boxes = driver.execute_script(
+        "return Array.from(document.querySelectorAll('[data-volatile]')).map(e => {"
+        " const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; });")
     png = driver.get_screenshot_as_png()
+    if full:
+        driver.set_window_size(size["width"], size["height"])
     if path.is_file():
-        try:
-            import io
-
-            import numpy as np
-            from PIL import Image
-
-            old = np.asarray(Image.open(path).convert("RGB"))
-            new = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
-            if old.shape == new.shape and (old != new).any(axis=2).mean() < 0.01:
+        old = np.asarray(Image.open(path).convert("RGB")).copy()
+        new = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).copy()
+        if old.shape == new.shape:
+            for x0, y0, x1, y1 in boxes:
+                for img in (old, new):
+                    img[max(0, int(y0) - 1):int(y1) + 2, max(0, int(x0) - 1):int(x1) + 2] = 0
+            if np.array_equal(old, new):
                 return path
-        except ImportError:
-            pass
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(png)
     os.replace(tmp, path)

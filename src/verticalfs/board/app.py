@@ -202,9 +202,9 @@ def _row_html(r: Any, has_r2: bool) -> Any:
     c = r.show
     link = f"/{'comparison' if r.kind == 'comparison' else 'run'}/{r.id}"
 
-    def td(text: Any, v: Any = None, cls: str | None = None) -> str:
+    def td(text: Any, v: Any = None, cls: str | None = None, volatile: bool = False) -> str:
         attrs = (f' class="{escape(cls)}"' if cls else "") + (f' data-v="{escape(v)}"' if v is not None else "")
-        return f"<td{attrs}>{escape(text)}</td>"
+        return f"<td{attrs}{' data-volatile' if volatile else ''}>{escape(text)}</td>"
 
     status = str(r.status) + (f" ({r.runs} runs)" if r.kind == "comparison" and r.runs is not None else "")
     cells = [td(r.kind), f'<td><a href="{escape(link)}">{escape(r.method or "(unnamed)")}</a></td>',
@@ -212,8 +212,9 @@ def _row_html(r: Any, has_r2: bool) -> Any:
              td(c["auc"], c["v_auc"])]
     if has_r2:
         cells.append(td(c["r2"], c["v_r2"]))
-    cells += [td(c["mb"], c["v_mb"]), td(r.kept, c["v_kept"]), td(c["seconds"], c["v_seconds"]),
-              td(status, cls=f"status-{c['status']}"), td(c["when"], r.when), td(r.where, cls="where")]
+    # (data-volatile: times and durations, which the docs' screenshots leave out of their comparison)
+    cells += [td(c["mb"], c["v_mb"]), td(r.kept, c["v_kept"]), td(c["seconds"], c["v_seconds"], volatile=True),
+              td(status, cls=f"status-{c['status']}"), td(c["when"], r.when, volatile=True), td(r.where, cls="where")]
     out = Markup(f'<tr data-id="{escape(r.id)}" class="{escape(r.kind)}">{"".join(cells)}</tr>')
     r.html[has_r2] = out
     return out

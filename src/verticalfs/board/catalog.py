@@ -104,6 +104,7 @@ class Row:
     parent: str | None = None  # a comparison's id, for its runs
     runs: int | None = None  # a comparison: its runs
     live: bool = False  # has an event stream
+    progress: str = ""  # a run with events: where it is (its last epoch, round, stage or phase)
     show: dict[str, str] = field(default_factory=dict)  # the table's cells as text (made once per change)
     html: dict[bool, Any] = field(default_factory=dict)  # the row's escaped markup, by "has an R² column"
 
@@ -570,10 +571,15 @@ def _events_row(rid: str, folder: str, rel: str, run: EventRun) -> Row:
     metrics: dict[str, Any] = {}
     for ev in run.events:
         if ev.type in ("epoch", "round"):
+            row.progress = f"{ev.phase} {ev.type} {ev.index}" + (f"/{ev.total}" if ev.total else "")
             last_bytes = ev.bytes_total
             metrics = {**metrics, **{k: v for k, v in ev.metrics.items() if not k.startswith("val_")}}
         elif ev.type == "phase":
             last_bytes = ev.bytes_total or last_bytes
+            if ev.state == "start":
+                row.progress = ev.name
+        elif ev.type == "stage":
+            row.progress = f"{ev.name} {ev.done}/{ev.total}"
         elif ev.type == "selection":
             row.n_kept = sum(p.n_kept for p in ev.parties.values())
             row.n_features = sum(p.n_features for p in ev.parties.values())
