@@ -89,7 +89,7 @@ def test_status_is_told_only_to_the_label_holder(site):
     dep = Deployment.load(site / "deployment.toml")
     party = serve_party(dep, "telecom")
     rt = party.runtime
-    with pytest.raises(ProtocolError, match="only to the label holder"):
+    with pytest.raises(ProtocolError, match="accepts StatusQuery only from the label holder"):
         rt.handle("bank", StatusQuery(), At("setup"), None)
     rep = rt.handle("active", StatusQuery(), At("setup"), None)
     assert isinstance(rep, StatusReport) and rep.rows_in_file == 30
