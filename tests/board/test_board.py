@@ -305,3 +305,32 @@ def test_a_file_removed_or_swapped_for_a_link_out_after_the_walk(tmp_path, tmp_p
         run.unlink()
         r = c.get(f"/run/{rid}")
         assert r.status_code == 404 and "SECRET-OUTSIDE" not in r.text
+
+
+def test_a_result_and_the_events_it_names_are_one_run(tmp_path):
+    """`run --events run.jsonl --out result.json`: the result's options name the events file, and
+    the run there with its method and seed is the same run (one row: the events' phases and the
+    result's figures)."""
+    from verticalfs.cli import run_command_line
+
+    live = LiveRun(tmp_path / "out" / "run.jsonl")
+    live.phase("train")
+    live.epoch(1, 0.9)
+    live.end(0.9)
+    other = LiveRun(tmp_path / "out" / "run.jsonl", method="feast")  # another run in the same file
+    other.end(0.8)
+    res = real_run(tmp_path / "out" / "result.json")
+    d = json.loads(res.read_text())
+    d["config"]["cli"]["events"] = "out/run.jsonl"  # as given on the command line, from another folder
+    res.write_text(json.dumps(d))
+    with TestClient(create_app([tmp_path], command_line=run_command_line)) as c:
+        html = c.get("/").text
+        rows = re.findall(r'<tr data-id="([0-9a-f]{16})" class="run"', html)
+        assert len(rows) == 2  # vfl (events + result) and feast (events only)
+        assert "out/run.jsonl + out/result.json" in html
+        (rid,) = [i for i in rows if "out/result.json" in c.get(f"/run/{i}").text]
+        page = c.get(f"/run/{rid}").text
+        data = json.loads(re.search(r'id="run-data">(.*?)</script>', page, re.S).group(1))
+        assert data["phases"]["parties"] == ["bank", "telecom"]  # the events' phases
+        assert "<td>party1</td>" in page and data["epochs"]["series"][0]["values"] == [  # the result's history
+            h["accuracy"] for h in d["history"]]

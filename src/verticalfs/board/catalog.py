@@ -348,6 +348,9 @@ class Catalog:
         results_by_path = {os.path.realpath(f.path): f for f in self._files.values()
                            if f.kind == "result"} if named else {}
         merged: set[str] = set()
+        # a result of `run --events FILE --out R` names its events file (config.cli.events): its run
+        # there (the same method and seed, ended before the result was written) is the same run
+        by_events = self._results_by_events()
         # event streams first: a run with events and a result file is one row (the events' id)
         compares_by_run: dict[str, tuple[str, _File | None]] = {}
         for f in sorted((f for f in self._files.values() if f.kind == "events"), key=lambda f: f.rel):
@@ -360,6 +363,8 @@ class Catalog:
                     if not res_path.is_absolute():
                         res_path = f.path.parent / res_path
                     res_file = results_by_path.get(os.path.realpath(res_path))
+                if res_file is None:
+                    res_file = by_events.get((f.rel, f.root, run.run))
                 if start is not None and start.kind == "compare":
                     compares_by_run[run.run] = (rid, None)
                 row = _events_row(rid, self.folders[f.root], f.rel, run)
@@ -429,6 +434,28 @@ class Catalog:
         for r in rows:
             r.show = _shown(r)
         self._rows, self._models, self._index = rows, models, index
+
+    def _results_by_events(self) -> dict[tuple[str, int, str], _File]:
+        """``(events file, folder, run id) -> result file`` for results that name their events file."""
+        out: dict[tuple[str, int, str], _File] = {}
+        events = [f for f in self._files.values() if f.kind == "events" and f.runs]
+        for res in self._files.values():
+            if res.kind != "result" or not res.data.get("events"):
+                continue
+            named = str(res.data["events"])
+            target = os.path.realpath(named) if os.path.isabs(named) else None
+            for f in events:
+                here = str(f.path)
+                if not (here == target or os.path.realpath(here) == target
+                        or (target is None and (here == named or here.endswith(os.sep + named.lstrip("./"))))):
+                    continue
+                done = [r for r in (f.runs or {}).values() if r.start is not None and r.end is not None
+                        and r.start.method == res.data["method"] and r.start.seed == res.data["seed"]
+                        and r.end.time <= res.sig[1] / 1e9 + 1.0]
+                if done:
+                    last = max(done, key=lambda r: r.end.time)
+                    out.setdefault((f.rel, f.root, last.run), res)
+        return out
 
     # ------------------------------------------------------------------ views
     @property
@@ -535,7 +562,8 @@ def _result_summary(d: dict[str, Any]) -> dict[str, Any]:
             "metrics": {str(k): _float(v) for k, v in metrics.items()},
             "n_kept": sel.get("n_kept") if isinstance(sel.get("n_kept"), int) else None,
             "n_features": sel.get("n_features") if isinstance(sel.get("n_features"), int) else None,
-            "bytes": _float(comm.get("total_bytes")), "seconds": _float(tim.get("total_seconds"))}
+            "bytes": _float(comm.get("total_bytes")), "seconds": _float(tim.get("total_seconds")),
+            "events": _text(_d(_d(d.get("config")).get("cli")).get("events"))}
 
 
 def _primary(metrics: dict[str, Any]) -> tuple[str | None, float | None]:
