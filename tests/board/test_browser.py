@@ -251,19 +251,11 @@ def test_deployment_page_over_three_party_processes(browser, start_board, tmp_pa
                 proc.stdout.close()
 
 
-def _cli_has_events() -> bool:
-    out = subprocess.run([sys.executable, "-m", "verticalfs", "run", "--help"], capture_output=True, text=True,
-                         env={**os.environ, "COLUMNS": "300"}, timeout=120)
-    return "--events" in out.stdout
-
-
 @pytest.mark.slow
 def test_a_real_run_with_events_appears_and_updates_live(browser, start_board, tmp_path):
     """`verticalfs run ... --events FILE` (a real training run, its own process): it appears on the
     Live page while it runs, its page's chart grows epoch by epoch without a reload, and when it ends
     its result file and its events are one run."""
-    if not _cli_has_events():
-        pytest.skip("`verticalfs run --events` is not in this version yet (issue 49)")
     board = start_board(str(tmp_path))
     open_page(browser, board.url + "live")
     wait(browser, "document.getElementById('live-state').textContent === 'live'")
