@@ -334,3 +334,23 @@ def test_a_result_and_the_events_it_names_are_one_run(tmp_path):
         assert data["phases"]["parties"] == ["bank", "telecom"]  # the events' phases
         assert "<td>party1</td>" in page and data["epochs"]["series"][0]["values"] == [  # the result's history
             h["accuracy"] for h in d["history"]]
+
+
+@pytest.mark.slow
+def test_a_comparison_and_its_events_are_one_comparison(tmp_path):
+    """`verticalfs compare --events cmp.jsonl --out cmp`: its results.json and its events are one
+    comparison, and each of its runs one run with its events' phases per party."""
+    subprocess.run([sys.executable, "-m", "verticalfs", "compare", "-d", "breast_cancer", "--parties", "2", "--seeds",
+                    "0", "--epochs", "1", "--methods", "vfl,feast", "--events", str(tmp_path / "cmp.jsonl"),
+                    "--out", str(tmp_path / "cmp"), "--no-progress"], check=True, capture_output=True, timeout=600)
+    with TestClient(create_app([tmp_path])) as c:
+        html = c.get("/").text
+        assert len(_ids(html, "comparison")) == 1
+        runs = _ids(html, "run")
+        assert len(runs) == 2  # vfl, feast (no noise: no reference run): the events' runs are the comparison's
+        (cid,) = _ids(html, "comparison")
+        assert sorted(_ids(c.get(f"/comparison/{cid}").text, "run")) == sorted(runs)
+        for rid in runs:
+            page = c.get(f"/run/{rid}").text
+            data = json.loads(re.search(r'id="run-data">(.*?)</script>', page, re.S).group(1))
+            assert data["phases"]["parties"] == ["party1", "party2"], rid

@@ -351,10 +351,17 @@ class Catalog:
         # a result of `run --events FILE --out R` names its events file (config.cli.events): its run
         # there (the same method and seed, ended before the result was written) is the same run
         by_events = self._results_by_events()
+        # a comparison's results.json and its own events (compare --events): one comparison, each of
+        # its runs one run
+        with_events = self._compares_with_events()
+        absorbed = {(ef.rel, ef.root, run) for cf, (ef, run, kids) in with_events.items()} | {
+            (kf.rel, kf.root, k) for _, _, kids in with_events.values() for (kf, k) in kids.values()}
         # event streams first: a run with events and a result file is one row (the events' id)
         compares_by_run: dict[str, tuple[str, _File | None]] = {}
         for f in sorted((f for f in self._files.values() if f.kind == "events"), key=lambda f: f.rel):
             for run in (f.runs or {}).values():
+                if (f.rel, f.root, run.run) in absorbed:
+                    continue
                 start, end = run.start, run.end
                 rid = self._events_id(f, run.run)
                 res_file = None
@@ -398,9 +405,18 @@ class Catalog:
                 cid = entry_id("compare", f.root, f.rel)
                 crows = _compare_rows(cid, folder, f.rel, f.data, f.sig[1] / 1e9)
                 rows.extend(crows)
-                index[cid] = ("comparison", {"compare": f})
+                ev_file, ev_run, kids = with_events.get(f.rel + f"\x00{f.root}", (None, None, {}))
+                index[cid] = ("comparison", {"compare": f} if ev_file is None else
+                              {"compare": f, "events": (ev_file, ev_run)})
+                if ev_file is not None:
+                    crows[0].where = f"{f.rel} + {ev_file.rel}"
                 for r in crows[1:]:
-                    index[r.id] = ("run", {"compare": f, "method": r.method, "seed": r.seed})
+                    of_run: dict[str, Any] = {"compare": f, "method": r.method, "seed": r.seed}
+                    kid = kids.get((r.method, r.seed))
+                    if kid is not None:  # its events: phases per party, the selection, the parties
+                        of_run["events"] = kid
+                        r.live, r.where = True, f"{r.where} + {kid[0].rel}"
+                    index[r.id] = ("run", of_run)
             elif f.kind == "manifest":
                 mid = entry_id("model", f.root, f.rel)
                 d = f.data
@@ -434,6 +450,33 @@ class Catalog:
         for r in rows:
             r.show = _shown(r)
         self._rows, self._models, self._index = rows, models, index
+
+    def _compares_with_events(self) -> dict[str, tuple[_File, str, dict[tuple[str | None, Any], tuple[_File, str]]]]:
+        """``compare file -> (events file, comparison's run id, {(method, seed): (events file, run id)})``:
+        a comparison's events (its ``run_start`` of kind ``compare``, ended before its results.json
+        was written) whose runs are the comparison's runs (by method and seed)."""
+        events = [f for f in self._files.values() if f.kind == "events" and f.runs]
+        compares: list[tuple[_File, EventRun]] = [(f, r) for f in events for r in (f.runs or {}).values()
+                                                  if r.start is not None and r.start.kind == "compare"
+                                                  and r.end is not None]
+        if not compares:
+            return {}
+        kids: dict[str, dict[tuple[str | None, Any], tuple[_File, str]]] = {}
+        for f in events:
+            for r in (f.runs or {}).values():
+                if r.start is not None and r.start.parent:
+                    kids.setdefault(r.start.parent, {})[(r.start.method, r.start.seed)] = (f, r.run)
+        out: dict[str, tuple[_File, str, dict[tuple[str | None, Any], tuple[_File, str]]]] = {}
+        for cf in self._files.values():
+            if cf.kind != "compare":
+                continue
+            have = {(str(m), _d(r).get("seed")) for m, rs in _d(cf.data.get("runs")).items() for r in _l(rs)}
+            for ef, er in compares:
+                mine = kids.get(er.run, {})
+                if mine and set(mine) <= have and er.end.time <= cf.sig[1] / 1e9 + 1.0:
+                    out[cf.rel + f"\x00{cf.root}"] = (ef, er.run, mine)
+                    break
+        return out
 
     def _results_by_events(self) -> dict[tuple[str, int, str], _File]:
         """``(events file, folder, run id) -> result file`` for results that name their events file."""

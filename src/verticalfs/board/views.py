@@ -417,7 +417,7 @@ def comparison_view(cat: Catalog, eid: str, sources: dict[str, Any]) -> dict[str
             "warnings": [str(w) for w in _list(summary.get("warnings"))],
             "skipped": {str(k): str(v) for k, v in _dict(summary.get("skipped")).items()},
             "command": compare_command(config, summary) if config else None,
-            "children": [r for r in cat.children(eid) if r.live],
+            "children": [r for r in cat.children(eid) if r.live and r.id not in {x["id"] for x in run_links}],
             "events_only": False}
 
 
