@@ -59,7 +59,7 @@ class LiveRun:
         self.sent = 0
         self.em.emit("run_start", method=method, dataset="breast_cancer", parties=list(parties), seed=0,
                      params={"epochs": 5}, command=["verticalfs", "run", "-m", method, "-d", "breast_cancer",
-                                                    "--events", str(path)],
+                                                    "--events", path.name],
                      policies={p: {"release_columns": False, "min_key_bits": 2048} for p in parties},
                      version=__version__)
 
