@@ -79,9 +79,9 @@ def pytest_terminal_summary(terminalreporter):
 class Board:
     """A ``verticalfs board`` process (its address read from what it prints)."""
 
-    def __init__(self, *args: str, env: dict | None = None) -> None:
+    def __init__(self, *args: str, env: dict | None = None, cwd: Path | None = None) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "verticalfs", "board", "--port", "0", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
                                      env={**os.environ, "COLUMNS": "300", **(env or {})})
         line = self.proc.stdout.readline()
         m = re.search(r"board on (http://\S+?/)(\?token=\S+)? over", line)
@@ -109,8 +109,9 @@ class Board:
 def start_board():
     started: list[Board] = []
 
-    def start(*args: str, env: dict | None = None) -> Board:
-        b = Board(*args, env=env)
+    def start(*args: str, env: dict | None = None, cwd: Path | None = None) -> Board:
+        """A board over ``args`` (run in ``cwd``: the pages then show the folders as given there)."""
+        b = Board(*args, env=env, cwd=cwd)
         started.append(b)
         return b
 

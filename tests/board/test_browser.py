@@ -49,7 +49,7 @@ def series(driver, canvas: str) -> list[dict]:
 def test_live_run_appears_and_updates_without_a_reload(browser, start_board, tmp_path):
     """A run writing its events appears on the Live page and its page follows each new event
     (server-sent events), without reloading (a mark set on the window stays)."""
-    board = start_board(str(tmp_path))
+    board = start_board(tmp_path.name, cwd=tmp_path.parent)  # (the pages show the folder as given)
     open_page(browser, board.url + "live")
     wait(browser, "document.getElementById('live-state').textContent === 'live'")
     assert browser.find_element("id", "no-live").text == "No run is running."
@@ -107,7 +107,7 @@ def demo(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_pages_over_the_demo(browser, start_board, demo, tmp_path):
-    board = start_board(str(demo))
+    board = start_board(demo.name, cwd=demo.parent)
     summary = json.loads((demo / "demo" / "results.json").read_text())
     n_runs = sum(len(v) for v in summary["runs"].values())
     # Runs: every run and the comparison, sortable and filterable
@@ -221,7 +221,7 @@ def test_deployment_page_over_three_party_processes(browser, start_board, tmp_pa
                                "--model", str(results / "models" / "scorer"), "--out", str(tmp_path / "p.csv")],
                               cwd=site, capture_output=True, text=True, timeout=300)
         assert pred.returncode == 0, pred.stderr
-        board = start_board(str(results), "--deployment", str(site / "deployment.toml"))
+        board = start_board("results", "--deployment", "site/deployment.toml", cwd=tmp_path)
         open_page(browser, board.url + "deployment")
         wait(browser, "Number(document.getElementById('deployment').dataset.polls || 0) >= 1", timeout=30)
         cells = {r.get_attribute("data-party"): {c.get_attribute("class"): c.text for c in
