@@ -1,4 +1,5 @@
-"""FATE's quantile binning and its WoE / IV computation, in the clear.
+"""FATE's quantile binning (on the shared histogram module, :mod:`verticalfs.histogram.binning`)
+and its WoE / IV computation, in the clear.
 
 Binning (FATE ``QuantileBinning``): split points are the column's quantiles at
 ``1/B, 2/B, ..., (B-1)/B, 1`` (``B = bin_num``, default 10), duplicates dropped; a value goes to
@@ -20,57 +21,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from verticalfs.selection.blocks import column_groups, row_blocks
+from verticalfs.histogram.binning import (
+    code_with,
+    quantile_bins,
+    quantile_code_blocks,
+    quantile_split_points,
+    split_point_table,
+)
 
-
-def quantile_split_points(col: np.ndarray, n_bins: int) -> np.ndarray:
-    """FATE's deduplicated split points of one column (see the module docstring)."""
-    xs = np.sort(np.asarray(col, dtype=np.float64))
-    n = len(xs)
-    if n == 0:
-        return np.zeros(1)
-    rates = np.arange(1, n_bins + 1) / n_bins
-    idx = np.clip(np.ceil(rates * n - 1e-9).astype(np.int64) - 1, 0, n - 1)
-    return np.unique(xs[idx])
-
-
-def split_point_table(X: np.ndarray, n_bins: int, size: int | None = None) -> list[np.ndarray]:
-    """FATE's split points of every column of ``X`` (:func:`quantile_split_points`), a group of
-    whole columns at a time (:func:`verticalfs.selection.blocks.column_groups`; issue 39: a
-    memory-mapped table is never copied whole)."""
-    X = np.asarray(X)
-    if X.ndim != 2:
-        raise ValueError(f"quantile_bins expects a 2-D array, got shape {X.shape}")
-    out: list[np.ndarray] = []
-    for _, G in column_groups(X, size=size):
-        out += [quantile_split_points(G[:, j], n_bins) for j in range(G.shape[1])]  # one sort per column
-    return out
-
-
-def code_with(block: np.ndarray, split_points: list[np.ndarray]) -> np.ndarray:
-    """Bin codes ``(rows, d)`` (int64) of a float64 block under each column's split points."""
-    codes = np.zeros(block.shape, dtype=np.int64)
-    for j, sp in enumerate(split_points):  # one vectorised searchsorted per column
-        codes[:, j] = np.minimum(np.searchsorted(sp, block[:, j], side="left"), len(sp) - 1)
-    return codes
-
-
-def quantile_code_blocks(X: np.ndarray, n_bins: int, size: int | None = None):
-    """``(bin_nums, blocks)``: the number of bins of each column ``(d,)`` and an iterator of
-    ``(first, last, codes)`` over row blocks of ``X`` (the codes of :func:`quantile_bins`)."""
-    sps = split_point_table(X, n_bins, size)
-    bin_nums = np.asarray([len(sp) for sp in sps], dtype=np.int64)
-    return bin_nums, ((s, e, code_with(b, sps)) for s, e, b in row_blocks(np.asarray(X), size=size))
-
-
-def quantile_bins(X: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Bin codes ``(n, d)`` (int64) and the number of bins of each column ``(d,)``."""
-    X = np.asarray(X)
-    bin_nums, blocks = quantile_code_blocks(X, n_bins)
-    codes = np.zeros(X.shape, dtype=np.int64)
-    for s, e, c in blocks:
-        codes[s:e] = c
-    return codes, bin_nums
+__all__ = ["code_with", "information_values", "quantile_bins", "quantile_code_blocks", "quantile_split_points",
+           "split_point_table", "woe_iv"]
 
 
 def woe_iv(events: np.ndarray, non_events: np.ndarray,

@@ -33,11 +33,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from verticalfs.crypto import EncryptedArray, generate_keypair, unpack_slots
-from verticalfs.crypto.backends import resolve_backend
-from verticalfs.crypto.keys import check_bits
-from verticalfs.exceptions import ConfigError, CryptoError, ProtocolError
+from verticalfs.crypto.params import check_crypto_params
+from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.histogram import encrypt_plaintexts, label_codes, package_sizes
 from verticalfs.methods.fate.binning import woe_iv
-from verticalfs.methods.fate.messages import IVBinSums, IVLabels, package_sizes
+from verticalfs.methods.fate.messages import IVBinSums, IVLabels
 from verticalfs.methods.fate.role import IVRole
 from verticalfs.methods.filter import SELECTION, FilterMethod, FilterParams
 from verticalfs.methods.registry import register
@@ -82,15 +82,6 @@ class FateIVParams(FilterParams):
     randomness: str = "full"
 
 
-def check_crypto_params(name: str, p) -> None:
-    """Validate ``key_bits`` / ``insecure`` / ``backend`` / ``randomness`` early, naming the fix."""
-    try:
-        check_bits(p.key_bits, p.insecure, f"{name}: key_bits")
-        resolve_backend(p.backend, int(p.key_bits), None, p.randomness)
-    except CryptoError as exc:
-        raise ConfigError(f"{name}: {exc}") from None
-
-
 @register
 class FateIV(FilterMethod):
     name = "fate-iv"
@@ -128,9 +119,9 @@ class FateIV(FilterMethod):
         bits_e, bits_n = max(1, n_event.bit_length()), max(1, (n - n_event).bit_length())
         slot = bits_e + bits_n
         capacity = max(1, (pub.max_int.bit_length() - 1) // slot)  # FATE's cipher_compress_suggest
-        codes = (y << bits_n) + (1 - y) if p.packing == "packed" else np.stack([y, 1 - y], axis=1)
+        codes = label_codes(y, p.packing, bits_n)
         t1 = time.perf_counter()
-        enc = EncryptedArray.encrypt(priv, codes, precision=0)
+        enc = encrypt_plaintexts(priv, codes)
         t_enc = time.perf_counter() - t1
         msg = IVLabels(public_key=pub.to_bytes(), labels=enc.to_bytes(), shape=tuple(enc.shape),
                        packing=p.packing, slot_bits=slot, capacity=capacity, n_bins=int(p.n_bins),

@@ -52,8 +52,8 @@ import numpy as np
 
 from verticalfs.codecs.integers import pack_uints
 from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, generate_keypair
+from verticalfs.crypto.params import check_crypto_params
 from verticalfs.exceptions import ConfigError, ProtocolError
-from verticalfs.methods.fate.iv import check_crypto_params
 from verticalfs.methods.fate.messages import (
     Coefficients,
     CoefficientsRequest,

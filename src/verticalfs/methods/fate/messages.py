@@ -27,7 +27,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from verticalfs.histogram.encrypted import package_sizes
 from verticalfs.transport.messages import message
+
+__all__ = ["Coefficients", "CoefficientsRequest", "EncryptedResidual", "GradientResult", "IVBinSums", "IVLabels",
+           "LassoStart", "MaskedGradient", "PartialPredictor", "package_sizes"]
 
 
 # --------------------------------------------------------------------------- fate-iv
@@ -61,15 +65,6 @@ class IVBinSums:
 
     sums: bytes
     bin_nums: np.ndarray
-
-
-def package_sizes(bin_nums: np.ndarray, capacity: int) -> np.ndarray:
-    """Bins per cipher package: each feature's bins in runs of at most ``capacity``."""
-    out = []
-    for b in np.asarray(bin_nums, dtype=np.int64):
-        full, rest = divmod(int(b), int(capacity))
-        out += [int(capacity)] * full + ([rest] if rest else [])
-    return np.asarray(out, dtype=np.int64)
 
 
 # ------------------------------------------------------------------------ fate-lasso

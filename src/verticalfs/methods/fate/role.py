@@ -16,7 +16,7 @@ from verticalfs.codecs.integers import unpack_uints
 from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, PublicKey
 from verticalfs.crypto.encoding import from_residues, to_float
 from verticalfs.exceptions import ProtocolError
-from verticalfs.methods.fate.binning import quantile_code_blocks
+from verticalfs.histogram import bin_sums, compress, existing_bins, quantile_code_blocks, seal
 from verticalfs.methods.fate.messages import (
     Coefficients,
     CoefficientsRequest,
@@ -27,7 +27,6 @@ from verticalfs.methods.fate.messages import (
     LassoStart,
     MaskedGradient,
     PartialPredictor,
-    package_sizes,
 )
 from verticalfs.methods.filter import FilterRole
 from verticalfs.party import Context, handles
@@ -50,19 +49,12 @@ class IVRole(FilterRole):
         # per row block: the bin codes and their ciphertext sums, multiplied together mod n**2 (the
         # same ciphertexts as one sum over every row; no code matrix of the whole table, issue 39)
         bin_nums, blocks = quantile_code_blocks(X, int(msg.n_bins))
-        sums = None
-        for s, e, codes in blocks:
-            part = labels[s:e].group_sum(codes, int(msg.n_bins))
-            sums = part if sums is None else sums + part
-        if sums is None:  # no training rows
-            sums = labels.group_sum(np.zeros(X.shape, dtype=np.int64), int(msg.n_bins))  # (d, n_bins[, 2])
-        keep = np.arange(int(msg.n_bins))[None, :] < bin_nums[:, None]  # the bins that exist, per feature
-        out = sums[keep] if sums.ndim == 2 else sums[keep, :]
+        out = existing_bins(bin_sums(labels, blocks, int(msg.n_bins), X.shape[1]), bin_nums)
         if msg.packing == "packed":
-            out = out.pack(package_sizes(bin_nums, int(msg.capacity)), int(msg.slot_bits))
+            out = compress(out, bin_nums, int(msg.capacity), int(msg.slot_bits))
         # re-randomised: the label holder made every input obfuscator; without fresh randomness it
         # would read each bin's member rows out of the product of their obfuscators
-        return IVBinSums(sums=out.rerandomize().to_bytes(), bin_nums=bin_nums.astype(np.int64))
+        return IVBinSums(sums=seal(out).to_bytes(), bin_nums=bin_nums.astype(np.int64))
 
 
 class LassoRole(FilterRole):

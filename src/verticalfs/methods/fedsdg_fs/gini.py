@@ -12,7 +12,8 @@ The paper squares the class fractions ``p_{ik} = n_{ik} / n_i`` under encryption
 integer counts ``n_{ik}`` and divide by ``n_i`` afterwards (a plaintext scalar the party knows):
 the same quantity with exact integers under encryption instead of fixed-point fractions. The
 secure protocol (Algorithm 1 with the squaring protocol of Erkin et al. [33]) is split into the
-pure functions below; :mod:`.role` and :mod:`.method` send their inputs and outputs as messages.
+pure functions below (the binning, counting, packing and masking on the shared histogram module,
+:mod:`verticalfs.histogram`); :mod:`.role` and :mod:`.method` send their inputs and outputs as messages.
 
 Slot packing (issue 40 item 5). A row's ``c`` classes sit in ``w``-bit slots of one plaintext
 (:class:`LabelLayout`: ``w = mask_bits + 1``, ``S = (bits(n // 3) - 1) // w`` slots, 31 for a
@@ -86,73 +87,40 @@ crosses in the clear.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from verticalfs.crypto import EncryptedArray, PrivateKey, PublicKey
+from verticalfs.crypto import EncryptedArray, PrivateKey
 from verticalfs.exceptions import CryptoError
-from verticalfs.selection.discretize import coded_blocks, discretize, fit_bins_blocked
+from verticalfs.histogram import (
+    LabelLayout,
+    bin_counts,
+    bin_sizes,
+    class_counts,
+    encrypt_plaintexts,
+    equal_frequency_edges,
+    mask_counts,
+    random_masks,
+)
+from verticalfs.histogram.binning import equal_frequency_blocks
 
 #: fractional bits of the plaintext factors 1 / (N n_i) in step 4
 FACTOR_PRECISION = 60
 
+__all__ = ["FACTOR_PRECISION", "LabelLayout", "bin_codes", "bin_counts", "bin_sizes", "class_codes", "class_counts",
+           "cross_term_source", "encrypt_class_rows", "encrypt_labels", "encrypted_counts", "encrypted_gini",
+           "floor_message", "gini_clear", "gini_from_counts", "hiding_bits", "mask_counts", "random_masks",
+           "squares_of_masked"]
+
 
 def bin_codes(X: np.ndarray, n_bins: int) -> np.ndarray:
     """Equal-frequency bin codes ``(n, d)`` (int64, dense ``0..b_j - 1`` per column)."""
-    if X.shape[1] == 0:
-        return np.zeros(X.shape, dtype=np.int64)
-    return np.asarray(discretize(X, "equal-frequency", int(n_bins)), dtype=np.int64)
-
-
-def bin_sizes(codes: np.ndarray, n_bins: int) -> np.ndarray:
-    """``n_{ji}``: rows per (feature, bin), ``(d, n_bins)``."""
-    n, d = codes.shape
-    flat = (np.arange(d, dtype=np.int64)[None, :] * n_bins + codes).ravel()
-    return np.bincount(flat, minlength=d * n_bins).reshape(d, n_bins)
-
-
-def class_counts(codes: np.ndarray, y: np.ndarray, n_classes: int, n_bins: int) -> np.ndarray:
-    """``n_{jik}``: rows of class ``k`` per (feature, bin), ``(d, n_bins, n_classes)``, in the clear."""
-    n, d = codes.shape
-    flat = ((np.arange(d, dtype=np.int64)[None, :] * n_bins + codes) * n_classes + np.asarray(y, np.int64)[:, None])
-    return np.bincount(flat.ravel(), minlength=d * n_bins * n_classes).reshape(d, n_bins, n_classes)
-
-
-def bin_counts(X, n_bins: int, y=None, n_classes: int = 0, encrypted=(), size: int | None = None
-               ) -> tuple[np.ndarray, np.ndarray | None, list]:
-    """Everything a party counts per (feature, bin), in one pass over row blocks of ``X`` (issue 39:
-    a memory-mapped table is never copied whole, nor its code matrix built):
-
-    - ``n_{ji}`` (:func:`bin_sizes`) of the equal-frequency bins of :func:`bin_codes`;
-    - with labels ``y``: ``n_{jik}`` (:func:`class_counts`), summed exactly (integers);
-    - for each encrypted array in ``encrypted`` (rows first): its :func:`encrypted_counts`, the
-      blocks' sums multiplied together mod ``n**2``, which is the same ciphertext as one sum over
-      every row.
-    """
     X = np.asarray(X)
-    n, d = X.shape
-    n_bins = int(n_bins)
-    edges = fit_bins_blocked(X, "equal-frequency", n_bins) if d else np.zeros((0, 0))
-    sizes = np.zeros((d, n_bins), dtype=np.int64)
-    counts = None if y is None else np.zeros((d, n_bins, int(n_classes)), dtype=np.int64)
-    y = None if y is None else np.asarray(y, dtype=np.int64)
-    sums: list = [None] * len(encrypted)
-    cols = (np.arange(d, dtype=np.int64) * n_bins)[None, :]
-    for s, e, block in coded_blocks(X, edges, size=size):
-        for i, A in enumerate(encrypted):
-            part = encrypted_counts(A[s:e], block.astype(np.int64), n_bins)
-            sums[i] = part if sums[i] is None else sums[i] + part
-        cell = block + cols  # (feature, bin) of every value: bin_sizes' and class_counts' cells, in place
-        sizes += np.bincount(cell.ravel(), minlength=d * n_bins).reshape(d, n_bins)
-        if counts is not None:
-            cell *= int(n_classes)
-            cell += y[s:e, None]
-            counts += np.bincount(cell.ravel(), minlength=counts.size).reshape(counts.shape)
-    for i, A in enumerate(encrypted):
-        if sums[i] is None:  # no rows
-            sums[i] = encrypted_counts(A, np.zeros((n, d), dtype=np.int64), n_bins)
-    return sizes, counts, sums
+    out = np.zeros(X.shape, dtype=np.int64)
+    if X.shape[1] == 0:
+        return out
+    for s, e, codes in equal_frequency_blocks(X, equal_frequency_edges(X, int(n_bins))):
+        out[s:e] = codes
+    return out
 
 
 def gini_from_counts(counts: np.ndarray) -> np.ndarray:
@@ -195,94 +163,15 @@ def floor_message(mask_bits: int, n_rows: int) -> str:
             f"{hiding_bits(mask_bits, n_rows)} bits, below the floor of 40; raise mask_bits to {need} or more")
 
 
-def random_masks(shape, bits: int) -> np.ndarray:
-    """Uniform integers in ``[0, 2**bits)`` from the operating system's CSPRNG (object array)."""
-    count = int(np.prod(shape, dtype=np.int64))
-    words = -(-int(bits) // 64)
-    raw = np.frombuffer(os.urandom(8 * words * count), dtype="<u8").reshape(count, words)
-    out = np.zeros(count, dtype=object)
-    for w in range(words):
-        out = out + raw[:, w].astype(object) * (1 << (64 * w))
-    if bits % 64:
-        out = out % (1 << int(bits))
-    return out.reshape(shape)
-
-
-class LabelLayout:
-    """Unsigned ``slot_bits``-wide slots, ``slots`` per plaintext, for Algorithm 1's packed counts:
-    ``slot_bits = mask_bits + 1`` holds ``n + r`` for a count ``n <= N < 2**mask_bits`` and a mask
-    ``r < 2**mask_bits``."""
-
-    def __init__(self, plain_bits: int, mask_bits: int, n_classes: int) -> None:
-        self.slot_bits = int(mask_bits) + 1
-        self.slots = (int(plain_bits) - 1) // self.slot_bits
-        self.classes = int(n_classes)
-        if self.slots < 1:
-            raise CryptoError(f"Algorithm 1: a plaintext of {plain_bits} bits holds no slot of {self.slot_bits} "
-                              f"bits (mask_bits {mask_bits}); use a longer key or fewer mask_bits")
-        #: ciphertexts per row (and per bin): ceil(classes / slots)
-        self.per_row = -(-self.classes // self.slots)
-
-    @classmethod
-    def for_key(cls, pub: PublicKey, mask_bits: int, n_classes: int) -> LabelLayout:
-        return cls(pub.max_int.bit_length(), mask_bits, n_classes)
-
-    def pack(self, values: np.ndarray) -> np.ndarray:
-        """Non-negative integers ``(..., classes)`` (int64 or object) -> packed ``(..., per_row)``
-        (object): class ``k`` in plaintext ``k // slots``, slot ``k % slots``."""
-        v = np.asarray(values, dtype=object)
-        lead = v.shape[:-1]
-        full = np.zeros(lead + (self.per_row * self.slots,), dtype=object)
-        full[..., : self.classes] = v
-        full = full.reshape(lead + (self.per_row, self.slots))
-        out = np.zeros(lead + (self.per_row,), dtype=object)
-        for s in range(self.slots):  # a short loop over slots, each a whole-array operation
-            out = out + (full[..., s] << (self.slot_bits * s))
-        return out
-
-    def unpack(self, packed: np.ndarray) -> np.ndarray:
-        """Inverse of :meth:`pack` on decrypted plaintexts ``(..., per_row)``: exact non-negative
-        integers ``(..., classes)`` (object); a plaintext beyond its slots is a :class:`CryptoError`."""
-        packed = np.asarray(packed, dtype=object)
-        lead = packed.shape[:-1]
-        flat = packed.reshape(-1).tolist()
-        w, S = self.slot_bits, self.slots
-        nbytes = -(-w * S // 8)
-        try:  # one big-integer conversion per plaintext
-            raw = np.frombuffer(b"".join(int(x).to_bytes(nbytes, "little") for x in flat), dtype=np.uint8)
-        except OverflowError:
-            raise CryptoError("Algorithm 1: a masked count lies outside its slots (negative or too wide)") from None
-        bits = np.unpackbits(raw.reshape(len(flat), nbytes), axis=1, bitorder="little")[:, : w * S]
-        words = -(-w // 64)
-        wide = np.zeros((len(flat) * S, 64 * words), dtype=np.uint8)
-        wide[:, :w] = bits.reshape(len(flat) * S, w)
-        limbs = np.packbits(wide, axis=1, bitorder="little").view("<u8")  # (values, words)
-        out = np.zeros(len(flat) * S, dtype=object)
-        for i in range(words - 1, -1, -1):
-            out = (out << 64) + limbs[:, i].astype(object)
-        out = out.reshape(lead + (self.per_row * S,))
-        return out[..., : self.classes]
-
-
 def encrypt_labels(private_key: PrivateKey, y: np.ndarray, layout: LabelLayout) -> EncryptedArray:
     """Step 1: ``[[A]]``, the one-hot labels packed, ``(N, layout.per_row)`` ciphertexts."""
-    y = np.asarray(y, dtype=np.int64)
-    plain = np.zeros((len(y), layout.per_row), dtype=object)
-    shift = (layout.slot_bits * (y % layout.slots)).astype(object)
-    plain[np.arange(len(y)), y // layout.slots] = np.ones(len(y), dtype=object) << shift
-    return EncryptedArray.encrypt(private_key, plain, precision=0)
+    return encrypt_plaintexts(private_key, layout.onehot(y))
 
 
 def encrypted_counts(enc_labels: EncryptedArray, codes: np.ndarray, n_bins: int) -> EncryptedArray:
     """Step 2: packed ``[[n_{ji.}]]`` ``(d, n_bins, per_row)`` from ``[[A]]`` ``(N, per_row)`` and the
     party's bin codes."""
     return enc_labels.group_sum(codes, int(n_bins))
-
-
-def mask_counts(counts: EncryptedArray, bits: int, layout: LabelLayout) -> tuple[EncryptedArray, np.ndarray]:
-    """Step 2: ``([[n + r]], r)`` with fresh masks ``r`` ``(d, bins, classes)``, one per slot."""
-    r = random_masks(counts.shape[:-1] + (layout.classes,), bits)
-    return counts.add_mantissas(layout.pack(r)), r
 
 
 def encrypt_class_rows(private_key: PrivateKey, y: np.ndarray, n_classes: int) -> EncryptedArray:

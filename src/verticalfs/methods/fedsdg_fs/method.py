@@ -30,10 +30,10 @@ import numpy as np
 import torch
 
 from verticalfs.crypto import EncryptedArray, PublicKey, generate_keypair
+from verticalfs.crypto.params import check_crypto_params
 from verticalfs.exceptions import ConfigError, CryptoError, ProtocolError
 from verticalfs.methods.base import Method, probabilities
 from verticalfs.methods.baselines.vfl import VFLParams, class_count
-from verticalfs.methods.fate.iv import check_crypto_params
 from verticalfs.methods.fedsdg_fs import gini as G
 from verticalfs.methods.fedsdg_fs.messages import (
     ClearGini,

@@ -14,6 +14,7 @@ import torch
 
 from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, PublicKey
 from verticalfs.exceptions import ProtocolError
+from verticalfs.histogram import seal
 from verticalfs.methods.fedsdg_fs import gini as G
 from verticalfs.methods.fedsdg_fs.gates import GatedMLP, gini_init
 from verticalfs.methods.fedsdg_fs.messages import (
@@ -116,7 +117,7 @@ class GiniParty(Role):
             self.gini["class_counts"] = sums[1]
         # re-randomised before it goes back to the key holder (who made every input obfuscator and
         # would otherwise recognise the rows of one- and two-row bins in their product)
-        return MaskedCounts(data=masked.rerandomize().to_bytes(), shape=tuple(masked.shape))
+        return MaskedCounts(data=seal(masked).to_bytes(), shape=tuple(masked.shape))
 
     @handles(SquaredCounts)
     def on_squared_counts(self, msg: SquaredCounts, ctx: Context) -> EncryptedGini:
@@ -134,7 +135,7 @@ class GiniParty(Role):
             cls = EncryptedArray.from_bytes(st["pub"], msg.classes, r.shape[:2] + (r.shape[2] - 1,))
             g = G.encrypted_gini(sq, r, st["sizes"], masked_classes=cls)
         self.gini = {}
-        return EncryptedGini(data=g.rerandomize().to_bytes(), exponent=int(g.exponent))
+        return EncryptedGini(data=seal(g).to_bytes(), exponent=int(g.exponent))
 
     @handles(GiniScores)
     def on_gini_scores(self, msg: GiniScores, ctx: Context) -> None:
