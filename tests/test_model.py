@@ -1,6 +1,7 @@
 """Saved models, one per kind of label-holder part: a split-trained method (``vfl``; ``sparsevfl``,
 whose binary top model has one logit), ICAFS (its gated selectors) and a filter method
-(``fate-iv``, a logistic regression on gathered columns), and a pipeline (its last stage's part,
+(``fate-iv``, a logistic regression on gathered columns), SecureBoost (its trees; the thresholds
+saved at the parties), and a pipeline (its last stage's part,
 the parties restored under the last stage's name). Each method saves and predicts its own
 part (``Method.export_holder`` / ``predict_from_holder``); saved, loaded back from disk by fresh
 parties and run on the raw test rows, the model predicts what the fitted one does, and its test
@@ -50,7 +51,8 @@ def files(tmp_path_factory):
 
 
 @pytest.mark.parametrize("method, kind", [("vfl", "split"), ("sparsevfl", "split"), ("icafs", "icafs"),
-                                          ("fate-iv", "filter"), ("mi+vfl", "split")])
+                                          ("fate-iv", "filter"), ("mi+vfl", "split"),
+                                          ("secureboost", "secureboost")])
 def test_saved_model_predicts_what_the_fitted_one_does(files, tmp_path, method, kind):
     data, test = files
     params = dict(registry.get(method).test_params) or {"mi.n_select": 3, "vfl.epochs": 3}

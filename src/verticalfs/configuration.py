@@ -82,6 +82,12 @@ class PartyPolicy(_Model):
                                  "`ms-gini` and `sffs`).")
     accept_labels: bool = Field(True, description="Join protocols that send the party the labels in the clear "
                                 "(`feast`, `mi`: their papers' design). False refuses them at `Join`.")
+    min_rows_per_bin: int = Field(16, ge=1, description="Histogram trees (`secureboost`, `sbt-filter`): every bin "
+                                  "of a feature holds at least this many of the party's training rows (smaller "
+                                  "quantile bins are merged), so no split isolates fewer rows of its columns.")
+    min_rows_per_node: int = Field(16, ge=1, description="Histogram trees: the party returns no histogram of a node "
+                                   "with fewer rows, and makes no split that leaves either side fewer (the label "
+                                   "holder learns per-bin sums and instance spaces of groups this large at least).")
     model_dir: FilePath | None = Field(None, description="The folder the party saves models into: the label holder "
                                        "sends only a model name (no separator, no `..`) and the party writes "
                                        "`<model_dir>/<name>/<party>.pt`. Relative to the file that sets it. "

@@ -54,12 +54,15 @@ POLICY_RULES = {
 class Context:
     """What a handler may do besides replying: message other parties, at the current position."""
 
-    __slots__ = ("at", "sender", "_node")
+    __slots__ = ("at", "sender", "policy", "_node")
 
-    def __init__(self, node: Node | None, at: At, sender: str) -> None:
+    def __init__(self, node: Node | None, at: At, sender: str, policy: PartyPolicy | None = None) -> None:
         self._node = node
         self.at = at
         self.sender = sender
+        #: the policy of the party answering (limits a role applies itself, e.g. the trees' minimum
+        #: rows per bin and per node); the permissive one when none was given
+        self.policy = PartyPolicy.permissive() if policy is None else policy
 
     def _need_node(self) -> Node:
         if self._node is None:
@@ -220,7 +223,7 @@ class Call:
     what: str
 
     def context(self) -> Context:
-        return Context(self.node, self.at if self.at is not None else At("other"), self.sender)
+        return Context(self.node, self.at if self.at is not None else At("other"), self.sender, self.party.policy)
 
 
 #: a layer: ``mod(call, call_next) -> reply``

@@ -80,6 +80,9 @@ class Federation:
         #: parties on other hosts save a model under its name in their own model folder (their
         #: policy's ``model_dir``): ``SaveModel`` then carries the folder's name, never a path
         self.model_names_only = False
+        #: the feature party whose columns the label holder holds itself (a deployment's label party
+        #: serving its own feature block), if any: methods may treat it as the label holder's own
+        self.own_party: str | None = None
 
     # ----------------------------------------------------------------- building
     @classmethod

@@ -247,6 +247,7 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
                                 ids={s: common[idx[s]] for s in SPLITS},
                                 warnings=_named_like_label(parties, dep))
         fed.model_names_only = True
+        fed.own_party = lp if own_features else None
         out.federation = fed
         out.n_aligned = len(common)
         return out

@@ -1,0 +1,718 @@
+"""``secureboost`` and ``sbt-filter``: vertical gradient-boosted trees in the SecureBoost protocol
+(Cheng, Fan, Jin, Liu, Chen, Papadopoulos, Yang: "SecureBoost: A Lossless Federated Learning
+Framework", IEEE Intelligent Systems 36(6), 2021), and feature selection by their importance
+(FATE's ``hetero_sbt`` filter).
+
+One tree, from the label holder (the paper's *active party*; its Algorithms 1-2):
+
+1. it computes every training row's gradient and hessian (:mod:`.boosting`), packs them into
+   plaintexts (``g`` and ``h`` of every class of a row in one, and several rows in one where the
+   slot layout allows: :mod:`verticalfs.histogram.gradients`) and encrypts them once under its own
+   Paillier key; every party receives them with the tree's rows and features (:class:`TreeStart`);
+2. level by level, each party sums the ciphertexts per (feature, bin) of its own quantile bins over
+   each node's rows (Algorithm 1), for the smaller child of each split only: the label holder gets
+   the larger child by subtracting it from the parent's histogram, in the clear (histogram
+   subtraction); the party returns them packed, masked and re-randomised;
+3. the label holder decrypts and finds the best split over every party (Algorithm 2, XGBoost's gain,
+   vectorised: :mod:`.tree`) and asks the party that owns it to make it: the party keeps the threshold
+   in its lookup table and returns the record's id and which of the node's rows go left (the
+   *instance space*), which the label holder passes on to the other parties with its next request;
+4. leaves get ``-eta T(G) / (H + lambda)`` from the label holder's own gradients, and every row's
+   margin moves by its leaf's value: the training rows by their instance spaces, the others
+   (validation, test, rows a subsampled tree left out) by asking each party which side of its splits
+   they fall (:class:`RouteRequest`; the paper's federated inference, Algorithm 3).
+
+Lossless (the paper's claim and its name): with the same bins, the same rounding of ``g, h`` to fixed
+point (``precision`` bits; :func:`~verticalfs.histogram.gradients.quantize`) and the same parameters,
+the trees and predictions are those of a central histogram GBDT on the pooled columns
+(:mod:`.reference`; tested to 1e-6).
+
+Choices where the paper is silent, each documented at its parameter: a multi-class tree is one tree
+with ``K`` leaf values (packed gradients serve every class at once); early stopping keeps the trees up
+to the best validation loss; a party's bins and splits keep at least its policy's
+``min_rows_per_bin`` / ``min_rows_per_node`` rows; the first ``rl_trees`` trees may be built on the
+label holder's own columns alone (RL-SecureBoost, section 5 of the paper).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, PublicKey, generate_keypair
+from verticalfs.crypto.params import check_crypto_params
+from verticalfs.evaluation.metrics import prediction_metrics
+from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.histogram.gradients import (
+    MAX_PRECISION,
+    GradientLayout,
+    decode_histogram,
+    encrypt_rows,
+    quantize,
+)
+from verticalfs.methods.base import Method, expect_holder_kind
+from verticalfs.methods.filter import FilterMethod, FilterParams
+from verticalfs.methods.registry import register
+from verticalfs.methods.secureboost import boosting as B
+from verticalfs.methods.secureboost.messages import (
+    HistogramRequest,
+    Histograms,
+    Importance,
+    RouteRequest,
+    Routes,
+    SBTReady,
+    SBTSpec,
+    SplitMade,
+    SplitRequest,
+    TreeEnd,
+    TreeStart,
+    pack_bits,
+    unpack_bits,
+)
+from verticalfs.methods.secureboost.role import SBTRole
+from verticalfs.methods.secureboost.tree import Tree, best_split
+from verticalfs.training.history import History
+from verticalfs.transport.messages import Ack, At
+
+#: relative costs, in Paillier additions (products mod n**2), of the label holder's encryption, a
+#: squaring mod n**2, a decryption and a re-randomisation: measured at 2048 bits with the python back
+#: end (benchmarks/trees/run.py prints the rates of the machine it runs on). They choose the rows a
+#: ciphertext holds (``rows_per_ciphertext = 0``); the choice depends on these numbers only, never on
+#: a clock, so a run is repeatable.
+COST = {"encrypt": 85.0, "square": 0.63, "decrypt": 460.0, "rerandomize": 1900.0}
+
+
+@dataclass
+class SecureBoostParams:
+    """SecureBoost: vertical histogram GBDT over Paillier-encrypted, packed gradients.
+
+    Parameters
+    ----------
+    n_estimators : int
+        Boosting rounds (trees; one tree a round, with ``K`` leaf values for ``K`` classes).
+    max_depth : int
+        Depth of every tree (XGBoost's default 6; ours 3, FATE's default: each level costs every
+        party a histogram pass over the rows).
+    learning_rate : float
+        Shrinkage ``eta`` of every leaf value (XGBoost's default 0.3).
+    n_bins : int
+        Quantile bins per feature at most (FATE's ``bin_num`` default 32; a party's bins hold at
+        least its policy's ``min_rows_per_bin`` training rows).
+    reg_lambda : float
+        L2 penalty ``lambda`` on leaf values (XGBoost's default 1).
+    reg_alpha : float
+        L1 penalty ``alpha`` on leaf values (XGBoost's default 0).
+    gamma : float
+        The least gain a split must bring (XGBoost's ``min_split_loss``, default 0).
+    min_child_weight : float
+        The least hessian (summed over the outputs) on each side of a split (XGBoost's default 1).
+    subsample : float
+        Share of the training rows each tree samples (XGBoost's default 1).
+    colsample_bytree : float
+        Share of all parties' features each tree uses (XGBoost's default 1).
+    early_stopping_rounds : int
+        Stop when the validation loss has not improved for this many trees and keep the trees up to
+        the best one (0: no early stopping; XGBoost's semantics with its validation set).
+    precision : int
+        Fractional bits of ``g / s_g`` and ``h / s_h`` in the ciphertexts (``s``: powers of two
+        bounding them); the central reference rounds the same way (lossless to it). 24 bits, as a
+        float32 gradient's mantissa.
+    rows_per_ciphertext : int
+        Rows packed in one ciphertext (each its ``2 K`` values); 0 chooses, per tree, the number the
+        slot layout allows that costs least by the operation counts (encryptions, histogram
+        additions, Horner squarings, re-randomisations and decryptions of the returned sums).
+    key_bits : int
+        Paillier modulus length of the label holder's key (default 2048).
+    insecure : bool
+        Allow ``key_bits < 2048`` (tests only).
+    backend : str
+        Paillier back end (``auto``, ``pypaillier``, ``heu``, ``python``, ``phe``).
+    randomness : str
+        Paillier randomness: ``full`` (default) or ``short`` (faster; see ``verticalfs.crypto.backends``).
+    label_party : str
+        The feature party whose columns the label holder holds itself (in a deployment: the label
+        party, when its file has feature columns; empty: none). Needed by ``rl_trees``.
+    rl_trees : int
+        RL-SecureBoost (the paper's section 5): the first ``rl_trees`` trees are built on
+        ``label_party``'s columns alone, so the other parties learn no instance space of them.
+    """
+
+    n_estimators: int = 20
+    max_depth: int = 3
+    learning_rate: float = 0.3
+    n_bins: int = 32
+    reg_lambda: float = 1.0
+    reg_alpha: float = 0.0
+    gamma: float = 0.0
+    min_child_weight: float = 1.0
+    subsample: float = 1.0
+    colsample_bytree: float = 1.0
+    early_stopping_rounds: int = 0
+    precision: int = 24
+    rows_per_ciphertext: int = 0
+    key_bits: int = 2048
+    insecure: bool = False
+    backend: str = "auto"
+    randomness: str = "full"
+    label_party: str = ""
+    rl_trees: int = 0
+
+
+def check_boost_params(name: str, p: Any, fed: Any) -> None:
+    """Validate the trees' parameters before any work (a ConfigError naming the parameter)."""
+    ints = {"n_estimators": (1, 10_000), "max_depth": (1, 20), "n_bins": (2, 1024), "precision": (8, MAX_PRECISION),
+            "rows_per_ciphertext": (0, 63), "early_stopping_rounds": (0, 10_000), "rl_trees": (0, 10_000)}
+    for k, (lo, hi) in ints.items():
+        v = int(getattr(p, k))
+        if not lo <= v <= hi:
+            raise ConfigError(f"{name}: {k} must lie in [{lo}, {hi}], got {v}")
+    if not p.learning_rate > 0:
+        raise ConfigError(f"{name}: learning_rate must be > 0, got {p.learning_rate}")
+    if p.reg_lambda < 0 or p.reg_alpha < 0 or p.gamma < 0 or p.min_child_weight < 0:
+        raise ConfigError(f"{name}: reg_lambda, reg_alpha, gamma and min_child_weight must be >= 0")
+    if p.reg_lambda == 0 and p.min_child_weight == 0:
+        raise ConfigError(f"{name}: reg_lambda = 0 with min_child_weight = 0 can divide by a zero hessian; "
+                          "raise one of them")
+    for k in ("subsample", "colsample_bytree"):
+        if not 0 < float(getattr(p, k)) <= 1:
+            raise ConfigError(f"{name}: {k} must lie in (0, 1], got {getattr(p, k)}")
+    check_crypto_params(name, p)
+    own = own_party(p, fed)
+    if own is not None and own not in fed.party_names:
+        raise ConfigError(f"{name}: label_party {own!r} is not one of the parties {fed.party_names}")
+    if int(p.rl_trees) and own is None:
+        raise ConfigError(f"{name}: rl_trees = {p.rl_trees} builds the first trees on the label holder's own "
+                          "columns; name their party with label_party=<party> (a deployment's label party "
+                          "is found by itself when its file has feature columns)")
+
+
+def own_party(p: Any, fed: Any) -> str | None:
+    """The label holder's own feature party: ``label_party``, else the federation's (a deployment's
+    label party serving its own columns), else none."""
+    if p.label_party:
+        return str(p.label_party)
+    return fed.own_party if fed.own_party in fed.party_names else None
+
+
+class _Node:
+    """A node being grown: its rows (positions in the tree's rows) and, per party, its histogram
+    (int64 sums, ``(cells, 2K)``) and which of its cells the party allows a split after."""
+
+    __slots__ = ("id", "rows", "depth", "hists", "allowed", "parent", "sibling")
+
+    def __init__(self, id_: int, rows: np.ndarray, depth: int, parent: int = -1, sibling: int = -1) -> None:
+        self.id, self.rows, self.depth, self.parent, self.sibling = id_, rows, depth, parent, sibling
+        self.hists: dict[str, np.ndarray] = {}
+        self.allowed: dict[str, np.ndarray] = {}
+
+
+class Booster:
+    """The label holder's side of the protocol (see the module docstring), for ``secureboost``
+    (``phase = "train"``, evaluating in ``eval``) and ``sbt-filter`` (everything in ``selection``).
+
+    Its attributes are the run's state, saved by the checkpoints after every tree (the private key
+    in its own file: :mod:`verticalfs.training.checkpoint`).
+    """
+
+    def __init__(self, method: Method, fed: Any, phase: str = "train", eval_phase: str = "eval",
+                 eval_splits: tuple[str, ...] = ("val", "test")) -> None:
+        self.method = method
+        self.fed = fed
+        self.p = method.params
+        self.phase, self.eval_phase = phase, eval_phase
+        self.parties = list(fed.party_names)
+        self.task = fed.labels.task
+        self.n_classes = int(fed.labels.n_classes or 1)
+        self.K = B.n_outputs(self.task, self.n_classes)
+        self.y = {s: np.asarray(fed.labels.y[s]) for s in ("train", "val", "test")}
+        self.eval_splits = tuple(s for s in eval_splits if len(self.y[s]))
+        self.own = own_party(self.p, fed)
+        self.epoch = 0
+        self.trees: list[dict] = []
+        self.history = History()
+        self.best = -1
+        self.best_loss = math.inf
+        self.best_margins: dict[str, np.ndarray] = {}
+        self.priv = None
+        self.importance_gain: dict[str, np.ndarray] = {}
+        self.importance_splits: dict[str, np.ndarray] = {}
+        self.figures: dict[str, Any] = {"trees": [], "layouts": []}
+
+    # -------------------------------------------------------------------------- set-up
+    def join(self) -> None:
+        p = self.p
+        names = self.fed.feature_names()
+        spec = SBTSpec(n_bins=int(p.n_bins), key_bits=int(p.key_bits), insecure=bool(p.insecure),
+                       selection=self.phase == "selection")
+        replies = self.fed.join(self.method.name, spec, expect=SBTReady)
+        self.bin_nums: dict[str, np.ndarray] = {}
+        self.min_rows: dict[str, int] = {}
+        for q, rep in replies.items():
+            nums = np.asarray(rep.bin_nums, dtype=np.int64).reshape(-1)
+            if nums.shape != (len(names[q]),) or (nums < 1).any() or (nums > int(p.n_bins)).any():
+                raise ProtocolError(f"party {q!r} reports bins {nums.tolist()[:8]}... for its {len(names[q])} "
+                                    f"features (1 to {p.n_bins} each)")
+            self.bin_nums[q] = nums
+            self.min_rows[q] = max(1, int(rep.min_rows_per_node))
+        for q in self.parties:
+            self.importance_gain[q] = np.zeros(len(names[q]))
+            self.importance_splits[q] = np.zeros(len(names[q]))
+
+    # -------------------------------------------------------------------------- the run
+    def run(self, callbacks=(), checkpoints=None, entry_hook=None) -> None:
+        p = self.p
+        n = len(self.y["train"])
+        F0 = B.base_score(self.task, self.y["train"], self.n_classes)
+        self.base = F0
+        self.margins = {s: np.tile(F0, (len(self.y[s]), 1)) for s in ("train", *self.eval_splits)}
+        t0 = time.perf_counter()
+        self.keygen_seconds = 0.0
+        start = 0
+        if checkpoints is not None:
+            start = checkpoints.begin(self)
+        if self.priv is None:
+            pub, self.priv = generate_keypair(int(p.key_bits), backend=p.backend, randomness=p.randomness,
+                                              insecure=p.insecure)
+            self.keygen_seconds = time.perf_counter() - t0
+        self.pub: PublicKey = self.priv.public_key
+        for cb in callbacks:
+            cb.on_train_begin(self.method, int(p.n_estimators), self.phase)
+        led = self.fed.ledger
+        for t in range(start, int(p.n_estimators)):
+            t1 = time.perf_counter()
+            b1 = led.total_bytes
+            tree = self._tree(t, n)
+            self.trees.append(tree.to_dict())
+            self.epoch = t + 1
+            entry = self._entry(t, tree, time.perf_counter() - t1, led.total_bytes - b1)
+            if entry_hook is not None:
+                entry_hook(entry)
+            self.history.append(entry)
+            for cb in callbacks:
+                cb.on_epoch_end(self.method, entry)
+            if checkpoints is not None:
+                checkpoints.save(self, self.epoch)
+            if p.early_stopping_rounds and self.epoch - 1 - self.best >= int(p.early_stopping_rounds):
+                break
+        if self.best >= 0 and p.early_stopping_rounds:
+            self.trees = self.trees[: self.best + 1]
+            self.margins.update(self.best_margins)
+        self._report_importance()
+        for cb in callbacks:
+            cb.on_train_end(self.method)
+
+    def _entry(self, t: int, tree: Tree, seconds: float, tree_bytes: int) -> dict:
+        led = self.fed.ledger
+        entry: dict[str, Any] = {"epoch": t + 1, "phase": self.phase,
+                                 "bytes": int(led.total_bytes - led.bytes_where(phase="eval")),
+                                 "bytes_total": int(led.total_bytes), "trees": t + 1,
+                                 "train_loss": B.loss_value(self.task, self.margins["train"], self.y["train"]),
+                                 "tree_seconds": seconds, "tree_bytes": int(tree_bytes), "nodes": tree.n_nodes}
+        for s in self.eval_splits:
+            met = prediction_metrics(self.task, self.y[s], B.output(self.task, self.margins[s]), self.n_classes)
+            if s == "test":
+                entry.update(met)
+            else:
+                entry.update({f"val_{k}": v for k, v in met.items()})
+        if "val" in self.eval_splits:
+            loss = B.loss_value(self.task, self.margins["val"], self.y["val"])
+            entry["val_loss"] = loss
+            if loss < self.best_loss - 1e-12:
+                self.best_loss, self.best = loss, t
+                self.best_margins = {s: v.copy() for s, v in self.margins.items()}
+        else:
+            self.best = t
+        return entry
+
+    # ---------------------------------------------------------------------- one tree
+    def layout(self, n_rows: int, parties: list[str]) -> GradientLayout:
+        """The tree's slot layout: ``rows_per_ciphertext``, or the cheapest by :data:`COST`."""
+        p = self.p
+        V = 2 * self.K
+        top = GradientLayout.max_rows(self.pub, V, int(p.precision), n_rows)
+        if int(p.rows_per_ciphertext):
+            m = min(int(p.rows_per_ciphertext), top)
+            return GradientLayout.for_key(self.pub, V, int(p.precision), n_rows, m)
+        best, best_cost = None, math.inf
+        for m in range(1, top + 1):
+            lay = GradientLayout.for_key(self.pub, V, int(p.precision), n_rows, m)
+            cost = self.cost(lay, n_rows, parties)
+            if cost < best_cost - 1e-9:
+                best, best_cost = lay, cost
+        return best
+
+    def cost(self, lay: GradientLayout, n_rows: int, parties: list[str]) -> float:
+        """The operation-count cost of a tree under ``lay`` (in additions; see :data:`COST`), for
+        ``max_depth`` full levels, the smaller child of each split half its parent."""
+        D = int(self.p.max_depth)
+        visits = n_rows * (1 + 0.5 * max(0, D - 1))  # rows summed per feature over the tree's levels
+        nodes = 1 + sum(2 ** (lev - 1) for lev in range(1, D))  # histograms computed (smaller children)
+        total = COST["encrypt"] * lay.n_ciphertexts(n_rows)
+        for q in parties:
+            nums = self.bin_nums[q]
+            d, cells = len(nums), int(nums.sum())
+            out = sum(-(-int(b) // lay.bins_per_ct) for b in nums) * lay.parts
+            horner = cells * (lay.rows_per_ct - 1) * lay.group_bits * lay.parts
+            total += visits * d * lay.parts + nodes * (COST["square"] * horner
+                                                        + (COST["rerandomize"] + COST["decrypt"]) * out)
+        return total
+
+    def _tree(self, t: int, n: int) -> Tree:
+        p, fed = self.p, self.fed
+        parties = [self.own] if t < int(p.rl_trees) else list(self.parties)
+        rows = B.sample_rows(self.method.seed, t, n, float(p.subsample))
+        g, h = B.gradients(self.task, self.margins["train"][rows], self.y["train"][rows])
+        Mg, Mh, sg, sh = quantize(g, h, int(p.precision))
+        M = np.concatenate([Mg, Mh], axis=1)
+        scale = np.r_[np.full(self.K, sg), np.full(self.K, sh)] * 2.0 ** -int(p.precision)
+        lay = self.layout(len(rows), parties)
+        te = time.perf_counter()
+        enc = encrypt_rows(self.priv, lay, M)
+        t_enc = time.perf_counter() - te
+        counts = {q: len(self.bin_nums[q]) for q in self.parties}
+        feats = B.sample_features(self.method.seed, t, counts, float(p.colsample_bytree))
+        at = At(self.phase, t)
+        start = TreeStart(tree=t, public_key=self.pub.to_bytes() if t == 0 or not self.trees else b"",
+                          insecure=bool(p.insecure), values=2 * self.K, precision=int(p.precision),
+                          rows_per_ct=lay.rows_per_ct, hiding=lay.hiding, n_rows=len(rows),
+                          rows=b"" if len(rows) == n else pack_bits(np.isin(np.arange(n), rows)),
+                          features=b"", gradients=enc.to_bytes())
+        reqs = [(q, _with(start, features=pack_bits(feats[q]))) for q in parties]
+        for q, rep in zip(parties, fed.node.request_all(reqs, at), strict=True):
+            _expect(rep, Ack, q, "TreeStart")
+        nums = {q: np.where(feats[q], self.bin_nums[q], 0) for q in parties}
+        tree = Tree(self.K)
+        root = _Node(tree.add(), np.arange(len(rows)), 0)
+        nodes = {root.id: root}
+        frontier = [root]
+        partitions: list[tuple[int, int, int, np.ndarray, str]] = []  # (parent, a, b, left, maker)
+        figures = {"tree": t, "rows": len(rows), "ciphertexts": int(enc.size), "encrypt_seconds": t_enc,
+                   "histograms": 0, "returned_ciphertexts": 0, "decrypt_seconds": 0.0, "splits": 0,
+                   "row_visits": 0}
+        for depth in range(int(p.max_depth)):
+            live = [v for v in frontier if len(v.rows) >= 2]
+            if not live:
+                break
+            self._histograms(t, live, nodes, partitions, parties, nums, lay, figures)
+            partitions = []
+            made = []
+            for v in live:
+                Gs = (M[v.rows].sum(0).astype(np.float64) * scale)
+                hists = [v.hists.get(q) for q in self.parties]
+                best = best_split(hists, [nums.get(q, np.zeros(0, np.int64)) for q in self.parties],
+                                  Gs[:self.K], Gs[self.K:], scale, lam=float(p.reg_lambda), alpha=float(p.reg_alpha),
+                                  gamma=float(p.gamma), min_child_weight=float(p.min_child_weight),
+                                  allowed=[v.allowed.get(q) for q in self.parties])
+                if best is None:
+                    continue
+                made.append((v, best))
+            children = []
+            for v, best in made:
+                q = self.parties[best.party]
+                a, b = tree.add(), tree.add()
+                rep = fed.proxy(q).request(SplitRequest(tree=t, node=v.id, feature=best.feature, bin=best.bin,
+                                                        left_child=a, right_child=b), at, expect=SplitMade)
+                left = unpack_bits(rep.left, len(v.rows), f"party {q!r}'s instance space")
+                if left.all() or not left.any():
+                    raise ProtocolError(f"party {q!r} split node {v.id} with every row on one side")
+                tree.party[v.id], tree.record[v.id] = best.party, int(rep.record)
+                tree.feature[v.id], tree.bin[v.id], tree.gain[v.id] = best.feature, best.bin, best.gain
+                tree.left[v.id], tree.right[v.id] = a, b
+                self.importance_gain[q][best.feature] += best.gain
+                self.importance_splits[q][best.feature] += 1
+                na = _Node(a, v.rows[left], depth + 1, v.id, b)
+                nb = _Node(b, v.rows[~left], depth + 1, v.id, a)
+                nodes[a], nodes[b] = na, nb
+                children += [na, nb]
+                partitions.append((v.id, a, b, left, q))
+                figures["splits"] += 1
+            for v in live:  # the children's histograms are computed: the parents' are no longer needed
+                if v.parent in nodes:
+                    nodes[v.parent].hists, nodes[v.parent].allowed = {}, {}
+            frontier = children
+        # leaves and the margins
+        leaf = np.empty(len(rows), dtype=np.int64)
+        for v in nodes.values():
+            if tree.party[v.id] < 0:
+                leaf[v.rows] = v.id
+        values = B.leaf_values(g, h, leaf, tree.n_nodes, float(p.reg_lambda), float(p.reg_alpha),
+                               float(p.learning_rate))
+        for i in tree.leaves().tolist():
+            tree.value[i] = [float(x) for x in values[i]]
+        V = np.asarray(tree.value)
+        self.margins["train"][rows] += V[leaf]
+        for q, rep in zip(parties, fed.node.request_all([(q, TreeEnd(tree=t)) for q in parties], at), strict=True):
+            _expect(rep, Ack, q, "TreeEnd")
+        if len(rows) < n:
+            rest = np.setdiff1d(np.arange(n), rows)
+            self.margins["train"][rest] += V[self.route(tree, "train", rest, self.phase)]
+        for s in self.eval_splits:
+            self.margins[s] += V[self.route(tree, s, None, self.eval_phase)]
+        figures["layout"] = lay.describe()
+        self.figures["trees"].append(figures)
+        return tree
+
+    def _histograms(self, t: int, live: list[_Node], nodes: dict[int, _Node], partitions, parties: list[str],
+                    nums: dict[str, np.ndarray], lay: GradientLayout, figures: dict) -> None:
+        """Every party's histogram of every node of ``live``: computed by the party for a root or the
+        smaller of two siblings, by subtraction from the parent for the other."""
+        at = At(self.phase, t)
+        asks: dict[str, list[_Node]] = {q: [] for q in parties}
+        derive: dict[str, list[_Node]] = {q: [] for q in parties}
+        for q in parties:
+            k = self.min_rows[q]
+            for v in live:
+                if len(v.rows) < max(2 * k, 2) or not nums[q].any():
+                    continue  # no split of this party could keep k rows a side
+                sib = nodes.get(v.sibling)
+                parent = nodes.get(v.parent)
+                if sib is not None and parent is not None and q in parent.hists and (
+                        len(sib.rows), sib.id) < (len(v.rows), v.id) and len(sib.rows) >= k:
+                    derive[q].append(v)  # its smaller sibling is computed; this one is the parent minus it
+                else:
+                    asks[q].append(v)
+            # a derived node needs its sibling computed
+            for v in derive[q]:
+                sib = nodes[v.sibling]
+                if sib not in asks[q]:
+                    asks[q].append(sib)
+        reqs = []
+        for q in parties:
+            own = [x for x in partitions if x[4] != q]
+            checks = list(derive[q]) if self.min_rows[q] > 1 else []
+            reqs.append((q, HistogramRequest(tree=t, parents=np.asarray([x[0] for x in own], dtype=np.int64),
+                                             children=np.asarray([c for x in own for c in (x[1], x[2])],
+                                                                 dtype=np.int64),
+                                             lefts=[pack_bits(x[3]) for x in own],
+                                             nodes=np.asarray([v.id for v in asks[q]], dtype=np.int64),
+                                             checks=np.asarray([v.id for v in checks], dtype=np.int64))))
+        replies = self.fed.node.request_all(reqs, at)
+        for (q, msg), rep in zip(reqs, replies, strict=True):
+            _expect(rep, Histograms, q, "HistogramRequest")
+            ask = asks[q]
+            checked = [nodes[int(i)] for i in msg.checks]
+            counts = np.asarray(rep.packages, dtype=np.int64).reshape(-1)
+            if counts.shape != (len(ask),) or len(rep.allowed) != len(ask) + len(checked):
+                raise ProtocolError(f"party {q!r} returned {counts.size} histograms and {len(rep.allowed)} split masks "
+                                    f"for {len(ask)} nodes and {len(checked)} checks")
+            w = self.pub.ciphertext_bytes * lay.parts
+            if len(rep.data) != w * int(counts.sum()):
+                raise ProtocolError(f"party {q!r} returned {len(rep.data)} bytes of histograms, expected "
+                                    f"{w * int(counts.sum())}")
+            used = nums[q][nums[q] > 0]
+            n_cells = int(used.sum())
+            off = 0
+            td = time.perf_counter()
+            for v, c in zip(ask, counts.tolist(), strict=True):
+                pk = EncryptedArray.from_bytes(self.pub, rep.data[off:off + w * c], (c, lay.parts))
+                off += w * c
+                v.hists[q] = decode_histogram(self.priv, lay, pk, used)
+                figures["histograms"] += 1
+                figures["returned_ciphertexts"] += c * lay.parts
+                figures["row_visits"] += len(v.rows) * len(used)
+            figures["decrypt_seconds"] += time.perf_counter() - td
+            for i, v in enumerate(ask + checked):
+                if rep.allowed[i]:
+                    v.allowed[q] = unpack_bits(rep.allowed[i], n_cells, f"party {q!r}'s split mask")
+                elif self.min_rows[q] > 1:
+                    raise ProtocolError(f"party {q!r} has a minimum of {self.min_rows[q]} rows per node but sent no "
+                                        f"split mask for node {v.id}")
+            for v in derive[q]:
+                v.hists[q] = nodes[v.parent].hists[q] - nodes[v.sibling].hists[q]
+
+    def route(self, tree: Tree, split: str, rows: np.ndarray | None, phase: str) -> np.ndarray:
+        """The leaf of ``rows`` of ``split`` (all when ``None``) in ``tree``, asking every party that
+        owns a split of it which side its splits send them (:class:`RouteRequest`)."""
+        n = len(self.y[split])
+        idx = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
+        at = At(phase, len(self.trees))
+        owners = sorted({pi for pi in tree.party if pi >= 0})
+        decisions = ask_routes(self.fed, split, idx, {self.parties[pi]: tree.records_of(pi) for pi in owners}, n, at)
+        by_index = {self.parties.index(q): v for q, v in decisions.items()}
+        return tree.route(len(idx), by_index)
+
+    def _report_importance(self) -> None:
+        at = At(self.phase, self.epoch)
+        reqs = [(q, Importance(gain=self.importance_gain[q], splits=self.importance_splits[q])) for q in self.parties]
+        for (q, _), rep in zip(reqs, self.fed.node.request_all(reqs, at), strict=True):
+            _expect(rep, Ack, q, "Importance")
+
+
+def ask_routes(fed: Any, split: str, idx: np.ndarray, records: dict[str, list[int]], n: int, at: At
+               ) -> dict[str, dict[int, np.ndarray]]:
+    """``{party: {record: go-left bool vector over idx}}`` from one :class:`RouteRequest` a party."""
+    rows = b"" if len(idx) == n else pack_bits(np.isin(np.arange(n), idx))
+    order = np.argsort(idx, kind="stable")
+    srt = idx[order]
+    names = [q for q in records if records[q]]
+    reqs = [(q, RouteRequest(split=split, rows=rows, records=np.asarray(records[q], dtype=np.int64))) for q in names]
+    out: dict[str, dict[int, np.ndarray]] = {}
+    for (q, _msg), rep in zip(reqs, fed.node.request_all(reqs, at) if reqs else [], strict=True):
+        _expect(rep, Routes, q, "RouteRequest")
+        k = len(srt)
+        per = (k + 7) // 8
+        recs = records[q]
+        if len(rep.bits) != per * len(recs):
+            raise ProtocolError(f"party {q!r} routed {len(rep.bits)} bytes, expected {per * len(recs)}")
+        out[q] = {}
+        for i, r in enumerate(recs):
+            go_sorted = unpack_bits(rep.bits[i * per:(i + 1) * per], k, f"party {q!r}'s routes")
+            go = np.empty(k, dtype=bool)
+            go[order] = go_sorted
+            out[q][r] = go
+    return out
+
+
+def _with(msg: Any, **changes: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(msg, **changes)
+
+
+def _expect(rep: Any, kind: type, party: str, what: str) -> None:
+    if not isinstance(rep, kind):
+        raise ProtocolError(f"party {party!r} answered {what} with {type(rep).__name__}, expected {kind.__name__}")
+
+
+# ------------------------------------------------------------------------------- saved model
+HOLDER_KIND = "secureboost"
+
+
+def export_trees(booster: Booster) -> dict:
+    return {"kind": HOLDER_KIND, "task": booster.task, "K": booster.K, "n_classes": booster.n_classes,
+            "base": [float(v) for v in booster.base], "parties": list(booster.parties), "trees": list(booster.trees)}
+
+
+EVAL = At("eval")
+
+
+def predict_trees(holder: dict, fed: Any, split: str, method: str, at: At = EVAL) -> np.ndarray:
+    """The saved trees' output on ``split`` of ``fed``: one :class:`RouteRequest` per party with
+    every split it holds, then the trees walked at the label holder."""
+    expect_holder_kind(holder, HOLDER_KIND, method)
+    names = [str(q) for q in holder["parties"]]
+    missing = [q for q in names if q not in fed.party_names]
+    trees = [Tree.from_dict(d) for d in holder["trees"]]
+    used = {names[pi] for t in trees for pi in t.party if pi >= 0}
+    if missing and used & set(missing):
+        raise ConfigError(f"{method}: the saved trees split on parties {sorted(used & set(missing))} that this "
+                          f"federation lacks ({fed.party_names})")
+    n = fed.n_samples(split)
+    records = {q: sorted({r for t in trees for pi, r in zip(t.party, t.record, strict=True)
+                          if pi >= 0 and names[pi] == q}) for q in names}
+    dec = ask_routes(fed, split, np.arange(n), records, n, at)
+    by_index = {names.index(q): v for q, v in dec.items()}
+    F = np.tile(np.asarray(holder["base"], dtype=np.float64), (n, 1))
+    for t in trees:
+        F += np.asarray(t.value)[t.route(n, by_index)]
+    return B.output(str(holder["task"]), F)
+
+
+# ------------------------------------------------------------------------------------- methods
+@register
+class SecureBoost(Method):
+    name = "secureboost"
+    summary = ("SecureBoost: vertical gradient-boosted trees on Paillier-encrypted, packed gradient histograms "
+               "(binary, multi-class, regression); lossless against a central histogram GBDT.")
+    paper = "Cheng et al., SecureBoost, IEEE Intelligent Systems 2021"
+    Params = SecureBoostParams
+    Role = SBTRole
+    codec_policy = "none"
+    test_params = {"n_estimators": 2, "max_depth": 2, "n_bins": 8, "key_bits": 512, "insecure": True}
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.booster_: Booster | None = None
+
+    def fit(self, fed) -> SecureBoost:
+        fed.feature_names()
+        check_boost_params(self.name, self.params, fed)
+        booster = Booster(self, fed)
+        booster.join()
+        t0 = time.perf_counter()
+        booster.run(self.callbacks, self.checkpoints, self.entry_hook)
+        self.booster_ = booster
+        self.history_ = booster.history
+        out = B.output(booster.task, booster.margins["test"]) if "test" in booster.eval_splits else None
+        self.metrics_ = {} if out is None else prediction_metrics(booster.task, booster.y["test"], out,
+                                                                  booster.n_classes)
+        self.support_, self.feature_scores_ = fed.collect_support_and_scores()
+        self.info_.update(_info(booster, time.perf_counter() - t0))
+        return self
+
+    def export_holder(self) -> dict:
+        booster = self.booster_
+        if booster is None:
+            raise ConfigError(f"{self.name} has no model to save (fit it first)")
+        return export_trees(booster)
+
+    @classmethod
+    def predict_from_holder(cls, holder: dict, fed, split: str) -> np.ndarray:
+        return predict_trees(holder, fed, split, cls.name)
+
+
+def _info(booster: Booster, seconds: float) -> dict:
+    figs = booster.figures["trees"]
+    return {"trees": len(booster.trees), "best_tree": int(booster.best) + 1, "key_bits": booster.pub.bits,
+            "backend": booster.pub.backend.name, "randomness": booster.pub.randomness,
+            "keygen_seconds": booster.keygen_seconds, "seconds": seconds,
+            "ciphertexts_per_tree": float(np.mean([f["ciphertexts"] for f in figs])) if figs else 0.0,
+            "returned_ciphertexts_per_tree": float(np.mean([f["returned_ciphertexts"] for f in figs])) if figs else 0.0,
+            "layout": figs[-1]["layout"] if figs else None, "mask_hiding_bits": HIDING_FLOOR,
+            "label_party": booster.own, "per_tree": figs}
+
+
+@dataclass
+class SBTFilterParams(FilterParams, SecureBoostParams):
+    """sbt-filter: the features of largest total split gain in SecureBoost trees (FATE's
+    ``hetero_sbt`` filter).
+
+    Parameters
+    ----------
+    importance : str
+        ``gain`` (total gain of a feature's splits, default) or ``split`` (how many splits use it);
+        ties go to the other measure, then party order and column.
+    """
+
+    importance: str = "gain"
+
+
+@register
+class SBTFilter(FilterMethod):
+    name = "sbt-filter"
+    summary = ("sbt-filter: top-N features by SecureBoost tree importance (gain or split count; FATE's hetero_sbt "
+               "filter), then the classifier on them.")
+    paper = "Cheng et al., SecureBoost (2021); FATE hetero feature selection, hetero_sbt filter"
+    Params = SBTFilterParams
+    Role = SBTRole
+    test_params = {"n_select": 5, "n_estimators": 2, "max_depth": 2, "n_bins": 8, "key_bits": 512, "insecure": True}
+
+    def check_params(self, fed) -> None:
+        super().check_params(fed)
+        if self.params.importance not in ("gain", "split"):
+            raise ConfigError(f"{self.name}: importance must be 'gain' or 'split', got {self.params.importance!r}")
+        check_boost_params(self.name, self.params, fed)
+
+    def join_parties(self, fed) -> None:
+        self.feature_names(fed)
+        self.check_params(fed)
+        self.booster_ = Booster(self, fed, phase="selection", eval_phase="selection", eval_splits=("val",))
+        self.booster_.join()
+
+    def select(self, fed) -> list[tuple[str, int]]:
+        booster = self.booster_
+        booster.run()
+        gain, split = booster.importance_gain, booster.importance_splits
+        order = {q: k for k, q in enumerate(fed.party_names)}
+        first, second = (gain, split) if self.params.importance == "gain" else (split, gain)
+        ranked = sorted((-first[q][j], -second[q][j], order[q], j, q)
+                        for q in fed.party_names for j in range(len(gain[q])))
+        for q in fed.party_names:
+            self.record_scores(q, np.arange(len(gain[q])), first[q])
+        self.info_.update({k: v for k, v in _info(booster, 0.0).items() if k != "seconds"})
+        self.info_["importance"] = self.params.importance
+        return [(q, int(j)) for *_, j, q in ranked[: int(self.params.n_select)]]

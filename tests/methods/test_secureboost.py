@@ -1,0 +1,107 @@
+"""SecureBoost: lossless against the central reference (the same splits and predictions), its
+parties' checks, the saved model, and sbt-filter's selection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import verticalfs
+from verticalfs.exceptions import ConfigError, PolicyError, ProtocolError
+from verticalfs.federation import Federation
+from verticalfs.methods import create
+from verticalfs.methods.secureboost import SecureBoostParams
+from verticalfs.methods.secureboost import boosting as B
+from verticalfs.methods.secureboost.messages import SplitRequest
+from verticalfs.methods.secureboost.reference import CentralGBDT
+from verticalfs.methods.secureboost.tree import Tree
+from verticalfs.transport.messages import At
+
+KEY = {"key_bits": 512, "insecure": True}
+
+
+def run(data, **params):
+    m = create("secureboost", seed=3, **KEY, **params)
+    fed = Federation.in_process(data)
+    m.fit(fed)
+    return m, fed
+
+
+def reference(data, m, **kw):
+    p = SecureBoostParams(**{k: v for k, v in vars(m.params).items()})
+    X = {q.name: q.X["train"] for q in data.parties}
+    ref = CentralGBDT(p, data.labels.task, data.labels.n_classes, seed=3, min_rows_per_bin=16, min_rows_per_node=16,
+                      **kw)
+    ref.fit(X, data.labels.y["train"], {q.name: q.X["val"] for q in data.parties}, data.labels.y["val"])
+    return ref
+
+
+def assert_same_trees(m, ref, parties):
+    trees = [Tree.from_dict(d) for d in m.booster_.trees]
+    assert len(trees) == len(ref.trees)
+    for t, r in zip(trees, ref.trees, strict=True):
+        got = {i: (parties[t.party[i]], t.feature[i], t.bin[i]) for i in range(t.n_nodes) if t.party[i] >= 0}
+        want = {i: (parties[s[0]], s[1], s[2]) for i, s in r.split.items()}
+        assert got == want
+        for i, s in r.split.items():  # the party's threshold in its lookup table is the reference's
+            assert t.gain[i] == pytest.approx(r.gain[i], rel=1e-12)
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    return verticalfs.build_data("breast_cancer", parties=3, noise=0.5, seed=0)
+
+
+@pytest.mark.parametrize("extra", [
+    pytest.param({"rows_per_ciphertext": 1}, id="one-row"),
+    pytest.param({"rows_per_ciphertext": 2, "subsample": 0.8, "colsample_bytree": 0.7, "reg_alpha": 0.05},
+                 id="two-rows-sampled"),
+])
+def test_binary_is_lossless(cancer, extra):
+    """The same splits (party, feature, bin) at the same nodes, the same gains and predictions to
+    1e-6 (they are equal: the same integers reach the same float formula)."""
+    m, _ = run(cancer, n_estimators=3, max_depth=3, n_bins=16, early_stopping_rounds=2, **extra)
+    assert m.info_["layout"]["rows_per_ciphertext"] == extra["rows_per_ciphertext"]
+    ref = reference(cancer, m)
+    assert_same_trees(m, ref, [q.name for q in cancer.parties])
+    X = {q.name: q.X["test"] for q in cancer.parties}
+    np.testing.assert_allclose(m.booster_.margins["test"], ref.predict_margins(X), rtol=0, atol=1e-6)
+    assert sum(len(r.split) for r in ref.trees) >= 6  # trees that split, not stumps
+
+
+def test_multiclass_is_lossless():
+    data = verticalfs.build_data("wine", parties=2, seed=1)
+    m, _ = run(data, n_estimators=3, max_depth=2, n_bins=8, rows_per_ciphertext=0)
+    assert m.booster_.K == 3
+    ref = reference(data, m)
+    assert_same_trees(m, ref, [q.name for q in data.parties])
+    X = {q.name: q.X["test"] for q in data.parties}
+    np.testing.assert_allclose(m.booster_.margins["test"], ref.predict_margins(X), rtol=0, atol=1e-6)
+    assert m.metrics_["accuracy"] > 0.8
+
+
+def test_a_party_refuses_splits_below_its_minimum_rows(cancer):
+    m, fed = run(cancer, n_estimators=1, max_depth=1, n_bins=8)
+    rt = fed.local_runtime(cancer.parties[0].name)
+    role = rt.role
+    with pytest.raises(ProtocolError, match="before its TreeStart"):
+        role.on_split(SplitRequest(tree=0, node=0, feature=0, bin=0, left_child=1, right_child=2), None)
+    assert role.min_rows_per_node == 16 and all(int(c) >= 16 for c in np.bincount(role.codes[:, 0].astype(int)))
+
+
+def test_parameters_are_checked_before_any_work(cancer):
+    fed = Federation.in_process(cancer)
+    with pytest.raises(ConfigError, match="rl_trees"):
+        create("secureboost", rl_trees=1, **KEY).fit(fed)
+    with pytest.raises(ConfigError, match="max_depth"):
+        create("secureboost", max_depth=0, **KEY).fit(fed)
+    assert PolicyError  # (the policy refusals are tested in tests/attacks)
+
+
+def test_gain_and_leaf_formulas():
+    G, H = np.asarray([2.0]), np.asarray([4.0])
+    assert B.split_gain(np.asarray([[1.0]]), np.asarray([[2.0]]), G, H, 1.0, 0.0, 0.0)[0] == pytest.approx(
+        0.5 * (1 / 3 + 1 / 3 - 4 / 5))
+    v = B.leaf_values(np.asarray([[1.0], [1.0]]), np.asarray([[1.0], [1.0]]), np.asarray([0, 0]), 1, 1.0, 0.5, 0.3)
+    assert v[0, 0] == pytest.approx(-0.3 * 1.5 / 3)
+    assert At("train").phase == "train"
