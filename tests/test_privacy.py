@@ -110,6 +110,8 @@ def interpretations(b: bytes):
                 yield codec.decode(memoryview(b), (len(b) - f0) // (f1 - f0)).astype(np.float64)
         except Exception:  # not this codec (e.g. a non-finite int8 scale)
             pass
+    if len(b) > 1:  # a packed bit vector (a tree's instance space: eight rows a byte)
+        yield np.unpackbits(np.frombuffer(b, dtype=np.uint8), bitorder="little").astype(np.float64)
     for dt in ("<f8", "|i1", "|u1", "<i2", "<i4", "<i8"):
         size = np.dtype(dt).itemsize
         if len(b) % size == 0:
@@ -144,6 +146,8 @@ def vectors(a: np.ndarray, length: int) -> np.ndarray | None:
     columns of one float64 matrix (or ``None``); a 1-D array of ``w * length`` values (up to
     ``w = 64``, e.g. a ``bytes`` field holding a row-major block) is read both ways."""
     a = np.asarray(a)
+    if a.ndim == 1 and 0 < a.shape[0] - length < 8:  # a packed bit vector's padding to whole bytes
+        a = a[:length]
     if a.ndim == 1:  # one vector, or a flattened (length, w) block in row- or column-major order
         w, rest = divmod(a.shape[0], length)
         parts = [] if rest or not 1 <= w <= 64 else [a.reshape(length, w), a.reshape(w, length).T]
@@ -362,7 +366,7 @@ CASES = [pytest.param((name, name, {}), id=name) for name in available()] + [
 CASES = [pytest.param(c.values[0], id=c.id, marks=[
     *c.marks, pytest.mark.xdist_group("privacy-" + c.id.replace("[", "-").replace("]", ""))]) for c in CASES]
 FILTERS = ("raw", "random", "mi", "feast", "fate-iv", "fate-lasso", "ms-gini", "ms-gini[plain]", "sffs",
-           "sffs[plain]")
+           "sffs[plain]", "sbt-filter")
 SPLIT_LEARNING = ("vfl", "all-features", "original-gate", "fedsdg-fs", "less-vfl", "local-lasso", "group-lasso",
                   "vflfs", "sefs", "compfs", "dim", "original", "q8", "q16", "top-w", "pca", "autoencoder",
                   "sparsevfl", "sparsevfl-16", "icafs")
@@ -391,6 +395,19 @@ ACCEPTED: list[tuple[tuple[str, ...], str, tuple[str, ...], str]] = [
     (("fedsdg-fs",), "PlainGiniLabels", ("labels", "labels-separable"),
      "the test mode secure=false computes Algorithm 1's Gini scores in the clear, with the labels sent "
      "to the parties (the default, secure=true, audited as fedsdg-fs[secure], sends only ciphertexts)"),
+]
+TREES = ("secureboost", "sbt-filter")
+ACCEPTED += [
+    (TREES, "SplitMade", ("monotone",),
+     "SecureBoost (Algorithm 2) by design: the party that wins a split tells the label holder which of the node's "
+     "rows go left, its instance space (a threshold of one of its columns on those rows); the threshold itself "
+     "stays in the party's lookup table"),
+    (TREES, "HistogramRequest", ("monotone",),
+     "SecureBoost by design: every party learns the instance space of every node (which rows it holds), so the "
+     "label holder passes each split's left rows on to the other parties"),
+    (TREES, "Routes", ("monotone",),
+     "SecureBoost's federated inference (Algorithm 3): each party tells the label holder which side of its "
+     "splits each validation and test row falls"),
 ]
 SPLIT_GRADIENTS = ("Gradients", "CompFSGradients", "TopWGradients")
 _GRADIENT_REASON = ("split learning sends each party the gradient of the loss for its embedding of every training "

@@ -105,3 +105,32 @@ def test_gain_and_leaf_formulas():
     v = B.leaf_values(np.asarray([[1.0], [1.0]]), np.asarray([[1.0], [1.0]]), np.asarray([0, 0]), 1, 1.0, 0.5, 0.3)
     assert v[0, 0] == pytest.approx(-0.3 * 1.5 / 3)
     assert At("train").phase == "train"
+
+
+def test_resume_after_a_tree_ends_as_uninterrupted(cancer, tmp_path):
+    """Checkpoints after every tree (every party's lookup table, the label holder's trees, margins and
+    key): a run stopped after its second tree and resumed ends as an uninterrupted one."""
+    from verticalfs.methods.secureboost.method import Booster
+
+    params = {"n_estimators": 3, "max_depth": 2, "n_bins": 8, **KEY}
+    full = verticalfs.run("secureboost", cancer, seed=0, params=params)
+    orig, seen = Booster.stop, {"n": 0}
+
+    def stop(self, entry):
+        seen["n"] += 1
+        if seen["n"] == 2:
+            raise KeyboardInterrupt
+        return orig(self, entry)
+
+    Booster.stop = stop
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            verticalfs.run("secureboost", cancer, seed=0, params=params, checkpoint_dir=tmp_path)
+    finally:
+        Booster.stop = orig
+    res = verticalfs.run("secureboost", cancer, seed=0, params=params, checkpoint_dir=tmp_path, resume=True)
+    assert res.info["resumed_from"]["epoch"] == 2
+    assert res.metrics == full.metrics
+    assert [h["roc_auc"] for h in res.history] == [h["roc_auc"] for h in full.history]
+    phases = {k: v for k, v in res.communication["by_phase"].items() if k != "checkpoint"}
+    assert phases == full.communication["by_phase"]

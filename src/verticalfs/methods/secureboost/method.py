@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, PublicKey, generate_keypair
+from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, generate_keypair
 from verticalfs.crypto.params import check_crypto_params
 from verticalfs.evaluation.metrics import prediction_metrics
 from verticalfs.exceptions import ConfigError, ProtocolError
@@ -263,32 +263,60 @@ class Booster:
             self.importance_splits[q] = np.zeros(len(names[q]))
 
     # -------------------------------------------------------------------------- the run
+    # A tree a round, in the shape of the round driver's protocol (``begin``, ``run_round``,
+    # ``stop``, ``state`` / ``load_state``: verticalfs.training.rounds on the seams branch); :meth:`run`
+    # is that driver's loop (history, callbacks, checkpoints after every tree, resume) until it lands.
+    def begin(self, driver: Any = None) -> None:
+        """Before the first tree (also in a resumed run): the start margins and the key pair."""
+        p = self.p
+        if not self.trees:
+            self.base = B.base_score(self.task, self.y["train"], self.n_classes)
+            self.margins = {s: np.tile(self.base, (len(self.y[s]), 1)) for s in ("train", *self.eval_splits)}
+        if self.priv is None:
+            t0 = time.perf_counter()
+            _pub, self.priv = generate_keypair(int(p.key_bits), backend=p.backend, randomness=p.randomness,
+                                               insecure=p.insecure)
+            self.keygen_seconds = time.perf_counter() - t0
+        self.pub = self.priv.public_key
+
+    def run_round(self, t: int) -> dict[str, Any]:
+        """Tree ``t``: grown, its leaves valued, every margin moved; the figures of its history entry."""
+        t1 = time.perf_counter()
+        b1 = self.fed.ledger.total_bytes
+        tree = self._tree(t, len(self.y["train"]))
+        self.trees.append(tree.to_dict())
+        self.epoch = t + 1
+        self.figures["trees"][-1]["seconds"] = time.perf_counter() - t1
+        return self._figures(t, tree, self.fed.ledger.total_bytes - b1)
+
+    def stop(self, entry: dict[str, Any]) -> bool:
+        """Early stopping: ``early_stopping_rounds`` trees without a better validation loss."""
+        rounds = int(self.p.early_stopping_rounds)
+        return bool(rounds) and self.epoch - 1 - self.best >= rounds
+
+    def finish(self) -> None:
+        """After the last tree: keep the trees up to the best one (early stopping), report importance."""
+        if self.best >= 0 and self.p.early_stopping_rounds:
+            self.trees = self.trees[: self.best + 1]
+            self.margins.update(self.best_margins)
+        self._report_importance()
+
     def run(self, callbacks=(), checkpoints=None, entry_hook=None) -> None:
         p = self.p
-        n = len(self.y["train"])
-        F0 = B.base_score(self.task, self.y["train"], self.n_classes)
-        self.base = F0
-        self.margins = {s: np.tile(F0, (len(self.y[s]), 1)) for s in ("train", *self.eval_splits)}
-        t0 = time.perf_counter()
+        self.margins = {}
         self.keygen_seconds = 0.0
         start = 0
         if checkpoints is not None:
             start = checkpoints.begin(self)
-        if self.priv is None:
-            pub, self.priv = generate_keypair(int(p.key_bits), backend=p.backend, randomness=p.randomness,
-                                              insecure=p.insecure)
-            self.keygen_seconds = time.perf_counter() - t0
-        self.pub: PublicKey = self.priv.public_key
+        self.begin()
         for cb in callbacks:
             cb.on_train_begin(self.method, int(p.n_estimators), self.phase)
         led = self.fed.ledger
         for t in range(start, int(p.n_estimators)):
-            t1 = time.perf_counter()
-            b1 = led.total_bytes
-            tree = self._tree(t, n)
-            self.trees.append(tree.to_dict())
-            self.epoch = t + 1
-            entry = self._entry(t, tree, time.perf_counter() - t1, led.total_bytes - b1)
+            figures = self.run_round(t)
+            training = led.total_bytes - led.bytes_where(phase="eval") - led.bytes_where(phase="checkpoint")
+            entry = {"epoch": t + 1, "round": t + 1, "phase": self.phase, **figures, "bytes": int(training),
+                     "bytes_total": int(led.total_bytes)}
             if entry_hook is not None:
                 entry_hook(entry)
             self.history.append(entry)
@@ -296,22 +324,16 @@ class Booster:
                 cb.on_epoch_end(self.method, entry)
             if checkpoints is not None:
                 checkpoints.save(self, self.epoch)
-            if p.early_stopping_rounds and self.epoch - 1 - self.best >= int(p.early_stopping_rounds):
+            if self.stop(entry):
                 break
-        if self.best >= 0 and p.early_stopping_rounds:
-            self.trees = self.trees[: self.best + 1]
-            self.margins.update(self.best_margins)
-        self._report_importance()
+        self.finish()
         for cb in callbacks:
             cb.on_train_end(self.method)
 
-    def _entry(self, t: int, tree: Tree, seconds: float, tree_bytes: int) -> dict:
-        led = self.fed.ledger
-        entry: dict[str, Any] = {"epoch": t + 1, "phase": self.phase,
-                                 "bytes": int(led.total_bytes - led.bytes_where(phase="eval")),
-                                 "bytes_total": int(led.total_bytes), "trees": t + 1,
+    def _figures(self, t: int, tree: Tree, tree_bytes: int) -> dict:
+        entry: dict[str, Any] = {"trees": t + 1,
                                  "train_loss": B.loss_value(self.task, self.margins["train"], self.y["train"]),
-                                 "tree_seconds": seconds, "tree_bytes": int(tree_bytes), "nodes": tree.n_nodes}
+                                 "tree_bytes": int(tree_bytes), "nodes": tree.n_nodes}
         for s in self.eval_splits:
             met = prediction_metrics(self.task, self.y[s], B.output(self.task, self.margins[s]), self.n_classes)
             if s == "test":
