@@ -148,6 +148,9 @@ def _method_traffic(res) -> dict:
 @pytest.mark.parametrize("method,params", [
     ("vfl", {"epochs": 2, "batch_size": 64, "hidden": (16, 8)}),
     pytest.param("feast", {"n_select": 8}, marks=pytest.mark.slow),
+    # the label party's own block is a party of its own on both roads: the same trees, the same bytes
+    pytest.param("secureboost", {"n_estimators": 3, "max_depth": 3, "n_bins": 16},
+                 marks=pytest.mark.slow),
 ])
 def test_networked_run_equals_in_process(site, servers, method, params):
     from verticalfs.deploy.holder import run_deployment

@@ -124,11 +124,16 @@ class BinTable:
         self.n_bins = int(n_bins)
         self.min_rows = max(1, int(min_rows))
         sps = split_point_table(X, self.n_bins, size)
+        counts = self._counts(X, sps, size)
         if self.min_rows > 1 and X.shape[0]:
-            counts = self._counts(X, sps, size)
-            sps = [_merge_small(sp, c, self.min_rows) for sp, c in zip(sps, counts, strict=True)]
+            merged = [_merge_small(sp, c, self.min_rows) for sp, c in zip(sps, counts, strict=True)]
+            counts = [np.diff(np.r_[0, np.cumsum(c)[np.searchsorted(sp, m_)]]) for sp, c, m_ in
+                      zip(sps, counts, merged, strict=True)]
+            sps = merged
         self.split_points = sps
         self.bin_nums = np.asarray([len(sp) for sp in sps], dtype=np.int64)
+        #: training rows per bin of each feature (the party's own figures; never sent)
+        self.counts = counts
 
     @staticmethod
     def _counts(X: np.ndarray, sps: list[np.ndarray], size: int | None) -> list[np.ndarray]:
@@ -142,6 +147,10 @@ class BinTable:
     @property
     def n_features(self) -> int:
         return len(self.split_points)
+
+    def largest_bins(self) -> np.ndarray:
+        """Per feature, the bin holding the most training rows (the first of equals)."""
+        return np.asarray([int(np.argmax(c)) if len(c) else 0 for c in self.counts], dtype=np.int64)
 
     def codes(self, X: np.ndarray, rows: np.ndarray | None = None, size: int | None = None) -> np.ndarray:
         """Bin codes ``(n, d)`` of ``X`` (all rows, or the sorted indices ``rows``), int16 when the

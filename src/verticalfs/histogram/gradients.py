@@ -43,6 +43,10 @@ from verticalfs.histogram.encrypted import encrypt_plaintexts, package_sizes, se
 
 #: the most fractional bits a gradient value may carry (a slot holds at most 64-bit sums)
 MAX_PRECISION = 40
+#: operations counted in this process by :func:`node_histogram` (instrumentation for the benchmarks'
+#: operation-count bound; a party adds to it, nothing reads it in a run): products mod ``n**2`` of
+#: the sums, squarings of Horner and compression, masks added, ciphertexts sealed
+OPS = {"additions": 0, "squarings": 0, "masks": 0, "sealed": 0}
 
 
 def _bytes8(bits: int) -> int:
@@ -215,7 +219,7 @@ def encrypt_rows(private_key: PrivateKey, layout: GradientLayout, mantissas: np.
 
 # ------------------------------------------------------------------------- the party's side
 def node_histogram(enc: EncryptedArray, layout: GradientLayout, positions: np.ndarray, codes: np.ndarray,
-                   bin_nums: np.ndarray) -> tuple[EncryptedArray, np.ndarray]:
+                   bin_nums: np.ndarray, skip: np.ndarray | None = None) -> tuple[EncryptedArray, np.ndarray]:
     """A party's histogram of one node, ready to return: ``(packages, sizes)``.
 
     ``enc`` is the tree's ciphertexts ``(ceil(N / m), parts)``; ``positions`` the node's rows as
@@ -223,6 +227,11 @@ def node_histogram(enc: EncryptedArray, layout: GradientLayout, positions: np.nd
     ``(k, d)``; ``bin_nums`` each feature's number of bins. The sums of every existing bin,
     Horner-combined over positions, compressed ``bins_per_ct`` to a ciphertext (``sizes``: bins per
     package, :func:`package_sizes`), garbage masked, sealed (re-randomised): ``(len(sizes), parts)``.
+
+    ``skip``: per feature, a bin whose rows are not summed (its sum returned as 0): the key holder,
+    who knows the node's total, gets it as the total minus the other bins (:func:`fill_skipped`).
+    With the bin of most rows skipped (FATE's sparse optimisation, for one-hot columns the zeros) a
+    party adds a fraction of the ciphertexts: the cost of a histogram is its rows outside that bin.
     """
     m, P = layout.rows_per_ct, layout.parts
     positions = np.asarray(positions, dtype=np.int64)
@@ -239,11 +248,14 @@ def node_histogram(enc: EncryptedArray, layout: GradientLayout, positions: np.nd
     step = max(1, (1 << 20) // max(1, d))  # a block of rows: about a million (row, feature) cells
     for s in range(0, k, step):
         pos = positions[s:s + step]
-        cells = codes[s:s + step].astype(np.int64) * m + (pos % m)[:, None]  # (bin, position) of each value
-        part = enc[pos // m].group_sum(cells, B * m)  # (d, B * m, P)
+        C = codes[s:s + step].astype(np.int64)
+        r, f = np.nonzero(C != (-1 if skip is None else np.asarray(skip, dtype=np.int64)[None, :]))
+        gid = (f * B + C[r, f]) * m + pos[r] % m  # (feature, bin, position) of each summed value
+        part = enc[pos[r] // m].group_sum(gid, d * B * m)  # (d * B * m, P)
+        OPS["additions"] += len(r) * P
         sums = part if sums is None else sums + part
     if sums is None:  # no rows: every bin holds the trivial encryption of 0 (sealed below)
-        sums = EncryptedArray(enc.public_key, np.full((d, B * m, P), 1, dtype=object), enc.exponent)
+        sums = EncryptedArray(enc.public_key, np.full((d * B * m, P), 1, dtype=object), enc.exponent)
     sums = sums.reshape(d, B, m, P)
     keep = np.arange(B)[None, :] < bin_nums[:, None]
     cells = sums[keep]  # (sum of bins, m, P)
@@ -257,8 +269,12 @@ def node_histogram(enc: EncryptedArray, layout: GradientLayout, positions: np.nd
             U = cells[:, 0, p]
         out.append(U.pack(sizes, m * layout.group_bits) if n_cells else U)
     packages = _stack(out)
+    OPS["squarings"] += P * ((m - 1) * n_cells * layout.group_bits
+                             + m * layout.group_bits * int((sizes - 1).clip(min=0).sum()))
     if layout.masked and packages.size:
         packages = packages.add_mantissas(mask_garbage(layout, sizes)[:, None])
+        OPS["masks"] += packages.size
+    OPS["sealed"] += packages.size
     return seal(packages), sizes
 
 
@@ -301,6 +317,23 @@ def mask_garbage(layout: GradientLayout, sizes: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------- the label holder's side
+def fill_skipped(sums: np.ndarray, bin_nums: np.ndarray, skip: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """The decoded sums ``(cells, V)`` with each feature's skipped bin set to the node's ``total``
+    ``(V,)`` minus the feature's other bins (exact integers)."""
+    out = np.array(sums, dtype=np.int64, copy=True)
+    nums = np.asarray(bin_nums, dtype=np.int64)
+    if not len(nums):
+        return out
+    starts = np.r_[0, np.cumsum(nums)[:-1]]
+    feat = np.repeat(np.arange(len(nums)), nums)
+    per = np.zeros((len(nums), out.shape[1]), dtype=np.int64)
+    np.add.at(per, feat, out)
+    cell = starts + np.asarray(skip, dtype=np.int64)
+    out[cell] = np.asarray(total, dtype=np.int64)[None, :] - (per - out[cell])
+    return out
+
+
+
 def decode_histogram(private_key: PrivateKey, layout: GradientLayout, packages: EncryptedArray,
                      bin_nums: np.ndarray) -> np.ndarray:
     """The label holder's sums ``(sum of bins, V)`` (int64, features in order, bins in order) from

@@ -51,10 +51,15 @@ class SBTSpec:
 
 @message("secureboost.SBTReady")
 class SBTReady:
-    """Party -> label holder, reply to the ``Join``: the number of bins of each of its features and
-    its policy's minimum rows per node (the label holder asks for no histogram of a smaller node)."""
+    """Party -> label holder, reply to the ``Join``: the number of bins of each of its features, the
+    bin of each whose rows it does not sum (``skip``: the bin of most training rows; its sum is the
+    node's total minus the others), the mean number of features a row is summed for
+    (``visits``: the cost of a histogram, for the label holder's choice of packing) and its policy's
+    minimum rows per node (the label holder asks for no histogram of a smaller node)."""
 
     bin_nums: np.ndarray
+    skip: np.ndarray
+    visits: float
     min_rows_per_node: int
 
 

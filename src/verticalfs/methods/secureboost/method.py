@@ -52,6 +52,7 @@ from verticalfs.histogram.gradients import (
     GradientLayout,
     decode_histogram,
     encrypt_rows,
+    fill_skipped,
     quantize,
 )
 from verticalfs.methods.base import Method, expect_holder_kind
@@ -77,6 +78,7 @@ from verticalfs.methods.secureboost.role import SBTRole
 from verticalfs.methods.secureboost.tree import Tree, best_split
 from verticalfs.training.history import History
 from verticalfs.transport.messages import Ack, At
+from verticalfs.transport.node import request_all
 
 #: relative costs, in Paillier additions (products mod n**2), of the label holder's encryption, a
 #: squaring mod n**2, a decryption and a re-randomisation: measured at 2048 bits with the python back
@@ -250,13 +252,20 @@ class Booster:
                        selection=self.phase == "selection")
         replies = self.fed.join(self.method.name, spec, expect=SBTReady)
         self.bin_nums: dict[str, np.ndarray] = {}
+        self.skip: dict[str, np.ndarray] = {}
+        self.visits: dict[str, float] = {}
         self.min_rows: dict[str, int] = {}
         for q, rep in replies.items():
             nums = np.asarray(rep.bin_nums, dtype=np.int64).reshape(-1)
             if nums.shape != (len(names[q]),) or (nums < 1).any() or (nums > int(p.n_bins)).any():
                 raise ProtocolError(f"party {q!r} reports bins {nums.tolist()[:8]}... for its {len(names[q])} "
                                     f"features (1 to {p.n_bins} each)")
+            skip = np.asarray(rep.skip, dtype=np.int64).reshape(-1)
+            if skip.shape != nums.shape or (skip < 0).any() or (skip >= nums).any():
+                raise ProtocolError(f"party {q!r} reports skipped bins outside its features' bins")
             self.bin_nums[q] = nums
+            self.skip[q] = skip
+            self.visits[q] = float(np.clip(float(rep.visits), 0.0, len(nums)))
             self.min_rows[q] = max(1, int(rep.min_rows_per_node))
         for q in self.parties:
             self.importance_gain[q] = np.zeros(len(names[q]))
@@ -376,10 +385,10 @@ class Booster:
         total = COST["encrypt"] * lay.n_ciphertexts(n_rows)
         for q in parties:
             nums = self.bin_nums[q]
-            d, cells = len(nums), int(nums.sum())
+            cells = int(nums.sum())
             out = sum(-(-int(b) // lay.bins_per_ct) for b in nums) * lay.parts
             horner = cells * (lay.rows_per_ct - 1) * lay.group_bits * lay.parts
-            total += visits * d * lay.parts + nodes * (COST["square"] * horner
+            total += visits * self.visits[q] * lay.parts + nodes * (COST["square"] * horner
                                                         + (COST["rerandomize"] + COST["decrypt"]) * out)
         return total
 
@@ -403,9 +412,7 @@ class Booster:
                           rows_per_ct=lay.rows_per_ct, hiding=lay.hiding, n_rows=len(rows),
                           rows=b"" if len(rows) == n else pack_bits(np.isin(np.arange(n), rows)),
                           features=b"", gradients=enc.to_bytes())
-        reqs = [(q, _with(start, features=pack_bits(feats[q]))) for q in parties]
-        for q, rep in zip(parties, fed.node.request_all(reqs, at), strict=True):
-            _expect(rep, Ack, q, "TreeStart")
+        request_all([(fed.proxy(q), _with(start, features=pack_bits(feats[q]))) for q in parties], at, expect=Ack)
         nums = {q: np.where(feats[q], self.bin_nums[q], 0) for q in parties}
         tree = Tree(self.K)
         root = _Node(tree.add(), np.arange(len(rows)), 0)
@@ -413,13 +420,12 @@ class Booster:
         frontier = [root]
         partitions: list[tuple[int, int, int, np.ndarray, str]] = []  # (parent, a, b, left, maker)
         figures = {"tree": t, "rows": len(rows), "ciphertexts": int(enc.size), "encrypt_seconds": t_enc,
-                   "histograms": 0, "returned_ciphertexts": 0, "decrypt_seconds": 0.0, "splits": 0,
-                   "row_visits": 0}
+                   "histograms": 0, "returned_ciphertexts": 0, "decrypt_seconds": 0.0, "splits": 0}
         for depth in range(int(p.max_depth)):
             live = [v for v in frontier if len(v.rows) >= 2]
             if not live:
                 break
-            self._histograms(t, live, nodes, partitions, parties, nums, lay, figures)
+            self._histograms(t, live, nodes, partitions, parties, nums, lay, M, figures)
             partitions = []
             made = []
             for v in live:
@@ -467,8 +473,7 @@ class Booster:
             tree.value[i] = [float(x) for x in values[i]]
         V = np.asarray(tree.value)
         self.margins["train"][rows] += V[leaf]
-        for q, rep in zip(parties, fed.node.request_all([(q, TreeEnd(tree=t)) for q in parties], at), strict=True):
-            _expect(rep, Ack, q, "TreeEnd")
+        request_all([(fed.proxy(q), TreeEnd(tree=t)) for q in parties], at, expect=Ack)
         if len(rows) < n:
             rest = np.setdiff1d(np.arange(n), rows)
             self.margins["train"][rest] += V[self.route(tree, "train", rest, self.phase)]
@@ -479,7 +484,7 @@ class Booster:
         return tree
 
     def _histograms(self, t: int, live: list[_Node], nodes: dict[int, _Node], partitions, parties: list[str],
-                    nums: dict[str, np.ndarray], lay: GradientLayout, figures: dict) -> None:
+                    nums: dict[str, np.ndarray], lay: GradientLayout, M: np.ndarray, figures: dict) -> None:
         """Every party's histogram of every node of ``live``: computed by the party for a root or the
         smaller of two siblings, by subtraction from the parent for the other."""
         at = At(self.phase, t)
@@ -512,9 +517,8 @@ class Booster:
                                              lefts=[pack_bits(x[3]) for x in own],
                                              nodes=np.asarray([v.id for v in asks[q]], dtype=np.int64),
                                              checks=np.asarray([v.id for v in checks], dtype=np.int64))))
-        replies = self.fed.node.request_all(reqs, at)
+        replies = request_all([(self.fed.proxy(q), msg) for q, msg in reqs], at, expect=Histograms)
         for (q, msg), rep in zip(reqs, replies, strict=True):
-            _expect(rep, Histograms, q, "HistogramRequest")
             ask = asks[q]
             checked = [nodes[int(i)] for i in msg.checks]
             counts = np.asarray(rep.packages, dtype=np.int64).reshape(-1)
@@ -525,17 +529,18 @@ class Booster:
             if len(rep.data) != w * int(counts.sum()):
                 raise ProtocolError(f"party {q!r} returned {len(rep.data)} bytes of histograms, expected "
                                     f"{w * int(counts.sum())}")
-            used = nums[q][nums[q] > 0]
+            on = nums[q] > 0
+            used, skip = nums[q][on], self.skip[q][on]
             n_cells = int(used.sum())
             off = 0
             td = time.perf_counter()
             for v, c in zip(ask, counts.tolist(), strict=True):
                 pk = EncryptedArray.from_bytes(self.pub, rep.data[off:off + w * c], (c, lay.parts))
                 off += w * c
-                v.hists[q] = decode_histogram(self.priv, lay, pk, used)
+                v.hists[q] = fill_skipped(decode_histogram(self.priv, lay, pk, used), used, skip,
+                                          M[v.rows].sum(0))
                 figures["histograms"] += 1
                 figures["returned_ciphertexts"] += c * lay.parts
-                figures["row_visits"] += len(v.rows) * len(used)
             figures["decrypt_seconds"] += time.perf_counter() - td
             for i, v in enumerate(ask + checked):
                 if rep.allowed[i]:
@@ -559,9 +564,8 @@ class Booster:
 
     def _report_importance(self) -> None:
         at = At(self.phase, self.epoch)
-        reqs = [(q, Importance(gain=self.importance_gain[q], splits=self.importance_splits[q])) for q in self.parties]
-        for (q, _), rep in zip(reqs, self.fed.node.request_all(reqs, at), strict=True):
-            _expect(rep, Ack, q, "Importance")
+        request_all([(self.fed.proxy(q), Importance(gain=self.importance_gain[q], splits=self.importance_splits[q]))
+                     for q in self.parties], at, expect=Ack)
 
 
 def ask_routes(fed: Any, split: str, idx: np.ndarray, records: dict[str, list[int]], n: int, at: At
@@ -573,8 +577,8 @@ def ask_routes(fed: Any, split: str, idx: np.ndarray, records: dict[str, list[in
     names = [q for q in records if records[q]]
     reqs = [(q, RouteRequest(split=split, rows=rows, records=np.asarray(records[q], dtype=np.int64))) for q in names]
     out: dict[str, dict[int, np.ndarray]] = {}
-    for (q, _msg), rep in zip(reqs, fed.node.request_all(reqs, at) if reqs else [], strict=True):
-        _expect(rep, Routes, q, "RouteRequest")
+    replies = request_all([(fed.proxy(q), msg) for q, msg in reqs], at, expect=Routes) if reqs else []
+    for (q, _msg), rep in zip(reqs, replies, strict=True):
         k = len(srt)
         per = (k + 7) // 8
         recs = records[q]
@@ -593,11 +597,6 @@ def _with(msg: Any, **changes: Any) -> Any:
     from dataclasses import replace
 
     return replace(msg, **changes)
-
-
-def _expect(rep: Any, kind: type, party: str, what: str) -> None:
-    if not isinstance(rep, kind):
-        raise ProtocolError(f"party {party!r} answered {what} with {type(rep).__name__}, expected {kind.__name__}")
 
 
 # ------------------------------------------------------------------------------- saved model

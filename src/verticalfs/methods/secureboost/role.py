@@ -73,7 +73,10 @@ class SBTRole(FilterRole):
 
     def joined(self) -> SBTReady:
         bins = self._bins()
-        return SBTReady(bin_nums=bins.bin_nums.astype(np.int64), min_rows_per_node=self.min_rows_per_node)
+        n = max(1, self.data.n_samples("train"))
+        visits = float(sum(1.0 - c.max(initial=0) / n for c in bins.counts))
+        return SBTReady(bin_nums=bins.bin_nums.astype(np.int64), skip=bins.largest_bins(), visits=visits,
+                        min_rows_per_node=self.min_rows_per_node)
 
     def _bins(self) -> BinTable:
         if self.bins is None or self.codes is None:
@@ -144,6 +147,7 @@ class SBTRole(FilterRole):
             self._add_children(st, parent, left, int(children[2 * i]), int(children[2 * i + 1]))
         used = st["features"]
         nums = bins.bin_nums[used]
+        skip = bins.largest_bins()
         cols = self.codes[:, used] if self.codes is not None else None
         datas, packages, allowed = [], [], []
         for node in np.asarray(msg.nodes, dtype=np.int64).reshape(-1).tolist():
@@ -152,7 +156,7 @@ class SBTRole(FilterRole):
                 raise PolicyError(f"party {self.name!r} refuses the histogram of a node of {len(rows)} rows: its "
                                   f"policy has min_rows_per_node = {self.min_rows_per_node}")
             codes = cols[st["rows"][rows]]
-            packed, sizes = node_histogram(st["enc"], st["layout"], rows, codes, nums)
+            packed, sizes = node_histogram(st["enc"], st["layout"], rows, codes, nums, skip[used])
             datas.append(packed.to_bytes())
             packages.append(len(sizes))
             allowed.append(self._allowed(codes, nums) if self.min_rows_per_node > 1 else b"")

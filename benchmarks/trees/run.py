@@ -1,0 +1,234 @@
+"""SecureBoost side by side, in one run: ``secureboost`` against central XGBoost ``hist`` (the same
+depth, trees, bins and penalties), against its own operation-count bound, against SecureBoost's
+unpacked protocol, and FATE's HeteroSecureBoost where ``pyfate`` runs (issue 51, item 6).
+
+For each case (adult and phishing over 2 and 3 parties, and a synthetic table of a million rows) it
+prints, per tree: seconds; bytes; the gradient ciphertexts the label holder sends and the
+histogram ciphertexts the parties return; the Paillier operations (the label holder's encryptions
+and decryptions, the parties' additions, squarings, masks and re-randomisations: counted by the code
+that does them); the operation-count bound (every operation at its rate measured at the start of
+this run) and the ratio of the measured seconds to it; the unpacked protocol's ciphertexts (two a row,
+``g`` and ``h``, and two a histogram cell) and FATE 2.x's (one a row, ``g`` and ``h`` packed, and its
+cipher-compressed histograms) beside ours; and the test AUC against XGBoost's.
+
+    python benchmarks/trees/run.py                   # adult, phishing (2, 3 parties), 1M synthetic
+    python benchmarks/trees/run.py --quick           # breast cancer only, seconds (the CI test)
+    python benchmarks/trees/run.py --cases adult-2 --trees 5
+
+Data from ``VERTICALFS_DATA`` (or ``--data-dir``); the machine's load is printed beside the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+import verticalfs
+from verticalfs.crypto import EncryptedArray, generate_keypair
+from verticalfs.federation import Federation
+from verticalfs.histogram import gradients as HG
+from verticalfs.methods import create
+
+#: the cases: name -> (data set, parties); ``synth1m`` is a generated table
+CASES = {"adult-2": ("adult", 2), "adult-3": ("adult", 3), "phishing-2": ("phishing", 2),
+         "phishing-3": ("phishing", 3), "synth1m": ("synth1m", 2)}
+QUICK = {"cancer-3": ("breast_cancer", 3)}
+
+
+def load() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def rates(key_bits: int, insecure: bool, n: int = 600) -> dict[str, float]:
+    """Seconds per operation at ``key_bits``, measured now: the label holder's encryption (its CRT
+    and fixed-base obfuscators), an addition (a product mod n**2, as a histogram sums: one reduceat), a
+    squaring mod n**2 (Horner's shifts), a decryption (CRT) and a re-randomisation (a fresh r**n)."""
+    pub, priv = generate_keypair(key_bits, insecure=insecure)
+    EncryptedArray.encrypt(priv, np.arange(32), precision=0).rerandomize()  # warm: tables, the key's operations
+    t = time.perf_counter()
+    e = EncryptedArray.encrypt(priv, np.arange(n), precision=0)
+    enc = (time.perf_counter() - t) / n
+    codes = np.zeros((n, 1), dtype=np.int64)
+    t = time.perf_counter()
+    for _ in range(5):
+        e.group_sum(codes, 1)
+    add = (time.perf_counter() - t) / (5 * n)
+    k = 64
+    w = pub.max_int.bit_length() // 2 - 2  # a shift of w squarings a pair
+    t = time.perf_counter()
+    e[:k].pack(np.full(k // 2, 2), w)
+    sq = (time.perf_counter() - t) / (k // 2 * w)
+    t = time.perf_counter()
+    e[:k].decrypt_mantissas(priv)
+    dec = (time.perf_counter() - t) / k
+    t = time.perf_counter()
+    e[:k // 2].rerandomize()
+    rer = (time.perf_counter() - t) / (k // 2)
+    return {"encrypt": enc, "add": add, "square": sq, "decrypt": dec, "rerandomize": rer}
+
+
+def synth1m(seed: int = 0):
+    from sklearn.datasets import make_classification
+
+    from verticalfs.data.table import Table
+
+    X, y = make_classification(n_samples=1_000_000, n_features=20, n_informative=10, n_redundant=4,
+                               random_state=seed)
+    import pandas as pd
+
+    return Table(name="synth1m", X=pd.DataFrame(X, columns=[f"x{i}" for i in range(X.shape[1])]), y=y, task="binary")
+
+
+def build(name: str, parties: int, seed: int):
+    if name == "synth1m":
+        return verticalfs.build_data(synth1m(seed), parties=parties, seed=seed)
+    return verticalfs.build_data(name, parties=parties, seed=seed)
+
+
+def xgboost_auc(data, p: dict) -> tuple[float, float]:
+    """XGBoost ``hist`` on the pooled columns with the same parameters: test AUC, seconds per tree."""
+    import xgboost as xgb
+    from sklearn.metrics import roc_auc_score
+
+    X = {s: np.concatenate([q.X[s] for q in data.parties], 1) for s in ("train", "test")}
+    y = {s: data.labels.y[s] for s in ("train", "test")}
+    clf = xgb.XGBClassifier(n_estimators=p["n_estimators"], max_depth=p["max_depth"], learning_rate=p["learning_rate"],
+                            max_bin=p["n_bins"], reg_lambda=p["reg_lambda"], reg_alpha=p["reg_alpha"],
+                            min_child_weight=p["min_child_weight"], tree_method="hist", n_jobs=1)
+    t = time.perf_counter()
+    clf.fit(X["train"], y["train"])
+    secs = (time.perf_counter() - t) / p["n_estimators"]
+    return float(roc_auc_score(y["test"], clf.predict_proba(X["test"])[:, 1])), secs
+
+
+def secureboost(data, p: dict, seed: int) -> dict:
+    for k in HG.OPS:
+        HG.OPS[k] = 0
+    m = create("secureboost", seed=seed, **p)
+    fed = Federation.in_process(data)
+    t = time.perf_counter()
+    m.fit(fed)
+    total = time.perf_counter() - t
+    trees = m.info_["per_tree"]
+    T = len(trees)
+    led = fed.ledger
+    return {"auc": m.metrics_["roc_auc"], "trees": T, "seconds_per_tree": float(np.mean([f["seconds"] for f in trees])),
+            "total_seconds": total,
+            "bytes_per_tree": (led.total_bytes - led.bytes_where(phase="setup")) / T,
+            "gradient_ciphertexts": float(np.mean([f["ciphertexts"] for f in trees])),
+            "returned_ciphertexts": float(np.mean([f["returned_ciphertexts"] for f in trees])),
+            "histograms": float(np.mean([f["histograms"] for f in trees])),
+            "rows": float(np.mean([f["rows"] for f in trees])),
+            "layout": trees[-1]["layout"], "ops": {k: v / T for k, v in HG.OPS.items()},
+            "cells": {q: int(n.sum()) for q, n in m.booster_.bin_nums.items()},
+            "parties": len(data.parties), "key_bits": m.info_["key_bits"]}
+
+
+def bound(run: dict, r: dict) -> dict:
+    """The operation-count bound of one tree: every Paillier operation of it at its measured rate."""
+    ops = run["ops"]
+    counts = {"encrypt": run["gradient_ciphertexts"], "add": ops["additions"] + ops["masks"],
+              "square": ops["squarings"], "decrypt": run["returned_ciphertexts"], "rerandomize": ops["sealed"]}
+    secs = {k: counts[k] * r[k] for k in counts}
+    return {"counts": counts, "seconds": sum(secs.values()), "by_op": secs}
+
+
+def protocols(run: dict) -> dict:
+    """Ciphertexts per tree of SecureBoost's unpacked protocol (g and h each a ciphertext: two a row,
+    two a histogram cell) and of FATE 2.x's (one a row, g and h packed; its histograms cipher-compressed
+    like ours with one row a ciphertext), for the same rows, histograms and bins as our run."""
+    cells = sum(run["cells"].values())
+    hists_per_party = run["histograms"] / max(1, run["parties"])
+    per_hist_cells = cells  # every party's every bin, once a histogram (all parties together)
+    unpacked = 2 * run["rows"] + 2 * hists_per_party * per_hist_cells
+    # FATE: g and h in one plaintext (its GH packing), and its histograms packed into ciphertexts of
+    # (key bits - 1) // (2 * slot) bins, slot = precision + bits(rows) (FATE's cipher compressor)
+    slot = 53 + int(run["rows"]).bit_length()  # FATE encodes g, h as 53-bit fixed point
+    per_ct = max(1, (run["key_bits"] - 2) // (2 * slot))
+    fate = run["rows"] + hists_per_party * math.ceil(per_hist_cells / per_ct)
+    ours = run["gradient_ciphertexts"] + run["returned_ciphertexts"]
+    return {"unpacked": unpacked, "fate": fate, "ours": ours, "gradients_unpacked": 2 * run["rows"]}
+
+
+def fate_attempt() -> str:
+    """Whether FATE's HeteroSecureBoost (``pyfate``, a benchmark-only environment: never a dependency)
+    imports here; the line printed says what happened."""
+    exe = os.environ.get("FATE_PYTHON", "/tmp/fate_venv/bin/python")
+    if not Path(exe).exists():
+        return f"pyfate: no benchmark environment at {exe} (python -m venv; pip install pyfate==2.2.0)"
+    import subprocess
+
+    code = "from fate.ml.ensemble import HeteroSecureBoostGuest, HeteroSecureBoostHost; print('ok')"
+    done = subprocess.run([exe, "-c", code], capture_output=True, text=True, timeout=600)
+    return "pyfate imports: " + (done.stdout.strip() or done.stderr.strip().splitlines()[-1] if done.stderr else "?")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--quick", action="store_true", help="breast cancer only, small trees (seconds)")
+    ap.add_argument("--trees", type=int, default=5)
+    ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--bins", type=int, default=32)
+    ap.add_argument("--key-bits", type=int, default=2048)
+    ap.add_argument("--rows-per-ciphertext", type=int, default=0, help="0: the cost model's choice")
+    ap.add_argument("--synth-trees", type=int, default=2, help="trees of the 1M-row case")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", help="write the figures as JSON")
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    cases = QUICK if args.quick else {c: CASES[c] for c in args.cases.split(",")}
+    key = {"key_bits": 512, "insecure": True} if args.quick else {"key_bits": args.key_bits,
+                                                                   "insecure": args.key_bits < 2048}
+    print(f"load before: {load()} (1, 5, 15 min); cores {os.cpu_count()}")
+    r = rates(key["key_bits"], key["insecure"])
+    print("rates at {} bits (s per op): ".format(key["key_bits"])
+          + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in r.items()))
+    print(fate_attempt())
+    out = {"rates": r, "cases": {}}
+    head = ("case", "rows", "m", "AUC", "XGB AUC", "dAUC", "s/tree", "bound s", "ratio", "MB/tree", "grad cts",
+            "ret cts", "unpacked cts", "x fewer", "grad x fewer", "FATE cts", "XGB s/tree")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for name, (dset, k) in cases.items():
+        data = build(dset, k, args.seed)
+        T = 2 if args.quick else (args.synth_trees if dset == "synth1m" else args.trees)
+        p = {"n_estimators": T, "max_depth": 2 if args.quick else args.depth, "n_bins": 8 if args.quick else args.bins,
+             "learning_rate": 0.3, "reg_lambda": 1.0, "reg_alpha": 0.0, "min_child_weight": 1.0,
+             "rows_per_ciphertext": args.rows_per_ciphertext, **key}
+        run = secureboost(data, p, args.seed)
+        xauc, xsec = xgboost_auc(data, p)
+        b = bound(run, r)
+        pr = protocols(run)
+        out["cases"][name] = {"run": run, "xgboost": {"auc": xauc, "seconds_per_tree": xsec}, "bound": b,
+                              "protocols": pr, "load": load()}
+        row = (name, f"{run['rows']:.0f}", str(run["layout"]["rows_per_ciphertext"]), f"{run['auc']:.4f}",
+               f"{xauc:.4f}", f"{run['auc'] - xauc:+.4f}", f"{run['seconds_per_tree']:.1f}", f"{b['seconds']:.1f}",
+               f"{run['seconds_per_tree'] / max(b['seconds'], 1e-9):.2f}", f"{run['bytes_per_tree'] / 1e6:.2f}",
+               f"{run['gradient_ciphertexts']:.0f}", f"{run['returned_ciphertexts']:.0f}", f"{pr['unpacked']:.0f}",
+               f"{pr['unpacked'] / pr['ours']:.1f}", f"{pr['gradients_unpacked'] / run['gradient_ciphertexts']:.1f}",
+               f"{pr['fate']:.0f}", f"{xsec:.3f}")
+        print("| " + " | ".join(row) + " |", flush=True)
+        print(f"    {name}: bound by operation (s/tree): " + ", ".join(f"{k} {v:.1f}" for k, v in b["by_op"].items())
+              + f"; counts: " + ", ".join(f"{k} {v:.0f}" for k, v in b["counts"].items()) + f"; load {load()}",
+              flush=True)
+    print(f"load after: {load()}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=1, default=float))
+    return out
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
