@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict:
                f"{pr['fate']:.0f}", f"{xsec:.3f}")
         print("| " + " | ".join(row) + " |", flush=True)
         print(f"    {name}: bound by operation (s/tree): " + ", ".join(f"{k} {v:.1f}" for k, v in b["by_op"].items())
-              + f"; counts: " + ", ".join(f"{k} {v:.0f}" for k, v in b["counts"].items()) + f"; load {load()}",
+              + "; counts: " + ", ".join(f"{k} {v:.0f}" for k, v in b["counts"].items()) + f"; load {load()}",
               flush=True)
     print(f"load after: {load()}")
     if args.out:

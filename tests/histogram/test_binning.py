@@ -8,7 +8,7 @@ import pytest
 
 from verticalfs.crypto import generate_keypair
 from verticalfs.exceptions import ProtocolError
-from verticalfs.histogram import BinTable, bin_sums, bin_sizes, encrypt_plaintexts, quantile_bins, quantile_code_blocks
+from verticalfs.histogram import BinTable, bin_sizes, bin_sums, encrypt_plaintexts, quantile_bins, quantile_code_blocks
 
 
 def test_bin_table_codes_are_fates_quantile_bins_and_thresholds_split_them():
