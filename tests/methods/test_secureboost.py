@@ -55,7 +55,7 @@ def cancer():
 @pytest.mark.parametrize("extra", [
     pytest.param({"rows_per_ciphertext": 1}, id="one-row"),
     pytest.param({"rows_per_ciphertext": 2, "subsample": 0.8, "colsample_bytree": 0.7, "reg_alpha": 0.05},
-                 id="two-rows-sampled"),
+                 id="two-rows-sampled", marks=pytest.mark.slow),
 ])
 def test_binary_is_lossless(cancer, extra):
     """The same splits (party, feature, bin) at the same nodes, the same gains and predictions to
@@ -107,6 +107,7 @@ def test_gain_and_leaf_formulas():
     assert At("train").phase == "train"
 
 
+@pytest.mark.slow
 def test_resume_after_a_tree_ends_as_uninterrupted(cancer, tmp_path):
     """Checkpoints after every tree (every party's lookup table, the label holder's trees, margins and
     key): a run stopped after its second tree and resumed ends as an uninterrupted one."""
@@ -134,3 +135,28 @@ def test_resume_after_a_tree_ends_as_uninterrupted(cancer, tmp_path):
     assert [h["roc_auc"] for h in res.history] == [h["roc_auc"] for h in full.history]
     phases = {k: v for k, v in res.communication["by_phase"].items() if k != "checkpoint"}
     assert phases == full.communication["by_phase"]
+
+
+@pytest.mark.slow
+def test_pipelines_select_then_boost_and_boost_then_train(cancer):
+    small = {"n_estimators": 2, "max_depth": 2, "n_bins": 8, **KEY}
+    a = verticalfs.run("sbt-filter+vfl", cancer, seed=0,
+                       params={"sbt-filter.n_select": 8, **{f"sbt-filter.{k}": v for k, v in small.items()},
+                               "vfl.epochs": 3})
+    assert a.selection["n_kept"] == 8 and a.metrics["roc_auc"] > 0.9
+    b = verticalfs.run("feast+secureboost", cancer, seed=0,
+                       params={"feast.n_select": 8, **{f"secureboost.{k}": v for k, v in small.items()}})
+    assert b.selection["n_kept"] == 8 and b.metrics["roc_auc"] > 0.9
+    assert b.communication["by_kind"]["TreeStart"] > 0
+
+
+def test_rl_trees_tell_the_other_parties_nothing(cancer):
+    """RL-SecureBoost: the first tree is built on the label holder's own party alone; no other party
+    receives anything of it; the trees equal the reference's with the same rule."""
+    own = cancer.parties[0].name
+    m, fed = run(cancer, n_estimators=2, max_depth=2, n_bins=8, rl_trees=1, label_party=own)
+    first = [r for r in fed.ledger.records() if r.round == 0 and r.phase == "train"]
+    assert first and {r.receiver for r in first if r.sender == "active"} == {own}
+    assert {p for p in Tree.from_dict(m.booster_.trees[0]).party if p >= 0} == {0}
+    ref = reference(cancer, m, own_party=own)
+    assert_same_trees(m, ref, [q.name for q in cancer.parties])

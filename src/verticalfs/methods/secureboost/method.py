@@ -240,6 +240,7 @@ class Booster:
         self.best_loss = math.inf
         self.best_margins: dict[str, np.ndarray] = {}
         self.priv = None
+        self.keyed: list[str] = []  # the parties that have the public key
         self.importance_gain: dict[str, np.ndarray] = {}
         self.importance_splits: dict[str, np.ndarray] = {}
         self.figures: dict[str, Any] = {"trees": [], "layouts": []}
@@ -257,9 +258,10 @@ class Booster:
         self.min_rows: dict[str, int] = {}
         for q, rep in replies.items():
             nums = np.asarray(rep.bin_nums, dtype=np.int64).reshape(-1)
-            if nums.shape != (len(names[q]),) or (nums < 1).any() or (nums > int(p.n_bins)).any():
-                raise ProtocolError(f"party {q!r} reports bins {nums.tolist()[:8]}... for its {len(names[q])} "
-                                    f"features (1 to {p.n_bins} each)")
+            # a party bins the features it still uses (after an earlier stage's selection: fewer)
+            if len(nums) > len(names[q]) or (nums < 1).any() or (nums > int(p.n_bins)).any():
+                raise ProtocolError(f"party {q!r} reports bins {nums.tolist()[:8]}... for {len(nums)} of its "
+                                    f"{len(names[q])} features (1 to {p.n_bins} each)")
             skip = np.asarray(rep.skip, dtype=np.int64).reshape(-1)
             if skip.shape != nums.shape or (skip < 0).any() or (skip >= nums).any():
                 raise ProtocolError(f"party {q!r} reports skipped bins outside its features' bins")
@@ -268,8 +270,8 @@ class Booster:
             self.visits[q] = float(np.clip(float(rep.visits), 0.0, len(nums)))
             self.min_rows[q] = max(1, int(rep.min_rows_per_node))
         for q in self.parties:
-            self.importance_gain[q] = np.zeros(len(names[q]))
-            self.importance_splits[q] = np.zeros(len(names[q]))
+            self.importance_gain[q] = np.zeros(len(self.bin_nums[q]))
+            self.importance_splits[q] = np.zeros(len(self.bin_nums[q]))
 
     # -------------------------------------------------------------------------- the run
     # A tree a round, in the shape of the round driver's protocol (``begin``, ``run_round``,
@@ -407,12 +409,16 @@ class Booster:
         counts = {q: len(self.bin_nums[q]) for q in self.parties}
         feats = B.sample_features(self.method.seed, t, counts, float(p.colsample_bytree))
         at = At(self.phase, t)
-        start = TreeStart(tree=t, public_key=self.pub.to_bytes() if t == 0 or not self.trees else b"",
+        start = TreeStart(tree=t, public_key=b"",
                           insecure=bool(p.insecure), values=2 * self.K, precision=int(p.precision),
                           rows_per_ct=lay.rows_per_ct, hiding=lay.hiding, n_rows=len(rows),
                           rows=b"" if len(rows) == n else pack_bits(np.isin(np.arange(n), rows)),
                           features=b"", gradients=enc.to_bytes())
-        request_all([(fed.proxy(q), _with(start, features=pack_bits(feats[q]))) for q in parties], at, expect=Ack)
+        key = self.pub.to_bytes()
+        request_all([(fed.proxy(q), _with(start, features=pack_bits(feats[q]),
+                                          public_key=b"" if q in self.keyed else key)) for q in parties],
+                    at, expect=Ack)
+        self.keyed = sorted(set(self.keyed) | set(parties))
         nums = {q: np.where(feats[q], self.bin_nums[q], 0) for q in parties}
         tree = Tree(self.K)
         root = _Node(tree.add(), np.arange(len(rows)), 0)
@@ -726,6 +732,11 @@ class SBTFilter(FilterMethod):
 
     def select(self, fed) -> list[tuple[str, int]]:
         booster = self.booster_
+        names = self.feature_names(fed)
+        short = [q for q in fed.party_names if len(booster.bin_nums[q]) != len(names[q])]
+        if short:
+            raise ConfigError(f"{self.name} selects among every prepared feature, but parties {short} already "
+                              "dropped some (an earlier pipeline stage): put sbt-filter first")
         booster.run()
         gain, split = booster.importance_gain, booster.importance_splits
         order = {q: k for k, q in enumerate(fed.party_names)}
