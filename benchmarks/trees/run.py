@@ -161,17 +161,66 @@ def protocols(run: dict) -> dict:
     return {"unpacked": unpacked, "fate": fate, "ours": ours, "gradients_unpacked": 2 * run["rows"]}
 
 
+def fate_python() -> str | None:
+    exe = os.environ.get("FATE_PYTHON", "/tmp/fate_venv/bin/python")
+    return exe if Path(exe).exists() else None
+
+
 def fate_attempt() -> str:
     """Whether FATE's HeteroSecureBoost (``pyfate``, a benchmark-only environment: never a dependency)
     imports here; the line printed says what happened."""
-    exe = os.environ.get("FATE_PYTHON", "/tmp/fate_venv/bin/python")
-    if not Path(exe).exists():
-        return f"pyfate: no benchmark environment at {exe} (python -m venv; pip install pyfate==2.2.0)"
     import subprocess
 
+    exe = fate_python()
+    if exe is None:
+        return "pyfate: no benchmark environment (python -m venv /tmp/fate_venv; pip install pyfate==2.2.0)"
     code = "from fate.ml.ensemble import HeteroSecureBoostGuest, HeteroSecureBoostHost; print('ok')"
     done = subprocess.run([exe, "-c", code], capture_output=True, text=True, timeout=600)
-    return "pyfate imports: " + (done.stdout.strip() or done.stderr.strip().splitlines()[-1] if done.stderr else "?")
+    if done.returncode == 0:
+        return f"pyfate: HeteroSecureBoostGuest/Host import in {exe}"
+    last = (done.stderr.strip().splitlines() or ["?"])[-1]
+    return f"pyfate: does not import ({last})"
+
+
+def fate_run(data, p: dict, folder: Path) -> dict:
+    """FATE 2.x's HeteroSecureBoost on the same rows and parameters in its standalone launcher: the
+    first party's columns and the labels at its guest, every other party a host (``fate_secureboost.py``)."""
+    import subprocess
+
+    import pandas as pd
+
+    exe = fate_python()
+    if exe is None:
+        return {"error": "no pyfate environment"}
+    folder.mkdir(parents=True, exist_ok=True)
+    job = {"params": p, "hosts_train": {}, "hosts_test": {}, "out": str(folder / "fate_out.json")}
+    parties = ["guest:9999"]
+    for k, q in enumerate(data.parties):
+        for s in ("train", "test"):
+            df = pd.DataFrame(np.asarray(q.X[s], dtype=np.float64), columns=[f"x{j}" for j in range(q.n_features)])
+            df.insert(0, "id", [f"{s}{i}" for i in range(len(df))])
+            if k == 0:
+                df.insert(1, "y", np.asarray(data.labels.y[s]).astype(int))
+            path = folder / f"{q.name}_{s}.csv"
+            df.to_csv(path, index=False)
+            if k == 0:
+                job[f"guest_{s}"] = str(path)
+            else:
+                job[f"hosts_{s}"][str(10000 + k - 1)] = str(path)
+        if k:
+            parties.append(f"host:{10000 + k - 1}")
+    (folder / "job.json").write_text(json.dumps(job))
+    env = {**os.environ, "FATE_JOB": str(folder / "job.json")}
+    script = Path(__file__).with_name("fate_secureboost.py")
+    t = time.perf_counter()
+    done = subprocess.run([exe, str(script), "--parties", *parties, "--log_level", "WARNING"], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=7200)
+    wall = time.perf_counter() - t
+    out = folder / "fate_out.json"
+    if done.returncode != 0 or not out.exists():
+        tail = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["?"])[-1]
+        return {"error": f"exit {done.returncode}: {tail}", "wall_seconds": wall}
+    return {**json.loads(out.read_text()), "wall_seconds": wall}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -186,6 +235,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--synth-trees", type=int, default=2, help="trees of the 1M-row case")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="write the figures as JSON")
+    ap.add_argument("--fate", action="store_true", help="also run FATE's HeteroSecureBoost (pyfate environment)")
+    ap.add_argument("--work", default="/tmp/vf_trees_bench", help="folder for FATE's files")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     cases = QUICK if args.quick else {c: CASES[c] for c in args.cases.split(",")}
@@ -211,8 +262,9 @@ def main(argv: list[str] | None = None) -> dict:
         xauc, xsec = xgboost_auc(data, p)
         b = bound(run, r)
         pr = protocols(run)
+        fate = fate_run(data, p, Path(args.work) / name) if args.fate and dset != "synth1m" else None
         out["cases"][name] = {"run": run, "xgboost": {"auc": xauc, "seconds_per_tree": xsec}, "bound": b,
-                              "protocols": pr, "load": load()}
+                              "protocols": pr, "fate": fate, "load": load()}
         row = (name, f"{run['rows']:.0f}", str(run["layout"]["rows_per_ciphertext"]), f"{run['auc']:.4f}",
                f"{xauc:.4f}", f"{run['auc'] - xauc:+.4f}", f"{run['seconds_per_tree']:.1f}", f"{b['seconds']:.1f}",
                f"{run['seconds_per_tree'] / max(b['seconds'], 1e-9):.2f}", f"{run['bytes_per_tree'] / 1e6:.2f}",
