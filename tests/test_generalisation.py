@@ -66,7 +66,7 @@ BATCH = 64
 #: original-gate on digits .808 / .764 capped, .950 / .922 at their defaults (vfl .931). The
 #: FedSDG-FS family's all-features itself reaches .300 on synth30 capped and .600 at its defaults.
 EPOCH_PARAMS = ("epochs", "ae_epochs", "ss_epochs", "select_epochs_m", "select_epochs_s", "refit_epochs",
-                "synth_steps")
+                "synth_steps", "n_estimators")
 #: the data sets of the suite: test id -> registered data set
 DATA = {"digits": "digits", "synth30": "multiclass-synth"}
 #: CompFS is run at its own epoch count too: its gates close on a schedule
@@ -83,7 +83,7 @@ DATA = {"digits": "digits", "synth30": "multiclass-synth"}
 OWN_EPOCHS = {"fedsdg-fs", "original-gate", "vflfs", "compfs", "icafs"}
 #: methods whose runs take more than a few seconds on 2 cores
 SLOW = {"autoencoder", "cfeast", "compfs", "fedsdg-fs", "group-lasso", "icafs", "less-vfl", "local-lasso",
-        "ms-gini", "sefs", "sffs", "vflfs", "original-gate"}
+        "ms-gini", "sefs", "sffs", "vflfs", "original-gate", "secureboost", "sbt-filter"}
 
 
 def method_params(name: str, n_features: int) -> dict:

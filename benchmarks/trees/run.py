@@ -275,6 +275,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"    {name}: bound by operation (s/tree): " + ", ".join(f"{k} {v:.1f}" for k, v in b["by_op"].items())
               + "; counts: " + ", ".join(f"{k} {v:.0f}" for k, v in b["counts"].items()) + f"; load {load()}",
               flush=True)
+        if fate is not None:
+            print(f"    {name}: FATE 2.x HeteroSecureBoost (pyfate, standalone launcher, same rows and parameters): "
+                  + (f"AUC {fate['auc']:.4f}, {fate['seconds_per_tree']:.1f} s/tree" if "auc" in fate
+                     else fate["error"]), flush=True)
     print(f"load after: {load()}")
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1, default=float))
