@@ -110,16 +110,16 @@ def test_gain_and_leaf_formulas():
 @pytest.mark.slow
 def test_resume_after_a_tree_ends_as_uninterrupted(cancer, tmp_path):
     """Checkpoints after every tree (every party's lookup table, the label holder's trees, margins and
-    key): a run stopped after its second tree and resumed ends as an uninterrupted one."""
+    key): a run stopped during its third tree and resumed ends as an uninterrupted one."""
     from verticalfs.methods.secureboost.method import Booster
 
     params = {"n_estimators": 3, "max_depth": 2, "n_bins": 8, **KEY}
     full = verticalfs.run("secureboost", cancer, seed=0, params=params)
     orig, seen = Booster.stop, {"n": 0}
 
-    def stop(self, entry):
+    def stop(self, entry):  # the third tree is grown, not yet checkpointed: a crash there
         seen["n"] += 1
-        if seen["n"] == 2:
+        if seen["n"] == 3:
             raise KeyboardInterrupt
         return orig(self, entry)
 

@@ -77,6 +77,7 @@ from verticalfs.methods.secureboost.messages import (
 from verticalfs.methods.secureboost.role import SBTRole
 from verticalfs.methods.secureboost.tree import Tree, best_split
 from verticalfs.training.history import History
+from verticalfs.training.rounds import RoundDriver
 from verticalfs.transport.messages import Ack, At
 from verticalfs.transport.node import request_all
 
@@ -240,6 +241,10 @@ class Booster:
         self.best_loss = math.inf
         self.best_margins: dict[str, np.ndarray] = {}
         self.priv = None
+        self.pub = None
+        self.keygen_seconds = 0.0
+        self.margins: dict[str, np.ndarray] = {}
+        self.base = np.zeros(self.K)
         self.keyed: list[str] = []  # the parties that have the public key
         self.importance_gain: dict[str, np.ndarray] = {}
         self.importance_splits: dict[str, np.ndarray] = {}
@@ -274,24 +279,23 @@ class Booster:
             self.importance_splits[q] = np.zeros(len(self.bin_nums[q]))
 
     # -------------------------------------------------------------------------- the run
-    # A tree a round, in the shape of the round driver's protocol (``begin``, ``run_round``,
-    # ``stop``, ``state`` / ``load_state``: verticalfs.training.rounds on the seams branch); :meth:`run`
-    # is that driver's loop (history, callbacks, checkpoints after every tree, resume) until it lands.
+    # A tree a round on the round driver (verticalfs.training.rounds): its history, callbacks,
+    # checks of every figure and checkpoints after every tree; this object is the protocol.
     def begin(self, driver: Any = None) -> None:
-        """Before the first tree (also in a resumed run): the start margins and the key pair."""
-        p = self.p
-        if not self.trees:
-            self.base = B.base_score(self.task, self.y["train"], self.n_classes)
-            self.margins = {s: np.tile(self.base, (len(self.y[s]), 1)) for s in ("train", *self.eval_splits)}
+        """Before the first tree (also in a resumed run, whose state :meth:`load_state` then puts
+        back): the start margins."""
+        self.base = B.base_score(self.task, self.y["train"], self.n_classes)
+        self.margins = {s: np.tile(self.base, (len(self.y[s]), 1)) for s in ("train", *self.eval_splits)}
+
+    def run_round(self, t: int) -> dict[str, Any]:
+        """Tree ``t``: grown, its leaves valued, every margin moved; the figures of its history entry."""
         if self.priv is None:
+            p = self.p
             t0 = time.perf_counter()
             _pub, self.priv = generate_keypair(int(p.key_bits), backend=p.backend, randomness=p.randomness,
                                                insecure=p.insecure)
             self.keygen_seconds = time.perf_counter() - t0
         self.pub = self.priv.public_key
-
-    def run_round(self, t: int) -> dict[str, Any]:
-        """Tree ``t``: grown, its leaves valued, every margin moved; the figures of its history entry."""
         t1 = time.perf_counter()
         b1 = self.fed.ledger.total_bytes
         tree = self._tree(t, len(self.y["train"]))
@@ -305,6 +309,23 @@ class Booster:
         rounds = int(self.p.early_stopping_rounds)
         return bool(rounds) and self.epoch - 1 - self.best >= rounds
 
+    def state(self) -> dict[str, Any]:
+        """The label holder's state after a tree, for a checkpoint (the private key goes to its own file)."""
+        return {"trees": self.trees, "margins": self.margins, "base": self.base, "best": self.best,
+                "best_loss": self.best_loss, "best_margins": self.best_margins, "priv": self.priv,
+                "keyed": self.keyed, "importance_gain": self.importance_gain,
+                "importance_splits": self.importance_splits, "figures": self.figures, "epoch": self.epoch,
+                "keygen_seconds": self.keygen_seconds}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.trees, self.margins, self.base = list(state["trees"]), dict(state["margins"]), state["base"]
+        self.best, self.best_loss = int(state["best"]), float(state["best_loss"])
+        self.best_margins, self.priv, self.keyed = dict(state["best_margins"]), state["priv"], list(state["keyed"])
+        self.importance_gain, self.importance_splits = dict(state["importance_gain"]), dict(state["importance_splits"])
+        self.figures, self.epoch = state["figures"], int(state["epoch"])
+        self.keygen_seconds = float(state["keygen_seconds"])
+        self.pub = self.priv.public_key if self.priv is not None else None
+
     def finish(self) -> None:
         """After the last tree: keep the trees up to the best one (early stopping), report importance."""
         if self.best >= 0 and self.p.early_stopping_rounds:
@@ -313,36 +334,16 @@ class Booster:
         self._report_importance()
 
     def run(self, callbacks=(), checkpoints=None, entry_hook=None) -> None:
-        p = self.p
-        self.margins = {}
-        self.keygen_seconds = 0.0
-        start = 0
-        if checkpoints is not None:
-            start = checkpoints.begin(self)
-        self.begin()
-        for cb in callbacks:
-            cb.on_train_begin(self.method, int(p.n_estimators), self.phase)
-        led = self.fed.ledger
-        for t in range(start, int(p.n_estimators)):
-            figures = self.run_round(t)
-            training = led.total_bytes - led.bytes_where(phase="eval") - led.bytes_where(phase="checkpoint")
-            entry = {"epoch": t + 1, "round": t + 1, "phase": self.phase, **figures, "bytes": int(training),
-                     "bytes_total": int(led.total_bytes)}
-            if entry_hook is not None:
-                entry_hook(entry)
-            self.history.append(entry)
-            for cb in callbacks:
-                cb.on_epoch_end(self.method, entry)
-            if checkpoints is not None:
-                checkpoints.save(self, self.epoch)
-            if self.stop(entry):
-                break
+        """Every tree on the round driver, then :meth:`finish`; ``history`` has an entry per tree
+        (``epoch`` = ``round`` = trees so far; the seconds of each tree are in ``figures``)."""
+        driver = RoundDriver(self.fed, self.method.name, max_rounds=int(self.p.n_estimators), phase=self.phase,
+                             callbacks=callbacks, checkpoints=checkpoints, entry_hook=entry_hook)
+        history = driver.run(self)
         self.finish()
-        for cb in callbacks:
-            cb.on_train_end(self.method)
+        self.history = History([{k: v for k, v in e.items() if k != "seconds"} for e in history])
 
     def _figures(self, t: int, tree: Tree, tree_bytes: int) -> dict:
-        entry: dict[str, Any] = {"trees": t + 1,
+        entry: dict[str, Any] = {"epoch": t + 1, "trees": t + 1,
                                  "train_loss": B.loss_value(self.task, self.margins["train"], self.y["train"]),
                                  "tree_bytes": int(tree_bytes), "nodes": tree.n_nodes}
         for s in self.eval_splits:
@@ -359,7 +360,8 @@ class Booster:
                 self.best_margins = {s: v.copy() for s, v in self.margins.items()}
         else:
             self.best = t
-        return entry
+        # a metric undefined on a split (an AUC with one class in it) is left out, not a divergence
+        return {k: v for k, v in entry.items() if not (isinstance(v, float) and not math.isfinite(v))}
 
     # ---------------------------------------------------------------------- one tree
     def layout(self, n_rows: int, parties: list[str]) -> GradientLayout:
