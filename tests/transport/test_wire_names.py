@@ -149,6 +149,17 @@ GOLDEN: list[tuple[str, int]] = [
     ("core.ScoringPsiChunk", 54734),
     ("core.StatusQuery", 62811),
     ("core.StatusReport", 25853),
+    ("secureboost.HistogramRequest", 35723),
+    ("secureboost.Histograms", 42380),
+    ("secureboost.Importance", 26938),
+    ("secureboost.RouteRequest", 39526),
+    ("secureboost.Routes", 54926),
+    ("secureboost.SBTReady", 19152),
+    ("secureboost.SBTSpec", 36318),
+    ("secureboost.SplitMade", 29334),
+    ("secureboost.SplitRequest", 18491),
+    ("secureboost.TreeEnd", 15945),
+    ("secureboost.TreeStart", 100),
 ]
 
 WHY = ("the list of wire names in tests/transport/test_wire_names.py is golden: a peer running the previous "

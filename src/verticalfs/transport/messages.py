@@ -61,8 +61,9 @@ else:  # typing.dataclass_transform is Python 3.11+; it only informs type checke
 #: encodings): a peer with another major is refused.
 # 1.1: PSI digests, EndSession, the streamed PSI kinds; 1.2: numpy text arrays (Align's ids, compact:
 # a party of 1.1 cannot decode them, a party of 1.2 still takes Align's ids as a list of str); 1.3: the
-# streamed PSI over a party's scoring file (ScoringPsiOpen, ScoringPsiChunk)
-PROTOCOL_VERSION: tuple[int, int] = (1, 3)
+# streamed PSI over a party's scoring file (ScoringPsiOpen, ScoringPsiChunk); 1.4: SecureBoost's kinds
+# (secureboost.*)
+PROTOCOL_VERSION: tuple[int, int] = (1, 4)
 
 # message classes are typed type[Any]: their _vf_* attributes are set by @message
 _REGISTRY: dict[int, type[Any]] = {}  # kind id -> class
