@@ -87,7 +87,8 @@ OWN_EPOCHS = {"fedsdg-fs", "original-gate", "vflfs", "compfs", "icafs"}
 #: minutes on the shared machine (load 20-40; 2026-11-28), sbt-filter on digits at its defaults passed.
 #: Their budget: depth 2, 8 bins, each tree on at most 64 features (colsample_bytree), 10 trees
 #: (n_estimators is capped like an epoch count). At it, on digits: secureboost .878, sbt-filter .961 (vfl .931,
-#: bar .349; both cases with vfl in 87 s at load 11-16, 2026-11-28).
+#: bar .349; both cases with vfl in 87 s at load 11-16, 2026-11-28); on synth30: secureboost .543, sbt-filter
+#: .820 (vfl .527; both with vfl in 355 s at load 11-14).
 TREES = {"secureboost", "sbt-filter"}
 #: methods whose runs take more than a few seconds on 2 cores
 SLOW = {"autoencoder", "cfeast", "compfs", "fedsdg-fs", "group-lasso", "icafs", "less-vfl", "local-lasso",
