@@ -949,6 +949,12 @@ def party_serve(
                                 "deployment file's."),
     max_file_mb: float = typer.Option(None, "--max-file-mb", help="The largest file this party reads, in MiB (on "
                                       "disk and decompressed); default: the deployment file's max_file_mb (1024)."),
+    engine: str = typer.Option(None, "--engine", help="Where this party reads, prepares and PSI-blinds its table: "
+                               "local (this process) or ray (a Ray cluster; the ray extra, docs/scale.md); default: "
+                               "the engine key of its [parties.<name>] table (local)."),
+    ray_address: str = typer.Option(None, "--ray-address", help="The Ray cluster of --engine ray (HOST:PORT of its "
+                                    "head, as `ray start --head` prints it); default: its ray_address key, else a Ray "
+                                    "instance started on this host."),
 ) -> None:
     """Serve one party: read and check only its own file, listen on its address, answer the label holder.
 
@@ -991,8 +997,13 @@ def party_serve(
         effective = party_policy(dep, name, policy)
         if max_file_mb is not None and not max_file_mb > 0:
             raise ConfigError(f"--max-file-mb must be > 0, got {max_file_mb}")
+        if engine is not None:
+            from verticalfs.engine import check_engine
+
+            check_engine(engine)
         party = serve_party(dep, name, checkpoint_dir=checkpoints, policy=effective,
-                            max_bytes=None if max_file_mb is None else int(max_file_mb * 2**20)).start()
+                            max_bytes=None if max_file_mb is None else int(max_file_mb * 2**20),
+                            engine=engine, ray_address=ray_address).start()
     except VerticalFSError as exc:
         _fail(exc)
     rt = party.runtime
@@ -1001,8 +1012,9 @@ def party_serve(
     _warn([f"party {name!r} serves a column {c!r} of {str(entry.file)!r} named like the label column "
            f"{dep.label_column!r} of {dep.label_party!r}; if it is a copy of the label, the model learns the answer "
            "from it: drop the column or fix the file" for c in rt.columns if named_like(c, dep.label_column)], set())
+    on = "" if rt.engine == "local" else f" (engine {rt.engine}{', cluster ' + (ray_address or entry.ray_address) if (ray_address or entry.ray_address) else ''})"
     console.print(f"party [bold]{name}[/] serves {rt.n_rows} rows x {len(rt.columns)} columns of "
-                  f"{entry.file} on {entry.listen} ({'INSECURE, no TLS' if dep.insecure else 'mutual TLS'}); "
+                  f"{entry.table or entry.file}{on} on {entry.listen} ({'INSECURE, no TLS' if dep.insecure else 'mutual TLS'}); "
                   f"peers: {', '.join(sorted(party.server.peers))}", soft_wrap=True)
     console.print(f"policy of {name} ({'its [parties.' + name + '.policy]' if policy is None else f'{policy} over [parties.{name}.policy]'}): "
                   + "; ".join(effective.lines()), soft_wrap=True, highlight=False, markup=False)

@@ -143,6 +143,16 @@ class DeploymentParty(_Model):
     predict_file: FilePath | None = Field(None, description="The rows this party scores with a saved model "
                                           "(`verticalfs predict --config`, `verticalfs serve-model`), with the id "
                                           "column; relative to the deployment file. Default: its `file`.")
+    engine: Literal["local", "ray"] = Field("local", description="Where the party reads, prepares and "
+                                            "PSI-blinds its table: `local` (its own process) or `ray` (a Ray "
+                                            "cluster: the `ray` extra, docs/scale.md); `party serve --engine` "
+                                            "overrides it.")
+    ray_address: str | None = Field(None, description="The party's Ray cluster (`HOST:PORT` of its head, as `ray "
+                                    "start --head` prints it) with `engine = \"ray\"`; default: a Ray instance "
+                                    "the party starts on its own host. `party serve --ray-address` overrides it.")
+    table: str | None = Field(None, description="Where the `ray` engine reads the party's Parquet table, when not "
+                              "`file`: a folder or a URI pyarrow reads (`s3://bucket/table/`, `gs://...`, "
+                              "`hdfs://...`, `file://...`).")
 
 
 class DeploymentFile(_Model):

@@ -162,10 +162,11 @@ def _hashes(ids: Sequence, step: int = 1 << 16) -> np.ndarray:
     ``str`` array is hashed a slice at a time (its Python strings exist a slice at a time)."""
     import pandas as pd
 
-    if isinstance(ids, np.ndarray) and ids.dtype.kind == "U":
+    if isinstance(ids, np.ndarray) and ids.dtype.kind in "US":
         out = np.empty(len(ids), dtype=np.uint64)
-        for a in range(0, len(ids), step):
-            out[a:a + step] = pd.util.hash_array(ids[a:a + step].astype(object))
+        for a in range(0, len(ids), step):  # (UTF-8 bytes, the ray engine's ids: hashed as their text)
+            part = ids[a:a + step] if ids.dtype.kind == "U" else np.char.decode(ids[a:a + step], "utf-8")
+            out[a:a + step] = pd.util.hash_array(part.astype(object))
         return out
     return pd.util.hash_array(np.asarray(_as_text(ids), dtype=object))
 
@@ -299,22 +300,28 @@ def resolve_engine(engine: str | None = None) -> str:
 
 
 def _as_text(ids) -> list[str]:
-    return [str(i) for i in ids]
+    return [i.decode("utf-8") if isinstance(i, bytes) else str(i) for i in ids]
 
 
 # ------------------------------------------------------------------ ristretto255 primitives
+def _utf8(i) -> bytes:
+    """An id's UTF-8 bytes: ``bytes`` (a numpy ``S`` element: the ray engine's fixed-width ids) as
+    they are, anything else as its text."""
+    return i if isinstance(i, bytes) else str(i).encode()
+
+
 def hash_to_group(ids) -> list[bytes]:
     """Each id (as text) mapped to ristretto255: from_hash(SHA-512(DOMAIN || utf-8 id))."""
     rb = _rbcl()
     from_hash, sha = rb.crypto_core_ristretto255_from_hash, hashlib.sha512
-    return [from_hash(sha(DOMAIN + str(i).encode()).digest()) for i in ids]
+    return [from_hash(sha(DOMAIN + _utf8(i)).digest()) for i in ids]
 
 
 def blind_ids(key: bytes, ids) -> bytes:
     """``ids`` hashed to the group and multiplied by ``key``: 32 bytes each, concatenated."""
     rb = _rbcl()
     mul, from_hash, sha = rb.crypto_scalarmult_ristretto255, rb.crypto_core_ristretto255_from_hash, hashlib.sha512
-    return b"".join([mul(key, from_hash(sha(DOMAIN + str(i).encode()).digest())) for i in ids])
+    return b"".join([mul(key, from_hash(sha(DOMAIN + _utf8(i)).digest())) for i in ids])
 
 
 def reblind_points(key: bytes, points: bytes, keep: int = POINT, first: int = 0) -> bytes:
@@ -341,8 +348,12 @@ def _executor(workers: int, parallel: str) -> Executor:
         import multiprocessing
 
         return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    if parallel == "ray":  # the party's Ray cluster (verticalfs.engine.ray): each shard of a chunk a task
+        from verticalfs.engine.ray import RayExecutor
+
+        return RayExecutor()
     if parallel != "threads":
-        raise ConfigError(f"parallel must be 'threads' or 'processes', not {parallel!r}")
+        raise ConfigError(f"parallel must be 'threads', 'processes' or 'ray', not {parallel!r}")
     return ThreadPoolExecutor(workers, thread_name_prefix="psi")  # libsodium runs without the GIL (ctypes)
 
 

@@ -265,6 +265,25 @@ class StreamedTable:
         """An empty frame with the table's columns and types (for the column checks)."""
         return self.dataset.schema.empty_table().to_pandas()
 
+    # ------------------------------------------------------------------ the engine's seam (verticalfs.engine)
+    def check_values(self, columns: Sequence[str], categorical: Sequence[str]) -> None:
+        """Values training cannot use (infinite, or a range that overflows), a column at a time."""
+        from verticalfs.data.preprocess import PartyPreprocessor
+
+        for c in columns:
+            if c not in set(categorical):
+                PartyPreprocessor.check_values(self.party, self.column(c).to_frame(c), [], where=str(self.path))
+
+    def prepare(self, pos: np.ndarray, codes: np.ndarray, cols: Sequence[str], cats: Sequence[str], *,
+                scaling: str, impute: str, splits: Sequence[str], out_dir: str | Path, **kw):
+        """:func:`prepare_streamed` over this table."""
+        return prepare_streamed(self, pos, codes, cols, cats, scaling=scaling, impute=impute, splits=splits,
+                                out_dir=out_dir, **kw)
+
+    def psi_executor(self):
+        """None: the PSI engine's own threads."""
+        return None
+
     def close(self) -> None:
         if self._own_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)

@@ -51,6 +51,9 @@ class PartyEntry:
     certs: Path | None = None
     policy: PartyPolicy = field(default_factory=PartyPolicy)
     predict_file: Path | None = None  # the rows it scores with a saved model (default: file)
+    engine: str = "local"  # where it reads, prepares and PSI-blinds its table (verticalfs.engine)
+    ray_address: str | None = None  # its Ray cluster, with engine "ray"
+    table: str | None = None  # where the ray engine reads its table, when not ``file`` (a URI)
 
 
 @dataclass
@@ -117,7 +120,10 @@ class Deployment:
                                        file=rel(p.file), categorical=p.categorical if isinstance(p.categorical, str)
                                        else list(p.categorical), certs=rel(p.certs),
                                        policy=p.policy.model_copy(update={"model_dir": model_dir}),
-                                       predict_file=rel(p.predict_file))
+                                       predict_file=rel(p.predict_file), engine=p.engine,
+                                       ray_address=p.ray_address,
+                                       table=p.table if p.table is None or "://" in p.table
+                                       else str(rel(Path(p.table))))
         if conf.label_party not in parties:
             raise ConfigError(f"{where}: label_party {conf.label_party!r} is not among the parties {list(parties)}")
         addrs = [e.address for e in parties.values()]

@@ -128,11 +128,13 @@ def end_session(fed, parties) -> None:
             pass
 
 
-def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None, checkpoint_dir=None, policy=None):
+def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None, checkpoint_dir=None, policy=None,
+                engine: str | None = None, ray_address: str | None = None):
     """The :class:`~verticalfs.transport.grpc.party.NetworkedParty` of party ``name`` (not started):
     its file read and checked now; its checkpoints in ``checkpoint_dir`` (default: the deployment's);
     its ``policy`` (default: its ``[parties.<name>.policy]``, see :func:`party_policy`); files up to
-    ``max_bytes`` (default: the deployment's ``max_file_mb``)."""
+    ``max_bytes`` (default: the deployment's ``max_file_mb``); its ``engine`` and ``ray_address``
+    (default: its table's keys; :mod:`verticalfs.engine`)."""
     from verticalfs.transport.grpc.party import NetworkedParty
 
     e = dep.party(name)
@@ -143,7 +145,8 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None, che
                             categorical=e.categorical, na_values=dep.na_values, delimiter=dep.delimiter,
                             encoding=dep.encoding, max_bytes=dep.max_bytes if max_bytes is None else max_bytes,
                             checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(name),
-                            policy=policy, state_dir=dep.state_dir(name), stream_above_mb=dep.stream_above_mb)
+                            policy=policy, state_dir=dep.state_dir(name), stream_above_mb=dep.stream_above_mb,
+                            engine=engine or e.engine, ray_address=ray_address or e.ray_address, table=e.table)
     from verticalfs.deploy.scoring import scoring_path
 
     runtime.enable_scoring(scoring_path(dep, name))

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from verticalfs.configuration import PartyPolicy
-from verticalfs.data.stream import DEFAULT_STREAM_ABOVE_MB, StreamedTable, file_bytes, prepare_streamed
+from verticalfs.data.stream import DEFAULT_STREAM_ABOVE_MB, StreamedTable, file_bytes
 from verticalfs.data.user import _check_size, _read_frames, feature_columns, party_block
 from verticalfs.data.vertical import IMPUTATIONS, SCALINGS, SPLITS, prepare_block
 from verticalfs.deploy.scoring import PartyScoring, is_scoring
@@ -119,28 +119,35 @@ class DeployedParty(PartyRuntime):
                  categorical: Sequence[str] | str = (), na_values=None, delimiter: str = ",",
                  encoding: str = "utf-8", max_bytes: int = 1 << 30, allowed_methods=None,
                  checkpoint_dir=None, policy=None, state_dir=None, stream: bool | None = None,
-                 stream_above_mb: float = DEFAULT_STREAM_ABOVE_MB) -> None:
+                 stream_above_mb: float = DEFAULT_STREAM_ABOVE_MB, engine: str = "local",
+                 ray_address: str | None = None, table: str | None = None) -> None:
         path = Path(path)
         from verticalfs.data.preprocess import PartyPreprocessor
+        from verticalfs.engine import check_engine, open_table
 
+        check_engine(engine)
+        if engine != "local":  # the table on another engine (verticalfs.engine): always in pieces
+            stream = True
         if stream is None:  # a large table is read in pieces (data/stream.py), a small one in memory
             stream = file_bytes(path) >= stream_above_mb * 2**20
         self.table: StreamedTable | None = None
+        self.engine = engine
         auto = isinstance(categorical, str)
         if stream:
-            if path.is_file():
+            if engine == "local" and path.is_file():
                 _check_size(name, path, max_bytes)
-            table = StreamedTable(name, path, id_column=id_column, na_values=na_values, delimiter=delimiter,
-                                  encoding=encoding)
-            cols, cats = feature_columns(name, table.schema_frame(), path, id_column=id_column,
+            # ``table``: where the engine reads it (a URI pyarrow reads), when not the local ``path``
+            source = table if table is not None else path
+            tab = open_table(engine, name, source, id_column=id_column, ray_address=ray_address,
+                             **({"na_values": na_values, "delimiter": delimiter, "encoding": encoding}
+                                if engine == "local" else {}))
+            self._finalizer = weakref.finalize(self, tab.close)
+            cols, cats = feature_columns(name, tab.schema_frame(), path, id_column=id_column,
                                          label_column=label_column, declared=[] if auto else list(categorical),
                                          auto=auto)
-            for c in cols:  # a column at a time, before anyone connects
-                if c not in cats:
-                    PartyPreprocessor.check_values(name, table.column(c).to_frame(c), [], where=str(path))
-            # its ids sorted, with their file rows (data/stream.py's IdLookup): no index of Python strings
-            self.table, self.frame, self._lookup = table, None, table.id_lookup()
-            self._finalizer = weakref.finalize(self, table.close)
+            tab.check_values(cols, cats)  # before anyone connects
+            # its ids sorted, with their rows (an IdLookup, or the ray engine's memory-mapped SortedIds)
+            self.table, self.frame, self._lookup = tab, None, tab.id_lookup()  # type: ignore[assignment]
         else:
             frame = _read_frames({name: path}, id_column=id_column, na_values=na_values, delimiter=delimiter,
                                  encoding=encoding, max_bytes=max_bytes)[name]
@@ -165,6 +172,11 @@ class DeployedParty(PartyRuntime):
         super().__init__(LocalData(name, [], {}), ids=ids,
                          role_for=registry.party_roles(), allowed_methods=allowed_methods,
                          checkpoint_dir=checkpoint_dir, policy=PartyPolicy() if policy is None else policy)
+        on = self.table.psi_executor() if self.table is not None else None
+        if on is not None:  # the PSI blinding on the engine's workers (verticalfs.engine.ray.RayExecutor)
+            from verticalfs.psi import PsiParty
+
+            self._psi = PsiParty(ids, workers=on[1], parallel=engine)
         self.aligned = False
         #: its scoring of saved models (:meth:`enable_scoring`); ``None``: it scores nothing
         self.scoring: PartyScoring | None = None
@@ -291,8 +303,8 @@ class DeployedParty(PartyRuntime):
             # a folder of its own per alignment: several sessions (each a copy of this runtime) may
             # align at once; a session's earlier folder is removed (its open maps stay valid)
             out = self.table.work_dir / f"aligned-{secrets.token_hex(6)}"
-            pp, maps = prepare_streamed(self.table, pos, codes, self.columns, self.categorical, scaling=msg.scaling,
-                                        impute=msg.impute, splits=SPLITS, out_dir=out)
+            pp, maps = self.table.prepare(pos, codes, self.columns, self.categorical, scaling=msg.scaling,
+                                          impute=msg.impute, splits=SPLITS, out_dir=out)
             self.data = LocalData(self.name, pp.feature_names, maps, pp.sources)
             self.preprocessor = pp
             if self._aligned_dir is not None:
