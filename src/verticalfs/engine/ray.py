@@ -348,7 +348,8 @@ class RayTable:
             raise DataError(f"party {party!r}: {str(path)!r} has no id column {id_column!r}; its columns are "
                             f"{self.columns}")
         self._own_dir = work_dir is None
-        self.work_dir = Path(tempfile.mkdtemp(prefix=f"verticalfs-{party}-ray-")) if work_dir is None else Path(work_dir)
+        self.work_dir = (Path(tempfile.mkdtemp(prefix=f"verticalfs-{party}-ray-")) if work_dir is None
+                         else Path(work_dir))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._ids: SortedIds | None = None
         self.last_pass: dict[str, Any] = {}  # what the latest preparation did (blocks, approximate columns)
@@ -428,8 +429,9 @@ class RayTable:
         ids = SortedIds(path, n, width)
         dup = ids.repeated(3)
         if len(dup):
+            shown = [d.decode("utf-8", "replace") for d in dup.tolist()]
             raise DataError(f"party {self.party!r}: ids repeat in column {self.id_column!r} of {str(self.path)!r} "
-                            f"(e.g. {[d.decode('utf-8', 'replace') for d in dup.tolist()]}); every row needs its own id")
+                            f"(e.g. {shown}); every row needs its own id")
         keep_pages_released(ids.sorted)
         self._ids = ids
         return ids
