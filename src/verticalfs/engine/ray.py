@@ -40,6 +40,7 @@ import os
 import pickle
 import secrets
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -267,7 +268,7 @@ def _fit_block(batch, id_column: str, join: dict, cols: Sequence[str], cats: Seq
 def _fault_point() -> None:
     """The test hook of :data:`FAULT_DIR_ENV` (nothing without it)."""
     d = os.environ.get(FAULT_DIR_ENV)
-    if not d or Path(d, "killed").exists():
+    if not d or not Path(d).is_dir() or Path(d, "killed").exists():
         return
     try:
         fd = os.open(Path(d, "pid"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)  # the first task only
@@ -336,7 +337,8 @@ class RayTable:
         import pyarrow.dataset as pads
 
         self.party, self.path, self.id_column, self.blocks = party, path, id_column, blocks
-        self._ray = connect(address, num_cpus=num_cpus)
+        self._owns_ray = "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
+        self._ray = connect(address, num_cpus=num_cpus)  # (a cluster this table joined, it leaves on close)
         self.fs, self._root = _filesystem(path)
         try:
             self.dataset = pads.dataset(self._root, filesystem=self.fs, format="parquet")
@@ -520,5 +522,6 @@ class RayTable:
     def close(self) -> None:
         if self._own_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
-        if _started_here:
+        if self._owns_ray:
+            self._owns_ray = False
             disconnect()
