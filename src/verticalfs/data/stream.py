@@ -539,3 +539,136 @@ def file_bytes(path: str | Path) -> int:
         return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
     return p.stat().st_size if p.exists() else 0
 
+
+
+# ------------------------------------------------------------------ the in-process path, in pieces
+class _Rows:
+    """The shape of a streamed block's aligned rows (``len``, ``shape``, ``columns``): what a
+    :class:`~verticalfs.data.vertical.PartyBlock` is checked by, without the rows."""
+
+    def __init__(self, n: int, columns: Sequence[str]) -> None:
+        self.columns = pd.Index(list(columns))
+        self.shape = (int(n), len(self.columns))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+
+def streamed_block(party: str, table: StreamedTable, pos: np.ndarray, cols: Sequence[str], cats: Sequence[str]):
+    """A :class:`~verticalfs.data.vertical.PartyBlock` whose rows stay in ``table`` (file rows
+    ``pos`` in the data set's order): :meth:`VerticalDataset.prepare` checks its values a column at
+    a time and prepares it with :func:`prepare_streamed` into memory-mapped matrices (the deployed
+    party's code), byte for byte the in-memory preparation where :func:`prepare_streamed` is."""
+    from verticalfs.data.vertical import PartyBlock
+
+    class StreamedBlock(PartyBlock):
+        def check_values(self) -> None:
+            self.table.check_values(self.columns_, self.categorical)
+
+        def prepare(self, idx: dict, *, scaling: str, impute: str):
+            import secrets
+
+            from verticalfs.data.vertical import SPLITS, PartyData
+
+            codes = np.full(len(self.pos), -1, dtype=np.int64)
+            for k, s in enumerate(SPLITS):
+                codes[idx[s]] = k
+            keep = codes >= 0
+            pp, maps = prepare_streamed(self.table, self.pos[keep], codes[keep], self.columns_, self.categorical,
+                                        scaling=scaling, impute=impute, splits=SPLITS,
+                                        out_dir=self.table.work_dir / f"prepared-{secrets.token_hex(4)}")
+            out = PartyData(name=self.name, feature_names=pp.feature_names, X=maps, preprocessor=pp,
+                            sources=pp.sources)
+            out._table = self.table  # type: ignore[attr-defined]  # its folder lives while the matrices do
+            return out
+
+    b = StreamedBlock(name=party, X=_Rows(len(pos), cols), categorical=list(cats),  # type: ignore[arg-type]
+                      source=str(table.path))
+    b.table, b.pos, b.columns_ = table, np.asarray(pos, dtype=np.int64), list(cols)  # type: ignore[attr-defined]
+    return b
+
+
+def load_streamed(files: dict, *, label_party: str, label_column: str, id_column: str, declared: dict, auto: bool,
+                  task: str | None, na_values, delimiter: str, encoding: str, max_bytes: int, impute: str | None,
+                  name: str):
+    """:func:`~verticalfs.data.user.load_party_files` for large files (``stream_above_mb``): each
+    file read through :class:`StreamedTable` (its ids as an :class:`IdLookup`, its columns one at a
+    time), the ids every file holds found by binary search, and blocks whose rows stay in the files
+    until :meth:`VerticalDataset.prepare` prepares them in pieces. The same data set, report and
+    warnings as the in-memory path."""
+    import weakref
+
+    from verticalfs.data.user import (AlignmentReport, _check_size, _labels, _sort_ids, feature_columns,
+                                      label_lookalikes)
+    from verticalfs.data.vertical import VerticalDataset
+
+    bound_allocators()
+    tables: dict[str, StreamedTable] = {}
+    for p, f in files.items():
+        if f.is_file():
+            _check_size(p, f, max_bytes)
+        tables[p] = StreamedTable(p, f, id_column=id_column, na_values=na_values, delimiter=delimiter,
+                                  encoding=encoding)
+        weakref.finalize(tables[p], tables[p].close)
+    lt = tables[label_party]
+    if label_column not in lt.columns:
+        cols = [c for c in lt.columns if c != id_column]
+        raise DataError(f"party {label_party!r}: label column {label_column!r} is not in {str(files[label_party])!r}; "
+                        f"its columns are {cols}. Pass label_column=... or label_party=... for the file holding it")
+    feats, cats, owner = {}, {}, {}
+    for p, t in tables.items():
+        cols, cat = feature_columns(p, t.schema_frame(), files[p], id_column=id_column,
+                                    label_column=label_column if p == label_party else None,
+                                    declared=declared.get(p, []), auto=auto)
+        for c in cols:
+            if c in owner:
+                raise DataError(f"column {c!r} is in the files of both {owner[c]!r} ({str(files[owner[c]])!r}) and "
+                                f"{p!r} ({str(files[p])!r}); feature names must be unique across parties for "
+                                "reporting, rename one of them")
+            owner[c] = p
+        feats[p], cats[p] = cols, cat
+    if not any(feats.values()):
+        raise DataError("no party holds any feature column besides the id and label; add feature files")
+    # the ids every file holds: each file's sorted ids searched in the others' (no Python strings)
+    looks = {p: t.id_lookup() for p, t in tables.items()}
+    common = None
+    for look in looks.values():
+        s = look.sorted
+        if common is None:
+            common = s
+            continue
+        j = np.minimum(np.searchsorted(s, common), max(len(s) - 1, 0))
+        common = common[(s[j] == common) if len(s) else np.zeros(len(common), bool)]
+    common = _sort_ids(common)
+    if not len(common):
+        raise DataError(f"no id in column {id_column!r} is present in every file; check that the files use the "
+                        "same ids (ids are compared as text: '007' and '7' differ)")
+    report = AlignmentReport(label_party=label_party, n_aligned=len(common), auto_categorical=auto)
+    pos = {}
+    for p, look in looks.items():
+        pos[p] = look.positions(common)
+        report.files[p] = str(files[p])
+        report.rows_in_file[p] = len(look)
+        report.rows_kept[p] = len(common)
+        report.rows_lost[p] = len(look) - len(common)
+    del looks
+    y_col = lt.column(label_column).iloc[pos[label_party]].reset_index(drop=True)
+    y, task_, class_names = _labels(y_col, task, files[label_party], label_column)
+    # a column at a time: its missing values among the aligned rows, and whether it copies the label
+    for p, t in tables.items():
+        report.categorical[p] = list(cats[p])
+        report.missing[p] = {}
+        for c in feats[p]:
+            x = t.column(c).iloc[pos[p]].reset_index(drop=True)
+            k = int(x.isna().sum())
+            if k:
+                report.missing[p][str(c)] = k
+            report.warnings += label_lookalikes({p: pd.DataFrame({c: x}), label_party: pd.DataFrame({label_column: y_col})}
+                                                if p != label_party else
+                                                {p: pd.DataFrame({c: x, label_column: y_col})},
+                                                {p: [c]}, label_party, label_column, files,
+                                                classes=class_names is not None)
+    blocks = [streamed_block(p, tables[p], pos[p], feats[p], cats[p]) for p in feats if feats[p]]
+    vds = VerticalDataset(name=name, blocks=blocks, y=y, task=task_, ids=np.asarray(common), class_names=class_names,
+                          impute=impute, warnings=list(report.warnings))
+    return vds, report

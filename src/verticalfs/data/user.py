@@ -630,6 +630,7 @@ def load_party_files(
     impute: str | None = None,
     name: str = "user",
     strip_ids: bool = False,
+    stream_above_mb: float | None = 256.0,
 ) -> tuple[VerticalDataset, AlignmentReport]:
     """Read one file per party and align the rows by id.
 
@@ -668,6 +669,11 @@ def load_party_files(
         Strip surrounding whitespace from every id and leading zeros from all-digit ids before
         aligning (``" 007"`` matches ``"7"``). Without it, ids that would match after stripping are
         counted in a warning.
+    stream_above_mb : float, optional
+        When a file is at least this large (MiB; a folder of Parquet files: its total), every file
+        is read in pieces and its rows prepared into memory-mapped matrices, as a deployed party
+        does (:mod:`verticalfs.data.stream`): the same data, in bounded memory. ``None``: always in
+        memory.
 
     Returns
     -------
@@ -715,6 +721,17 @@ def load_party_files(
         raise DataError(
             f"categorical names parties {unknown} that have no file; the parties are {list(files)}"
         )
+
+    if stream_above_mb is not None:  # a large file: read in pieces (data/stream.py), not into pandas
+        from verticalfs.data.stream import file_bytes, load_streamed
+
+        if max(file_bytes(f) for f in files.values()) >= stream_above_mb * 2**20:
+            if strip_ids:
+                raise DataError(f"strip_ids applies to files read into memory; files from {stream_above_mb} MiB "
+                                "are read in pieces: strip the ids in the files, or raise stream_above_mb")
+            return load_streamed(files, label_party=label_party, label_column=label_column, id_column=id_column,
+                                 declared=declared, auto=auto, task=task, na_values=na_values, delimiter=delimiter,
+                                 encoding=encoding, max_bytes=max_bytes, impute=impute, name=name)
 
     frames = _read_frames(files, id_column=id_column, na_values=na_values, delimiter=delimiter,
                           encoding=encoding, max_bytes=max_bytes, strip=strip_ids)

@@ -163,7 +163,10 @@ class VerticalDataset:
             if not 0.0 <= frac < 1.0:
                 raise DataError(f"{what} must be in [0, 1), got {frac}")
         for b in self.blocks:  # unusable numbers are reported before any split or fit
-            PartyPreprocessor.check_values(b.name, b.X, b.categorical, where=b.source)
+            if hasattr(b, "check_values"):  # rows in a file, read in pieces (data/stream.py's streamed_block)
+                b.check_values()
+            else:
+                PartyPreprocessor.check_values(b.name, b.X, b.categorical, where=b.source)
         idx = split_indices(self.y, self.task, seed=seed, test_size=test_size, val_size=val_size, name=self.name,
                             predefined_test=self.predefined_test, fold=fold)
         parties = []
@@ -313,6 +316,8 @@ def prepare_block(block: PartyBlock, idx: dict[str, np.ndarray], *, scaling: str
                   impute: str = "none") -> PartyData:
     """One party's block split by ``idx`` (split -> row positions), its preprocessing fitted on its
     own training rows only. A networked party runs exactly this on its own file."""
+    if hasattr(block, "prepare"):  # rows in a file, prepared in pieces (data/stream.py's streamed_block)
+        return block.prepare(idx, scaling=scaling, impute=impute)
     pp = PartyPreprocessor.fit(block.name, block.X.iloc[idx["train"]], block.categorical, scaling=scaling,
                                impute=impute, where=block.source)
     X_parts = {s: pp.transform(block.X.iloc[idx[s]], where=block.source) for s in SPLITS}
