@@ -150,6 +150,10 @@ class DeploymentParty(_Model):
     ray_address: str | None = Field(None, description="The party's Ray cluster (`HOST:PORT` of its head, as `ray "
                                     "start --head` prints it) with `engine = \"ray\"`; default: a Ray instance "
                                     "the party starts on its own host. `party serve --ray-address` overrides it.")
+    work_dir: FilePath | None = Field(None, description="The party's working folder for a table read in pieces "
+                                      "(the sorted ids, the alignment, the prepared matrices); relative to the "
+                                      "deployment file. With `engine = \"ray\"` on several hosts: a folder every Ray "
+                                      "worker reaches (a shared filesystem). Default: a new temporary folder.")
     table: str | None = Field(None, description="Where the `ray` engine reads the party's Parquet table, when not "
                               "`file`: a folder or a URI pyarrow reads (`s3://bucket/table/`, `gs://...`, "
                               "`hdfs://...`, `file://...`).")

@@ -9,6 +9,7 @@ terminating the `ray start --block` process, which stops the processes it starte
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -30,6 +31,9 @@ from verticalfs.engine.ray import LOOPBACK_ENV  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray_deployment")]
 PARTIES = ("bank", "telecom", "insurer")
+#: the cluster's authentication token, given to its head and to the party (Ray's token auth; not
+#: ~/.ray/auth_token, which another Ray instance on this host may replace)
+_TOKEN = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 
 
 def _free_port() -> int:
@@ -76,7 +80,7 @@ def _deployment(root: Path, name: str, ray_address: str | None) -> Path:
 
 
 def _serve(dep: Path, name: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "250", LOOPBACK_ENV: "0"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "250", LOOPBACK_ENV: "0", **_TOKEN}
     return subprocess.Popen([sys.executable, "-m", "verticalfs", "party", "serve", "--config", str(dep), "--name",
                              name, "--insecure"], cwd=dep.parent, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -109,7 +113,7 @@ def ray_cluster():
     """`ray start --head --block` on 127.0.0.1 with two worker CPUs; its address."""
     temp = tempfile.mkdtemp(prefix="vfsrt-")  # short: Ray's socket paths must fit 107 bytes
     port = _free_port()
-    env = {**os.environ, LOOPBACK_ENV: "0"}
+    env = {**os.environ, LOOPBACK_ENV: "0", **_TOKEN}
     log = Path(temp) / "head.log"  # a file, not a pipe nobody reads once the cluster runs
     with open(log, "w") as out:
         head = subprocess.Popen([shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray", "start",

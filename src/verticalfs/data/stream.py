@@ -598,8 +598,7 @@ def load_streamed(files: dict, *, label_party: str, label_column: str, id_column
     warnings as the in-memory path."""
     import weakref
 
-    from verticalfs.data.user import (AlignmentReport, _check_size, _labels, _sort_ids, feature_columns,
-                                      label_lookalikes)
+    from verticalfs.data.user import AlignmentReport, _check_size, _labels, _sort_ids, feature_columns, label_lookalikes
     from verticalfs.data.vertical import VerticalDataset
 
     bound_allocators()
@@ -663,10 +662,9 @@ def load_streamed(files: dict, *, label_party: str, label_column: str, id_column
             k = int(x.isna().sum())
             if k:
                 report.missing[p][str(c)] = k
-            report.warnings += label_lookalikes({p: pd.DataFrame({c: x}), label_party: pd.DataFrame({label_column: y_col})}
-                                                if p != label_party else
-                                                {p: pd.DataFrame({c: x, label_column: y_col})},
-                                                {p: [c]}, label_party, label_column, files,
+            frames = ({p: pd.DataFrame({c: x}), label_party: pd.DataFrame({label_column: y_col})}
+                      if p != label_party else {p: pd.DataFrame({c: x, label_column: y_col})})
+            report.warnings += label_lookalikes(frames, {p: [c]}, label_party, label_column, files,
                                                 classes=class_names is not None)
     blocks = [streamed_block(p, tables[p], pos[p], feats[p], cats[p]) for p in feats if feats[p]]
     vds = VerticalDataset(name=name, blocks=blocks, y=y, task=task_, ids=np.asarray(common), class_names=class_names,

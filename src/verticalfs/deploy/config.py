@@ -54,6 +54,7 @@ class PartyEntry:
     engine: str = "local"  # where it reads, prepares and PSI-blinds its table (verticalfs.engine)
     ray_address: str | None = None  # its Ray cluster, with engine "ray"
     table: str | None = None  # where the ray engine reads its table, when not ``file`` (a URI)
+    work_dir: Path | None = None  # its working folder for a table read in pieces (shared with its Ray workers)
 
 
 @dataclass
@@ -121,7 +122,7 @@ class Deployment:
                                        else list(p.categorical), certs=rel(p.certs),
                                        policy=p.policy.model_copy(update={"model_dir": model_dir}),
                                        predict_file=rel(p.predict_file), engine=p.engine,
-                                       ray_address=p.ray_address,
+                                       ray_address=p.ray_address, work_dir=rel(p.work_dir),
                                        table=p.table if p.table is None or "://" in p.table
                                        else str(rel(Path(p.table))))
         if conf.label_party not in parties:

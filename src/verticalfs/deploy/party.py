@@ -113,6 +113,16 @@ class DeployedParty(PartyRuntime):
     policy : PartyPolicy, optional
         What the party agrees to do (default: :class:`~verticalfs.configuration.PartyPolicy`'s
         safe defaults).
+    engine : {"local", "ray"}
+        Where the party reads, prepares and PSI-blinds its table (:mod:`verticalfs.engine`): its
+        own process, or a Ray cluster (``ray_address``; default: a Ray instance on this host). The
+        label holder sees the same messages either way.
+    table : str, optional
+        Where the ray engine reads the table when not ``path`` (a folder, or a URI such as
+        ``s3://bucket/table/``).
+    work_dir : path, optional
+        The working folder of a table read in pieces (shared with the Ray workers); default: a
+        new temporary folder.
     """
 
     def __init__(self, name: str, path: str | Path, *, id_column: str = "id", label_column: str | None = None,
@@ -120,7 +130,8 @@ class DeployedParty(PartyRuntime):
                  encoding: str = "utf-8", max_bytes: int = 1 << 30, allowed_methods=None,
                  checkpoint_dir=None, policy=None, state_dir=None, stream: bool | None = None,
                  stream_above_mb: float = DEFAULT_STREAM_ABOVE_MB, engine: str = "local",
-                 ray_address: str | None = None, table: str | None = None) -> None:
+                 ray_address: str | None = None, table: str | None = None,
+                 work_dir: str | Path | None = None) -> None:
         path = Path(path)
         from verticalfs.data.preprocess import PartyPreprocessor
         from verticalfs.engine import check_engine, open_table
@@ -138,7 +149,7 @@ class DeployedParty(PartyRuntime):
                 _check_size(name, path, max_bytes)
             # ``table``: where the engine reads it (a URI pyarrow reads), when not the local ``path``
             source = table if table is not None else path
-            tab = open_table(engine, name, source, id_column=id_column, ray_address=ray_address,
+            tab = open_table(engine, name, source, id_column=id_column, ray_address=ray_address, work_dir=work_dir,
                              **({"na_values": na_values, "delimiter": delimiter, "encoding": encoding}
                                 if engine == "local" else {}))
             self._finalizer = weakref.finalize(self, tab.close)
