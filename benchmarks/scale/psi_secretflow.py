@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             rows.append(r)
             rec, snd = r["sides"]
             print(f"{proto:>5} {n:>11,} x {n:<11,} {r['wall_s']:7.1f} s wall (both processes, from spawn)   "
-                  f"PSI itself {rec['seconds']:6.1f} s; CPU receiver {rec['cpu_s']:5.1f} s, sender {snd['cpu_s']:5.1f} s;"
+                  f"PSI itself {rec['seconds']:6.1f} s; CPU receiver {rec['cpu_s']:5.1f} s, "
+                  f"sender {snd['cpu_s']:5.1f} s;"
                   f" peak RSS {rec['peak_mb']:.0f} / {snd['peak_mb']:.0f} MB; intersection "
                   f"{rec['found']:,} {'correct' if r['correct'] else 'WRONG'}; load {os.getloadavg()[0]:.1f}",
                   flush=True)

@@ -723,13 +723,13 @@ def load_party_files(
         )
 
     if stream_above_mb is not None:  # a large file: read in pieces (data/stream.py), not into pandas
-        from verticalfs.data.stream import file_bytes, load_streamed
+        from verticalfs.data.stream import file_bytes
 
         if max(file_bytes(f) for f in files.values()) >= stream_above_mb * 2**20:
             if strip_ids:
                 raise DataError(f"strip_ids applies to files read into memory; files from {stream_above_mb} MiB "
                                 "are read in pieces: strip the ids in the files, or raise stream_above_mb")
-            return load_streamed(files, label_party=label_party, label_column=label_column, id_column=id_column,
+            return _load_streamed(files, label_party=label_party, label_column=label_column, id_column=id_column,
                                  declared=declared, auto=auto, task=task, na_values=na_values, delimiter=delimiter,
                                  encoding=encoding, max_bytes=max_bytes, impute=impute, name=name)
 
@@ -848,3 +848,87 @@ def label_lookalikes(aligned: Mapping[str, pd.DataFrame], feats: Mapping[str, Se
                        "accuracy that will not hold on new rows): drop the column or rename it if it is another "
                        "quantity")
     return out
+
+
+def _load_streamed(files: dict, *, label_party: str, label_column: str, id_column: str, declared: dict, auto: bool,
+                  task: str | None, na_values, delimiter: str, encoding: str, max_bytes: int, impute: str | None,
+                  name: str):
+    """:func:`load_party_files` for large files (``stream_above_mb``): each file read through
+    :class:`~verticalfs.data.stream.StreamedTable` (its ids as an
+    :class:`~verticalfs.data.stream.IdLookup`, its columns one at a time), the ids every file holds
+    found by binary search, and blocks whose rows stay in the files until
+    :meth:`VerticalDataset.prepare` prepares them in pieces. The same data set, report and warnings
+    as the in-memory path."""
+    import weakref
+
+    from verticalfs.data.stream import StreamedTable, bound_allocators, streamed_block
+
+    bound_allocators()
+    tables: dict[str, StreamedTable] = {}
+    for p, f in files.items():
+        if f.is_file():
+            _check_size(p, f, max_bytes)
+        tables[p] = StreamedTable(p, f, id_column=id_column, na_values=na_values, delimiter=delimiter,
+                                  encoding=encoding)
+        weakref.finalize(tables[p], tables[p].close)
+    lt = tables[label_party]
+    if label_column not in lt.columns:
+        cols = [c for c in lt.columns if c != id_column]
+        raise DataError(f"party {label_party!r}: label column {label_column!r} is not in {str(files[label_party])!r}; "
+                        f"its columns are {cols}. Pass label_column=... or label_party=... for the file holding it")
+    feats, cats, owner = {}, {}, {}
+    for p, t in tables.items():
+        cols, cat = feature_columns(p, t.schema_frame(), files[p], id_column=id_column,
+                                    label_column=label_column if p == label_party else None,
+                                    declared=declared.get(p, []), auto=auto)
+        for c in cols:
+            if c in owner:
+                raise DataError(f"column {c!r} is in the files of both {owner[c]!r} ({str(files[owner[c]])!r}) and "
+                                f"{p!r} ({str(files[p])!r}); feature names must be unique across parties for "
+                                "reporting, rename one of them")
+            owner[c] = p
+        feats[p], cats[p] = cols, cat
+    if not any(feats.values()):
+        raise DataError("no party holds any feature column besides the id and label; add feature files")
+    # the ids every file holds: each file's sorted ids searched in the others' (no Python strings)
+    looks = {p: t.id_lookup() for p, t in tables.items()}
+    common = None
+    for look in looks.values():
+        s = look.sorted
+        if common is None:
+            common = s
+            continue
+        j = np.minimum(np.searchsorted(s, common), max(len(s) - 1, 0))
+        common = common[(s[j] == common) if len(s) else np.zeros(len(common), bool)]
+    common = _sort_ids(common)
+    if not len(common):
+        raise DataError(f"no id in column {id_column!r} is present in every file; check that the files use the "
+                        "same ids (ids are compared as text: '007' and '7' differ)")
+    report = AlignmentReport(label_party=label_party, n_aligned=len(common), auto_categorical=auto)
+    pos = {}
+    for p, look in looks.items():
+        pos[p] = look.positions(common)
+        report.files[p] = str(files[p])
+        report.rows_in_file[p] = len(look)
+        report.rows_kept[p] = len(common)
+        report.rows_lost[p] = len(look) - len(common)
+    del looks
+    y_col = lt.column(label_column).iloc[pos[label_party]].reset_index(drop=True)
+    y, task_, class_names = _labels(y_col, task, files[label_party], label_column)
+    # a column at a time: its missing values among the aligned rows, and whether it copies the label
+    for p, t in tables.items():
+        report.categorical[p] = list(cats[p])
+        report.missing[p] = {}
+        for c in feats[p]:
+            x = t.column(c).iloc[pos[p]].reset_index(drop=True)
+            k = int(x.isna().sum())
+            if k:
+                report.missing[p][str(c)] = k
+            frames = ({p: pd.DataFrame({c: x}), label_party: pd.DataFrame({label_column: y_col})}
+                      if p != label_party else {p: pd.DataFrame({c: x, label_column: y_col})})
+            report.warnings += label_lookalikes(frames, {p: [c]}, label_party, label_column, files,
+                                                classes=class_names is not None)
+    blocks = [streamed_block(p, tables[p], pos[p], feats[p], cats[p]) for p in feats if feats[p]]
+    vds = VerticalDataset(name=name, blocks=blocks, y=y, task=task_, ids=np.asarray(common), class_names=class_names,
+                          impute=impute, warnings=list(report.warnings))
+    return vds, report
