@@ -349,6 +349,8 @@ class PartyRuntime(Handlers):
         self.mods: list[Mod] = list(DEFAULT_MODS if mods is None else mods)
         self._requests = RequestCount()  # PSI and Align requests answered (the policy's max_psi_requests)
         self._psi: PsiParty | None = None  # this party's answers to PSI (either engine)
+        #: keyword arguments of its :class:`PsiParty` (where its blinding runs: verticalfs.engine)
+        self.psi_options: dict[str, Any] = {}
         self._reported = 0  # peer-traffic records already reported to the label holder
         self.session_over = False  # set by EndSession: the label holder's run is over
 
@@ -406,7 +408,7 @@ class PartyRuntime(Handlers):
         if self.ids is None:
             raise ProtocolError(f"party {self.name!r} answers PSI requests only when it was given its ids")
         if self._psi is None:
-            self._psi = PsiParty(self.ids)
+            self._psi = PsiParty(self.ids, **self.psi_options)
         return self._psi.reply(msg)
 
     @handles(*PSI_OPENS, budget=PSI_BUDGET)

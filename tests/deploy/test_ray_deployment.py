@@ -134,7 +134,8 @@ def ray_cluster():
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("ray_deployment")
-    _files(root)
+    (root / "data").mkdir()
+    _files(root / "data")
     return root
 
 
@@ -146,15 +147,19 @@ def test_a_party_on_a_ray_cluster_trains_and_predicts_as_the_in_memory_party(sit
     params = {"epochs": 2, "batch_size": 64, "hidden": (16, 8)}
     out = {}
     for label, address in (("memory", None), ("ray", ray_cluster)):
-        dep = _deployment(site, f"{label}.toml", address)
+        # a folder each: the label holder's PSI cache (state/ beside the file) is not shared, so that
+        # both runs intersect the ids over the network (the ray party's blinding on Ray tasks)
+        here = site / label
+        shutil.copytree(site / "data", here)
+        dep = _deployment(here, "deployment.toml", address)
         procs = {p: _serve(dep, p) for p in PARTIES if p != "bank"}
         try:
             for p, proc in procs.items():
                 line = _serves(proc, p)
                 if label == "ray" and p == "telecom":
                     assert "engine ray" in line and "telecom_table" in line
-            res = run_deployment(dep, "vfl", seed=0, params=params, save_model=site / f"model-{label}")
-            pred = predict_deployment(Deployment.load(dep), site / f"model-{label}")
+            res = run_deployment(dep, "vfl", seed=0, params=params, save_model=here / "model")
+            pred = predict_deployment(Deployment.load(dep), here / "model")
             out[label] = (res, pred)
         finally:
             for proc in procs.values():
@@ -175,5 +180,7 @@ def test_a_party_on_a_ray_cluster_trains_and_predicts_as_the_in_memory_party(sit
     for k in ray_pred:
         if isinstance(ray_pred[k], np.ndarray) and ray_pred[k].dtype.kind == "f":
             assert np.array_equal(ray_pred[k], mem_pred[k])
-    ids = pd.read_parquet(site / "telecom.parquet")["id"]
+    assert ray.info["deployment"]["psi_cached"] == [] == mem.info["deployment"]["psi_cached"]
+    assert ray.communication["by_kind"]["PsiChunk"] > 0  # (equal to the in-memory party's, above)
+    ids = pd.read_parquet(site / "data" / "telecom.parquet")["id"]
     assert ray.info["deployment"]["rows"]["telecom"]["rows_in_file"] == len(ids)

@@ -137,9 +137,9 @@ def test_psi_blinding_on_ray_tasks_finds_the_same_intersection(cluster, tmp_path
 
     folder, _, df = _table(tmp_path, n=2000, files=2)
     party = DeployedParty("telecom", folder, categorical=["c"], engine="ray")
-    assert isinstance(party._psi, PsiParty) and party._psi.parallel == "ray"
+    assert party.psi_options == {"workers": 2, "parallel": "ray"}  # each session's PsiParty: on Ray tasks
     holder = np.array([f"c{i}" for i in range(1000, 3000)])  # c1000..c1999 are the party's
-    idx = intersect_with(_Direct(party._psi), holder, chunk=700)
+    idx = intersect_with(_Direct(PsiParty(party.ids, **party.psi_options)), holder, chunk=700)
     assert holder[idx].tolist() == [f"c{i}" for i in range(1000, 2000)]
     threads = intersect_with(_Direct(PsiParty(df["id"].to_numpy(dtype=str))), holder, chunk=700)
     assert np.array_equal(idx, threads)

@@ -185,9 +185,7 @@ class DeployedParty(PartyRuntime):
                          checkpoint_dir=checkpoint_dir, policy=PartyPolicy() if policy is None else policy)
         on = self.table.psi_executor() if self.table is not None else None
         if on is not None:  # the PSI blinding on the engine's workers (verticalfs.engine.ray.RayExecutor)
-            from verticalfs.psi import PsiParty
-
-            self._psi = PsiParty(ids, workers=on[1], parallel=engine)
+            self.psi_options = {"workers": on[1], "parallel": engine}
         self.aligned = False
         #: its scoring of saved models (:meth:`enable_scoring`); ``None``: it scores nothing
         self.scoring: PartyScoring | None = None
