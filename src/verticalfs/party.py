@@ -124,6 +124,7 @@ class LocalData:
         self._kept_files: dict[str, str | None] = {}  # split -> the file of its kept columns (memory-mapped)
         self.kept = np.arange(len(self.feature_names))
         self._X = dict(self._X_all)
+        self._X_src: dict[str, np.ndarray] = dict(self._mapped)  # split -> the memory map behind _X[split]
 
     @classmethod
     def of(cls, data: Any) -> LocalData:
@@ -167,8 +168,22 @@ class LocalData:
                                 f"{self.n_features} features")
         self.kept = idx
         t = torch.as_tensor(idx)
-        self._X = {s: (torch.from_numpy(self._kept_map(s, idx)) if s in self._mapped
-                       else X.index_select(1, t).contiguous()) for s, X in self._X_all.items()}
+        maps = {s: self._kept_map(s, idx) for s in self._X_all if s in self._mapped}
+        self._X = {s: (torch.from_numpy(maps[s]) if s in maps else X.index_select(1, t).contiguous())
+                   for s, X in self._X_all.items()}
+        self._X_src = {s: m for s, m in maps.items() if isinstance(m, np.memmap)}  # (a new dict, as below)
+
+    def batch(self, split: str, rows: np.ndarray) -> torch.Tensor:
+        """Rows ``rows`` of the columns still in use, for ``split``: from a memory-mapped split read
+        in ascending order with the pages released after each piece (data/stream.py's ``read_rows``;
+        an epoch's random mini-batches otherwise leave the whole matrix resident between two passes
+        of the page releaser), the same values as ``X(split)[rows]``."""
+        src = self._X_src.get(split)
+        if isinstance(src, np.memmap):
+            from verticalfs.data.stream import read_rows
+
+            return torch.from_numpy(read_rows(src, rows))
+        return self.X(split).index_select(0, torch.from_numpy(np.asarray(rows, dtype=np.int64)))
 
     def _kept_map(self, split: str, idx: np.ndarray) -> np.ndarray:
         """Columns ``idx`` of a memory-mapped split, in a memory-mapped file beside it (the one
@@ -199,6 +214,7 @@ class LocalData:
             raise ProtocolError(f"party {self.name!r}: rows of shape {tuple(t.shape)} for {self.n_features} features")
         self._X_all[split] = t
         self._mapped = {s: a for s, a in self._mapped.items() if s != split}  # (a new dict, as above)
+        self._X_src = {s: a for s, a in self._X_src.items() if s != split}
         self._X[split] = t.index_select(1, torch.as_tensor(self.kept)).contiguous()
 
     def keep_positions(self, positions: Sequence[int] | np.ndarray) -> None:

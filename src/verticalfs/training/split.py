@@ -357,7 +357,7 @@ class SplitRole(Role):
                 raise ProtocolError(f"party {self.name!r}: EmbedRequest.batch = {batch} for split {split!r}; only "
                                     "'train' is sent in mini-batches, other splits take batch = -1 (the whole split)")
             check_batch(self.name, split, batch, self.plan)
-            X = X.index_select(0, torch.from_numpy(self.plan.rows(epoch, batch)))
+            X = self.data.batch(split, self.plan.rows(epoch, batch))  # (a memory-mapped split: pages released)
         return X
 
     def drop_inputs(self, keep_local: Sequence[int] | np.ndarray) -> None:
