@@ -130,7 +130,12 @@ def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out) -> None:
         if psi:
             res["stages"]["psi"] = _psi(party.ids, n, workers, chunk)
         rng = np.random.default_rng(1)
-        ids = np.char.add("c", rng.permutation(n)[: int(n * 0.9)].astype(str))
+        keep = rng.permutation(n)[: int(n * 0.9)]
+        # the Align message as the party decodes it (a text array of the ids), built a piece at a time
+        ids = np.empty(len(keep), dtype=f"<U{len(str(n)) + 1}")
+        for a in range(0, len(keep), 1 << 20):
+            ids[a:a + (1 << 20)] = np.char.add("c", keep[a:a + (1 << 20)].astype(f"<U{len(str(n))}"))
+        del keep
         split = rng.choice(3, len(ids), p=[0.7, 0.1, 0.2]).astype(np.int64)
         t = time.perf_counter()
         party._align(Align(ids=ids, split=split, scaling="minmax", impute="none"))

@@ -468,6 +468,8 @@ class RayTable:
             del mine
         split.flush()
         dest.flush()
+        release_pages(split)  # (written: the pages stay in the page cache, not in this process)
+        release_pages(dest)
         del split, dest
         join = {"ids": str(ids.path), "width": ids.width, "n": n, "split": str(split_f), "dest": str(dest_f)}
         cols, cats = list(cols), list(cats)
