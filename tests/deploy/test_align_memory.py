@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-import verticalfs.deploy.party as dp  # noqa: E402
+from verticalfs.data import stream  # noqa: E402
 from verticalfs.data.vertical import SPLITS  # noqa: E402
 from verticalfs.deploy.party import Align, DeployedParty  # noqa: E402
 from verticalfs.names import LABEL_HOLDER  # noqa: E402
@@ -75,7 +75,7 @@ def test_align_carries_a_text_array_and_allocates_no_python_string_per_id(party,
         seen["pos"] = pos
         raise _Stop
 
-    monkeypatch.setattr(dp, "prepare_streamed", record)
+    monkeypatch.setattr(stream, "prepare_streamed", record)  # (what the local table's prepare() runs)
     def until_prepare():
         with pytest.raises(_Stop):
             decode_and_find_rows()
