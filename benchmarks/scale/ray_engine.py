@@ -115,6 +115,7 @@ def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out) -> None:
     from verticalfs.data.vertical import SPLITS
     from verticalfs.deploy.party import Align, DeployedParty
     from verticalfs.engine.ray import connect, disconnect
+    from verticalfs.names import LABEL_HOLDER
 
     torch.set_num_threads(1)
     res: dict = {"rows": n, "workers": workers, "stages": {}}
@@ -136,12 +137,15 @@ def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out) -> None:
         for a in range(0, len(keep), 1 << 20):
             ids[a:a + (1 << 20)] = np.char.add("c", keep[a:a + (1 << 20)].astype(f"<U{len(str(n))}"))
         del keep
-        split = rng.choice(3, len(ids), p=[0.7, 0.1, 0.2]).astype(np.int64)
+        msg = Align(ids=ids, split=rng.choice(3, len(ids), p=[0.7, 0.1, 0.2]).astype(np.int64), scaling="minmax",
+                    impute="none")
+        del ids  # (held by the message only, as in a party that decoded it)
         t = time.perf_counter()
-        party._align(Align(ids=ids, split=split, scaling="minmax", impute="none"))
+        party.handle(LABEL_HOLDER, msg, None, None)  # (as a label holder's Align arrives)
         res["stages"]["prepare"] = time.perf_counter() - t
+        res["rss_after_prepare_mb"] = _hwm_mb()
+        del msg
         res["fit_s"], res["transform_s"] = party.table.last_pass["fit_s"], party.table.last_pass["transform_s"]
-        del ids, split
         maps = {s: party.data.X_all(s).numpy() for s in SPLITS}
         res["stages"]["epoch"] = _epoch(maps)
         res["peak_rss_mb"] = _hwm_mb()
@@ -177,7 +181,8 @@ def slope(rows: list[int], secs: list[float]) -> float:
 def fmt(r: dict) -> str:
     st = "  ".join(f"{k} {v:8.1f} s" for k, v in r["stages"].items())
     return (f"{r['rows']:>12,} rows, {r['workers']} worker{'s' if r['workers'] > 1 else ' '}: {st}   "
-            f"coordinator peak RSS {r['peak_rss_mb']:6.0f} MB (after reading {r['rss_after_read_mb']:.0f})"
+            f"coordinator peak RSS {r['peak_rss_mb']:6.0f} MB (after reading {r['rss_after_read_mb']:.0f}, "
+            f"preparing {r['rss_after_prepare_mb']:.0f})"
             f"  [fit {r['fit_s']:.1f} s, transform {r['transform_s']:.1f} s; load {r['load']:.1f}]")
 
 

@@ -299,8 +299,12 @@ class DeployedParty(PartyRuntime):
             raise ProtocolError(f"party {self.name!r}: unknown scaling {msg.scaling!r} or imputation {msg.impute!r}")
         if self._lookup is not None:  # sorted, not a set of Python strings
             pos = self._lookup.positions(ids)
-            if len(ids) > 1 and len(np.unique(pos)) != len(pos) and (pos >= 0).all():
-                raise ProtocolError(f"party {self.name!r}: Align lists an id twice")
+            if len(pos) > 1 and (pos >= 0).all():  # an id listed twice: a row marked twice (1 byte a row)
+                seen = np.zeros(self.n_rows, dtype=bool)
+                seen[pos] = True
+                if int(np.count_nonzero(seen)) != len(pos):
+                    raise ProtocolError(f"party {self.name!r}: Align lists an id twice")
+                del seen
         else:
             if len(set(ids)) != len(ids):
                 raise ProtocolError(f"party {self.name!r}: Align lists an id twice")
@@ -328,4 +332,4 @@ class DeployedParty(PartyRuntime):
             self.preprocessor = prepared.preprocessor
         self.role, self.method = None, None
         self.aligned = True
-        return Aligned(rows_in_file=self.n_rows, rows_kept=len(ids), n_features=len(self.data.feature_names))
+        return Aligned(rows_in_file=self.n_rows, rows_kept=len(pos), n_features=len(self.data.feature_names))
