@@ -96,3 +96,12 @@ def test_extreme_values_warn_as_the_in_memory_fit_warns():
     got, _ = _from_blocks(df, [], scaling="minmax", impute="none", blocks=3)
     ref = _reference(df, [], scaling="minmax", impute="none")
     assert got.warnings == ref.warnings and "extreme values" in got.warnings[0]
+
+
+def test_the_library_imports_no_ray_until_the_ray_engine_is_used():
+    import subprocess
+    import sys
+
+    code = ("import sys, verticalfs, verticalfs.engine, verticalfs.deploy.party, verticalfs.psi, "
+            "verticalfs.engine.stats; assert 'ray' not in sys.modules, 'ray imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
