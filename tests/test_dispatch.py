@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from verticalfs.configuration import PartyPolicy
-from verticalfs.deploy.party import Align, DeployedParty, PolicyQuery, StatusQuery
+from verticalfs.deploy.party import Align, DeployedParty, PolicyQuery, StatusQuery, TrustQuery
 from verticalfs.deploy.scoring import OpenModel, PartyScoring, ScoringPsi, ScoringPsiChunk, ScoringPsiOpen, StageIds
 from verticalfs.dispatch import DEFAULT_MODS, POLICY_RULES, Budget, Handlers, Route
 from verticalfs.exceptions import PolicyError, ProtocolError
@@ -37,7 +37,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "verticalfs"
 #: what the party itself answers, besides the roles (issue 49: the runtime's, the deployment's, scoring's)
 RUNTIME_KINDS = {HelloRequest, Join, SupportRequest, KeepFeatures, Persist, EndSession, TrafficRequest, SaveModel,
                  LoadModel, PsiRequest, PsiOpen, PsiChunk}
-DEPLOYED_KINDS = RUNTIME_KINDS | {Align, PolicyQuery, IdsDigestRequest, StatusQuery}
+DEPLOYED_KINDS = RUNTIME_KINDS | {Align, PolicyQuery, IdsDigestRequest, StatusQuery, TrustQuery}
 SCORING_KINDS = {OpenModel, ScoringPsi, ScoringPsiOpen, ScoringPsiChunk, StageIds}
 
 

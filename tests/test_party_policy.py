@@ -30,8 +30,9 @@ def _runtime(**policy) -> PartyRuntime:
 
 
 def _spec(**kw) -> FedSDGSpec:
-    return FedSDGSpec(hidden=(4,), embedding_dim=2, activation="relu", optimizer="sgd", lr=0.1, weight_decay=0.0,
-                      seed=0, batch_size=8, shuffle_seed=0, **kw)
+    # within the default policy's floors (issue 50): an embedding of at most half the 3 inputs, batches of 16
+    return FedSDGSpec(hidden=(4,), embedding_dim=1, activation="relu", optimizer="sgd", lr=0.1, weight_decay=0.0,
+                      seed=0, batch_size=16, shuffle_seed=0, **kw)
 
 
 def _refused(rt: PartyRuntime, msg, *parts: str) -> str:

@@ -95,7 +95,19 @@ class PartyPolicy(_Model):
     max_psi_requests: int = Field(16, ge=1, description="Private set intersection requests (and `Align` "
                                   "requests) the party answers while it serves; each run makes one of each. "
                                   "Restart the party to reset.")
-    max_psi_ids: int = Field(10_000_000, ge=1, description="The most ids in one PSI request or `Align`.")
+    max_psi_ids: int | Literal["auto"] = Field(
+        "auto", description="The most ids in one PSI request or `Align`; `\"auto\"`: 10 times the party's own rows "
+        "(of the file the PSI is over). A label holder with more ids than that (30 times your rows is a guessed "
+        "id range) is refused: raise it for a label holder much larger than you.",
+        json_schema_extra={"expects": 'an integer >= 1 or "auto"'})
+    psi_ids_per_session: int | Literal["auto"] = Field(
+        "auto", description="The most ids the label holder may claim in one session (its PSI requests, and the "
+        "ids of an `Align` or `StageIds` refused because the party does not hold them all); `\"auto\"`: 10 times "
+        "the party's rows.", json_schema_extra={"expects": 'an integer >= 1 or "auto"'})
+    psi_ids_per_day: int | Literal["auto"] = Field(
+        "auto", description="The same, over every session of a day (UTC; kept in the party's working folder, so "
+        "a restart does not reset it); `\"auto\"`: 20 times the party's rows. A label holder learns the membership "
+        "of at most this many ids of its choice a day.", json_schema_extra={"expects": 'an integer >= 1 or "auto"'})
     max_message_mb: float = Field(256.0, gt=0, le=2047, description="The largest message the party accepts, in "
                                   "MiB (its gRPC receive limit): a larger one is refused before it is buffered.")
     max_sessions: int = Field(4, ge=1, description="Label-holder runs (sessions: a training run, a `predict`, a "
@@ -104,12 +116,72 @@ class PartyPolicy(_Model):
     session_idle_s: float = Field(900.0, gt=0, description="Seconds after which a session without any message "
                                   "is forgotten (a label holder that died without ending its run), freeing its "
                                   "place.")
+    # ---- issue 50: what the party checks in what it computes (docs/security.md, threat model)
+    allow_findings: list[str] = Field(
+        [], description="Methods with an open finding of the security review (a raw column or a row's bin a "
+        "label holder can obtain: `python -m verticalfs.trust` lists them, docs/security.md explains each) are "
+        "refused at `Join`, naming the finding; list a finding's id here to join such a method anyway.",
+        json_schema_extra={"expects": "a list of finding ids"})
+    own_randomness: bool = Field(True, description="The party draws its own randomness (its bottom model's "
+                                 "initialisation, its synthesis networks, its gate noise) from the operating "
+                                 "system's entropy instead of the seeds in the label holder's spec, and reseeds "
+                                 "after restoring a checkpoint; false reproduces an in-process run exactly (the "
+                                 "label holder then knows the party's initial weights).")
+    min_hidden_layers: int = Field(1, ge=0, description="The fewest non-linear hidden layers a bottom model the "
+                                   "label holder proposes must have (0 allows a linear bottom model, whose "
+                                   "embeddings give the raw columns to a label holder that knows its weights).")
+    max_embedding_fraction: float | None = Field(
+        0.5, gt=0, description="The widest embedding a bottom model may send, as a fraction of the party's input "
+        "width (its features in use; rounded down): an embedding as wide as the input can be inverted. Null: no "
+        "limit.", json_schema_extra={"expects": "a number > 0, or leave it out for no limit"})
+    min_lr: float = Field(1e-6, ge=0, description="The smallest learning rate the party trains with.")
+    max_lr: float | None = Field(1.0, gt=0, description="The largest learning rate the party trains with (a "
+                                 "huge step lets the label holder's gradients overwrite the party's weights).")
+    min_batch_size: int = Field(16, ge=1, description="The smallest mini-batch the party trains on (a batch of "
+                                "one row makes each update a function of one row).")
+    max_batch_size: int | None = Field(None, ge=1, description="The largest mini-batch the party trains on "
+                                       "(null: no limit).")
+    verify_labels: bool = Field(True, description="Sum the label holder's encrypted labels (`fate-iv`, "
+                                "FedSDG-FS's Algorithm 1, `ms-gini`, `sffs`) only with a zero-knowledge proof that "
+                                "each ciphertext encrypts a label (0/1, a one-hot class) and of the class totals "
+                                "(`LabelProof`); without it a label holder encrypting row markers reads every "
+                                "row's bin.")
+    min_label_rows: int = Field(10, ge=1, description="The fewest rows each class of the label holder's proven "
+                                "labels must have (a class of one row singles that row out).")
+    max_bins: int = Field(32, ge=2, description="The most bins per feature a label holder may ask for "
+                          "(`n_bins` of `fate-iv`, Algorithm 1, `ms-gini`).")
+    min_bin_rows: int = Field(10, ge=1, description="The fewest training rows in each of the party's bins: "
+                              "smaller bins are merged with a neighbour before any label sum.")
+    max_classes: int = Field(1024, ge=2, description="The most classes a label holder's encrypted labels may "
+                             "have.")
+    max_epsilon: float | None = Field(
+        None, gt=0, description="Train only under differential privacy the party accounts for itself: with a "
+        "value, a method without DP-SGD at the party is refused, and the party runs Opacus's RDP accountant over "
+        "its own noisy steps, refusing a spec whose noise cannot give one epoch within `max_epsilon` (at "
+        "`dp_delta`) and any step beyond it. Null: no requirement.",
+        json_schema_extra={"expects": "a number > 0, or leave it out"})
+    paillier_randomness: Literal["full", "short"] | None = Field(
+        "full", description="The randomness of the Paillier keys the party makes and of its encryptions "
+        "(`full`: `r**n`; `short`: Damgård-Jurik-Nielsen short exponents, an extra assumption); null: the label "
+        "holder's choice.", json_schema_extra={"expects": '"full", "short", or leave it out'})
+    paillier_backend: str | None = Field(
+        "auto", description="The Paillier back end of the party's own keys (`auto`, `python`, `pypaillier`, "
+        "`heu`, `phe`); null: the label holder's choice.")
+    own_models_only: bool = Field(True, description="Open only model parts the party saved itself: each part "
+                                  "carries an HMAC under a secret in the party's working folder, checked at "
+                                  "`OpenModel` / `LoadModel`, whatever checksum the label holder sends.")
 
     @classmethod
     def permissive(cls) -> PartyPolicy:
-        """Every request allowed (the in-process path: one process holds every party)."""
+        """Every request allowed (the in-process path: one process holds every party), the label
+        holder's seeds and shapes taken as given: an in-process run is reproducible from its seed."""
         return cls(release_columns=True, min_key_bits=0, require_secure=False, accept_labels=True,
-                   max_psi_requests=2**62, max_psi_ids=2**62, max_message_mb=2047)
+                   max_psi_requests=2**62, max_psi_ids=2**62, psi_ids_per_session=2**62, psi_ids_per_day=2**62,
+                   max_message_mb=2047, allow_findings=["all"],
+                   own_randomness=False, min_hidden_layers=0, max_embedding_fraction=None, min_lr=0.0,
+                   max_lr=None, min_batch_size=1, verify_labels=False, min_label_rows=1, max_bins=2**20,
+                   min_bin_rows=1, max_classes=2**20, paillier_randomness=None, paillier_backend=None,
+                   own_models_only=False)
 
     @property
     def max_message_bytes(self) -> int:

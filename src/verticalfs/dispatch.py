@@ -19,9 +19,13 @@ client mods) is ``mod(call, call_next) -> reply``: it checks what it checks and 
 2. :func:`check_public_key`: a Paillier public key carried by the message is at least the
    policy's ``min_key_bits``;
 3. :func:`check_budget`: a request that draws on a budget (PSI, ``Align``) is within the
-   policy's ``max_psi_ids`` and ``max_psi_requests``;
-4. :func:`check_policy`: the policy allows every rule the route declares (and what its guard
-   asks, e.g. ``Join``'s method and the keys it would make).
+   policy's ``max_psi_ids`` and ``max_psi_requests``, and its ids within the session's and the
+   day's (``psi_ids_per_session``, ``psi_ids_per_day``);
+4. :func:`check_bounds`: the work a message asks (its ``n_bins``, its ``n_classes``) within the
+   policy's ``max_bins`` and ``max_classes``;
+5. :func:`check_policy`: the policy allows every rule the route declares (and what its guard
+   asks, e.g. ``Join``'s method, the keys it would make, a bottom model's floors and the method's
+   open findings: :mod:`verticalfs.trust`).
 
 Adding a layer is one line: append it to :data:`DEFAULT_MODS` (every party), or give a party
 ``mods=[*DEFAULT_MODS, my_layer]``. A refusal is a :class:`~verticalfs.exceptions.PolicyError`
@@ -88,10 +92,15 @@ class Context:
 @dataclass(frozen=True)
 class Budget:
     """A request budget a handler draws on: ``what`` names the requests in a refusal (``"PSI
-    requests"``, ``"alignments"``), ``ids(msg)`` is how many ids one request asks about."""
+    requests"``, ``"alignments"``), ``ids(msg)`` is how many ids one request asks about.
+    ``rows(target)``: the rows of the file the request is over (the unit of the policy's ``"auto"``
+    limits; default the party's own); ``charge``: the ids count against the session's and the day's
+    budget (a PSI's claimed ids; an ``Align``, within the intersection, only when it is refused)."""
 
     what: str
     ids: Callable[[Any], int]
+    rows: Callable[[Any], int] | None = None
+    charge: bool = True
 
 
 @dataclass(frozen=True)
@@ -204,7 +213,7 @@ class Party(Protocol):
     policy: PartyPolicy
     method: str | None
 
-    def count_request(self, what: str, n_ids: int) -> None: ...
+    def count_request(self, what: str, n_ids: int, *, rows: int | None = None, charge: bool = True) -> None: ...
 
 
 @dataclass
@@ -278,7 +287,24 @@ def check_budget(call: Call, call_next: Callable[[Call], Any]) -> Any:
     """A request that draws on a budget (PSI, ``Align``) is counted, within the policy's limits."""
     b = call.route.budget
     if b is not None:
-        call.party.count_request(b.what, int(b.ids(call.msg)))
+        call.party.count_request(b.what, int(b.ids(call.msg)), rows=None if b.rows is None else int(b.rows(call.target)),
+                                 charge=b.charge)
+    return call_next(call)
+
+
+def check_bounds(call: Call, call_next: Callable[[Call], Any]) -> Any:
+    """The work a message asks of the party within its policy (issue 50): a ``n_bins`` field at most
+    ``max_bins``, a ``n_classes`` field at most ``max_classes``, whatever the kind."""
+    from verticalfs.trust import bin_bounds, class_bounds
+
+    policy = getattr(call.party, "policy", None)
+    what = f"{kind_name(call.msg)} of {call.what}"
+    n_bins = getattr(call.msg, "n_bins", None)
+    if isinstance(n_bins, int) and not isinstance(n_bins, bool):
+        bin_bounds(policy, call.party.name, n_bins, what)
+    n_classes = getattr(call.msg, "n_classes", None)
+    if isinstance(n_classes, int) and not isinstance(n_classes, bool):
+        class_bounds(policy, call.party.name, n_classes, what)
     return call_next(call)
 
 
@@ -292,7 +318,7 @@ def check_policy(call: Call, call_next: Callable[[Call], Any]) -> Any:
 
 
 #: the layers every party runs before a handler, in order (see the module docstring)
-DEFAULT_MODS: tuple[Mod, ...] = (check_sender, check_public_key, check_budget, check_policy)
+DEFAULT_MODS: tuple[Mod, ...] = (check_sender, check_public_key, check_budget, check_bounds, check_policy)
 
 
 # ------------------------------------------------------------------------------------------ policy

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from verticalfs.codecs import get_codec
+from verticalfs import trust
 from verticalfs.configuration import PartyPolicy
 from verticalfs.dispatch import (
     DEFAULT_MODS,
@@ -241,6 +242,9 @@ class Role(Handlers):
     #: attributes a checkpoint leaves out (:class:`~verticalfs.transport.messages.Persist`): caches
     #: the role rebuilds from its state (e.g. a batch plan); ``data`` and ``spec`` are never saved
     transient: ClassVar[tuple[str, ...]] = ()
+    #: spec fields that seed randomness only this party uses (its model's initialisation, its own
+    #: networks): replaced by OS entropy under the policy's ``own_randomness`` (:func:`verticalfs.trust.own_seeds`)
+    party_seeds: ClassVar[tuple[str, ...]] = ()
 
     # ------------------------------------------------------------------ policy
     @classmethod
@@ -284,16 +288,6 @@ class Role(Handlers):
         return self.data.name
 
 
-class RequestCount:
-    """The PSI and alignment requests a party answered since it started (one count, shared by its
-    sessions: :meth:`PartyRuntime.fork`)."""
-
-    __slots__ = ("n",)
-
-    def __init__(self) -> None:
-        self.n = 0
-
-
 #: the budget of PSI requests (one per intersection, whichever the engine): the ids asked about
 PSI_BUDGET = Budget("PSI requests", lambda msg: int(msg.n))
 
@@ -313,6 +307,9 @@ def _join_guard(call: Call) -> None:
     bits = cls.key_bits(msg.spec)
     if bits is not None:
         check_key_bits(party, int(bits), f"make {int(bits)}-bit Paillier keys (method {method!r})")
+    # what the party checks in the spec itself (issue 50): open findings, DP, a bottom model's floors
+    trust.check_finding(party.policy, party.name, method, msg.spec)
+    trust.check_split_spec(party.policy, party.name, method, msg.spec, len(party.data.kept))
 
 
 class PartyRuntime(Handlers):
@@ -363,7 +360,10 @@ class PartyRuntime(Handlers):
         self.checkpoint_dir = checkpoint_dir
         self.policy = PartyPolicy.permissive() if policy is None else policy
         self.mods: list[Mod] = list(DEFAULT_MODS if mods is None else mods)
-        self._requests = RequestCount()  # PSI and Align requests answered (the policy's max_psi_requests)
+        #: the ids the label holder claimed (PSI requests, per day, the last scoring PSI): shared by
+        #: every session of the party (:meth:`fork`; issue 50); per session: ``psi_session_ids``
+        self.psi_state = trust.PsiState()
+        self.psi_session_ids = 0
         self._psi: PsiParty | None = None  # this party's answers to PSI (either engine)
         #: keyword arguments of its :class:`PsiParty` (where its blinding runs: verticalfs.engine)
         self.psi_options: dict[str, Any] = {}
@@ -373,11 +373,11 @@ class PartyRuntime(Handlers):
     @property
     def psi_requests(self) -> int:
         """PSI and ``Align`` requests answered since the party started (bounded by ``max_psi_requests``)."""
-        return self._requests.n
+        return self.psi_state.requests
 
     @psi_requests.setter
     def psi_requests(self, n: int) -> None:
-        self._requests.n = int(n)
+        self.psi_state.requests = int(n)
 
     def connect(self, channel: Channel, ledger: Ledger) -> Node:
         """Attach a messaging node on ``channel`` (the node is the channel's endpoint for this party)."""
@@ -387,12 +387,14 @@ class PartyRuntime(Handlers):
     def fork(self) -> PartyRuntime:
         """A session's own copy of this party (:mod:`verticalfs.transport.grpc.party`): its own view
         of the rows (kept features, splits), no role and no node yet; the file read at start, the
-        policy, the layers and the request count are shared."""
+        policy, the layers and the PSI state (request count, ids per day, last scoring PSI) are
+        shared; the ids claimed in the session are its own."""
         rt = copy.copy(self)
         rt.data = self.data.fork()
         rt.role, rt.method, rt.node = None, None, None
         rt._reported = 0
         rt.session_over = False
+        rt.psi_session_ids = 0
         return rt
 
     # ------------------------------------------------------------------ dispatch
@@ -482,22 +484,55 @@ class PartyRuntime(Handlers):
             raise ProtocolError(f"party {self.name!r} does not take part in method {method!r}; it allows "
                                 f"{sorted(self._allowed or ())}")
         cls = self.role_class(method)
-        self.role = cls(self.data, msg.spec, ctx)
+        # the party's own Paillier choices and its own randomness (issue 50; in-process: the spec's)
+        spec = trust.own_seeds(self.policy, cls, trust.paillier_choice(self.policy, msg.spec))
+        self.role = cls(self.data, spec, ctx)
         self.method = method
         return self.role.joined()
 
     # ------------------------------------------------------------------ policy
-    def count_request(self, what: str, n_ids: int) -> None:
-        """One more PSI (or alignment) request of ``n_ids`` ids: within the policy's limits, or refused."""
+    def psi_rows(self) -> int:
+        """The party's own rows (of its training file): the unit of the ``"auto"`` PSI limits."""
+        return len(self.ids) if self.ids is not None else self.data.n_samples("train")
+
+    def count_request(self, what: str, n_ids: int, *, rows: int | None = None, charge: bool = True) -> None:
+        """One more PSI (or alignment) request of ``n_ids`` ids: within the policy's limits, or
+        refused. ``rows``: the rows of the file the request is over (default :meth:`psi_rows`);
+        ``charge``: the ids count against the session's and the day's budget (a PSI's claimed ids;
+        an ``Align`` charges its ids only when refused, :meth:`charge_ids`)."""
         pol = self.policy
-        if n_ids > pol.max_psi_ids:
-            raise refusal(self.name, "max_psi_ids", pol.max_psi_ids, f"answer a request with {n_ids} ids",
-                          "raise it to allow larger requests")
-        if self._requests.n >= pol.max_psi_requests:
+        rows = self.psi_rows() if rows is None else int(rows)
+        most = trust.psi_limit(pol, "max_psi_ids", rows)
+        if n_ids > most:
+            raise refusal(self.name, "max_psi_ids", trust._limit_text(pol, "max_psi_ids", rows),
+                          f"answer a request with {n_ids} ids", "raise it to allow larger requests")
+        if self.psi_requests >= pol.max_psi_requests:
             raise refusal(self.name, "max_psi_requests", pol.max_psi_requests,
-                          f"answer more {what} (it has answered {self._requests.n} since it started)",
+                          f"answer more {what} (it has answered {self.psi_requests} since it started)",
                           "restart the party or raise it")
-        self._requests.n += 1
+        if charge:
+            self._within_budget(n_ids, rows)
+            self.charge_ids(n_ids)
+        self.psi_state.requests += 1
+
+    def _within_budget(self, n_ids: int, rows: int) -> None:
+        pol = self.policy
+        session = trust.psi_limit(pol, "psi_ids_per_session", rows)
+        if self.psi_session_ids + n_ids > session:
+            raise refusal(self.name, "psi_ids_per_session", trust._limit_text(pol, "psi_ids_per_session", rows),
+                          f"answer {n_ids} more ids in this session (the label holder has claimed "
+                          f"{self.psi_session_ids})", "start another session, or raise it")
+        day = trust.psi_limit(pol, "psi_ids_per_day", rows)
+        used = self.psi_state.day_ids()
+        if used + n_ids > day:
+            raise refusal(self.name, "psi_ids_per_day", trust._limit_text(pol, "psi_ids_per_day", rows),
+                          f"answer {n_ids} more ids today (label holders have claimed {used})",
+                          "wait for tomorrow (UTC), or raise it")
+
+    def charge_ids(self, n_ids: int) -> None:
+        """``n_ids`` ids claimed by the label holder, counted against the session's and the day's budget."""
+        self.psi_session_ids += int(n_ids)
+        self.psi_state.charge_day(int(n_ids))
 
     def allows_method(self, method: str) -> bool:
         """Whether the party was built to take part in ``method`` (``allowed_methods``)."""

@@ -62,9 +62,8 @@ def default_policy(**over) -> PartyPolicy:
 def party(tmp: Path, policy: PartyPolicy | None = None, *, name: str = "telecom", frame: pd.DataFrame | None = None,
           scoring: pd.DataFrame | None = None) -> DeployedParty:
     """A deployed party on its own CSV, scoring enabled (its scoring file: ``scoring`` or its file)."""
-    from verticalfs.deploy.scoring import enable_scoring
-
     frame = table() if frame is None else frame
+    tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / f"{name}.csv"
     frame.to_csv(path, index=False)
     score_path = path
@@ -75,7 +74,7 @@ def party(tmp: Path, policy: PartyPolicy | None = None, *, name: str = "telecom"
     if policy.model_dir is None:  # as a deployment sets it: models/<party> beside the deployment file
         policy = policy.model_copy(update={"model_dir": tmp / "models" / name})
     rt = DeployedParty(name, path, id_column="id", categorical=CATEGORICAL, policy=policy, state_dir=tmp / "state")
-    enable_scoring(rt, model_dir=policy.model_dir, scoring_path=score_path, read_options=rt.read_options)
+    rt.enable_scoring(score_path)
     return rt
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.attacks.harness import PREDICT, SELECTION, Holder, default_policy, party, r2, table
+from tests.attacks.harness import PREDICT, SELECTION, Holder, party, r2, table
 from verticalfs.configuration import PartyPolicy
 from verticalfs.exceptions import PolicyError, ProtocolError
 from verticalfs.nn.models import MLP, init_weights, seeded
@@ -29,8 +29,6 @@ from verticalfs.training.split import SplitSpec
 from verticalfs.transport.messages import Embeddings, EmbedRequest, Join, ModelSaved, Ready, SaveModel
 
 SEED = 1234  # the attacker's
-#: the fixes of issue 50 land in the following commits; until then the default policy's tests fail
-PENDING = pytest.mark.xfail(strict=True, reason="issue 50: the party's floors and own randomness land next")
 
 
 def spec(hidden=(), embedding_dim=8, activation="relu", lr=0.01, batch_size=32, seed=SEED) -> SplitSpec:
@@ -92,7 +90,6 @@ def test_old_path_linear_model_with_a_chosen_seed_gives_every_column(tmp_path):
     ({"hidden": (16,), "embedding_dim": 4, "lr": 50.0}, "max_lr"),
     ({"hidden": (16,), "embedding_dim": 4, "batch_size": 1}, "min_batch_size"),
 ])
-@PENDING
 def test_default_policy_refuses_a_model_below_the_floors(tmp_path, bad, rule):
     rt = party(tmp_path)
     h = Holder(rt)
@@ -104,7 +101,6 @@ def test_default_policy_refuses_a_model_below_the_floors(tmp_path, bad, rule):
     assert rt.role is None
 
 
-@PENDING
 def test_default_policy_allowed_model_with_a_chosen_seed_gives_nothing(tmp_path):
     """The most the floors allow (one hidden layer, half the input width) with the attacker's
     seed: the party draws its own initialisation, so the model the attacker inverts is not the
@@ -172,7 +168,7 @@ def At_report():
 
 def _truth(rt, ids) -> np.ndarray:
     """The party's prepared rows of ``ids``, as its saved preprocessing makes them (the test's view)."""
-    sc = next(iter(rt.scoring_models.values()))
+    sc = next(iter(rt.scoring.models.values()))
     pos = sc.file.positions(np.asarray(ids, dtype=str))
     return np.asarray(sc.X)[pos]
 
@@ -197,7 +193,6 @@ def test_old_path_saved_linear_model_gives_rows_outside_the_intersection(tmp_pat
     assert np.array_equal(got, want)
 
 
-@PENDING
 def test_default_policy_stages_no_id_without_a_scoring_psi(tmp_path):
     from verticalfs.deploy.scoring import ModelOpened, OpenModel, StageIds
 
@@ -213,7 +208,6 @@ def test_default_policy_stages_no_id_without_a_scoring_psi(tmp_path):
         h.ask(StageIds(model="m1", ids=list(others), split="s1"), PREDICT)
 
 
-@PENDING
 def test_default_policy_saved_model_gives_nothing_of_rows_outside_the_intersection(tmp_path):
     rt = party(tmp_path)
     h = Holder(rt)

@@ -92,7 +92,10 @@ def _site(root: Path, policy: list[str]) -> Path:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     # feast as in-process: its evaluation classifier on gathered columns
-    return _site(tmp_path_factory.mktemp("deployment"), ["release_columns = true"])
+    # feast as in-process: its evaluation classifier on gathered columns; the label holder's seeds and a
+    # bottom model as wide as in-process (issue 50's floors and own randomness keep them otherwise)
+    return _site(tmp_path_factory.mktemp("deployment"), ["release_columns = true", "own_randomness = false",
+                                                          "max_embedding_fraction = 1.0"])
 
 
 def _start(site: Path, name: str) -> subprocess.Popen:
@@ -212,7 +215,10 @@ def open_site(tmp_path_factory):
     """A site whose parties allow every method's small test settings (512-bit keys, plaintext modes,
     a run per registered method), with its two party processes."""
     root = _site(tmp_path_factory.mktemp("open"), ["release_columns = true", "min_key_bits = 0",
-                                                    "require_secure = false", "max_psi_requests = 1000"])
+                                                    "require_secure = false", "max_psi_requests = 1000",
+                                                    # and every method's test shapes (issue 50's floors)
+                                                    'allow_findings = ["all"]', "min_hidden_layers = 0",
+                                                    "max_embedding_fraction = 1.0", "min_batch_size = 1"])
     started = {p: _start(root, p) for p in PARTIES if p != "bank"}
     procs = {p: _listening(proc, p) for p, proc in started.items()}
     yield root

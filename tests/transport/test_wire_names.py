@@ -160,6 +160,9 @@ GOLDEN: list[tuple[str, int]] = [
     ("secureboost.SplitRequest", 18491),
     ("secureboost.TreeEnd", 15945),
     ("secureboost.TreeStart", 100),
+    ("core.LabelProof", 26516),
+    ("core.TrustQuery", 57279),
+    ("core.TrustReport", 58833),
 ]
 
 WHY = ("the list of wire names in tests/transport/test_wire_names.py is golden: a peer running the previous "

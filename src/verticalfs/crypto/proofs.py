@@ -346,7 +346,7 @@ def verify(pub: PublicKey, ciphertexts: Sequence[int], allowed: Any, proof: byte
         return
     k = len(rows[0])
     a, e, z = _parse(pub, proof, len(cts), k)
-    n, n2 = mpz(pub.n), mpz(pub.nsquare)
+    n2 = mpz(pub.nsquare)
     for c in cts:
         if not 0 < c < n2:
             raise CryptoError("a ciphertext lies outside [1, n**2)")

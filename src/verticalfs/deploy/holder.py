@@ -162,13 +162,17 @@ def party_policy(dep: Deployment, name: str, override=None):
     policy file ``override`` (``party serve --policy``) in place. The label party's own feature
     block, served by the label holder's process, releases its columns and sees its labels: both
     are already at the label holder."""
-    from verticalfs.configuration import read_policy
+    from verticalfs.configuration import PartyPolicy, read_policy
 
     pol = dep.party(name).policy
     if override is not None:
         pol = read_policy(override, pol)
-    if name == dep.label_party:
-        pol = pol.model_copy(update={"release_columns": True, "accept_labels": True})
+    if name == dep.label_party:  # its columns and labels are the label holder's own: nothing to guard from it
+        loose = PartyPolicy.permissive()
+        pol = pol.model_copy(update={"release_columns": True, "accept_labels": True, **{
+            k: getattr(loose, k) for k in ("own_randomness", "min_hidden_layers", "max_embedding_fraction", "min_lr",
+                                           "max_lr", "min_batch_size", "max_batch_size", "verify_labels",
+                                           "min_label_rows", "min_bin_rows", "allow_findings")}})
     return pol
 
 
@@ -209,6 +213,8 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
                                    "accept_labels": bool(pol.accept_labels),
                                    "require_secure": bool(pol.require_secure), "min_key_bits": int(pol.min_key_bits),
                                    "methods": [str(m) for m in pol.methods]}
+                out.policies[p].update(trust_rules(fed.proxy(p)))
+        fed.party_rules = {p: dict(pol) for p, pol in out.policies.items()}  # what each party checks (issue 50)
         if on_policies is not None:
             on_policies(dict(out.policies))
         # the ids as a numpy text array end to end (PSI, the lookup of the labels, Align): a few bytes
@@ -258,6 +264,19 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
     except BaseException:
         out.close()
         raise
+
+
+def trust_rules(proxy) -> dict:
+    """The rules of issue 50 a party checks (:class:`~verticalfs.deploy.party.TrustReport`); a party
+    of protocol 1.3 or older runs none of them (``{}``)."""
+    from verticalfs.deploy.party import TrustQuery, TrustReport
+    from verticalfs.exceptions import ProtocolError
+
+    try:
+        rep = proxy.request(TrustQuery(), SETUP, expect=TrustReport)
+    except ProtocolError:
+        return {}
+    return {str(k): v for k, v in dict(rep.rules).items()}
 
 
 def _label_frame(dep: Deployment, lp: str, path: Path) -> tuple[np.ndarray | IdLookup, pd.Series, list[str]]:

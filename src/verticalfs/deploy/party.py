@@ -37,6 +37,7 @@ from verticalfs.methods import registry
 from verticalfs.party import LocalData, PartyRuntime
 from verticalfs.psi import IdsDigest, IdsDigestRequest
 from verticalfs.transport.messages import message
+from verticalfs.trust import PsiState
 
 
 @message("core.Align")
@@ -95,6 +96,26 @@ class StatusReport:
     sessions: list
     max_sessions: int
     models: list
+@message("core.TrustQuery")
+class TrustQuery:
+    """Label holder -> party, phase ``setup`` (protocol 1.5): which of issue 50's checks do you run
+    (so that the label holder proposes specs within the party's floors and sends the proofs it
+    verifies)?"""
+
+
+@message("core.TrustReport")
+class TrustReport:
+    """Party -> label holder: the keys of its policy that shape what the label holder must send
+    (``verify_labels``, the bottom model's floors, ``max_bins`` ...), by name. The party still
+    checks every request itself."""
+
+    rules: dict
+
+
+#: the policy keys a party reports in its TrustReport
+TRUST_KEYS = ("verify_labels", "min_label_rows", "min_hidden_layers", "max_embedding_fraction", "min_lr", "max_lr",
+              "min_batch_size", "max_batch_size", "max_bins", "min_bin_rows", "max_classes", "own_randomness",
+              "max_epsilon", "allow_findings", "own_models_only")
 
 
 class DeployedParty(PartyRuntime):
@@ -189,6 +210,7 @@ class DeployedParty(PartyRuntime):
         self.aligned = False
         #: its scoring of saved models (:meth:`enable_scoring`); ``None``: it scores nothing
         self.scoring: PartyScoring | None = None
+        self.psi_state = PsiState(state_dir)  # its PSI budget per day and last scoring PSI survive a restart
         #: the party's working folder (its PSI digest secret, ``psi.key``)
         self.state_dir = None if state_dir is None else Path(state_dir)
         self._secret: bytes | None = None
@@ -263,7 +285,13 @@ class DeployedParty(PartyRuntime):
                             require_secure=pol.require_secure, min_key_bits=int(pol.min_key_bits),
                             methods=["all"] if pol.methods == "all" else list(pol.methods))
 
-    @handles(Align, budget=Budget("alignments", lambda m: len(m.ids)))
+    @handles(TrustQuery)
+    def on_trust_query(self, msg: TrustQuery, ctx: Context) -> TrustReport:
+        return TrustReport(rules={k: getattr(self.policy, k) for k in TRUST_KEYS})
+
+    # the ids of an Align are within the label holder's intersection: they count against the budget
+    # only when refused (some not held: one bit about them, issue 50)
+    @handles(Align, budget=Budget("alignments", lambda m: len(m.ids), charge=False))
     def on_align(self, msg: Align, ctx: Context) -> Aligned:
         return self._align(msg)
 
@@ -282,6 +310,9 @@ class DeployedParty(PartyRuntime):
                 models = [str(m) for m in self.scoring.models]
         return StatusReport(version=__version__, rows_in_file=int(self.n_rows), sessions=sessions,
                             max_sessions=int(most), models=models)
+
+    def psi_rows(self) -> int:
+        return int(self.n_rows)
 
     def _align(self, msg: Align) -> Aligned:
         # (counted by the alignments budget before it runs, verticalfs.dispatch)
@@ -310,6 +341,7 @@ class DeployedParty(PartyRuntime):
                 raise ProtocolError(f"party {self.name!r}: Align lists an id twice")
             pos = self.frame.index.get_indexer(ids)
         if (pos < 0).any():  # how many (or which) would make Align a membership oracle
+            self.charge_ids(len(ids))
             raise ProtocolError(f"party {self.name!r}: some of the ids to align are not in its file; the label "
                                 "holder's intersection is wrong")
         if self.table is not None:  # in pieces: memory-mapped float32 matrices in its working folder

@@ -248,8 +248,10 @@ class DeployedModel:
                          delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=dep.max_bytes)[lp]
         return f[dep.id_column].to_numpy(dtype=str)
 
-    def intersect(self) -> np.ndarray:
-        """The ids every party of the model holds (PSI over the scoring files), in the natural order."""
+    def intersect(self, fresh: bool = False) -> np.ndarray:
+        """The ids every party of the model holds (PSI over the scoring files), in the natural order
+        (``fresh``: PSI again even where the cache holds a result, e.g. for a party that stages only
+        ids of a scoring PSI it answered, and has none on record)."""
         from verticalfs.data.user import _sort_ids
         from verticalfs.psi import PsiCache, intersect_all
 
@@ -258,8 +260,8 @@ class DeployedModel:
             ids = ids.astype(str) if len(ids) else np.zeros(0, dtype=str)
         others = [self.view.proxy(p) for p in self.parties if p != self.dep.label_party]
         # the deployment's engine, as training's PSI (holder.connect); the ids a text array end to end
-        psi = intersect_all(others, ids, cache=PsiCache(self.dep.state_dir(LABEL_HOLDER)),
-                            engine=self.dep.psi_engine, text_array=True) if others else None
+        cache = None if fresh else PsiCache(self.dep.state_dir(LABEL_HOLDER))
+        psi = intersect_all(others, ids, cache=cache, engine=self.dep.psi_engine, text_array=True) if others else None
         common = np.asarray(psi.ids if psi is not None else ids)
         if common.dtype.kind != "U":
             common = common.astype(str) if len(common) else np.zeros(0, dtype=str)
@@ -281,38 +283,48 @@ class DeployedModel:
     # ------------------------------------------------------------------ scoring
     def score(self, ids, split: str = "predict") -> Scores:
         """Scores of ``ids`` (any; the unknown ones are listed, never sent to a party)."""
+        with self._lock:
+            try:
+                return self._score(ids, split)
+            except ProtocolError as exc:  # a party without a scoring PSI on record (ours came from the cache)
+                if "answered none" not in str(exc):
+                    raise
+            self.intersect(fresh=True)
+            return self._score(ids, split)
+
+    def _score(self, ids, split: str) -> Scores:
+        """:meth:`score` under its lock."""
         from verticalfs.methods.base import probabilities
 
-        with self._lock:
-            ids = np.asarray(ids)
-            ids = ids.astype(str) if len(ids) else np.zeros(0, dtype=str)
-            _, first = np.unique(ids, return_index=True)
-            ids = ids[np.sort(first)]  # each id once, in the order first asked
-            hit = self._is_known(ids)
-            ask, unknown = ids[hit].tolist(), ids[~hit].tolist()
-            if not ask:
-                return self._scores(np.zeros(0, dtype=str), self._empty(), unknown)
-            lost = np.zeros(len(ask), dtype=bool)
-            changed = False
-            split = f"{split}-{self._session}"  # this session's own rows at the parties
-            stage = StageIds(model=self.name, ids=ask, split=split)
-            reps = request_all([(self.fed.proxy(p), stage) for p in self.parties], PREDICT, expect=IdsStaged)
-            for p, rep in zip(self.parties, reps, strict=True):
-                miss = np.asarray(rep.missing, dtype=np.int64).reshape(-1)
-                if miss.size and (miss.min() < 0 or miss.max() >= len(ask)):
-                    raise ProtocolError(f"party {p!r} reported missing positions outside the request")
-                lost[miss] = True
-                if int(rep.version) != self.versions.get(p):
-                    self.versions[p] = int(rep.version)
-                    changed = True
-            self.fed.labels = self._labels(split, len(ask))
-            out = self.method.predict_from_holder(self.holder["holder"], self.view, split)
-            probs = probabilities(out, self.task)
-            if changed:  # a party's file changed: align again before the next batch
-                self.intersect()
-            keep = ~lost
-            asked = np.asarray(ask, dtype=str)
-            return self._scores(asked[keep], probs[keep], unknown + asked[lost].tolist())
+        ids = np.asarray(ids)
+        ids = ids.astype(str) if len(ids) else np.zeros(0, dtype=str)
+        _, first = np.unique(ids, return_index=True)
+        ids = ids[np.sort(first)]  # each id once, in the order first asked
+        hit = self._is_known(ids)
+        ask, unknown = ids[hit].tolist(), ids[~hit].tolist()
+        if not ask:
+            return self._scores(np.zeros(0, dtype=str), self._empty(), unknown)
+        lost = np.zeros(len(ask), dtype=bool)
+        changed = False
+        split = f"{split}-{self._session}"  # this session's own rows at the parties
+        stage = StageIds(model=self.name, ids=ask, split=split)
+        reps = request_all([(self.fed.proxy(p), stage) for p in self.parties], PREDICT, expect=IdsStaged)
+        for p, rep in zip(self.parties, reps, strict=True):
+            miss = np.asarray(rep.missing, dtype=np.int64).reshape(-1)
+            if miss.size and (miss.min() < 0 or miss.max() >= len(ask)):
+                raise ProtocolError(f"party {p!r} reported missing positions outside the request")
+            lost[miss] = True
+            if int(rep.version) != self.versions.get(p):
+                self.versions[p] = int(rep.version)
+                changed = True
+        self.fed.labels = self._labels(split, len(ask))
+        out = self.method.predict_from_holder(self.holder["holder"], self.view, split)
+        probs = probabilities(out, self.task)
+        if changed:  # a party's file changed: align again before the next batch
+            self.intersect()
+        keep = ~lost
+        asked = np.asarray(ask, dtype=str)
+        return self._scores(asked[keep], probs[keep], unknown + asked[lost].tolist())
 
     def _empty(self) -> np.ndarray:
         return np.zeros(0) if self.task == "regression" else np.zeros((0, len(self.classes)))

@@ -435,13 +435,17 @@ class PartyScoring(Handlers):
         sc.file.refresh()
         return ModelOpened(rows_in_file=sc.file.n_rows, version=sc.file.version)
 
-    @handles(ScoringPsi, ScoringPsiOpen, budget=Budget("PSI requests", lambda m: int(m.n)))
+    # the party policy's PSI limits, as for training's PSI ("auto": in rows of the scoring file)
+    @handles(ScoringPsi, ScoringPsiOpen, budget=Budget("PSI requests", lambda m: int(m.n),
+                                                       rows=lambda scoring: scoring.file().n_rows))
     def on_scoring_psi(self, msg: ScoringPsi | ScoringPsiOpen, ctx: Context) -> Any:
-        """PSI over the scoring file's ids (the party policy's PSI limits count it, as training's PSI)."""
+        """PSI over the scoring file's ids (the party policy's PSI limits count it, as training's PSI);
+        the party records the ids it offers (:func:`check_stage`)."""
         from verticalfs.psi import PsiOpen, PsiParty, PsiRequest, PsiServer
 
         f = self.file()
         f.refresh()
+        self.party.psi_state.offer(f.ids)  # StageIds stages only these (check_stage)
         if isinstance(msg, ScoringPsi):  # openmined-psi
             return PsiServer(f.ids).reply(PsiRequest(request=msg.request, n=msg.n))
         # the streamed ristretto255 engine over the scoring file's ids (a numpy text array); the state
@@ -463,6 +467,7 @@ class PartyScoring(Handlers):
         if sc is None:
             raise ProtocolError(f"party {self.party.name!r}: model {msg.model!r} is not open (OpenModel first; a "
                                 f"party keeps {MAX_OPEN_MODELS} models open)")
+        check_stage(self.party, msg.ids)
         rep = sc.stage(msg)
         splits = self.splits
         splits.pop(str(msg.split), None)
@@ -478,3 +483,23 @@ class PartyScoring(Handlers):
         """A method's message of phase ``predict`` whose split no :class:`StageIds` prepared."""
         raise ProtocolError(f"party {self.party.name!r} received {type(msg).__name__} at phase predict for split "
                             f"{_split_of(msg)!r}, which no StageIds prepared")
+
+
+def check_stage(runtime: Any, ids: Any) -> None:
+    """``StageIds`` names only ids the party offered in its last scoring PSI (issue 50): the label
+    holder learned from that PSI which of its ids the party holds, so an honest request names
+    nothing else, and ``missing`` (an id the file no longer holds) says nothing the label holder
+    could not learn by PSI again. A request with another id is refused whole, without saying
+    which, and its ids count against the policy's PSI budget (``psi_ids_per_session``,
+    ``psi_ids_per_day``): ``StageIds`` is no membership oracle beyond the PSI the policy allows."""
+    from verticalfs.trust import in_sorted
+
+    offered = runtime.psi_state.offered()
+    if offered is None:
+        raise ProtocolError(f"party {runtime.name!r} stages only ids of its last scoring PSI, and it has answered "
+                            "none: run the scoring PSI first (verticalfs predict and serve-model do)")
+    ids = np.asarray([str(i) for i in ids], dtype=str) if len(ids) else np.zeros(0, dtype=str)
+    if not in_sorted(offered, ids).all():
+        runtime.charge_ids(len(ids))
+        raise ProtocolError(f"party {runtime.name!r} refuses StageIds: it names ids outside the party's last scoring "
+                            f"PSI ({len(ids)} ids counted against its PSI budget)")

@@ -67,10 +67,17 @@ def code_with(block: np.ndarray, split_points: list[np.ndarray]) -> np.ndarray:
     return codes
 
 
-def quantile_code_blocks(X: np.ndarray, n_bins: int, size: int | None = None) -> tuple[np.ndarray, CodeBlocks]:
+def quantile_code_blocks(X: np.ndarray, n_bins: int, size: int | None = None,
+                         min_rows: int = 1) -> tuple[np.ndarray, CodeBlocks]:
     """``(bin_nums, blocks)``: the number of bins of each column ``(d,)`` and an iterator of
-    ``(first, last, codes)`` over row blocks of ``X`` (the codes of :func:`quantile_bins`)."""
+    ``(first, last, codes)`` over row blocks of ``X`` (the codes of :func:`quantile_bins`).
+
+    ``min_rows`` > 1 (a party's ``min_bin_rows``, issue 50): bins of fewer training rows merged
+    as :class:`BinTable` merges them (into the next bin up), at the cost of one more pass."""
     sps = split_point_table(X, n_bins, size)
+    if int(min_rows) > 1 and np.asarray(X).shape[0]:
+        counts = BinTable._counts(np.asarray(X), sps, size)
+        sps = [_merge_small(sp, c, int(min_rows)) for sp, c in zip(sps, counts, strict=True)]
     bin_nums = np.asarray([len(sp) for sp in sps], dtype=np.int64)
     return bin_nums, ((s, e, code_with(b, sps)) for s, e, b in row_blocks(np.asarray(X), size=size))
 
@@ -91,6 +98,29 @@ def equal_frequency_edges(X: np.ndarray, n_bins: int) -> np.ndarray:
     (:func:`verticalfs.selection.discretize.fit_bins_blocked`; no copy of ``X``)."""
     X = np.asarray(X)
     return fit_bins_blocked(X, "equal-frequency", int(n_bins)) if X.shape[1] else np.zeros((0, 0))
+
+
+def merged_edges(X: np.ndarray, edges: np.ndarray, min_rows: int, size: int | None = None) -> np.ndarray:
+    """``edges`` (``(d, K)`` cut points, NaN-padded; a value's bin is the number of cut points
+    strictly below it) with every bin holding at least ``min_rows`` training rows: a smaller bin is
+    merged with the next one up (its upper cut point dropped), the last with the one below, as
+    :class:`BinTable` merges (a party's ``min_bin_rows``, issue 50). One pass over row blocks."""
+    d = edges.shape[0]
+    if int(min_rows) <= 1 or d == 0 or np.asarray(X).shape[0] == 0:
+        return edges
+    k = edges.shape[1]
+    sizes = np.zeros((d, k + 1), dtype=np.int64)
+    cols = (np.arange(d, dtype=np.int64) * (k + 1))[None, :]
+    for _, _, block in equal_frequency_blocks(X, edges, size=size):
+        sizes += np.bincount((block + cols).ravel(), minlength=d * (k + 1)).reshape(d, k + 1)
+    out = np.full_like(edges, np.nan)
+    for j in range(d):
+        e = edges[j][~np.isnan(edges[j])]
+        # bin b is (e[b-1], e[b]]: the same rule as the split points, with a top bound that is not a cut
+        top = np.append(e, np.inf)
+        kept = _merge_small(top, sizes[j, :len(e) + 1], int(min_rows))[:-1]
+        out[j, :len(kept)] = kept
+    return out
 
 
 def equal_frequency_blocks(X: np.ndarray, edges: np.ndarray, size: int | None = None) -> CodeBlocks:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from verticalfs.histogram.binning import equal_frequency_blocks, equal_frequency_edges
+from verticalfs.histogram.binning import equal_frequency_blocks, equal_frequency_edges, merged_edges
 from verticalfs.histogram.encrypted import BinSums
 
 
@@ -23,8 +23,8 @@ def class_counts(codes: np.ndarray, y: np.ndarray, n_classes: int, n_bins: int) 
     return np.bincount(flat.ravel(), minlength=d * n_bins * n_classes).reshape(d, n_bins, n_classes)
 
 
-def bin_counts(X, n_bins: int, y=None, n_classes: int = 0, encrypted=(), size: int | None = None
-               ) -> tuple[np.ndarray, np.ndarray | None, list]:
+def bin_counts(X, n_bins: int, y=None, n_classes: int = 0, encrypted=(), size: int | None = None,
+               min_rows: int = 1) -> tuple[np.ndarray, np.ndarray | None, list]:
     """Everything a party counts per (feature, bin) of equal-frequency bins
     (:func:`~verticalfs.histogram.binning.equal_frequency_edges`), in one pass over row blocks of
     ``X`` (issue 39: a memory-mapped table is never copied whole, nor its code matrix built):
@@ -34,11 +34,14 @@ def bin_counts(X, n_bins: int, y=None, n_classes: int = 0, encrypted=(), size: i
     - for each encrypted array in ``encrypted`` (rows first): its sums per (feature, bin)
       (:class:`~verticalfs.histogram.encrypted.BinSums`), the blocks' sums multiplied together mod
       ``n**2``, which is the same ciphertext as one sum over every row.
+
+    ``min_rows`` > 1 (a party's ``min_bin_rows``, issue 50): bins of fewer training rows merged
+    with the next one up first (:func:`~verticalfs.histogram.binning.merged_edges`).
     """
     X = np.asarray(X)
     n, d = X.shape
     n_bins = int(n_bins)
-    edges = equal_frequency_edges(X, n_bins)
+    edges = merged_edges(X, equal_frequency_edges(X, n_bins), min_rows, size)
     sizes = np.zeros((d, n_bins), dtype=np.int64)
     counts = None if y is None else np.zeros((d, n_bins, int(n_classes)), dtype=np.int64)
     y = None if y is None else np.asarray(y, dtype=np.int64)

@@ -87,11 +87,28 @@ def compress(sums: EncryptedArray, bin_nums: np.ndarray, capacity: int, slot_bit
 
 
 # ---------------------------------------------------------------------------------- 4. mask
-def mask_counts(counts: EncryptedArray, bits: int, layout: LabelLayout) -> tuple[EncryptedArray, np.ndarray]:
+def mask_counts(counts: EncryptedArray, bits: int, layout: LabelLayout,
+                plain_bits: int | None = None) -> tuple[EncryptedArray, np.ndarray]:
     """``([[n + r]], r)``: packed counts ``(..., per_row)`` with fresh masks ``r`` ``(..., classes)``,
-    uniform ``bits``-bit integers, one per slot (Algorithm 1, step 2)."""
-    r = random_masks(counts.shape[:-1] + (layout.classes,), bits)
-    return counts.add_mantissas(layout.pack(r)), r
+    uniform ``bits``-bit integers, one per class slot (Algorithm 1, step 2).
+
+    The whole plaintext is masked, not only the class slots (issue 50): the unused slots of the last
+    plaintext get masks of their own and, with ``plain_bits`` (the key's plaintext bits), the bits
+    above the last slot (up to ``plain_bits - 2``: the plaintext stays a positive mantissa) a
+    uniform value, so whatever a label holder places outside the class slots comes back hidden. The
+    label holder reads the class slots only (:meth:`LabelLayout.unpack` ignores the rest)."""
+    lead = counts.shape[:-1]
+    r = random_masks(lead + (layout.classes,), bits)
+    spare = layout.per_row * layout.slots - layout.classes
+    full = r if not spare else np.concatenate([r, random_masks(lead + (spare,), bits)], axis=-1)
+    full = np.asarray(full, dtype=object).reshape(lead + (layout.per_row, layout.slots))
+    packed = np.zeros(lead + (layout.per_row,), dtype=object)
+    for s in range(layout.slots):  # every slot, not only the classes
+        packed = packed + (full[..., s] << (layout.slot_bits * s))
+    top = layout.slot_bits * layout.slots
+    if plain_bits is not None and int(plain_bits) - 1 > top:
+        packed = packed + (random_masks(packed.shape, int(plain_bits) - 1 - top) << top)
+    return counts.add_mantissas(packed), r
 
 
 # ---------------------------------------------------------------------------------- 5. seal

@@ -74,14 +74,18 @@ class LabelLayout:
 
     def unpack(self, packed: np.ndarray) -> np.ndarray:
         """Inverse of :meth:`pack` on decrypted plaintexts ``(..., per_row)``: exact non-negative
-        integers ``(..., classes)`` (object); a plaintext beyond its slots is a :class:`CryptoError`."""
+        integers ``(..., classes)`` (object); the bits above the slots are ignored (the party's mask:
+        :func:`~verticalfs.histogram.encrypted.mask_counts`), a negative plaintext is a :class:`CryptoError`."""
         packed = np.asarray(packed, dtype=object)
         lead = packed.shape[:-1]
         flat = packed.reshape(-1).tolist()
         w, S = self.slot_bits, self.slots
         nbytes = -(-w * S // 8)
+        low = (1 << (w * S)) - 1
         try:  # one big-integer conversion per plaintext
-            raw = np.frombuffer(b"".join(int(x).to_bytes(nbytes, "little") for x in flat), dtype=np.uint8)
+            if any(int(x) < 0 for x in flat):
+                raise OverflowError
+            raw = np.frombuffer(b"".join((int(x) & low).to_bytes(nbytes, "little") for x in flat), dtype=np.uint8)
         except OverflowError:
             raise CryptoError("Algorithm 1: a masked count lies outside its slots (negative or too wide)") from None
         bits = np.unpackbits(raw.reshape(len(flat), nbytes), axis=1, bitorder="little")[:, : w * S]

@@ -199,6 +199,10 @@ def party_persist(runtime: PartyRuntime, msg: Persist) -> Ack:
         runtime.data.keep(_state.restore_into(None, saved["kept"], keys))
         restore_attrs(role, saved["role"], keys, f"party {runtime.name!r}")
         set_rng_state(_state.restore_into(None, saved["rng"], keys))
+        if runtime.policy.own_randomness:  # never replay the noise drawn before (a label holder could rewind
+            from verticalfs.trust import reseed  # the party and cancel its masks): fresh OS entropy
+
+            reseed(role)
         return Ack()
     raise ProtocolError(f"unknown checkpoint action {msg.action!r}; use 'save', 'load' or 'clear'")
 

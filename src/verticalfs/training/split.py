@@ -288,6 +288,7 @@ class SplitRole(Role):
     """
 
     spec: SplitSpec
+    party_seeds = ("seed",)  # the bottom model's initialisation (and gate noise): the party's own
 
     def __init__(self, data: LocalData, spec: SplitSpec, ctx: Context) -> None:
         super().__init__(data, spec, ctx)

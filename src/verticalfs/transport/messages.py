@@ -63,7 +63,9 @@ else:  # typing.dataclass_transform is Python 3.11+; it only informs type checke
 # a party of 1.1 cannot decode them, a party of 1.2 still takes Align's ids as a list of str); 1.3: the
 # streamed PSI over a party's scoring file (ScoringPsiOpen, ScoringPsiChunk); 1.4: SecureBoost's kinds
 # (secureboost.*)
-PROTOCOL_VERSION: tuple[int, int] = (1, 4)
+# 1.5: issue 50's LabelProof and TrustQuery / TrustReport (a party of 1.4 runs none of its checks and
+# answers no TrustQuery)
+PROTOCOL_VERSION: tuple[int, int] = (1, 5)
 
 # message classes are typed type[Any]: their _vf_* attributes are set by @message
 _REGISTRY: dict[int, type[Any]] = {}  # kind id -> class

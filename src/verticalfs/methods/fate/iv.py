@@ -36,6 +36,7 @@ from verticalfs.crypto import EncryptedArray, generate_keypair, unpack_slots
 from verticalfs.crypto.params import check_crypto_params
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.histogram import encrypt_plaintexts, label_codes, package_sizes
+from verticalfs.methods import labels_proof
 from verticalfs.methods.fate.binning import woe_iv
 from verticalfs.methods.fate.messages import IVBinSums, IVLabels
 from verticalfs.methods.fate.role import IVRole
@@ -126,11 +127,20 @@ class FateIV(FilterMethod):
         msg = IVLabels(public_key=pub.to_bytes(), labels=enc.to_bytes(), shape=tuple(enc.shape),
                        packing=p.packing, slot_bits=slot, capacity=capacity, n_bins=int(p.n_bins),
                        insecure=bool(p.insecure))
+        proof, t_proof = None, 0.0
+        if labels_proof.wanted(fed, fed.party_names):  # a party's verify_labels (issue 50): prove every code
+            if p.packing != "packed":
+                raise ConfigError(f"{self.name}: a party verifies the labels it sums (verify_labels), which only "
+                                  "the packed codes support; use packing = \"packed\"")
+            t3 = time.perf_counter()
+            proof = labels_proof.prove_labels(priv, "iv", enc, codes, [n - n_event, n_event])
+            t_proof = time.perf_counter() - t3
         names = fed.feature_names()
         scores: list[tuple[float, int, int, str]] = []
         ivs: dict[str, float] = {}
         t_dec, n_dec = 0.0, 0
         for k, party in enumerate(fed.party_names):
+            labels_proof.send_proof(fed, [party], proof, SELECTION)
             rep = fed.proxy(party).request(msg, SELECTION, expect=IVBinSums)
             bin_nums = np.asarray(rep.bin_nums, dtype=np.int64)
             if len(bin_nums) != len(names[party]) or (bin_nums < 1).any():
@@ -164,6 +174,8 @@ class FateIV(FilterMethod):
             n_encryptions=int(enc.size), n_decryptions=n_dec, ciphertext_bytes=int(pub.ciphertext_bytes),
             keygen_seconds=t_key, encrypt_seconds=t_enc, decrypt_seconds=t_dec,
         )
+        if proof is not None:
+            self.info_.update(label_proof_seconds=t_proof, label_proof_bytes=len(proof.proof))
         return [(party, j) for _, _, j, party in scores[: int(p.n_select)]]
 
 

@@ -29,12 +29,14 @@ from verticalfs.methods.fate.messages import (
     PartialPredictor,
 )
 from verticalfs.methods.filter import FilterRole
-from verticalfs.party import Context, handles
+from verticalfs.methods.labels_proof import LabelChecks
+from verticalfs.party import Context, handles, refusal
 from verticalfs.selection.blocks import take_rows
 from verticalfs.training.batches import BatchPlan
+from verticalfs.trust import bin_bounds
 
 
-class IVRole(FilterRole):
+class IVRole(LabelChecks, FilterRole):
     """A host of FATE's hetero feature binning."""
 
     @handles(IVLabels)
@@ -45,11 +47,20 @@ class IVRole(FilterRole):
         if not shape or shape[0] != X.shape[0]:
             raise ProtocolError(f"party {self.name!r}: IVLabels has shape {shape} but the party has "
                                 f"{X.shape[0]} training rows")
+        pol = ctx.policy
+        n_bins = bin_bounds(pol, self.name, int(msg.n_bins), "fate-iv's n_bins")
+        if n_bins < 2:
+            raise ProtocolError(f"party {self.name!r}: fate-iv's n_bins must be >= 2, got {n_bins}")
         labels = EncryptedArray.from_bytes(pub, msg.labels, shape)
+        if pol is not None and pol.verify_labels and (msg.packing != "packed" or len(shape) != 1):
+            raise refusal(self.name, "verify_labels", True, "sum unproven labels (fate-iv's packing "
+                          f"{msg.packing!r}: only the packed codes carry a proof)", "use packing = \"packed\"")
+        # the label holder's proof that every code is a label (issue 50: else row markers name every bin)
+        self.checked_labels(ctx, "iv", pub, msg.labels, labels, slot_bits=int(msg.slot_bits))
         # per row block: the bin codes and their ciphertext sums, multiplied together mod n**2 (the
         # same ciphertexts as one sum over every row; no code matrix of the whole table, issue 39)
-        bin_nums, blocks = quantile_code_blocks(X, int(msg.n_bins))
-        out = existing_bins(bin_sums(labels, blocks, int(msg.n_bins), X.shape[1]), bin_nums)
+        bin_nums, blocks = quantile_code_blocks(X, n_bins, min_rows=1 if pol is None else int(pol.min_bin_rows))
+        out = existing_bins(bin_sums(labels, blocks, n_bins, X.shape[1]), bin_nums)
         if msg.packing == "packed":
             out = compress(out, bin_nums, int(msg.capacity), int(msg.slot_bits))
         # re-randomised: the label holder made every input obfuscator; without fresh randomness it

@@ -39,21 +39,25 @@ scikit-learn's ``f_classif`` (same selection, declared as a disclosure; for fast
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, PublicKey, generate_keypair
 from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.methods import labels_proof
 from verticalfs.methods.baselines.vfl import SMALL_SPLIT, VFL, VFLParams
 from verticalfs.methods.fedsdg_fs import gini as G
 from verticalfs.methods.fedsdg_fs.method import SecureScoreParams, ask_gini, check_secure_scores
 from verticalfs.methods.fedsdg_fs.role import MAX_BINS, GiniParty
 from verticalfs.methods.filter import SELECTION, FilterMethod, FilterParams, FilterRole
+from verticalfs.methods.labels_proof import LabelChecks
 from verticalfs.methods.registry import register
 from verticalfs.party import Context, handles
 from verticalfs.selection.blocks import row_blocks
 from verticalfs.transport.messages import message
+from verticalfs.trust import class_bounds
 
 #: fractional bits of the parties' columns in SFFS's encrypted class sums
 SFFS_PRECISION = 24
@@ -318,7 +322,7 @@ def f_classif_blocked(X, y, size: int | None = None) -> np.ndarray:
     return np.asarray(msb / msw, dtype=np.float64).ravel()
 
 
-class SFFSRole(FilterRole):
+class SFFSRole(LabelChecks, FilterRole):
     """A party of ``sffs``: encrypted class sums of its columns, the squaring step, its ``[[eta]]``."""
 
     state: dict | None = None
@@ -355,7 +359,14 @@ class SFFSRole(FilterRole):
             raise ProtocolError(f"party {self.name!r}: SFFS masks of {bits - 1} bits would hide its class sums "
                                 f"(up to {top / 2 ** SFFS_PRECISION:g}) by {hiding} bits, below the floor of "
                                 f"{HIDING_FLOOR}; raise mask_bits (now {msg.mask_bits}) or scale the columns down")
+        class_bounds(ctx.policy, self.name, shape[1], "SFFS")
         A = EncryptedArray.from_bytes(pub, msg.labels, shape)
+        # the label holder's proof that A is one-hot with these class sizes (issue 50: else a row marker
+        # in A reads the party's column out of the masked class sums)
+        proven = self.checked_labels(ctx, "onehot", pub, msg.labels, A)
+        if proven is not None and not np.array_equal(proven, sizes):
+            raise ProtocolError(f"party {self.name!r}: FLabels' class sizes {sizes.tolist()} are not the proven "
+                                f"{proven.tolist()}")
         # [[S_k]] = [[A_k]] . x per row block, the blocks' products multiplied mod n**2: the same
         # ciphertexts as one dot product over every row, without a float64 copy of the table
         sums: list = [None] * shape[1]
@@ -425,7 +436,13 @@ class SFFS(_HalfFilter):
             raise ConfigError(f"{self.name}: every class needs a training row; class sizes {sizes.tolist()}")
         pub, priv = generate_keypair(int(p.key_bits), backend=p.backend, randomness=p.randomness,
                                      insecure=p.insecure)
-        A = EncryptedArray.encrypt(priv, np.eye(c, dtype=np.int64)[y], precision=0)
+        onehot = np.eye(c, dtype=np.int64)[y]
+        A = EncryptedArray.encrypt(priv, onehot, precision=0)
+        proof = None
+        if labels_proof.wanted(fed, fed.party_names):  # a party's verify_labels (issue 50)
+            t0 = time.perf_counter()
+            proof = labels_proof.prove_labels(priv, "onehot", A, onehot, sizes)
+            self.info_.update(label_proof_seconds=time.perf_counter() - t0, label_proof_bytes=len(proof.proof))
         msg = FLabels(public_key=pub.to_bytes(), labels=A.to_bytes(), shape=tuple(A.shape), class_sizes=sizes,
                       mask_bits=int(p.mask_bits), insecure=bool(p.insecure))
         M, w = _weights(sizes)
@@ -434,6 +451,7 @@ class SFFS(_HalfFilter):
         for party in fed.party_names:
             proxy = fed.proxy(party)
             d = len(names[party])
+            labels_proof.send_proof(fed, [party], proof, SELECTION)
             rep = proxy.request(msg, SELECTION, expect=MaskedClassSums)
             if tuple(int(s) for s in rep.shape) != (c, d):
                 raise ProtocolError(f"party {party!r}: MaskedClassSums of shape {rep.shape}, expected {(c, d)}")

@@ -32,6 +32,7 @@ import torch
 from verticalfs.crypto import EncryptedArray, PublicKey, generate_keypair
 from verticalfs.crypto.params import check_crypto_params
 from verticalfs.exceptions import ConfigError, CryptoError, ProtocolError
+from verticalfs.methods import labels_proof
 from verticalfs.methods.base import Method, probabilities
 from verticalfs.methods.baselines.vfl import VFLParams, class_count
 from verticalfs.methods.fedsdg_fs import gini as G
@@ -95,9 +96,21 @@ def ask_gini(fed, parties, p, at: At = PRETRAIN) -> tuple[dict[str, np.ndarray],
     t0 = time.perf_counter()
     layout = G.LabelLayout.for_key(pub, int(p.mask_bits), c)
     A = G.encrypt_labels(priv, y, layout)
-    source = G.cross_term_source(len(y), sum(len(names[q]) for q in parties) * int(p.n_bins))
+    proved = labels_proof.wanted(fed, parties)  # a party's verify_labels (issue 50)
+    source = "cells" if proved else G.cross_term_source(len(y), sum(len(names[q]) for q in parties) * int(p.n_bins))
     Ak = G.encrypt_class_rows(priv, y, c).to_bytes() if source == "rows" else b""
     info["encrypt_labels_seconds"] = time.perf_counter() - t0
+    proof = None
+    if proved:
+        if layout.per_row != 1:
+            raise ConfigError(f"a party verifies the labels it sums (verify_labels): {c} classes do not fit one "
+                              f"ciphertext of {layout.slots} slots; use a longer key or fewer mask_bits")
+        t1 = time.perf_counter()
+        plain = (np.ones(len(y), dtype=object) << (layout.slot_bits * y).astype(object)).reshape(-1, 1)
+        proof = labels_proof.prove_labels(priv, "gini", A, plain, np.bincount(y, minlength=c),
+                                          slot_bits=layout.slot_bits)
+        info["label_proof_seconds"] = time.perf_counter() - t1
+        info["label_proof_bytes"] = len(proof.proof)
     info["label_ciphertexts"] = int(A.size) + (len(y) * (c - 1) if Ak else 0)
     info["label_matrix_ciphertexts"] = int(A.size)  # the packed one-hot matrix alone: ceil(c / S) a row
     info["cross_term_source"] = source
@@ -107,6 +120,7 @@ def ask_gini(fed, parties, p, at: At = PRETRAIN) -> tuple[dict[str, np.ndarray],
     for party in parties:
         proxy = fed.proxy(party)
         d = len(names[party])
+        labels_proof.send_proof(fed, [party], proof, at)
         rep = proxy.request(msg, at, expect=MaskedCounts)
         shape = tuple(int(s) for s in rep.shape)
         if shape != (d, int(p.n_bins), layout.per_row):

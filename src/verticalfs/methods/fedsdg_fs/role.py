@@ -39,11 +39,13 @@ from verticalfs.methods.fedsdg_fs.messages import (
     SquaredCounts,
 )
 from verticalfs.methods.fedsdg_fs.secure import ClientCrypto, UnpackedClientCrypto, row_blocks
+from verticalfs.methods.labels_proof import LabelChecks
 from verticalfs.nn.models import make_optimizer
-from verticalfs.party import Context, Role, handles
+from verticalfs.party import Context, handles, refusal
 from verticalfs.training.history import derive_seed
 from verticalfs.training.split import SplitRole, carry_optimizer_state
 from verticalfs.transport.messages import coded
+from verticalfs.trust import bin_bounds, class_bounds
 
 #: the largest number of bins a party accepts in a Gini request (untrusted input)
 MAX_BINS = 1024
@@ -51,18 +53,23 @@ MAX_BINS = 1024
 MAX_CLASSES = 1024
 
 
-class GiniParty(Role):
+class GiniParty(LabelChecks):
     """A party's side of Algorithm 1 (the Gini scores of its features), for any role that needs it:
     FedSDG-FS initialises its input gates from the scores, ``ms-gini`` only reports them."""
 
     gini: dict = {}
 
-    def _columns(self, n_bins: int) -> np.ndarray:
+    def _columns(self, n_bins: int, ctx: Context | None = None) -> np.ndarray:
         """The columns in use on the training rows (a view: a memory-mapped table stays mapped),
-        after checking ``n_bins``."""
+        after checking ``n_bins`` (and the party's ``max_bins``)."""
         if not 2 <= int(n_bins) <= MAX_BINS:
             raise ProtocolError(f"party {self.name!r}: n_bins must lie in [2, {MAX_BINS}], got {n_bins}")
+        bin_bounds(None if ctx is None else ctx.policy, self.name, int(n_bins), "Algorithm 1's n_bins")
         return self.data.X("train").numpy()
+
+    @staticmethod
+    def _min_rows(ctx: Context) -> int:
+        return 1 if ctx.policy is None else int(ctx.policy.min_bin_rows)
 
     def gini_received(self, scores: np.ndarray) -> None:
         """What the party does with its Gini scores (default: keep them)."""
@@ -84,8 +91,9 @@ class GiniParty(Role):
         c = int(msg.n_classes)
         if y.shape != (n,) or y.dtype.kind not in "iu" or c < 2 or (y.size and (y.min() < 0 or y.max() >= c)):
             raise ProtocolError(f"party {self.name!r}: PlainGiniLabels must hold {n} class codes in [0, {c})")
-        X = self._columns(msg.n_bins)
-        scores = G.gini_from_counts(G.bin_counts(X, int(msg.n_bins), y=y, n_classes=c)[1])
+        X = self._columns(msg.n_bins, ctx)
+        scores = G.gini_from_counts(G.bin_counts(X, int(msg.n_bins), y=y, n_classes=c,
+                                                 min_rows=self._min_rows(ctx))[1])
         return ClearGini(scores=self._scores(scores))
 
     @handles(GiniLabels)
@@ -96,6 +104,7 @@ class GiniParty(Role):
         c = int(msg.n_classes)
         if not 2 <= c <= MAX_CLASSES:
             raise ProtocolError(f"party {self.name!r}: GiniLabels over {c} classes, expected 2 to {MAX_CLASSES}")
+        class_bounds(ctx.policy, self.name, c, "Algorithm 1")
         if not 16 <= int(msg.mask_bits) or 2 * (int(msg.mask_bits) + 1) + c.bit_length() + 4 > pub.bits:
             raise ProtocolError(f"party {self.name!r}: mask_bits {msg.mask_bits} out of range for a "
                                 f"{pub.bits}-bit key")
@@ -107,11 +116,18 @@ class GiniParty(Role):
                                 f"({c} classes, {layout.slots} per ciphertext)")
         A = EncryptedArray.from_bytes(pub, msg.labels, shape)
         n_bins = int(msg.n_bins)
-        X = self._columns(n_bins)
+        X = self._columns(n_bins, ctx)
+        if ctx.policy is not None and ctx.policy.verify_labels and msg.classes:
+            raise refusal(self.name, "verify_labels", True, "sum unproven per-class label ciphertexts (Algorithm 1's "
+                          "cross term from the rows)", "the label holder sends the cross term per cell instead")
+        # the label holder's proof that every ciphertext is a one-hot label (issue 50: else row
+        # markers above the class slots name every bin)
+        self.checked_labels(ctx, "gini", pub, msg.labels, A, slot_bits=layout.slot_bits)
         # the cross term from the rows: [[n_{jik}]], k < c - 1, summed like the counts
         Ak = EncryptedArray.from_bytes(pub, msg.classes, (n, c - 1)) if msg.classes else None
-        sizes, _, sums = G.bin_counts(X, n_bins, encrypted=(A,) if Ak is None else (A, Ak))
-        masked, r = G.mask_counts(sums[0], int(msg.mask_bits), layout)
+        sizes, _, sums = G.bin_counts(X, n_bins, encrypted=(A,) if Ak is None else (A, Ak),
+                                      min_rows=self._min_rows(ctx))
+        masked, r = G.mask_counts(sums[0], int(msg.mask_bits), layout, pub.max_int.bit_length())
         self.gini = {"pub": pub, "r": r, "sizes": sizes, "layout": layout}
         if Ak is not None:
             self.gini["class_counts"] = sums[1]

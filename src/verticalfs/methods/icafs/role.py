@@ -52,6 +52,7 @@ class ICAFSRole(SplitRole):
     """A party of ``icafs`` (and of its ablations)."""
 
     spec: ICAFSSpec
+    party_seeds = ("seed", "synth_seed")  # its encoder and its synthesis networks
 
     def __init__(self, data, spec: ICAFSSpec, ctx: Context) -> None:
         super().__init__(data, spec, ctx)
