@@ -160,6 +160,8 @@ class PartyPolicy(_Model):
         "its own noisy steps, refusing a spec whose noise cannot give one epoch within `max_epsilon` (at "
         "`dp_delta`) and any step beyond it. Null: no requirement.",
         json_schema_extra={"expects": "a number > 0, or leave it out"})
+    dp_delta: float = Field(1e-5, gt=0, lt=1, description="The delta at which the party accounts its own "
+                            "epsilon under `max_epsilon`.")
     paillier_randomness: Literal["full", "short"] | None = Field(
         "full", description="The randomness of the Paillier keys the party makes and of its encryptions "
         "(`full`: `r**n`; `short`: Damgård-Jurik-Nielsen short exponents, an extra assumption); null: the label "

@@ -15,6 +15,7 @@ imports nothing from the protocol or the methods.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 from pathlib import Path
 
@@ -82,17 +83,52 @@ def load(path: Path, expected_sha256: str | None, what: str) -> dict:
     return obj
 
 
-def save_party_file(directory: Path, party: str, content: dict) -> tuple[str, str]:
-    """A party writes its part (on its side); returns ``(file name, sha256)``."""
+#: the suffix of a party's own MAC beside its saved part (``<party>.pt.mac``)
+MAC_SUFFIX = ".mac"
+
+
+def mac(secret: bytes, data: bytes) -> str:
+    """HMAC-SHA256 of a saved part under the party's own secret (hex)."""
+    return hmac.new(bytes(secret), data, hashlib.sha256).hexdigest()
+
+
+def save_party_file(directory: Path, party: str, content: dict, *, secret: bytes | None = None) -> tuple[str, str]:
+    """A party writes its part (on its side); returns ``(file name, sha256)``. The file is private
+    (0600, in a folder of mode 0700); with ``secret`` (the party's own, never sent) the party also
+    writes ``<party>.pt.mac``, its HMAC of the file, which :func:`load_party_file` checks."""
     data = dump(content)
-    path = Path(directory) / f"{party}.pt"
-    write_bytes_atomic(path, data)
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder.chmod(0o700)
+    path = folder / f"{party}.pt"
+    write_bytes_atomic(path, data, mode=0o600)
+    if secret is not None:
+        write_bytes_atomic(path.with_name(path.name + MAC_SUFFIX), mac(secret, data).encode(), mode=0o600)
     return path.name, sha256(data)
 
 
-def load_party_file(path: Path, *, expected_sha256: str, party: str) -> dict:
-    """A party reads its part back (checksum and version checked, no unpickling)."""
+def load_party_file(path: Path, *, expected_sha256: str, party: str, secret: bytes | None = None) -> dict:
+    """A party reads its part back (checksum and version checked, no unpickling). With ``secret``
+    the part must carry the party's own MAC (:func:`save_party_file`): a file the party did not save
+    itself, or one changed since, is refused whatever checksum the label holder sends."""
+    if secret is not None:
+        _check_mac(Path(path), party, secret)
     saved = load(Path(path), expected_sha256, f"party {party!r}")
     if saved.get("party") != party:
         raise ConfigError(f"party {party!r}: {str(path)!r} is the model file of party {saved.get('party')!r}")
     return saved
+
+
+def _check_mac(path: Path, party: str, secret: bytes) -> None:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"party {party!r}: {str(path)!r} does not exist") from None
+    try:
+        tag = path.with_name(path.name + MAC_SUFFIX).read_text().strip()
+    except (FileNotFoundError, UnicodeDecodeError):
+        tag = ""
+    if not hmac.compare_digest(tag, mac(secret, data)):
+        raise ConfigError(f"party {party!r} opens only model parts it saved itself: {str(path)!r} carries no valid MAC "
+                          "of its own (changed, or not saved by this party); save the model again from a run with "
+                          "this party (its policy's own_models_only)")

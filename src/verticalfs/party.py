@@ -309,6 +309,7 @@ def _join_guard(call: Call) -> None:
         check_key_bits(party, int(bits), f"make {int(bits)}-bit Paillier keys (method {method!r})")
     # what the party checks in the spec itself (issue 50): open findings, DP, a bottom model's floors
     trust.check_finding(party.policy, party.name, method, msg.spec)
+    trust.check_dp(party.policy, party.name, method, cls, msg.spec)
     trust.check_split_spec(party.policy, party.name, method, msg.spec, len(party.data.kept))
 
 
@@ -571,10 +572,26 @@ class PartyRuntime(Handlers):
                               "the name of the --save-model folder)")
         return Path(root).expanduser() / name
 
+    def model_secret(self) -> bytes | None:
+        """The party's own secret for the MACs of its saved parts (``own_models_only``): ``model.key``
+        in its working folder (``state_dir``), else one for this process; ``None`` when the policy
+        does not ask for it."""
+        if not self.policy.own_models_only:
+            return None
+        folder = getattr(self, "state_dir", None)
+        if folder is not None:
+            return trust.secret_file(folder, "model.key")
+        if getattr(self, "_model_secret", None) is None:
+            import secrets
+
+            self._model_secret = secrets.token_bytes(32)
+        return self._model_secret
+
     def _save(self, msg: SaveModel) -> ModelSaved:
         if self.role is None or self.method is None:
             raise ProtocolError(f"party {self.name!r} has no trained role to save")
-        file, sha = save_party_file(self.model_folder(str(msg.directory)), self.name, {
+        file, sha = save_party_file(self.model_folder(str(msg.directory)), self.name, secret=self.model_secret(),
+                                    content={
             "method": self.method, "party": self.name, "feature_names": list(self.data.feature_names),
             "kept": [int(i) for i in self.data.kept],
             "preprocessor": None if self.preprocessor is None else self.preprocessor.to_dict(),
@@ -587,7 +604,7 @@ class PartyRuntime(Handlers):
         root = self.policy.model_dir
         if root is not None:  # a name, as for SaveModel: <model_dir>/<name>/<party>.pt
             path = self.model_folder(path.parent.name) / path.name
-        saved = load_party_file(path, expected_sha256=msg.sha256, party=self.name)
+        saved = load_party_file(path, expected_sha256=msg.sha256, party=self.name, secret=self.model_secret())
         if saved["method"] != msg.method:
             raise ProtocolError(f"party {self.name!r}: {msg.file!r} holds a {saved['method']!r} model, not {msg.method!r}")
         if list(saved["feature_names"]) != list(self.data.feature_names):

@@ -256,6 +256,75 @@ def merged_boundaries(counts: Any, min_rows: int) -> np.ndarray:
     return np.asarray(keep, dtype=np.int64)
 
 
+# ------------------------------------------------------------------------------ DP at the party
+def check_dp(policy: PartyPolicy, party: str, method: str, role_class: type, spec: Any) -> None:
+    """Under ``max_epsilon``: refuse a method whose party-side training is not DP-SGD (a role without
+    ``dp_capable``, or a spec without noise)."""
+    if policy.max_epsilon is None:
+        return
+    noise = float(getattr(spec, "dp_noise", 0.0) or 0.0)
+    if not getattr(role_class, "dp_capable", False) or noise <= 0:
+        raise _refusal(party, "max_epsilon", policy.max_epsilon,
+                       f"join method {method!r} without DP-SGD at the party (noise {noise:g})",
+                       "use a method with DP (icafs with dp_epsilon), or remove it")
+
+
+def dp_steps_allowed(policy: PartyPolicy, party: str, noise: float, rate: float, per_epoch: int) -> int | None:
+    """The most noisy steps (noise multiplier ``noise``, Poisson rate ``rate``) the party takes
+    within ``max_epsilon`` at ``dp_delta`` by Opacus's RDP accountant; a spec whose noise cannot
+    give one epoch (``per_epoch`` steps) is refused. ``None``: no limit (no ``max_epsilon``)."""
+    if policy.max_epsilon is None:
+        return None
+    from verticalfs.methods.icafs.dp import rdp_epsilon
+
+    eps_max, delta = float(policy.max_epsilon), float(policy.dp_delta)
+
+    def eps(steps: int) -> float:
+        return rdp_epsilon(float(noise), float(rate), int(steps), delta)
+
+    one = eps(per_epoch)
+    if one > eps_max:
+        raise _refusal(party, "max_epsilon", policy.max_epsilon,
+                       f"train with noise multiplier {noise:g}: one epoch ({per_epoch} steps at rate {rate:.4g}) "
+                       f"already spends epsilon {one:.3g} at delta {delta:g}",
+                       "ask for more noise (a smaller dp_epsilon), or raise it")
+    lo, hi = per_epoch, per_epoch
+    while eps(hi) <= eps_max and hi < 1 << 30:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if eps(mid) <= eps_max else (lo, mid)
+    return lo
+
+
+# ------------------------------------------------------------------------------ own secrets
+def secret_file(folder: Any, name: str) -> bytes:
+    """A 32-byte secret of the party's own: ``<folder>/<name>`` (made on first use, mode 0600, in a
+    folder of mode 0700), never sent to anyone."""
+    from pathlib import Path
+
+    from verticalfs.utils.io import write_bytes_atomic
+
+    path = Path(folder) / name
+    if not path.is_file():
+        Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_bytes_atomic(path, secrets.token_bytes(32).hex().encode(), mode=0o600)
+    return bytes.fromhex(path.read_text().strip())
+
+
+def private_tree(folder: Any) -> None:
+    """``folder`` and every folder under it mode 0700, every file 0600 (a party's prepared rows)."""
+    import os
+    from pathlib import Path
+
+    root = Path(folder)
+    if not root.exists():
+        return
+    os.chmod(root, 0o700)
+    for p in root.rglob("*"):
+        os.chmod(p, 0o700 if p.is_dir() else 0o600)
+
+
 # -------------------------------------------------------------------------- membership (PSI)
 #: ``"auto"`` PSI limits, in multiples of the party's own rows (its training file's for training's
 #: PSI and ``Align``, its scoring file's for scoring): one request, one session, one day
@@ -390,15 +459,19 @@ __all__ = [
     "Finding",
     "PsiState",
     "bin_bounds",
+    "check_dp",
     "check_finding",
     "check_split_spec",
     "class_bounds",
+    "dp_steps_allowed",
     "findings_of",
     "in_sorted",
     "max_embedding",
     "merged_boundaries",
     "own_seeds",
     "paillier_choice",
+    "private_tree",
     "psi_limit",
     "reseed",
+    "secret_file",
 ]

@@ -37,7 +37,7 @@ from verticalfs.methods import registry
 from verticalfs.party import LocalData, PartyRuntime
 from verticalfs.psi import IdsDigest, IdsDigestRequest
 from verticalfs.transport.messages import message
-from verticalfs.trust import PsiState
+from verticalfs.trust import PsiState, private_tree
 
 
 @message("core.Align")
@@ -350,6 +350,7 @@ class DeployedParty(PartyRuntime):
             out = self.table.work_dir / f"aligned-{secrets.token_hex(6)}"
             pp, maps = self.table.prepare(pos, codes, self.columns, self.categorical, scaling=msg.scaling,
                                           impute=msg.impute, splits=SPLITS, out_dir=out)
+            private_tree(out)  # its prepared rows: 0600 in a 0700 folder
             self.data = LocalData(self.name, pp.feature_names, maps, pp.sources)
             self.preprocessor = pp
             if self._aligned_dir is not None:

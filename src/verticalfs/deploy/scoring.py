@@ -21,6 +21,7 @@ import numpy as np
 from verticalfs.dispatch import Budget, Context, Handlers, Route, handles
 from verticalfs.exceptions import DataError, ProtocolError
 from verticalfs.transport.messages import At, message
+from verticalfs.trust import private_tree
 
 if TYPE_CHECKING:
     from verticalfs.party import PartyRuntime
@@ -230,7 +231,8 @@ class Scoring:
                                 f"{sorted(party._allowed or ())}")
         folder = party.model_folder(name)  # the party policy's model_dir / name, as SaveModel wrote it
         path = folder / f"{party.name}.pt"
-        saved = load_party_file(path, expected_sha256=str(msg.sha256), party=party.name)
+        saved = load_party_file(path, expected_sha256=str(msg.sha256), party=party.name,
+                                secret=party.model_secret())  # only its own parts (own_models_only)
         if saved["method"] != msg.method:
             raise ProtocolError(f"party {party.name!r}: model {name!r} holds a {saved['method']!r} part, not "
                                 f"{msg.method!r}")
@@ -275,6 +277,7 @@ class Scoring:
         out = table.work_dir / f"scoring-{self.name}-{secrets.token_hex(6)}"
         maps = transform_streamed(table, pp, None, None, cols, list(pp.categorical), splits=("scoring",),
                                   out_dir=out)  # every row, in file order
+        private_tree(out)  # the party's prepared rows: 0600 in a 0700 folder
         if self._out is not None:  # the previous version's matrix (an open map of it stays valid)
             shutil.rmtree(self._out, ignore_errors=True)
         self._out = out

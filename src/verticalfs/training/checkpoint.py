@@ -59,8 +59,9 @@ if TYPE_CHECKING:
     from verticalfs.party import PartyRuntime
 
 PHASE = "checkpoint"
-#: a role's attributes that are not state (rebuilt by the run's Join)
-_NOT_STATE = frozenset({"data", "spec"})
+#: a role's attributes that are not state (rebuilt by the run's Join); the party's own DP accountant
+#: (``dp_steps_left``) is never rewound by a load
+_NOT_STATE = frozenset({"data", "spec", "dp_steps_left"})
 
 
 class Loop(Protocol):

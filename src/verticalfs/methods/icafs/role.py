@@ -29,9 +29,10 @@ from verticalfs.methods.icafs.messages import (
     Synthesized,
 )
 from verticalfs.methods.icafs.synthesis import PartySynthesis
-from verticalfs.party import Context, handles
+from verticalfs.party import Context, handles, refusal
 from verticalfs.training.batches import BatchPlan
 from verticalfs.training.split import SplitRole, check_batch
+from verticalfs.trust import dp_steps_allowed
 
 SYNTHETIC = "synthetic"
 
@@ -53,6 +54,7 @@ class ICAFSRole(SplitRole):
 
     spec: ICAFSSpec
     party_seeds = ("seed", "synth_seed")  # its encoder and its synthesis networks
+    dp_capable = True  # DP-SGD on its encoder's real-row steps (a policy's max_epsilon admits it)
 
     def __init__(self, data, spec: ICAFSSpec, ctx: Context) -> None:
         super().__init__(data, spec, ctx)
@@ -62,10 +64,17 @@ class ICAFSRole(SplitRole):
         self.scores: np.ndarray | None = None
         self._split = "train"
         self.dp_optimizer = None
+        #: noisy steps the party's own accountant allows (its policy's max_epsilon; None: no limit)
+        self.dp_steps_left: int | None = None
         if float(spec.dp_noise) > 0:
             # the real rows' batches: Poisson samples, as the accountant assumes (dp.PoissonPlan)
             self.plan = dp.PoissonPlan(self.plan.n, int(spec.batch_size), int(spec.shuffle_seed))
             self._make_private()
+            policy = getattr(ctx, "policy", None)
+            if policy is not None:
+                self._max_eps = policy.max_epsilon
+                self.dp_steps_left = dp_steps_allowed(policy, self.name, float(spec.dp_noise), self.plan.rate,
+                                                      self.plan.n_batches)
 
     # ------------------------------------------------------------ DP-SGD
     def _make_private(self) -> None:
@@ -100,6 +109,13 @@ class ICAFSRole(SplitRole):
             warnings.filterwarnings("ignore", "Full backward hook is firing")
             out.backward(g)
         if private:
+            if self.dp_steps_left is not None:  # the party's own accountant (max_epsilon), not the label holder's
+                if self.dp_steps_left <= 0:
+                    self.dp_optimizer.zero_grad(set_to_none=True)
+                    raise refusal(self.name, "max_epsilon", getattr(self, "_max_eps", "its value"),
+                                  "take another noisy step: its accountant's epsilon would exceed the policy",
+                                  "end the training, or raise it")
+                self.dp_steps_left -= 1
             self.dp_optimizer.generator.manual_seed(dp.noise_seed())  # a fresh key from OS entropy
         opt.step()
         if not private:
