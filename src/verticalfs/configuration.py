@@ -263,8 +263,12 @@ class DeploymentFile(_Model):
     val_size: float = Field(0.1, ge=0, lt=1, description="Share of the aligned rows for validation.")
     connect_timeout: float = Field(10.0, gt=0, description="Seconds to wait for a party to be reachable.")
     call_timeout: float = Field(30.0, gt=0, description="Deadline in seconds of one per-batch call to a party "
-                                "(training, evaluation, prediction); PSI, set-up and selection calls have none. "
-                                "A hung party is detected sooner, by unanswered keep-alive pings (5-15 s).")
+                                "(training, evaluation, prediction); PSI, set-up and selection calls have "
+                                "`setup_timeout`. A hung party is detected sooner, by unanswered keep-alive pings "
+                                "(5-15 s).")
+    setup_timeout: float = Field(1800.0, gt=0, description="Deadline in seconds of one call outside the per-batch "
+                                 "ones: a PSI chunk, `Align`, `Join`, a selection step (e.g. `fate-iv`'s encrypted "
+                                 "bin sums, which grow with rows x features).")
     retries: int = Field(3, ge=0, le=10, description="Times a call whose reply was lost (connection dropped) is "
                          "sent again, after 0.2 s, 0.4 s, ...; the party answers a repeat from its cache, so a "
                          "retry never computes twice.")

@@ -78,6 +78,7 @@ class Deployment:
     val_size: float = 0.1
     connect_timeout: float = 10.0
     call_timeout: float = 30.0
+    setup_timeout: float | None = 1800.0
     retries: int = 3
     fan_out: str = "concurrent"
     checkpoints: Path | None = None
@@ -142,6 +143,7 @@ class Deployment:
                   task=conf.task, na_values=None if na is None else list(na), delimiter=conf.delimiter,
                   encoding=conf.encoding, scaling=conf.scaling, impute=conf.impute, test_size=conf.test_size,
                   val_size=conf.val_size, connect_timeout=conf.connect_timeout, call_timeout=conf.call_timeout,
+                  setup_timeout=conf.setup_timeout,
                   retries=conf.retries, fan_out=conf.fan_out, checkpoints=rel(conf.checkpoints),
                   max_file_mb=conf.max_file_mb, max_bytes=conf.max_file_bytes,
                   psi_engine=conf.psi_engine, stream_above_mb=conf.stream_above_mb)
@@ -197,7 +199,8 @@ class Deployment:
         return GrpcChannel(name, self.addresses, tls=self.tls(name), insecure=self.insecure,
                            connect_timeout=self.connect_timeout,
                            call_timeout=self.call_timeout if call_timeout is None else call_timeout,
-                           retries=self.retries, fan_out=self.fan_out, **kw)
+                           retries=self.retries, fan_out=self.fan_out,
+                           **{"setup_timeout": self.setup_timeout, **kw})
 
     def checkpoint_dir(self, name: str) -> Path | None:
         return None if self.checkpoints is None else self.checkpoints / name
