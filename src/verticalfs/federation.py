@@ -83,6 +83,10 @@ class Federation:
         #: the feature party whose columns the label holder holds itself (a deployment's label party
         #: serving its own feature block), if any: methods may treat it as the label holder's own
         self.own_party: str | None = None
+        #: what each party reported it checks (a deployment's TrustReport, issue 50); none in-process
+        self.party_rules: dict[str, dict[str, Any]] = {}
+        #: party -> (embedding width asked, width proposed within its floors)
+        self.embedding_floors: dict[str, tuple[int, int]] = {}
 
     # ----------------------------------------------------------------- building
     @classmethod
@@ -168,8 +172,29 @@ class Federation:
         replies = {}
         for p in self.party_names:
             s = spec[p] if isinstance(spec, Mapping) else spec
+            s = self._within_floors(p, s, at)
             replies[p] = self._proxies[p].request(Join(method=method, spec=s), at, expect=expect)
         return replies
+
+    def _within_floors(self, party: str, spec: Any, at: At) -> Any:
+        """``spec`` with its embedding no wider than ``party`` accepts (its reported
+        ``max_embedding_fraction`` of the features it uses, asked by a ``SupportRequest``; issue 50):
+        the top model is built on the widths the parties report, so a narrower embedding is a
+        proposal the party accepts instead of a refusal. Unchanged in-process (no rules reported)."""
+        import dataclasses
+        import math
+
+        from verticalfs.training.split import SplitSpec
+
+        frac = (getattr(self, "party_rules", None) or {}).get(party, {}).get("max_embedding_fraction")
+        if frac is None or not isinstance(spec, SplitSpec):
+            return spec
+        kept = len(self._proxies[party].request(SupportRequest(), at, expect=SupportReport).kept)
+        top = int(math.floor(float(frac) * kept + 1e-9))
+        if 1 <= top < int(spec.embedding_dim):
+            self.embedding_floors[party] = (int(spec.embedding_dim), top)
+            return dataclasses.replace(spec, embedding_dim=top)
+        return spec
 
     def collect_support(self, at: At = REPORT) -> dict[str, np.ndarray]:
         """Ask every party which features it still uses; a bool mask per party."""

@@ -158,3 +158,25 @@ def test_the_partys_accountant_stops_its_noisy_steps(tmp_path):
 
     assert rdp_epsilon(1.5, rt.role.plan.rate, allowed, 1e-5) <= 8.0 < rdp_epsilon(1.5, rt.role.plan.rate,
                                                                                      allowed + 1, 1e-5)
+
+
+def test_pca_uploads_no_more_components_than_the_floor(tmp_path):
+    """PCA's reduced rows are a party's embedding of sorts: as wide as its features they are the
+    centred rows in another basis; the default policy allows at most half."""
+    from verticalfs.methods.sparsevfl.khan import ReducedFeatures, ReduceRequest
+    from verticalfs.transport.messages import At
+
+    for name, pol, ok in (("default", default_policy(), False), ("permissive", PartyPolicy.permissive(), True)):
+        rt = party(tmp_path / name, pol)
+        h = Holder(rt)
+        h.align(table()["id"])
+        h.ask(Join(method="pca", spec=None))
+        d = rt.data.n_features
+        full = ReduceRequest(kind="pca", n_components=d, seed=0)
+        if ok:
+            assert h.ask(full, At("train"), expect=ReducedFeatures).dim == d
+            continue
+        with pytest.raises(PolicyError, match=r"upload 13 reduced components.*max_embedding_fraction = 0.5"):
+            h.ask(full, At("train"))
+        assert h.ask(ReduceRequest(kind="pca", n_components=d // 2, seed=0), At("train"),
+                     expect=ReducedFeatures).dim == d // 2

@@ -225,3 +225,49 @@ def test_default_policy_algorithm1_masks_the_whole_plaintext(tmp_path, keys):
     # the spare slots and the top bits are spread over their whole range
     top = np.array([int(v) >> (lay.slot_bits * lay.slots) for v in u])
     assert len(np.unique(top)) > len(top) // 2
+
+
+# ------------------------------------------------------------------------- attack 4, SFFS
+def _markers_sffs(h, rt, pub, priv, proof=False, rows=3, width=140):
+    """SFFS's ``[[A]]`` with row markers ``2**(width (k + 1))`` for rows ``k < rows`` in class 0: the
+    masked class sums then carry those rows' values of every column above the masks."""
+    from verticalfs.methods.fedsdg_fs.baselines import SFFS_PRECISION, FLabels, MaskedClassSums
+
+    n = rt.data.n_samples("train")
+    A = np.zeros((n, 2), dtype=object)
+    A[:, 1] = 1
+    A[:10, 0], A[:10, 1] = 1, 0  # class 0: ten rows (min_label_rows), the first ones marked
+    for k in range(rows):
+        A[k, 0] = 1 << (width * (k + 1))
+    enc = EncryptedArray.encrypt(priv, A, precision=0)
+    sizes = np.array([10, n - 10], dtype=np.int64)
+    if proof:
+        h.ask(_forged(pub, "onehot", enc, sizes), SELECTION, expect=Ack)
+    rep = h.ask(FLabels(public_key=pub.to_bytes(), labels=enc.to_bytes(), shape=(n, 2), class_sizes=sizes,
+                        mask_bits=48, insecure=True), SELECTION, expect=MaskedClassSums)
+    d = rt.data.n_features
+    u = EncryptedArray.from_bytes(pub, rep.data, (2, d)).decrypt_mantissas(priv).reshape(2, d)
+    got = np.zeros((rows, d))
+    for j in range(d):
+        v = int(u[0, j])
+        for k in range(rows):  # each slot signed: a negative mask borrows one unit from the slots above
+            slot = (v >> (width * (k + 1))) & ((1 << width) - 1)
+            got[k, j] = (slot - (1 << width) if slot >> (width - 1) else slot) / 2 ** SFFS_PRECISION
+    return got
+
+
+def test_old_path_sffs_row_markers_give_raw_values(tmp_path, keys):
+    pub, priv = keys
+    rt, h = _joined(tmp_path, "sffs", PartyPolicy.permissive())
+    got = _markers_sffs(h, rt, pub, priv)
+    truth = rt.data.X("train").numpy()[:3]
+    assert np.abs(got - truth).max() <= 2.0 ** -23  # the rows' raw (prepared) values, to 24 bits
+
+
+def test_default_policy_sffs_refuses_row_markers(tmp_path, keys):
+    pub, priv = keys
+    rt, h = _joined(tmp_path, "sffs")
+    with pytest.raises(PolicyError, match="verify_labels"):
+        _markers_sffs(h, rt, pub, priv)
+    with pytest.raises(ProtocolError, match="refuses the encrypted labels"):
+        _markers_sffs(h, rt, pub, priv, proof=True)

@@ -57,7 +57,9 @@ def site(tmp_path_factory):
     lines = ['label_party = "bank"', 'label_column = "default"', 'id_column = "customer_id"', 'certs = "certs"',
              "connect_timeout = 3"]
     for p in PARTIES:
-        lines += [f"[parties.{p}]", f'address = "127.0.0.1:{_free_port()}"', f'file = "{files[p].name}"']
+        lines += [f"[parties.{p}]", f'address = "127.0.0.1:{_free_port()}"', f'file = "{files[p].name}"',
+                  # the label holder's seeds and embedding widths, as the in-process reference (issue 50)
+                  f"[parties.{p}.policy]", "own_randomness = false", "max_embedding_fraction = 1.0"]
     (root / "deployment.toml").write_text("\n".join(lines) + "\n")
     return root
 

@@ -38,6 +38,8 @@ def _deployment(root: Path, *, insecure: bool) -> Path:
         lines += [f"[parties.{name}]", f'address = "127.0.0.1:{_free_port()}"', f'file = "{Path(path).name}"']
         if name == "telecom":
             lines.append('categorical = ["plan"]')
+        # insurer has one feature: an embedding of it is that feature, refused by issue 50's floor by default
+        lines += [f"[parties.{name}.policy]", "max_embedding_fraction = 1.0"]
     (root / "deployment.toml").write_text("\n".join(lines) + "\n")
     return root / "deployment.toml"
 

@@ -79,8 +79,10 @@ def site(tmp_path_factory):
         lines += [f"[parties.{p}]", f'address = "127.0.0.1:{_free_port()}"', f'file = "{files[p].name}"',
                   f'predict_file = "{new[p].name}"',
                   # a party that serves scoring answers a PSI per training run, per model opened and per
-                  # changed file: more than the default 16 a training-only party allows
-                  f"[parties.{p}.policy]", "max_psi_requests = 200"]
+                  # changed file: more than the default 16 a training-only party allows; the label holder's
+                  # seeds and models as in-process (issue 50's floors and own randomness keep them otherwise)
+                  f"[parties.{p}.policy]", "max_psi_requests = 200", "own_randomness = false",
+                  "max_embedding_fraction = 1.0", "min_hidden_layers = 0"]
     (root / "deployment.toml").write_text("\n".join(lines) + "\n")
     return root
 

@@ -404,6 +404,9 @@ def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
                                   "psi_cached": conn.psi_cached}
         res.timings["psi_s"] = conn.psi_seconds  # apart from the method's time (total_seconds)
         res.info["trained_as"] = method
+        if conn.federation is not None and conn.federation.embedding_floors:  # issue 50: within the parties' floors
+            res.info["embedding_floors"] = {p: {"asked": a, "proposed": b}
+                                            for p, (a, b) in conn.federation.embedding_floors.items()}
         if why is not None:
             res.info["trained_as_reason"] = why
             res.info["method_asked"] = asked

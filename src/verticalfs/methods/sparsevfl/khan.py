@@ -105,6 +105,18 @@ class KhanRole(Role):
 
     @handles(ReduceRequest)
     def on_reduce(self, msg: ReduceRequest, ctx: Context) -> ReducedFeatures:
+        policy = getattr(ctx, "policy", None)
+        if policy is not None:  # as a bottom model's embedding (issue 50): no more components than the floor
+            from verticalfs.party import refusal
+            from verticalfs.trust import max_embedding
+
+            d = len(self.data.kept)
+            top = max_embedding(policy, d)
+            if top is not None and int(msg.n_components) > top:
+                raise refusal(self.name, "max_embedding_fraction", policy.max_embedding_fraction,
+                              f"upload {int(msg.n_components)} reduced components of its {d} features (at most "
+                              f"{top} allowed): a reduction that wide can be inverted",
+                              f"ask for n_components <= {top}, or raise it")
         return reduce_features({s: self.data.X(s) for s in ("train", "val", "test")}, msg)
 
 
