@@ -160,7 +160,8 @@ def own_seeds(policy: PartyPolicy, role_class: type, spec: Any) -> Any:
     if not policy.own_randomness or not names or not dataclasses.is_dataclass(spec):
         return spec
     present = {f.name for f in dataclasses.fields(spec)}
-    return dataclasses.replace(spec, **{n: secrets.randbits(63) for n in names if n in present})
+    bits = dict(getattr(role_class, "party_seed_bits", {}))  # a seed whose consumer takes fewer bits (numpy's 32)
+    return dataclasses.replace(spec, **{n: secrets.randbits(int(bits.get(n, 63))) for n in names if n in present})
 
 
 def reseed(obj: Any, *, depth: int = 4, _seen: set[int] | None = None) -> int:

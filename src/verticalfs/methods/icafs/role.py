@@ -54,6 +54,7 @@ class ICAFSRole(SplitRole):
 
     spec: ICAFSSpec
     party_seeds = ("seed", "synth_seed")  # its encoder and its synthesis networks
+    party_seed_bits = {"synth_seed": 32}  # (its synthesis seeds numpy and scikit-learn: 32 bits)
     dp_capable = True  # DP-SGD on its encoder's real-row steps (a policy's max_epsilon admits it)
 
     def __init__(self, data, spec: ICAFSSpec, ctx: Context) -> None:
