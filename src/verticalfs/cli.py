@@ -959,8 +959,10 @@ def party_serve(
     """Serve one party: read and check only its own file, listen on its address, answer the label holder.
 
     The party's policy (what it agrees to do: methods, raw columns, key sizes, labels, model folder,
-    PSI and message limits) is its [parties.<name>.policy] table with --policy's keys in place; it
-    is printed at start, and a request outside it is refused with the rule and the key to change.
+    PSI and message limits, and the floors of what it computes: its bottom model's shape, its own
+    randomness, proven labels, bins, DP) is its [parties.<name>.policy] table with --policy's keys in
+    place; it is printed at start, and a request outside it is refused with the rule and the key to
+    change (docs/security.md, threat model).
 
     Runs until interrupted (Ctrl-C or SIGTERM); every run of the label holder aligns the rows
     afresh by private set intersection. The label party does not serve: it runs

@@ -76,11 +76,11 @@ def _small_primes_product() -> int:
         limit = 1 << 16
         sieve = np.ones(limit, dtype=bool)
         sieve[:2] = False
-        for p in range(2, int(limit ** 0.5) + 1):
-            if sieve[p]:
-                sieve[p * p::p] = False
+        for q in range(2, int(limit ** 0.5) + 1):
+            if sieve[q]:
+                sieve[q * q::q] = False
         prod = mpz(1)
-        for p in np.flatnonzero(sieve):
+        for p in np.flatnonzero(sieve).tolist():
             prod *= int(p)
         _SMALL = int(prod)
     return _SMALL
@@ -182,7 +182,7 @@ class _Sampler:
             return [], []
         if not self.fast:
             n, n2 = self.n, self.n2
-            zs = []
+            zs: list[Any] = []
             while len(zs) < k:
                 z = mpz(secrets.randbelow(int(n) - 2) + 2)
                 if math.gcd(int(z), int(n)) == 1:
@@ -240,7 +240,9 @@ def prove(priv: PrivateKey, ciphertexts: Sequence[int], plaintexts: Sequence[int
     for i, c in enumerate(cts):
         row, t = rows[i], true[i]
         cinv = invert(c, n2)
-        commits, es, zs = [None] * k, [0] * k, [None] * k
+        commits: list[Any] = [None] * k
+        zs: list[Any] = [None] * k
+        es = [0] * k
         for j in range(k):
             z, zn = z_all[i * k + j], zn_all[i * k + j]
             if j == t:  # rho = z, a = rho**n
@@ -364,7 +366,8 @@ def verify(pub: PublicKey, ciphertexts: Sequence[int], allowed: Any, proof: byte
     raise CryptoError("the proof fails")  # pragma: no cover - a batch fails only if an item does
 
 
-def _batch_holds(pub, cts, rows, a, e, z, lam, k) -> bool:
+def _batch_holds(pub: PublicKey, cts: Sequence[Any], rows: Sequence[Sequence[int]], a: Sequence[Any],
+                 e: Sequence[int], z: Sequence[Any], lam: Sequence[int], k: int) -> bool:
     n, n2 = mpz(pub.n), mpz(pub.nsquare)
     left = powmod(_multi_exp(z, lam, n, LAMBDA_BITS), n, n2)
     E = [sum(e[i * k + j] * lam[i * k + j] for j in range(k)) for i in range(len(cts))]
