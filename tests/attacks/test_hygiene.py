@@ -132,6 +132,7 @@ def test_max_epsilon_refuses_methods_without_dp_and_too_little_noise(tmp_path):
     assert rt.role is None
 
 
+@pytest.mark.slow  # Opacus and a run of noisy steps
 def test_the_partys_accountant_stops_its_noisy_steps(tmp_path):
     """Noise for a few epochs within max_epsilon: the party takes the steps its own RDP accountant
     allows, then refuses the next noisy step, whatever the label holder asks."""
