@@ -169,6 +169,9 @@ class PartyPolicy(_Model):
     paillier_backend: str | None = Field(
         "auto", description="The Paillier back end of the party's own keys (`auto`, `python`, `pypaillier`, "
         "`heu`, `phe`); null: the label holder's choice.")
+    stage_psi_ids_only: bool = Field(True, description="Stage for scoring (`StageIds`) only ids the party offered "
+                                     "in its last scoring PSI: a request naming any other id is refused whole and its "
+                                     "ids count against the PSI budget (else `StageIds` is a membership oracle).")
     own_models_only: bool = Field(True, description="Open only model parts the party saved itself: each part "
                                   "carries an HMAC under a secret in the party's working folder, checked at "
                                   "`OpenModel` / `LoadModel`, whatever checksum the label holder sends.")
@@ -183,7 +186,7 @@ class PartyPolicy(_Model):
                    own_randomness=False, min_hidden_layers=0, max_embedding_fraction=None, min_lr=0.0,
                    max_lr=None, min_batch_size=1, verify_labels=False, min_label_rows=1, max_bins=2**20,
                    min_bin_rows=1, max_classes=2**20, paillier_randomness=None, paillier_backend=None,
-                   own_models_only=False)
+                   own_models_only=False, stage_psi_ids_only=False)
 
     @property
     def max_message_bytes(self) -> int:

@@ -152,7 +152,9 @@ def test_federated_predict_equals_in_process(site, models, serve_process, method
     # each part stays in its owner's folder: the label holder's folder has only its own part
     assert sorted(f.name for f in model.iterdir()) == ["active.pt", "manifest.json"]
     for p in PARTIES:
-        assert [f.name for f in (site / "models" / p / method).iterdir()] == [f"{p}.pt"]
+        # its part and its own MAC of it (own_models_only; the label party's own block keeps none)
+        want = [f"{p}.pt"] if p == "bank" else [f"{p}.pt", f"{p}.pt.mac"]
+        assert sorted(f.name for f in (site / "models" / p / method).iterdir()) == want
     sink = Lines()
     net = predict_deployment(Deployment.load(site / "deployment.toml"), model, callbacks=[sink])
     ref = _in_process(site, model)
@@ -338,6 +340,11 @@ def stream_site(site, models):
     root = site / "stream"
     root.mkdir()
     os.symlink(site / "models", root / "models")  # each party's parts, where SaveModel wrote them
+    for p in PARTIES:  # the same parties: their own secrets (the MACs of their saved parts)
+        key = site / "state" / p / "model.key"
+        if key.is_file():
+            (root / "state" / p).mkdir(parents=True, exist_ok=True)
+            shutil.copy(key, root / "state" / p / "model.key")
     ports = {p: _free_port() for p in PARTIES}
 
     def write(name: str, stream_above_mb: str) -> None:

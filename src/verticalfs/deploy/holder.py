@@ -172,7 +172,8 @@ def party_policy(dep: Deployment, name: str, override=None):
         pol = pol.model_copy(update={"release_columns": True, "accept_labels": True, **{
             k: getattr(loose, k) for k in ("own_randomness", "min_hidden_layers", "max_embedding_fraction", "min_lr",
                                            "max_lr", "min_batch_size", "max_batch_size", "verify_labels",
-                                           "min_label_rows", "min_bin_rows", "allow_findings")}})
+                                           "min_label_rows", "min_bin_rows", "allow_findings", "own_models_only",
+                                           "stage_psi_ids_only")}})
     return pol
 
 

@@ -497,6 +497,8 @@ def check_stage(runtime: Any, ids: Any) -> None:
     ``psi_ids_per_day``): ``StageIds`` is no membership oracle beyond the PSI the policy allows."""
     from verticalfs.trust import in_sorted
 
+    if not runtime.policy.stage_psi_ids_only:
+        return
     offered = runtime.psi_state.offered()
     if offered is None:
         raise ProtocolError(f"party {runtime.name!r} stages only ids of its last scoring PSI, and it has answered "
