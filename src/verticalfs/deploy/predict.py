@@ -286,8 +286,10 @@ class DeployedModel:
         with self._lock:
             try:
                 return self._score(ids, split)
-            except ProtocolError as exc:  # a party without a scoring PSI on record (ours came from the cache)
-                if "answered none" not in str(exc):
+            except ProtocolError as exc:
+                # a party stages only ids of its last scoring PSI: ours came from the cache (a party
+                # without a PSI on record, or whose file came back to a version cached earlier)
+                if "last scoring PSI" not in str(exc):
                     raise
             self.intersect(fresh=True)
             return self._score(ids, split)
