@@ -287,8 +287,8 @@ def check_budget(call: Call, call_next: Callable[[Call], Any]) -> Any:
     """A request that draws on a budget (PSI, ``Align``) is counted, within the policy's limits."""
     b = call.route.budget
     if b is not None:
-        call.party.count_request(b.what, int(b.ids(call.msg)), rows=None if b.rows is None else int(b.rows(call.target)),
-                                 charge=b.charge)
+        rows = None if b.rows is None else int(b.rows(call.target))
+        call.party.count_request(b.what, int(b.ids(call.msg)), rows=rows, charge=b.charge)
     return call_next(call)
 
 

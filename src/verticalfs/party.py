@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
-from verticalfs.codecs import get_codec
 from verticalfs import trust
+from verticalfs.codecs import get_codec
 from verticalfs.configuration import PartyPolicy
 from verticalfs.dispatch import (
     DEFAULT_MODS,

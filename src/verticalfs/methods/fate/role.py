@@ -33,7 +33,6 @@ from verticalfs.methods.labels_proof import LabelChecks
 from verticalfs.party import Context, handles, refusal
 from verticalfs.selection.blocks import take_rows
 from verticalfs.training.batches import BatchPlan
-from verticalfs.trust import bin_bounds
 
 
 class IVRole(LabelChecks, FilterRole):
@@ -48,7 +47,7 @@ class IVRole(LabelChecks, FilterRole):
             raise ProtocolError(f"party {self.name!r}: IVLabels has shape {shape} but the party has "
                                 f"{X.shape[0]} training rows")
         pol = ctx.policy
-        n_bins = bin_bounds(pol, self.name, int(msg.n_bins), "fate-iv's n_bins")
+        n_bins = int(msg.n_bins)  # (within the policy's max_bins: the party's check_bounds layer)
         if n_bins < 2:
             raise ProtocolError(f"party {self.name!r}: fate-iv's n_bins must be >= 2, got {n_bins}")
         labels = EncryptedArray.from_bytes(pub, msg.labels, shape)

@@ -45,7 +45,6 @@ from verticalfs.party import Context, handles, refusal
 from verticalfs.training.history import derive_seed
 from verticalfs.training.split import SplitRole, carry_optimizer_state
 from verticalfs.transport.messages import coded
-from verticalfs.trust import bin_bounds, class_bounds
 
 #: the largest number of bins a party accepts in a Gini request (untrusted input)
 MAX_BINS = 1024
@@ -61,10 +60,9 @@ class GiniParty(LabelChecks):
 
     def _columns(self, n_bins: int, ctx: Context | None = None) -> np.ndarray:
         """The columns in use on the training rows (a view: a memory-mapped table stays mapped),
-        after checking ``n_bins`` (and the party's ``max_bins``)."""
+        after checking ``n_bins`` (the party's ``max_bins``: its check_bounds layer)."""
         if not 2 <= int(n_bins) <= MAX_BINS:
             raise ProtocolError(f"party {self.name!r}: n_bins must lie in [2, {MAX_BINS}], got {n_bins}")
-        bin_bounds(None if ctx is None else ctx.policy, self.name, int(n_bins), "Algorithm 1's n_bins")
         return self.data.X("train").numpy()
 
     @staticmethod
@@ -104,7 +102,6 @@ class GiniParty(LabelChecks):
         c = int(msg.n_classes)
         if not 2 <= c <= MAX_CLASSES:
             raise ProtocolError(f"party {self.name!r}: GiniLabels over {c} classes, expected 2 to {MAX_CLASSES}")
-        class_bounds(ctx.policy, self.name, c, "Algorithm 1")
         if not 16 <= int(msg.mask_bits) or 2 * (int(msg.mask_bits) + 1) + c.bit_length() + 4 > pub.bits:
             raise ProtocolError(f"party {self.name!r}: mask_bits {msg.mask_bits} out of range for a "
                                 f"{pub.bits}-bit key")
