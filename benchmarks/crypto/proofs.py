@@ -27,13 +27,10 @@ def _fed(data, proofs_on: bool):
     from verticalfs.configuration import PartyPolicy
     from verticalfs.federation import Federation
 
-    fed = Federation.in_process(data)
-    if proofs_on:
-        pol = PartyPolicy.permissive().model_copy(update={"verify_labels": True, "min_label_rows": 10})
-        for rt in fed._local.runtimes.values():
-            rt.policy = pol
-        fed.party_rules = {p: {"verify_labels": True} for p in fed.party_names}
-    return fed
+    if not proofs_on:
+        return Federation.in_process(data)
+    return Federation.in_process(data, policy=PartyPolicy.permissive().model_copy(
+        update={"verify_labels": True, "min_label_rows": 10}))
 
 
 def _run(method: str, params: dict, data, proofs_on: bool) -> dict:

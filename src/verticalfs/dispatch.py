@@ -292,11 +292,27 @@ def check_budget(call: Call, call_next: Callable[[Call], Any]) -> Any:
     return call_next(call)
 
 
+def bin_bounds(policy: PartyPolicy | None, party: str, n_bins: int, what: str) -> int:
+    """``n_bins`` asked by the label holder, within the policy's ``max_bins``."""
+    n_bins = int(n_bins)
+    if policy is not None and n_bins > policy.max_bins:
+        raise refusal(party, "max_bins", policy.max_bins, f"bin its features into {n_bins} bins ({what})",
+                      "ask for fewer bins, or raise it")
+    return n_bins
+
+
+def class_bounds(policy: PartyPolicy | None, party: str, n_classes: int, what: str) -> int:
+    """``n_classes`` asked by the label holder, within the policy's ``max_classes``."""
+    n_classes = int(n_classes)
+    if policy is not None and n_classes > policy.max_classes:
+        raise refusal(party, "max_classes", policy.max_classes, f"sum labels of {n_classes} classes ({what})",
+                      "ask for fewer classes, or raise it")
+    return n_classes
+
+
 def check_bounds(call: Call, call_next: Callable[[Call], Any]) -> Any:
     """The work a message asks of the party within its policy (issue 50): a ``n_bins`` field at most
     ``max_bins``, a ``n_classes`` field at most ``max_classes``, whatever the kind."""
-    from verticalfs.trust import bin_bounds, class_bounds
-
     policy = getattr(call.party, "policy", None)
     what = f"{kind_name(call.msg)} of {call.what}"
     n_bins = getattr(call.msg, "n_bins", None)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from verticalfs.configuration import PartyPolicy
 from verticalfs.data.vertical import LabelData, PreparedData
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods import registry
@@ -91,12 +92,15 @@ class Federation:
     # ----------------------------------------------------------------- building
     @classmethod
     def in_process(cls, data: PreparedData, *, trace: bool = False,
-                   roles: Mapping[str, type[Role]] | None = None) -> Federation:
+                   roles: Mapping[str, type[Role]] | None = None, policy: PartyPolicy | None = None) -> Federation:
         """Every party of ``data`` in this process, each given only its own columns, behind an
         :class:`~verticalfs.transport.inprocess.InProcessChannel` (bytes only).
 
         ``roles`` maps method names to party role classes for methods that are not registered
-        (e.g. one defined in a test); registered methods are found in the registry.
+        (e.g. one defined in a test); registered methods are found in the registry. ``policy``:
+        every party's (default :meth:`~verticalfs.configuration.PartyPolicy.permissive`, an
+        experiment's); the label holder learns the rules it reports as a deployment's parties
+        report them (``party_rules``: e.g. it then sends the label proofs a party verifies).
         """
         channel = InProcessChannel(trace=trace)
         ledger = Ledger()
@@ -107,12 +111,16 @@ class Federation:
             def role_for(method: str) -> type[Role]:
                 return extra[method] if method in extra else registered(method)
 
-        runtimes = [PartyRuntime(p, role_for=role_for) for p in data.parties]
+        runtimes = [PartyRuntime(p, role_for=role_for, policy=policy) for p in data.parties]
         for r in runtimes:
             channel.register(r.connect(channel, ledger))
         fed = cls(data.labels, channel, [r.name for r in runtimes], ledger=ledger)
         channel.register(fed.node)
         fed._local = _Local(data, {r.name: r for r in runtimes})
+        if policy is not None:
+            from verticalfs.trust import TRUST_KEYS
+
+            fed.party_rules = {r.name: {k: getattr(policy, k) for k in TRUST_KEYS} for r in runtimes}
         return fed
 
     # ------------------------------------------------------------------- views

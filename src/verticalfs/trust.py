@@ -14,7 +14,6 @@ before any work (each can become a layer of the declared dispatch):
 - :func:`own_seeds`: the seeds of the party's own randomness replaced by OS entropy
   (``own_randomness``), and :func:`reseed` after a checkpoint is restored;
 - :func:`paillier_choice`: the party's own Paillier back end and randomness;
-- :func:`bin_bounds`: the number of bins a label holder asks for, against ``max_bins``.
 
 Each refusal is one :class:`~verticalfs.exceptions.PolicyError` line naming the party, the rule
 and the key to change (:func:`verticalfs.party.refusal`).
@@ -97,10 +96,13 @@ def check_finding(policy: PartyPolicy, party: str, method: str, spec: Any) -> No
 
 
 # ------------------------------------------------------------------------ split-learning floors
-def _is_split_spec(spec: Any) -> bool:
-    from verticalfs.training.split import SplitSpec
+#: the fields that make a spec a split-learning bottom model's (``verticalfs.training.split.SplitSpec``
+#: and its subclasses; read by name: this module sits below the training code)
+SPLIT_FIELDS = ("hidden", "embedding_dim", "activation", "lr", "batch_size", "shuffle_seed")
 
-    return isinstance(spec, SplitSpec)
+
+def _is_split_spec(spec: Any) -> bool:
+    return dataclasses.is_dataclass(spec) and all(hasattr(spec, f) for f in SPLIT_FIELDS)
 
 
 def max_embedding(policy: PartyPolicy, d_in: int) -> int | None:
@@ -219,24 +221,6 @@ def paillier_choice(policy: PartyPolicy, spec: Any) -> Any:
     return dataclasses.replace(spec, **changes) if changes else spec
 
 
-# ------------------------------------------------------------------------------ work bounds
-def bin_bounds(policy: PartyPolicy | None, party: str, n_bins: int, what: str) -> int:
-    """``n_bins`` asked by the label holder, within ``[2, max_bins]``."""
-    n_bins = int(n_bins)
-    if policy is not None and n_bins > policy.max_bins:
-        raise _refusal(party, "max_bins", policy.max_bins, f"bin its features into {n_bins} bins ({what})",
-                       "ask for fewer bins, or raise it")
-    return n_bins
-
-
-def class_bounds(policy: PartyPolicy | None, party: str, n_classes: int, what: str) -> int:
-    n_classes = int(n_classes)
-    if policy is not None and n_classes > policy.max_classes:
-        raise _refusal(party, "max_classes", policy.max_classes, f"sum labels of {n_classes} classes ({what})",
-                       "ask for fewer classes, or raise it")
-    return n_classes
-
-
 def merged_boundaries(counts: Any, min_rows: int) -> np.ndarray:
     """The boundaries to keep between ``len(counts)`` adjacent bins (boundary ``i`` separates bins
     ``i`` and ``i + 1``) so that every merged bin holds at least ``min_rows`` rows: the smallest bin
@@ -255,6 +239,12 @@ def merged_boundaries(counts: Any, min_rows: int) -> np.ndarray:
         c[j:j + 2] = [c[j] + c[j + 1]]
         del keep[j]
     return np.asarray(keep, dtype=np.int64)
+
+
+#: the policy keys a party reports in its TrustReport
+TRUST_KEYS = ("verify_labels", "min_label_rows", "min_hidden_layers", "max_embedding_fraction", "min_lr", "max_lr",
+              "min_batch_size", "max_batch_size", "max_bins", "min_bin_rows", "max_classes", "own_randomness",
+              "max_epsilon", "allow_findings", "own_models_only")
 
 
 # ------------------------------------------------------------------------------ DP at the party
@@ -276,12 +266,18 @@ def dp_steps_allowed(policy: PartyPolicy, party: str, noise: float, rate: float,
     give one epoch (``per_epoch`` steps) is refused. ``None``: no limit (no ``max_epsilon``)."""
     if policy.max_epsilon is None:
         return None
-    from verticalfs.methods.icafs.dp import rdp_epsilon
+    import warnings
+
+    from opacus.accountants import RDPAccountant
 
     eps_max, delta = float(policy.max_epsilon), float(policy.dp_delta)
 
     def eps(steps: int) -> float:
-        return rdp_epsilon(float(noise), float(rate), int(steps), delta)
+        acc = RDPAccountant()
+        acc.history = [(float(noise), float(rate), int(steps))]
+        with warnings.catch_warnings():  # few steps: the best order is the largest Opacus tries
+            warnings.filterwarnings("ignore", "Optimal order is the largest alpha")
+            return float(acc.get_epsilon(delta=delta))
 
     one = eps(per_epoch)
     if one > eps_max:
@@ -455,15 +451,14 @@ def in_sorted(sorted_ids: np.ndarray, ids: Any) -> np.ndarray:
 
 
 __all__ = [
+    "TRUST_KEYS",
     "AUTO_PSI",
     "FINDINGS",
     "Finding",
     "PsiState",
-    "bin_bounds",
     "check_dp",
     "check_finding",
     "check_split_spec",
-    "class_bounds",
     "dp_steps_allowed",
     "findings_of",
     "in_sorted",

@@ -37,7 +37,7 @@ from verticalfs.methods import registry
 from verticalfs.party import LocalData, PartyRuntime
 from verticalfs.psi import IdsDigest, IdsDigestRequest
 from verticalfs.transport.messages import message
-from verticalfs.trust import PsiState, private_tree
+from verticalfs.trust import TRUST_KEYS, PsiState, private_tree
 
 
 @message("core.Align")
@@ -112,10 +112,6 @@ class TrustReport:
     rules: dict
 
 
-#: the policy keys a party reports in its TrustReport
-TRUST_KEYS = ("verify_labels", "min_label_rows", "min_hidden_layers", "max_embedding_fraction", "min_lr", "max_lr",
-              "min_batch_size", "max_batch_size", "max_bins", "min_bin_rows", "max_classes", "own_randomness",
-              "max_epsilon", "allow_findings", "own_models_only")
 
 
 class DeployedParty(PartyRuntime):

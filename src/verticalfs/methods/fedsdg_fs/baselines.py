@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, PublicKey, generate_keypair
+from verticalfs.dispatch import class_bounds
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods import labels_proof
 from verticalfs.methods.baselines.vfl import SMALL_SPLIT, VFL, VFLParams
@@ -57,7 +58,6 @@ from verticalfs.methods.registry import register
 from verticalfs.party import Context, handles
 from verticalfs.selection.blocks import row_blocks
 from verticalfs.transport.messages import message
-from verticalfs.trust import class_bounds
 
 #: fractional bits of the parties' columns in SFFS's encrypted class sums
 SFFS_PRECISION = 24
