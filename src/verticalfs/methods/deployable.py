@@ -88,6 +88,10 @@ def default_status(name: str, policy: PartyPolicy | None = None) -> Status:
         if pol.verify_labels:
             notes.append("the label holder proves every label ciphertext and the class totals (`verify_labels`; "
                          f"classes of at least {pol.min_label_rows} rows), bins of at least {pol.min_bin_rows} rows")
+    if name in ("secureboost", "sbt-filter"):
+        notes.append(f"every bin of at least `min_rows_per_bin` ({pol.min_rows_per_bin}) rows, no histogram of a node "
+                     f"under `min_rows_per_node` ({pol.min_rows_per_node}); the values the label holder encrypts are "
+                     "not proven (see the threat model)")
     if role is not None and "accept_labels" in role.policy_rules(params):
         notes.append("the party receives the labels in the clear (`accept_labels = true`, the paper's design)")
     if issubclass(cls, FilterMethod) and not getattr(cls, "selects_all", False) and not pol.release_columns:
