@@ -74,6 +74,8 @@ def _deployment(root: Path, name: str, ray_address: str | None) -> Path:
         lines += [f"[parties.{p}]", f'address = "127.0.0.1:{_free_port()}"', f'file = "{p}.parquet"']
         if p == "telecom" and ray_address:
             lines += ['engine = "ray"', f'ray_address = "{ray_address}"', 'table = "telecom_table"']
+        # the two runs compared to the bit: the label holder's seeds, not each party's own (issue 50)
+        lines += [f"[parties.{p}.policy]", "own_randomness = false"]
     f = root / name
     f.write_text("\n".join(lines) + "\n")
     return f
