@@ -92,9 +92,14 @@ class PartyPolicy(_Model):
                                        "sends only a model name (no separator, no `..`) and the party writes "
                                        "`<model_dir>/<name>/<party>.pt`. Relative to the file that sets it. "
                                        "Default in a deployment: `models/<party>` beside the deployment file.")
-    max_psi_requests: int = Field(16, ge=1, description="Private set intersection requests (and `Align` "
-                                  "requests) the party answers while it serves; each run makes one of each. "
-                                  "Restart the party to reset.")
+    max_psi_requests: int = Field(16, ge=1, description="New intersections the party answers within "
+                                  "`psi_window_hours`: private set intersection requests and alignments (`Align`) "
+                                  "of an id set it has not aligned before; a new intersection costs two. A run "
+                                  "whose intersection the label holder took from its cache (unchanged files) costs "
+                                  "nothing. Kept in the party's working folder across restarts "
+                                  "(`state/<party>/psi-budget.json`; delete it to reset).")
+    psi_window_hours: float = Field(24.0, gt=0, description="The sliding window of `max_psi_requests`, in hours "
+                                    "(a charge leaves it this long after it was made).")
     max_psi_ids: int = Field(10_000_000, ge=1, description="The most ids in one PSI request or `Align`.")
     max_message_mb: float = Field(256.0, gt=0, le=2047, description="The largest message the party accepts, in "
                                   "MiB (its gRPC receive limit): a larger one is refused before it is buffered.")

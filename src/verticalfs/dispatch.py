@@ -92,6 +92,9 @@ class Budget:
 
     what: str
     ids: Callable[[Any], int]
+    #: ``key(party, msg)``: the key of the id set asked about, when a repeat of a set already
+    #: answered is free (``Align``: :mod:`verticalfs.budget`); ``None``: every request is charged
+    key: Callable[[Any, Any], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,7 @@ class Party(Protocol):
     policy: PartyPolicy
     method: str | None
 
-    def count_request(self, what: str, n_ids: int) -> None: ...
+    def count_request(self, what: str, n_ids: int, *, key: str | None = None) -> bool: ...
 
 
 @dataclass
@@ -278,7 +281,8 @@ def check_budget(call: Call, call_next: Callable[[Call], Any]) -> Any:
     """A request that draws on a budget (PSI, ``Align``) is counted, within the policy's limits."""
     b = call.route.budget
     if b is not None:
-        call.party.count_request(b.what, int(b.ids(call.msg)))
+        key = None if b.key is None else b.key(call.party, call.msg)
+        call.party.count_request(b.what, int(b.ids(call.msg)), key=key)
     return call_next(call)
 
 

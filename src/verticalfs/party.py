@@ -285,13 +285,13 @@ class Role(Handlers):
 
 
 class RequestCount:
-    """The PSI and alignment requests a party answered since it started (one count, shared by its
-    sessions: :meth:`PartyRuntime.fork`)."""
+    """The party's PSI budget (:class:`~verticalfs.budget.PsiBudget`, made on first use), one for the
+    party, shared by its sessions (:meth:`PartyRuntime.fork`)."""
 
-    __slots__ = ("n",)
+    __slots__ = ("budget",)
 
     def __init__(self) -> None:
-        self.n = 0
+        self.budget: Any = None
 
 
 #: the budget of PSI requests (one per intersection, whichever the engine): the ids asked about
@@ -372,12 +372,19 @@ class PartyRuntime(Handlers):
 
     @property
     def psi_requests(self) -> int:
-        """PSI and ``Align`` requests answered since the party started (bounded by ``max_psi_requests``)."""
-        return self._requests.n
+        """New intersections (PSI requests, ``Align``s of new id sets) charged within the policy's
+        window (bounded by ``max_psi_requests``)."""
+        return int(self.psi_budget.used())
 
-    @psi_requests.setter
-    def psi_requests(self, n: int) -> None:
-        self._requests.n = int(n)
+    @property
+    def psi_budget(self) -> Any:
+        """The party's :class:`~verticalfs.budget.PsiBudget` (one per party, shared by its sessions;
+        kept in its working folder ``state_dir`` when it has one)."""
+        if self._requests.budget is None:
+            from verticalfs.budget import PsiBudget
+
+            self._requests.budget = PsiBudget(self.name, self.policy, getattr(self, "state_dir", None))
+        return self._requests.budget
 
     def connect(self, channel: Channel, ledger: Ledger) -> Node:
         """Attach a messaging node on ``channel`` (the node is the channel's endpoint for this party)."""
@@ -487,17 +494,12 @@ class PartyRuntime(Handlers):
         return self.role.joined()
 
     # ------------------------------------------------------------------ policy
-    def count_request(self, what: str, n_ids: int) -> None:
-        """One more PSI (or alignment) request of ``n_ids`` ids: within the policy's limits, or refused."""
-        pol = self.policy
-        if n_ids > pol.max_psi_ids:
-            raise refusal(self.name, "max_psi_ids", pol.max_psi_ids, f"answer a request with {n_ids} ids",
-                          "raise it to allow larger requests")
-        if self._requests.n >= pol.max_psi_requests:
-            raise refusal(self.name, "max_psi_requests", pol.max_psi_requests,
-                          f"answer more {what} (it has answered {self._requests.n} since it started)",
-                          "restart the party or raise it")
-        self._requests.n += 1
+    def count_request(self, what: str, n_ids: int, *, key: str | None = None) -> bool:
+        """One more PSI (or alignment) request of ``n_ids`` ids: within the policy's limits, or
+        refused (:class:`~verticalfs.budget.PsiBudget`: ``key`` names an id set aligned before,
+        which is free). Returns whether it was charged."""
+        charged: bool = self.psi_budget.charge(what, n_ids, key=key)
+        return charged
 
     def allows_method(self, method: str) -> bool:
         """Whether the party was built to take part in ``method`` (``allowed_methods``)."""

@@ -466,7 +466,7 @@ def test_scoring_psi_with_either_engine_counts_against_the_policy(tmp_path, stre
     assert rt.psi_requests == 2
     with pytest.raises(VerticalFSError, match="max_psi_requests"):
         intersect_all([proxy], ids, engine="ristretto255", text_array=True, chunk=512)
-    rt.psi_requests = 0
+    rt.psi_budget.charges.clear()  # a new window
     with pytest.raises(VerticalFSError, match="max_psi_ids"):
         intersect_all([proxy], np.append(ids, "one-more"), engine="ristretto255", text_array=True)
 

@@ -263,9 +263,38 @@ class DeployedParty(PartyRuntime):
                             require_secure=pol.require_secure, min_key_bits=int(pol.min_key_bits),
                             methods=["all"] if pol.methods == "all" else list(pol.methods))
 
-    @handles(Align, budget=Budget("alignments", lambda m: len(m.ids)))
+    @handles(Align, budget=Budget("alignments", lambda m: len(m.ids), key=lambda party, m: party.align_key(m.ids)))
     def on_align(self, msg: Align, ctx: Context) -> Aligned:
-        return self._align(msg)
+        rep = self._align(msg)
+        key = self.align_key(msg.ids)
+        if key is not None:
+            self.psi_budget.remember(key)  # the same set again (a cached intersection) is free
+        return rep
+
+    def align_key(self, ids) -> str | None:
+        """The key of an ``Align``'s id list for the PSI budget (:mod:`verticalfs.budget`): a keyed
+        hash of this party's ids digest (its file) and the ids in the order sent (the label holder
+        sends an intersection in its one natural order), hashed in place (no copy of the ids).
+        ``None`` (charged, never free) before the label holder asked the digest of its ids, or
+        over ``max_psi_ids`` (refused anyway)."""
+        import hashlib
+        import hmac
+
+        from verticalfs.psi import party_secret
+
+        digest = self._digests.get((False, 0))
+        if digest is None or len(ids) > self.policy.max_psi_ids:
+            return None
+        if self._secret is None:  # (a session's copy of the runtime: the party's one secret)
+            self._secret = party_secret(self.state_dir)
+        h = hmac.new(self._secret, digest.encode(), hashlib.sha256)
+        if isinstance(ids, np.ndarray):
+            h.update(str(ids.dtype).encode() + b"\x00")
+            h.update(memoryview(np.ascontiguousarray(ids)).cast("B"))
+        else:
+            for i in ids:
+                h.update(str(i).encode() + b"\x00")
+        return h.hexdigest()
 
     @handles(StatusQuery)
     def on_status_query(self, msg: StatusQuery, ctx: Context) -> StatusReport:
