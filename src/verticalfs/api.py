@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -196,7 +196,7 @@ def run(
     threads: int | None = 1,
     save_model: str | Path | None = None,
     checkpoint_dir: str | Path | None = None,
-    resume: bool = False,
+    resume: bool | Literal["if-any"] = False,
     parent: str | None = None,
 ) -> RunResult:
     """Run a registered method on prepared data and collect the result.
@@ -240,8 +240,9 @@ def run(
         Checkpoint every epoch of training here (the label holder's folder; in-process parties use
         ``<checkpoint_dir>/parties/<party>``, networked parties their own folder): see
         :mod:`verticalfs.training.checkpoint`. Removed when the run completes.
-    resume : bool
-        Continue the interrupted run whose checkpoints are in ``checkpoint_dir`` (same options).
+    resume : bool or "if-any"
+        Continue the interrupted run whose checkpoints are in ``checkpoint_dir`` (same options);
+        ``"if-any"``: if there is one, else start afresh.
     parent : str, optional
         The id of the comparison this run belongs to (its events' ``parent``).
     """
@@ -315,7 +316,7 @@ def _fit(method, data, *, hooks, events, seed, params, codec, bandwidths_mbps, d
     if checkpoint_dir is not None:
         rid = run_id(method, dict(vars(m.params)), seed, codec, fed.party_names,
                      {s: len(v) for s, v in fed.labels.y.items()})
-        ck = Checkpointer(checkpoint_dir, rid, resume=resume)
+        ck = Checkpointer(checkpoint_dir, rid, resume=resume, session=fed.channel.session)
         m.checkpoints = ck
         if fed.is_local:
             for name in fed.party_names:
@@ -323,7 +324,12 @@ def _fit(method, data, *, hooks, events, seed, params, codec, bandwidths_mbps, d
     node = fed.node
     node.reset_clock()
     t0 = time.perf_counter()
-    m.fit(fed)
+    try:
+        m.fit(fed)
+    except BaseException:
+        if ck is not None:
+            ck.release()  # its checkpoints may be resumed (by another process, or by run_deployment's rejoin)
+        raise
     if not fed.is_local:
         fed.collect_peer_traffic()  # party-to-party messages, recorded at the parties
     elapsed = time.perf_counter() - t0

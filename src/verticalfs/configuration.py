@@ -195,10 +195,15 @@ class DeploymentFile(_Model):
     connect_timeout: float = Field(10.0, gt=0, description="Seconds to wait for a party to be reachable.")
     call_timeout: float = Field(30.0, gt=0, description="Deadline in seconds of one per-batch call to a party "
                                 "(training, evaluation, prediction); PSI, set-up and selection calls have none. "
-                                "A hung party is detected sooner, by unanswered keep-alive pings (5-15 s).")
+                                "A hung party is detected sooner, by unanswered keep-alive pings (within 9 s; "
+                                "15 s on a loaded host).")
     retries: int = Field(3, ge=0, le=10, description="Times a call whose reply was lost (connection dropped) is "
                          "sent again, after 0.2 s, 0.4 s, ...; the party answers a repeat from its cache, so a "
                          "retry never computes twice.")
+    rejoin_window: float = Field(60.0, ge=0, description="Seconds a run waits for a party that went away mid-run "
+                                 "(killed, restarted, stopped) to come back; then it sets the party up again and "
+                                 "continues from its last checkpoint (with `checkpoints`; else from the method's "
+                                 "start), with the metrics of an uninterrupted run. 0: fail at once.")
     fan_out: Literal["concurrent", "sequential"] = Field(
         "concurrent", description="Per-batch requests to the parties: all at once (a round costs the slowest "
         "party) or one after another.")

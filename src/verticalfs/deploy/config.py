@@ -79,6 +79,7 @@ class Deployment:
     connect_timeout: float = 10.0
     call_timeout: float = 30.0
     retries: int = 3
+    rejoin_window: float = 60.0
     fan_out: str = "concurrent"
     checkpoints: Path | None = None
     psi_engine: str = "auto"
@@ -142,7 +143,8 @@ class Deployment:
                   task=conf.task, na_values=None if na is None else list(na), delimiter=conf.delimiter,
                   encoding=conf.encoding, scaling=conf.scaling, impute=conf.impute, test_size=conf.test_size,
                   val_size=conf.val_size, connect_timeout=conf.connect_timeout, call_timeout=conf.call_timeout,
-                  retries=conf.retries, fan_out=conf.fan_out, checkpoints=rel(conf.checkpoints),
+                  retries=conf.retries, rejoin_window=conf.rejoin_window, fan_out=conf.fan_out,
+                  checkpoints=rel(conf.checkpoints),
                   max_file_mb=conf.max_file_mb, max_bytes=conf.max_file_bytes,
                   psi_engine=conf.psi_engine, stream_above_mb=conf.stream_above_mb)
         out._check(where)

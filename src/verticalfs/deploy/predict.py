@@ -203,6 +203,8 @@ class DeployedModel:
             if lp in self.parties:
                 self.local = serve_own_block(dep)
             self.channel = dep.channel(call_timeout=call_timeout, session=self._session)
+            if self.local is not None and self.local.route is not None:  # its block elsewhere than its address
+                self.channel.route(lp, self.local.route)
             self.channel.wait_ready(self.parties)
             self.fed = Federation(self._labels("predict", 0), self.channel, self.parties)
             self.view = _PredictFederation(self.fed)

@@ -80,6 +80,7 @@ class NetworkedParty:
         self.max_sessions = MAX_SESSIONS if policy is None else int(policy.max_sessions)
         self.session_idle_s = SESSION_IDLE_S if policy is None else float(policy.session_idle_s)
         self.sessions: dict[str, Session] = {}
+        self.started = time.time()
         self._sessions_lock = threading.Lock()
         # a worker per session and one for its party-to-party messages, plus one to refuse the next run
         self.server = PartyServer(self, address, tls=tls, peers={LABEL_HOLDER, *peers}, insecure=insecure,
@@ -100,9 +101,13 @@ class NetworkedParty:
         """One message without a session id (the runtime itself)."""
         return self.receive_in("", sender, data, "")
 
-    def receive_in(self, session: str, sender: str, data: bytes, peer: str) -> bytes | None:
-        """One message of ``session`` (the :class:`PartyServer` calls this, unlocked)."""
-        s = self._session(session, sender, peer)
+    def receive_in(self, session: str, sender: str, data: bytes, peer: str, *, start: bool = True,
+                   route: str = "") -> bytes | None:
+        """One message of ``session`` (the :class:`PartyServer` calls this, unlocked). ``start``: the
+        label holder's first message of the session (a later one for a session this party does not
+        know means it lost the session's state: restarted, or forgot it after ``session_idle_s``);
+        ``route``: ``"party=host:port,..."``, where this session's run serves a party's block."""
+        s = self._session(session, sender, peer, start, route)
         try:
             with s.lock:
                 s.last = time.monotonic()
@@ -117,7 +122,7 @@ class NetworkedParty:
         finally:
             self.trimmer.touch()
 
-    def _session(self, sid: str, sender: str, peer: str) -> Session:
+    def _session(self, sid: str, sender: str, peer: str, start: bool = True, route: str = "") -> Session:
         """The session ``sid``, started now if the label holder asks and there is room."""
         with self._sessions_lock:
             s = self.sessions.get(sid)
@@ -126,6 +131,11 @@ class NetworkedParty:
             if sid and sender != LABEL_HOLDER:  # a peer's message belongs to a run the label holder started here
                 raise ProtocolError(f"party {self.name!r} has no session {sid!r} (a message from {sender!r}); "
                                     "only the label holder starts one")
+            if sid and not start:  # its state (alignment, role, open models' rows) is gone: say so, not "no Join"
+                raise TransportError(f"party {self.name!r} has no session {sid!r}: it restarted (started at "
+                                     f"{time.strftime('%H:%M:%S', time.localtime(self.started))}) or forgot the "
+                                     f"session (session_idle_s = {self.session_idle_s:g}) since the run began; the "
+                                     "run's state at this party is lost")
             now = time.monotonic()
             for old in [o for o in self.sessions.values() if now - o.last > self.session_idle_s]:
                 if not old.lock.locked():
@@ -138,11 +148,28 @@ class NetworkedParty:
                 raise TransportError(f"party {self.name!r} is busy with {held}; it serves at most "
                                      f"{self.max_sessions} session(s) at once (max_sessions of its [policy]): run "
                                      "again when that run has ended")
-            s = Session(sid, self._runtime_for(sid), sender, peer)
+            s = Session(sid, self._runtime_for(sid, self._routes(route)), sender, peer)
             self.sessions[sid] = s
             return s
 
-    def _runtime_for(self, sid: str) -> Any:
+    def _routes(self, route: str) -> dict[str, str]:
+        """The label holder's ``vf-route``: a peer's block served elsewhere for this session, on the
+        same host as its address in the deployment file (only the port may differ: its certificate
+        is checked as always)."""
+        out: dict[str, str] = {}
+        known = self.channel.addresses if self.channel is not None else {}
+        for item in filter(None, route.split(",")):
+            party, _, addr = item.partition("=")
+            if party == self.name:  # (where this very block is served)
+                continue
+            if party not in known or addr.rpartition(":")[0] != known[party].rpartition(":")[0] or \
+                    not addr.rpartition(":")[2].isdigit():
+                raise ProtocolError(f"party {self.name!r} refuses the route {item!r}: only another port on the "
+                                    f"host of a known peer's address ({known.get(party, 'none')})")
+            out[party] = addr
+        return out
+
+    def _runtime_for(self, sid: str, routes: dict[str, str] | None = None) -> Any:
         base = self.runtime
         if not sid:
             base.session_over = False
@@ -150,7 +177,7 @@ class NetworkedParty:
         rt = base.fork()  # the file read at start, the policy, the scoring models: shared
         if self.channel is None:
             raise RuntimeError("set_addresses() first")
-        rt.connect(self.channel.for_session(sid), Ledger(compute_rounds=False))
+        rt.connect(self.channel.for_session(sid, routes), Ledger(compute_rounds=False))
         return rt
 
     def session_table(self) -> tuple[list[dict[str, Any]], int]:
