@@ -621,14 +621,19 @@ def serve_model_cmd(
     port: int = O(8080, "--port", min=0, max=65535, help="The HTTP port."),
     host: str = O("127.0.0.1", "--host", help="The HTTP address to bind (0.0.0.0: every interface; put TLS and "
                   "authentication in front of it)."),
-    batch_ms: float = O(2.0, "--batch-ms", help="Milliseconds to gather concurrent requests into one batch."),
+    batch_ms: float = O(0.0, "--batch-ms", help="Milliseconds to wait after a request for others to score with it "
+                        "(0: a batch is what arrived while the previous one was scored)."),
     max_batch: int = O(4096, "--max-batch", min=1, help="The most ids scored in one round to the parties."),
+    max_body_mb: float = O(8.0, "--max-body-mb", help="The largest request body, in MiB: a larger one is refused "
+                           "(413) before it is parsed."),
     insecure: bool = O(False, "--insecure", help="No TLS between the parties (local experiments only)."),
     expect_sha256: str = O(None, "--expect-sha256", help="The manifest sha256 printed by `run --save-model`: "
                            "a model whose manifest differs is refused."),
 ) -> None:
     """Online scoring: POST /predict {"ids": [...]} -> probabilities per id, unknown ids listed;
-    GET /health; the OpenAPI page at /docs. Runs at the label party until interrupted."""
+    GET /health (liveness), GET /ready (every party reachable with the model open; else 503 and why),
+    GET /metrics (Prometheus); the OpenAPI page at /docs. A party that restarts is set up again
+    by itself. Runs at the label party until interrupted."""
     try:
         if not batch_ms >= 0:
             raise ConfigError(f"--batch-ms must be >= 0, got {batch_ms}")
@@ -642,9 +647,10 @@ def serve_model_cmd(
     try:
         err.print(f"model {m.name} ({m.manifest['method']}): {len(m.known)} ids held by every party of "
                   f"{', '.join(m.parties)}", soft_wrap=True, highlight=False, markup=False)
-        serve(m, host=host, port=port, batch_ms=batch_ms, max_batch=max_batch,
+        serve(m, host=host, port=port, batch_ms=batch_ms, max_batch=max_batch, max_body_mb=max_body_mb,
               on_ready=lambda: console.print(f"serving {m.name} on http://{host}:{port} (POST /predict, GET "
-                                             "/health, /docs)", soft_wrap=True, highlight=False, markup=False))
+                                             "/health, /ready, /metrics, /docs)", soft_wrap=True, highlight=False,
+                                             markup=False))
     except VerticalFSError as exc:
         _fail(exc)
     except KeyboardInterrupt:

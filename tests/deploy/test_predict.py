@@ -9,7 +9,9 @@ one place. ``serve-model`` answers real HTTP requests against the live deploymen
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -94,6 +96,10 @@ def _serve(site):
         p.send_signal(signal.SIGTERM)
     for p in procs.values():
         _stop(p)
+
+
+def _serve_one(site: Path, name: str) -> subprocess.Popen:
+    return _listening(_start(site, name), name)
 
 
 @pytest.fixture(scope="module")
@@ -270,6 +276,79 @@ def test_concurrent_requests_are_batched(site, models, endpoint):
     assert [r["predictions"][0]["id"] for r in replies] == ids
     batches = httpx.get(f"{endpoint}/health").json()["batches"] - before
     assert batches < len(ids)  # several clients' requests went out together
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_parsed(endpoint):
+    """A body of a million ids (about 12 MB, over the 8 MiB default) is answered 413 by the size check
+    (from its Content-Length, or as its chunks arrive), not by the handler (which would have parsed it
+    to count its ids)."""
+    import httpx
+
+    body = json.dumps({"ids": [f"c{i:07d}" for i in range(1_000_000)]}).encode()
+    r = httpx.post(f"{endpoint}/predict", content=body, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 413 and f"request body of {len(body)} bytes is over the limit" in r.json()["detail"]
+
+    def chunks():  # no Content-Length: chunked transfer
+        for k in range(0, len(body), 1 << 16):
+            yield body[k:k + (1 << 16)]
+
+    r = httpx.post(f"{endpoint}/predict", content=chunks(), headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 413 and "is over the limit" in r.json()["detail"]
+    # a request under the limit with too many ids is still refused by the handler, naming the count
+    r = httpx.post(f"{endpoint}/predict", json={"ids": list(range(100_001))}, timeout=60)
+    assert r.status_code == 413 and "got 100001" in r.json()["detail"]
+
+
+def _until(fn, timeout: float, pause: float = 0.1):
+    """``fn()`` until it returns a true value (which is returned), at most ``timeout`` seconds."""
+    t0 = time.monotonic()
+    while True:
+        got = fn()
+        if got:
+            return got
+        assert time.monotonic() - t0 < timeout, f"not within {timeout} s"
+        time.sleep(pause)
+
+
+def test_serve_model_heals_after_a_party_restarts(site, models, servers, endpoint):
+    """A party of the model killed and started again: /ready says which party and why while it is
+    away (and /predict answers 503 with the reason, at once), and the endpoint scores again within
+    10 s of the party listening, without a restart of serve-model; /metrics counts the errors."""
+    import httpx
+
+    ref = _in_process(site, models["vfl"])
+    ids = [str(i) for i in ref["ids"][:5]]
+    want = dict(zip(map(str, ref["ids"]), ref["probabilities"], strict=True))
+    with httpx.Client(base_url=endpoint, timeout=30) as client:
+        assert client.get("/ready").status_code == 200
+        assert client.post("/predict", json={"ids": ids}).status_code == 200
+        servers["insurer"].kill()
+        servers["insurer"].wait()
+
+        def down():
+            r = client.get("/ready")
+            return r.status_code == 503 and r.json()
+        rep = _until(lambda: (client.post("/predict", json={"ids": ids}), down())[1], 30)
+        assert rep["parties"]["insurer"]["ready"] is False and "insurer" in rep["parties"]["insurer"]["reason"]
+        assert rep["parties"]["telecom"]["ready"] is True
+        r = client.post("/predict", json={"ids": ids})
+        assert r.status_code == 503 and "party 'insurer' is not ready" in r.json()["detail"]
+        assert client.get("/health").status_code == 200  # alive all along
+        servers["insurer"] = _serve_one(site, "insurer")  # listening again (its start, importing torch, not counted)
+        t_back = time.monotonic()
+        ok = _until(lambda: (r := client.post("/predict", json={"ids": ids})).status_code == 200 and r, 10, 0.2)
+        healed = time.monotonic() - t_back
+        got = {p["id"]: p for p in ok.json()["predictions"]}
+        for i in ids:
+            np.testing.assert_allclose([got[i]["probabilities"][c] for c in ref["classes"]], want[i], rtol=1e-5)
+        assert all(p["ready"] for p in client.get("/ready").json()["parties"].values())
+        assert "stage" in ok.headers["server-timing"] and "rtt-insurer-stage" in ok.headers["server-timing"]
+        text = client.get("/metrics").text
+    errors = re.search(r'verticalfs_party_errors_total\{party="insurer"\} (\d+)', text)
+    assert errors and float(errors.group(1)) >= 1, text
+    assert 'verticalfs_requests_total{endpoint="/predict",status="503"}' in text
+    assert "verticalfs_predict_seconds_bucket" in text and 'verticalfs_party_ready{party="insurer"} 1.0' in text
+    print(f"serve-model scored again {healed:.1f} s after insurer listened again")
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["in-memory", "streamed"])

@@ -210,15 +210,36 @@ class DeployedModel:
             self.view = _PredictFederation(self.fed)
             self.versions: dict[str, int] = {}
             self.rows: dict[str, int] = {}
+            #: the breakdown of the latest batch's time (seconds): see :meth:`score`
+            self.timing: dict[str, float] = {}
             for p in self.parties:
-                entry = man["parties"][p]
-                rep = self.fed.proxy(p).request(OpenModel(model=self.name, method=self.method.joined_as(),
-                                                          sha256=str(entry["sha256"])), SETUP, expect=ModelOpened)
-                self.versions[p], self.rows[p] = int(rep.version), int(rep.rows_in_file)
+                self._open(p)
             self.intersect()
         except BaseException:
             self.close()
             raise
+
+    def _open(self, p: str) -> bool:
+        """Open the model at party ``p`` (again); whether its scoring file's version changed."""
+        rep = self.fed.proxy(p).request(OpenModel(model=self.name, method=self.method.joined_as(),
+                                                  sha256=str(self.manifest["parties"][p]["sha256"])), SETUP,
+                                        expect=ModelOpened)
+        changed = self.versions.get(p) not in (None, int(rep.version))
+        self.versions[p], self.rows[p] = int(rep.version), int(rep.rows_in_file)
+        return changed
+
+    def reopen(self, party: str) -> None:
+        """Set this session up again at ``party`` (after it restarted, or forgot the session): a new
+        session there, the model opened again, PSI again if its scoring file changed (from the
+        cache while the files are unchanged). Raises what the party or the connection raises."""
+        with self._lock:
+            self.channel.restart(party)
+            if self._open(party):
+                self.intersect()
+
+    #: the errors after which :meth:`score` sets a party up again and tries once more: the party
+    #: restarted (its session, or its open model, is gone)
+    LOST = ("has no session", "is not open (OpenModel first")
 
     # ------------------------------------------------------------------ ids
     def _own_ids(self) -> np.ndarray:
@@ -282,7 +303,27 @@ class DeployedModel:
 
     # ------------------------------------------------------------------ scoring
     def score(self, ids, split: str = "predict") -> Scores:
-        """Scores of ``ids`` (any; the unknown ones are listed, never sent to a party)."""
+        """Scores of ``ids`` (any; the unknown ones are listed, never sent to a party).
+
+        A party that restarted since (its session or its open model gone: :attr:`LOST`) is set up
+        again (:meth:`reopen`) and the batch sent once more. :attr:`timing` is then the breakdown of
+        the batch's time, in seconds: ``stage`` (the round of ``StageIds``: the parties prepare the
+        rows), ``infer`` (the method's inference round and the label holder's model), and per party
+        ``rtt.<party>.<round>`` (the round trip) and ``party.<party>.<round>`` (the party's own share:
+        decoding, its work, encoding; the rest is gRPC, TLS and the network), rounds ``stage`` and
+        ``infer``."""
+        from verticalfs.exceptions import VerticalFSError
+
+        try:
+            return self._score(ids, split)
+        except VerticalFSError as exc:
+            party = getattr(exc, "party", None)
+            if party is None or not any(t in str(exc) for t in self.LOST):
+                raise
+        self.reopen(party)
+        return self._score(ids, split)
+
+    def _score(self, ids, split: str) -> Scores:
         from verticalfs.methods.base import probabilities
 
         with self._lock:
@@ -298,7 +339,15 @@ class DeployedModel:
             changed = False
             split = f"{split}-{self._session}"  # this session's own rows at the parties
             stage = StageIds(model=self.name, ids=ask, split=split)
-            reps = request_all([(self.fed.proxy(p), stage) for p in self.parties], PREDICT, expect=IdsStaged)
+            calls: list[tuple[str, float, float | None]] = []
+            self.channel.on_call = lambda *c: calls.append(c)  # (list.append: safe from the fan-out's threads)
+            t0 = time.perf_counter()
+            try:
+                reps = request_all([(self.fed.proxy(p), stage) for p in self.parties], PREDICT, expect=IdsStaged)
+            finally:
+                self.channel.on_call = None
+            t1 = time.perf_counter()
+            staged = len(calls)
             for p, rep in zip(self.parties, reps, strict=True):
                 miss = np.asarray(rep.missing, dtype=np.int64).reshape(-1)
                 if miss.size and (miss.min() < 0 or miss.max() >= len(ask)):
@@ -308,8 +357,20 @@ class DeployedModel:
                     self.versions[p] = int(rep.version)
                     changed = True
             self.fed.labels = self._labels(split, len(ask))
-            out = self.method.predict_from_holder(self.holder["holder"], self.view, split)
+            self.channel.on_call = lambda *c: calls.append(c)
+            try:
+                out = self.method.predict_from_holder(self.holder["holder"], self.view, split)
+            finally:
+                self.channel.on_call = None
             probs = probabilities(out, self.task)
+            t2 = time.perf_counter()
+            timing = {"stage": t1 - t0, "infer": t2 - t1}
+            for k, (p, rtt, handled) in enumerate(calls):
+                rnd = "stage" if k < staged else "infer"
+                timing[f"rtt.{p}.{rnd}"] = timing.get(f"rtt.{p}.{rnd}", 0.0) + rtt
+                if handled is not None:
+                    timing[f"party.{p}.{rnd}"] = timing.get(f"party.{p}.{rnd}", 0.0) + handled
+            self.timing = timing
             if changed:  # a party's file changed: align again before the next batch
                 self.intersect()
             keep = ~lost

@@ -250,12 +250,16 @@ class PartyServer:
                             self.endpoint.name, sender, call_id)
                 reply = seen[1]
             else:
+                t_handle = time.perf_counter()
                 if receive_in is not None:  # the endpoint keeps sessions apart and locks each itself
                     reply = receive_in(md.get("vf-session", ""), sender, data, context.peer(),
                                        start=md.get("vf-start", "1") != "0", route=md.get("vf-route", ""))
                 else:
                     with self._lock:
                         reply = self.endpoint.receive(sender, data)
+                # how long the party took (decoding, handling, encoding), for the caller's breakdown of a
+                # round trip (serve-model's Server-Timing): the rest is gRPC, TLS and the network
+                context.set_trailing_metadata((("vf-handled-us", str(int((time.perf_counter() - t_handle) * 1e6))),))
                 with self._lock:
                     if call_id:  # (a channel's calls come one at a time: its nonce keys its last reply)
                         self._replies.pop((sender, nonce), None)
@@ -394,6 +398,8 @@ class GrpcChannel(Channel):
         #: ``{party: "host:port"}`` announced with every call (``vf-route``): where this run serves a
         #: party's block when not at its address (the label party's own block of a second run)
         self.routes: dict[str, str] = {}
+        #: ``on_call(party, round_trip_s, party_handling_s or None)`` after each one-message call (timing)
+        self.on_call: Any = None
 
     def for_session(self, session: str, routes: Mapping[str, str] | None = None) -> GrpcChannel:
         """This channel's connections, its calls tagged with ``session`` (a party's messages to its
@@ -467,7 +473,14 @@ class GrpcChannel(Channel):
                  timeout: float | None) -> bytes | None:
         stream, unary = self._call(receiver)
         if len(data) <= CHUNK:  # one gRPC message each way (a post's reply is empty)
-            reply: bytes = unary(data, metadata=md, timeout=timeout)
+            if self.on_call is None:
+                reply: bytes = unary(data, metadata=md, timeout=timeout)
+            else:  # timed: the round trip, and the party's own share of it (its vf-handled-us)
+                t0 = time.perf_counter()
+                reply, call = unary.with_call(data, metadata=md, timeout=timeout)
+                rtt = time.perf_counter() - t0
+                handled = dict(call.trailing_metadata() or ()).get("vf-handled-us", "")
+                self.on_call(receiver, rtt, int(handled) / 1e6 if handled.isdigit() else None)
             return reply if reply or op == "call" else None
         parts, size = [], 0
         replies = stream(_chunks(data), metadata=md, timeout=timeout)
