@@ -938,6 +938,37 @@ def certs_sign(
 party_app = typer.Typer(help="One party of a deployment across machines (needs the deploy extra).",
                         no_args_is_help=True)
 app.add_typer(party_app, name="party")
+model_app = typer.Typer(help="Saved models.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+
+
+@model_app.command("gather")
+def model_gather(
+    model: Path = typer.Option(..., "--model", help="The label holder's folder of the model (`run --config ... "
+                               "--save-model DIR`: its manifest and active.pt)."),
+    out: Path = typer.Option(..., "--out", help="A new folder: every part of the model, for `predict --model`."),
+    config: Path = typer.Option(None, "--config", help="The deployment file: each party's part is read from its "
+                                "model folder (<model_dir>/<name>/<party>.pt) on this host."),
+    part: list[str] = typer.Option(None, "--part", help="PARTY=PATH: a party's part (its .pt file, or the folder "
+                                   "holding it), e.g. copied from its host; repeat per party."),
+) -> None:
+    """One folder with every part of a model trained over a deployment (each part checked against the
+    manifest's SHA-256), for the in-process `verticalfs predict --model OUT`. Each party's part leaves
+    its host only if you copy it: use it for an audit or a single-host experiment."""
+    try:
+        from verticalfs.deploy.gather import gather_model
+
+        parts = {}
+        for item in part or []:
+            name, sep, path = item.partition("=")
+            if not sep or not name or not path:
+                raise ConfigError(f"--part {item!r}: expected PARTY=PATH")
+            parts[name] = Path(path)
+        done = gather_model(model, out, config=config, parts=parts)
+    except VerticalFSError as exc:
+        _fail(exc)
+    console.print(f"model gathered in {done}: `verticalfs predict --model {done} --party-file ...`",
+                  soft_wrap=True, highlight=False, markup=False)
 
 
 @party_app.command("serve")
@@ -1009,7 +1040,14 @@ def party_serve(
             check_engine(engine)
         party = serve_party(dep, name, checkpoint_dir=checkpoints, policy=effective,
                             max_bytes=None if max_file_mb is None else int(max_file_mb * 2**20),
-                            engine=engine, ray_address=ray_address).start()
+                            engine=engine, ray_address=ray_address)
+        # the models it had open before it stopped (a restart): scoring goes on without waiting for OpenModel
+        notes: list[str] = []
+        scoring = party.runtime.scoring
+        reopened = [] if scoring is None else scoring.restore_open_models(
+            log=lambda text: notes.append(f"party {name} {text}"))
+        notes += [f"party {name}: model {m!r} open again (it was open when the party stopped)" for m in reopened]
+        party.start()
     except VerticalFSError as exc:
         _fail(exc)
     rt = party.runtime
@@ -1024,6 +1062,8 @@ def party_serve(
                   f"peers: {', '.join(sorted(party.server.peers))}", soft_wrap=True)
     console.print(f"policy of {name} ({'its [parties.' + name + '.policy]' if policy is None else f'{policy} over [parties.{name}.policy]'}): "
                   + "; ".join(effective.lines()), soft_wrap=True, highlight=False, markup=False)
+    for note in notes:
+        err.print(note, soft_wrap=True, highlight=False, markup=False)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     try:

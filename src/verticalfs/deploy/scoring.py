@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from verticalfs.dispatch import Budget, Context, Handlers, Route, handles
-from verticalfs.exceptions import DataError, ProtocolError
+from verticalfs.exceptions import ConfigError, DataError, ProtocolError
+from verticalfs.names import LABEL_HOLDER
 from verticalfs.transport.messages import At, message
 
 if TYPE_CHECKING:
@@ -339,6 +340,11 @@ class _Shared:
         self.file: ScoringFile | None = None
 
 
+#: the models a party had open, in its working folder: opened again when it starts
+#: (:meth:`PartyScoring.restore_open_models`)
+OPEN_MODELS = "open-models.json"
+
+
 class PartyScoring(Handlers):
     """A deployed party's scoring: the handlers of the scoring messages, owned by the party
     (:class:`~verticalfs.deploy.party.DeployedParty`'s ``scoring``).
@@ -432,8 +438,49 @@ class PartyScoring(Handlers):
         models[sc.name] = sc
         while len(models) > MAX_OPEN_MODELS:
             models.pop(next(iter(models))).close()
+        self.remember_open()
         sc.file.refresh()
         return ModelOpened(rows_in_file=sc.file.n_rows, version=sc.file.version)
+
+    def remember_open(self) -> None:
+        """The open models' names, methods and checksums in the party's working folder
+        (:data:`OPEN_MODELS`), for :meth:`restore_open_models` after a restart."""
+        folder = getattr(self.party, "state_dir", None)
+        if folder is None:
+            return
+        from verticalfs.utils.io import write_json_atomic
+
+        Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_json_atomic(Path(folder) / OPEN_MODELS, [{"model": sc.name, "method": sc.method, "sha256": sc.sha256}
+                                                       for sc in self.models.values()])
+
+    def restore_open_models(self, log: Any = None) -> list[str]:
+        """Open again the models the party had open before it stopped (its working folder's
+        :data:`OPEN_MODELS`), each checked as ``OpenModel`` checks it: a restarted party scores at
+        once, without waiting for the label holder to open them. A model that no longer opens (its
+        file removed or changed) is skipped, with a line to ``log``. Returns the names opened."""
+        import json
+
+        folder = getattr(self.party, "state_dir", None)
+        path = None if folder is None else Path(folder) / OPEN_MODELS
+        if path is None or not path.is_file():
+            return []
+        try:
+            entries = [e for e in json.loads(path.read_text()) if isinstance(e, dict)]
+        except (OSError, ValueError):
+            return []
+        opened = []
+        for e in entries[-MAX_OPEN_MODELS:]:
+            try:
+                msg = OpenModel(model=str(e["model"]), method=str(e["method"]), sha256=str(e["sha256"]))
+                with self.lock:
+                    sc = Scoring(self, msg, Context(None, SETUP, LABEL_HOLDER))
+                    self.models[sc.name] = sc
+                opened.append(sc.name)
+            except (KeyError, ConfigError, DataError, ProtocolError, OSError) as exc:
+                if log is not None:
+                    log(f"does not open model {e.get('model')!r} again: {exc}")
+        return opened
 
     @handles(ScoringPsi, ScoringPsiOpen, budget=Budget("PSI requests", lambda m: int(m.n)))
     def on_scoring_psi(self, msg: ScoringPsi | ScoringPsiOpen, ctx: Context) -> Any:

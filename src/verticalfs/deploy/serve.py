@@ -20,7 +20,7 @@ Healing: a party that restarted (its session or open model gone) is set up again
 request that finds it (:meth:`~verticalfs.deploy.predict.DeployedModel.score`). A party that is
 unreachable (its connection lost, or a request failed naming it) is marked not ready: requests are
 answered 503 at once with the reason, and a healer thread sets it up again
-(:meth:`~verticalfs.deploy.predict.DeployedModel.reopen`) every ``heal_s`` seconds (doubling to 5 s)
+(:meth:`~verticalfs.deploy.predict.DeployedModel.reopen`) every ``heal_s`` seconds (0.5 s, then 1 s)
 until it answers; the connection itself is tried again at most every 2 s (the channel's reconnect
 backoff). A restarted party is thus scored with again a few seconds after it listens.
 
@@ -71,7 +71,7 @@ MAX_IDS_PER_REQUEST = 100_000
 #: the largest request body, in MiB (``--max-body-mb``): refused with 413 before it is parsed
 MAX_BODY_MB = 8.0
 #: seconds between the healer's first attempts to set a party up again (doubling up to HEAL_MAX_S)
-HEAL_S, HEAL_MAX_S = 0.5, 5.0
+HEAL_S, HEAL_MAX_S = 0.5, 1.0
 #: the latency histogram's bucket bounds (seconds)
 BUCKETS = (0.002, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0,
            2.5, 5.0, 10.0)
@@ -210,7 +210,13 @@ class Batcher:
             self.health.wake.clear()
             if self._stop.is_set():
                 return
+            channel = getattr(self.model, "channel", None)
             for party in list(self.health.not_ready()):
+                if channel is not None and hasattr(channel, "reachable") and not channel.reachable(party):
+                    self.health.fail(party, f"TransportError: party {party!r} at {channel.addresses.get(party)} "
+                                            "does not accept connections (stopped, restarting, or the network to it "
+                                            "is cut)")
+                    continue
                 try:
                     self.model.reopen(party)
                 except (VerticalFSError, RuntimeError) as exc:

@@ -420,9 +420,28 @@ class GrpcChannel(Channel):
 
     def restart(self, party: str) -> None:
         """The next call to ``party`` starts this channel's session there again (after the party
-        restarted: its state of the session is lost, and the caller sets it up anew)."""
+        restarted: its state of the session is lost, and the caller sets it up anew), on a new
+        connection (connected within ``connect_timeout``, or a :class:`TransportError` naming it)."""
         with self._lock:
             self._started.discard(party)
+            # a new connection, tried at once (the old one's reconnect backoff may be seconds away)
+            key = (party, self.addresses.get(party, ""))
+            self._calls.pop(key, None)
+            old = self._channels.pop(key, None)
+            self._states.pop(key, None)
+        if old is not None:
+            old.close()
+
+    def reachable(self, party: str, timeout: float = 1.0) -> bool:
+        """Whether ``party``'s address accepts a TCP connection now (a cheap probe before a call)."""
+        import socket
+
+        host, _, port = self.addresses.get(party, ":").rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return True
+        except (OSError, ValueError):
+            return False
 
     def connectivity(self, party: str) -> str:
         """The gRPC state of the connection to ``party`` (``READY``, ``CONNECTING``, ``IDLE``,
