@@ -116,6 +116,12 @@ def test_a_route_to_another_host_or_an_unknown_party_is_refused(data, certs):
             with pytest.raises(ProtocolError, match="refuses the route"):
                 party.receive_in(f"run-{route}", LABEL_HOLDER, b"", "ipv4:127.0.0.1:1", route=route)
         assert party._routes("party2=127.0.0.1:7010") == {"party2": "127.0.0.1:7010"}
+        # a routed session's messages to party2 go to the route; other sessions' to its address
+        routed = party._session("run-r", LABEL_HOLDER, "ipv4:127.0.0.1:1", True, "party2=127.0.0.1:7010")
+        plain = party._session("run-p", LABEL_HOLDER, "ipv4:127.0.0.1:1", True, "")
+        assert routed.runtime.node.channel.addresses["party2"] == "127.0.0.1:7010"
+        assert plain.runtime.node.channel.addresses["party2"] == "127.0.0.1:7002"
+        assert party.channel.addresses["party2"] == "127.0.0.1:7002"
         # a later message of a session this party does not know: it restarted or forgot it, said as such
         with pytest.raises(TransportError, match="has no session 'run-z': it restarted"):
             party.receive_in("run-z", LABEL_HOLDER, b"", "ipv4:127.0.0.1:1", start=False)
