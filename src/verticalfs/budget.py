@@ -119,17 +119,22 @@ class PsiBudget:
                 del self.keys[next(iter(self.keys))]
             self._save()
 
+    def _refusal(self, rule: str, value: int, what: str, fix: str):
+        """The one line of a refusal (the format of :func:`verticalfs.party.refusal`, which imports this module)."""
+        from verticalfs.exceptions import PolicyError
+
+        return PolicyError(f"party {self.party!r} refuses to {what}: its policy has {rule} = {value} ({fix}: key "
+                           f"{rule} of [parties.{self.party}.policy] or of its --policy file)")
+
     def charge(self, what: str, n_ids: int, *, key: str | None = None) -> bool:
         """Charge one request of ``n_ids`` ids (``what``: e.g. ``"PSI requests"``); a request whose
         ``key`` names an id set aligned before is free (returns False: not charged). Refused with a
         :class:`~verticalfs.exceptions.PolicyError` over ``max_psi_ids`` or when the window's budget
         is spent."""
-        from verticalfs.party import refusal
-
         pol = self.policy
         if n_ids > pol.max_psi_ids:
-            raise refusal(self.party, "max_psi_ids", pol.max_psi_ids, f"answer a request with {n_ids} ids",
-                          "raise it to allow larger requests")
+            raise self._refusal("max_psi_ids", pol.max_psi_ids, f"answer a request with {n_ids} ids",
+                                "raise it to allow larger requests")
         with self._lock:
             if key is not None and key in self.keys:
                 return False
@@ -138,7 +143,7 @@ class PsiBudget:
             if len(self.charges) >= self.limit:
                 hours = self.window_s / 3600.0
                 nxt = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.charges[0] + self.window_s))
-                raise refusal(self.party, "max_psi_requests", self.limit,
+                raise self._refusal("max_psi_requests", self.limit,
                               f"answer more {what}: it has answered {len(self.charges)} new intersections and "
                               f"alignments in the last {hours:g} h, 0 of {self.limit} left (the next is free at "
                               f"{nxt}; a run on unchanged files, whose intersection the label holder cached, is not "
