@@ -27,7 +27,7 @@ a :class:`~verticalfs.exceptions.TransportError` naming it and its address withi
 seconds, never a hang (with the TLS handshake's cause when that is what failed: :func:`tls_failure`).
 
 Failures during a run: a per-batch call has a deadline (``call_timeout``); a hung party is found by
-unanswered keep-alive pings within 5-15 s; a call whose connection dropped before its reply came
+unanswered keep-alive pings within 9 s (15 s on a loaded host); a call whose connection dropped before its reply came
 back is sent again with the same id (``vf-call``: the channel's nonce and a sequence number), and
 the party answers a repeated id from its cache of the last reply per caller channel, so nothing is
 computed twice. :meth:`GrpcChannel.call_all` and :meth:`GrpcChannel.post_all` send one message to
@@ -113,7 +113,7 @@ def _too_large(who: str, size: int, limit: int, sender: str) -> str:
             f"limit of {limit / 2**20:g} MiB (max_message_mb of its [policy])")
 
 
-#: the gRPC channel options of :class:`GrpcChannel` (unlimited message sizes, keep-alive every 10 s),
+#: the gRPC channel options of :class:`GrpcChannel` (unlimited message sizes, keep-alive every 5 s),
 #: for a bare gRPC endpoint that is to be compared with this transport on equal terms
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = tuple(_OPTIONS)
 
@@ -340,7 +340,7 @@ class GrpcChannel(Channel):
     setup_timeout : float or None
         Deadline of any other exchange (PSI, set-up, selection; default none). Whatever the
         deadlines, a dead party is detected at once by its closed connection, and a hung one
-        (stopped, cut off) by unanswered keep-alive pings within 5-15 s.
+        (stopped, cut off) by unanswered keep-alive pings within 9 s (15 s on a loaded host).
     retries : int
         A call whose connection was lost before its reply came (``UNAVAILABLE``) is sent again up
         to this many times, after ``backoff``, 2 x ``backoff``, ... seconds. Every call carries a

@@ -10,6 +10,14 @@ at once: a run beyond them is refused before any work with "busy with session X,
 <sender> (<address>)". A session ends with the label holder's ``EndSession``, or is forgotten after
 ``session_idle_s`` without a message (a label holder that died). Calls without a session id (a
 bare channel, e.g. tests and the network benchmark) share the runtime itself, as one session.
+
+Only the first call of a session may start it (``vf-start``): a later call of a session this party
+does not know is refused with "has no session ...: it restarted", which the label holder takes as
+the party having lost the run's state (it waits for the party and sets the run up again,
+:func:`verticalfs.deploy.holder.run_deployment`; ``serve-model`` opens the model again). With
+``vf-route`` the label holder says where its run serves a party's block when not at that party's
+address (a second run of the label party): the session's messages to that peer go there; only
+another port on the peer's own host is accepted.
 """
 
 from __future__ import annotations
