@@ -376,6 +376,12 @@ class PartyRuntime(Handlers):
         window (bounded by ``max_psi_requests``)."""
         return int(self.psi_budget.used())
 
+    @psi_requests.setter
+    def psi_requests(self, n: int) -> None:
+        """Keep only the last ``n`` charges of the window (0: a new window)."""
+        b = self.psi_budget
+        b.charges = b.charges[len(b.charges) - int(n):] if n else []
+
     @property
     def psi_budget(self) -> Any:
         """The party's :class:`~verticalfs.budget.PsiBudget` (one per party, shared by its sessions;
@@ -498,7 +504,9 @@ class PartyRuntime(Handlers):
         """One more PSI (or alignment) request of ``n_ids`` ids: within the policy's limits, or
         refused (:class:`~verticalfs.budget.PsiBudget`: ``key`` names an id set aligned before,
         which is free). Returns whether it was charged."""
-        charged: bool = self.psi_budget.charge(what, n_ids, key=key)
+        budget = self.psi_budget
+        budget.policy = self.policy  # (the party's policy now: a session's copy shares the budget)
+        charged: bool = budget.charge(what, n_ids, key=key)
         return charged
 
     def allows_method(self, method: str) -> bool:

@@ -123,7 +123,8 @@ def test_fate_lasso_resumed_after_a_round_ends_as_uninterrupted(data, tmp_path, 
             verticalfs.run("fate-lasso", data, seed=0, params=LASSO, checkpoint_dir=tmp_path)
     finally:
         RoundDriver.record = orig
-    latest = json.loads((tmp_path / "latest.json").read_text())
+    (latest_file,) = tmp_path.glob("*/latest.json")  # the run's own folder (<run id>-<session>)
+    latest = json.loads(latest_file.read_text())
     assert latest["epochs"] == 1
     keys = sorted(tmp_path.rglob("*.keys.json"))
     assert len(keys) == 1  # the label holder's key pair, apart from its .pt (the parties hold public keys)
