@@ -60,7 +60,7 @@ class PsiBudget:
 
     @property
     def window_s(self) -> float:
-        return float(getattr(self.policy, "psi_window_hours", 24.0)) * 3600.0
+        return float(self.policy.psi_window_hours) * 3600.0
 
     @property
     def limit(self) -> int:

@@ -538,7 +538,7 @@ def _type_words(ann: Any) -> str:
     if origin is dict:
         return f"a table of name = {_type_words(typing.get_args(ann)[1])}"
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string",
-            Path: "a path (a string)"}.get(ann, getattr(ann, "__name__", str(ann)))
+            Path: "a path (a string)"}.get(ann, ann.__name__ if isinstance(ann, type) else str(ann))
 
 
 def _plural(ann: Any) -> str:

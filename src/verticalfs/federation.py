@@ -298,6 +298,8 @@ class LocalFederation:
 
     #: every party is in this process: a model is saved in the folder given (see Federation)
     model_names_only = False
+    #: (not a :meth:`Federation.in_process` federation: no instrumentation)
+    is_local = False
 
     def __init__(self, data: PreparedData) -> None:
         self.labels = data.labels

@@ -42,7 +42,7 @@ import copy
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -94,6 +94,7 @@ from verticalfs.transport.messages import (
 from verticalfs.transport.node import Node
 
 if TYPE_CHECKING:
+    from verticalfs.data.vertical import PartyData
     from verticalfs.transport.channel import Channel
 
 __all__ = ["POLICY_RULES", "Context", "LocalData", "LocalProxy", "PartyRuntime", "Role", "handles", "policy_allows",
@@ -127,9 +128,9 @@ class LocalData:
         self._X_src: dict[str, np.ndarray] = dict(self._mapped)  # split -> the memory map behind _X[split]
 
     @classmethod
-    def of(cls, data: Any) -> LocalData:
+    def of(cls, data: PartyData) -> LocalData:
         """From a :class:`~verticalfs.data.vertical.PartyData`."""
-        return cls(data.name, data.feature_names, data.X, getattr(data, "sources", None))
+        return cls(data.name, data.feature_names, data.X, data.sources)
 
     @property
     def splits(self) -> list[str]:
@@ -193,7 +194,7 @@ class LocalData:
         old = self._kept_files.get(split)
         out = select_columns(self._mapped[split], idx)
         # a new dict, not an update: a session's shallow copy of the party keeps its own
-        self._kept_files = {**self._kept_files, split: getattr(out, "filename", None)}
+        self._kept_files = {**self._kept_files, split: out.filename if isinstance(out, np.memmap) else None}
         if old is not None:
             Path(old).unlink(missing_ok=True)  # (an open map of it stays valid)
         return out
@@ -347,15 +348,19 @@ class PartyRuntime(Handlers):
         :data:`~verticalfs.dispatch.DEFAULT_MODS`); ``[*DEFAULT_MODS, my_layer]`` adds one.
     """
 
+    #: its working folder (a deployed party's: its PSI budget, open models, secret); ``None``: none
+    state_dir: Path | None = None
+
     def __init__(self, data: Any, *, role_for: Callable[[str], type[Role]] | None = None,
-                 allowed_methods: Sequence[str] | None = None, ids: Sequence[Any] | None = None,
+                 allowed_methods: Sequence[str] | None = None, ids: Sequence[Any] | np.ndarray | None = None,
                  checkpoint_dir: str | Path | None = None, policy: PartyPolicy | None = None,
                  mods: Sequence[Mod] | None = None) -> None:
         self.data = data if isinstance(data, LocalData) else LocalData.of(data)
         self.name = self.data.name
         self.role: Role | None = None
         self.method: str | None = None
-        self.preprocessor = getattr(data, "preprocessor", None)
+        #: its fitted preprocessing (saved with a model): a PartyData's, or none for bare LocalData
+        self.preprocessor: Any = None if isinstance(data, LocalData) else data.preprocessor
         self.node: Node | None = None
         self._role_for = role_for
         self._allowed = None if allowed_methods is None else set(allowed_methods)
@@ -389,7 +394,7 @@ class PartyRuntime(Handlers):
         if self._requests.budget is None:
             from verticalfs.budget import PsiBudget
 
-            self._requests.budget = PsiBudget(self.name, self.policy, getattr(self, "state_dir", None))
+            self._requests.budget = PsiBudget(self.name, self.policy, self.state_dir)
         return self._requests.budget
 
     def connect(self, channel: Channel, ledger: Ledger) -> Node:
@@ -437,7 +442,7 @@ class PartyRuntime(Handlers):
         if self.ids is None:
             raise ProtocolError(f"party {self.name!r} answers PSI requests only when it was given its ids")
         if self._psi is None:
-            self._psi = PsiParty(self.ids, **self.psi_options)
+            self._psi = PsiParty(cast("Sequence[Any]", self.ids), **self.psi_options)  # (a numpy text array, or a list)
         return self._psi.reply(msg)
 
     @handles(*PSI_OPENS, budget=PSI_BUDGET)
@@ -582,7 +587,7 @@ def _unwrap(msg: Any) -> Any:
     for f in fields(msg):
         v = getattr(msg, f.name)
         if type(v) is Coded:
-            a = v.array.detach().cpu().numpy() if hasattr(v.array, "detach") else np.asarray(v.array)
+            a = v.array.detach().cpu().numpy() if isinstance(v.array, torch.Tensor) else np.asarray(v.array)
             codec = get_codec(v.codec)
             if codec.name == "float32" and a.dtype == np.float32:
                 changes[f.name] = a

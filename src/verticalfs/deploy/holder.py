@@ -22,10 +22,10 @@ as it takes in-process data; :func:`run_deployment` does both.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -39,6 +39,13 @@ from verticalfs.exceptions import DataError, TransportError, VerticalFSError
 from verticalfs.federation import SETUP, Federation
 from verticalfs.names import LABEL_HOLDER
 
+if TYPE_CHECKING:
+    from verticalfs.api import RunResult
+    from verticalfs.configuration import PartyPolicy
+    from verticalfs.data.table import Task
+    from verticalfs.run_events import RunEvents
+    from verticalfs.transport.grpc.party import NetworkedParty
+
 
 @dataclass
 class Connected:
@@ -50,7 +57,7 @@ class Connected:
     n_aligned: int = 0
     local: Any = None  # the label party's own feature block, served here
     channel: Any = None
-    policies: dict[str, dict] = field(default_factory=dict)  # party -> the policy it reported
+    policies: dict[str, dict[str, Any]] = field(default_factory=dict)  # party -> the policy it reported
     session: str = ""  # this run's session id at the parties (transport/grpc/party.py)
     psi_seconds: float = 0.0  # wall time of the private set intersection (all parties at once)
     psi_cached: list[str] = field(default_factory=list)  # parties whose intersection came from the cache
@@ -70,7 +77,7 @@ class Connected:
             stop_own_block(self.local)
 
 
-def serve_own_block(dep: Deployment):
+def serve_own_block(dep: Deployment) -> NetworkedParty:
     """The label party's own feature block for one run, served by this run's process (started): on
     its address, or, when another run of the label party holds that address, on a free port of the
     same host, announced to the parties with each call of the run (its ``route``: their messages to
@@ -94,7 +101,7 @@ def serve_own_block(dep: Deployment):
     return local
 
 
-def stop_own_block(local) -> None:
+def stop_own_block(local: NetworkedParty) -> None:
     """Stop the label party's block served for this run (no other run uses it)."""
     local.stop()
 
@@ -106,7 +113,7 @@ def new_session() -> str:
     return secrets.token_hex(6)
 
 
-def end_session(fed, parties) -> None:
+def end_session(fed: Federation, parties: Sequence[str]) -> None:
     """Tell each party the run is over (it frees the session's place); a party already gone is skipped."""
     from verticalfs.exceptions import VerticalFSError
     from verticalfs.transport.messages import Ack, EndSession
@@ -118,8 +125,10 @@ def end_session(fed, parties) -> None:
             pass
 
 
-def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None, checkpoint_dir=None, policy=None,
-                engine: str | None = None, ray_address: str | None = None, listen: str | None = None):
+def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None,
+                checkpoint_dir: str | Path | None = None, policy: PartyPolicy | None = None,
+                engine: str | None = None, ray_address: str | None = None,
+                listen: str | None = None) -> NetworkedParty:
     """The :class:`~verticalfs.transport.grpc.party.NetworkedParty` of party ``name`` (not started):
     its file read and checked now; its checkpoints in ``checkpoint_dir`` (default: the deployment's);
     its ``policy`` (default: its ``[parties.<name>.policy]``, see :func:`party_policy`); files up to
@@ -148,7 +157,7 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None, che
     return party
 
 
-def party_policy(dep: Deployment, name: str, override=None):
+def party_policy(dep: Deployment, name: str, override: str | Path | None = None) -> PartyPolicy:
     """The effective policy of party ``name``: its ``[parties.<name>.policy]`` with the keys of the
     policy file ``override`` (``party serve --policy``) in place. The label party's own feature
     block, served by the label holder's process, releases its columns and sees its labels: both
@@ -211,14 +220,17 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         # no second sort to find the labels of the intersection)
         look = ids if isinstance(ids, IdLookup) else None
         with phase("psi"):
-            psi = intersect_all([fed.proxy(p) for p in names if p != lp], ids if look is None else look.sorted,
+            psi = intersect_all([fed.proxy(p) for p in names if p != lp],
+                                cast("Sequence[Any]", ids if look is None else look.sorted),
                                 cache=PsiCache(dep.state_dir(LABEL_HOLDER)), engine=dep.psi_engine, text_array=True)
-        common, out.psi_seconds, out.psi_cached = psi.ids, psi.seconds, psi.cached
-        if not len(common):
+        out.psi_seconds, out.psi_cached = psi.seconds, psi.cached
+        if not len(psi.ids):
             raise DataError(f"no id in column {dep.id_column!r} is held by every party; check that the files "
                             "use the same ids (compared as text: '007' and '7' differ)")
-        common = _sort_ids(common)
-        y_raw = labels.iloc[(look if look is not None else IdLookup(ids)).positions(common)]
+        common = _sort_ids(np.asarray(psi.ids))
+        if look is None:  # (the ids in file order: their lookup only now, after the PSI)
+            look = IdLookup(cast("np.ndarray", ids))
+        y_raw = labels.iloc[look.positions(common)]
         del ids, look
         y, task, class_names = _labels(y_raw.reset_index(drop=True), dep.task, entry.file, dep.label_column)
         name = Path(entry.file).name
@@ -235,14 +247,14 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         ys = {s: y[idx[s]] for s in SPLITS}
         if task == "regression":
             ys = {s: v.astype(np.float32) for s, v in ys.items()}
-        fed.labels = LabelData(y=ys, task=task, n_classes=0 if task == "regression" else len(class_names or []),
-                               class_names=class_names)
+        fed.labels = LabelData(y=ys, task=cast("Task", task),
+                               n_classes=0 if task == "regression" else len(class_names or []), class_names=class_names)
         schema = fed.schema()
         parties = [PartyData(name=p, feature_names=list(h.feature_names), X={},
                              sources=None if h.sources is None else list(h.sources)) for p, h in schema.items()]
         out.data = PreparedData(name=name, parties=parties, labels=fed.labels,
                                 ground_truth={p.name: np.zeros(p.n_features, dtype=bool) for p in parties},
-                                ids={s: common[idx[s]] for s in SPLITS},
+                                ids={s: np.asarray(common[idx[s]]) for s in SPLITS},
                                 warnings=_named_like_label(parties, dep))
         fed.model_names_only = True
         fed.own_party = lp if own_features else None
@@ -262,7 +274,8 @@ def _label_frame(dep: Deployment, lp: str, path: Path) -> tuple[np.ndarray | IdL
     given as an :class:`~verticalfs.data.stream.IdLookup` (sorted, with their file rows)."""
     from verticalfs.data.stream import StreamedTable, file_bytes
 
-    ids, labels = None, None
+    ids: np.ndarray | IdLookup | None = None
+    labels: pd.Series | None = None
     if file_bytes(path) >= dep.stream_above_mb * 2**20:
         table = StreamedTable(lp, path, id_column=dep.id_column, na_values=dep.na_values, delimiter=dep.delimiter,
                               encoding=dep.encoding)
@@ -284,17 +297,18 @@ def _label_frame(dep: Deployment, lp: str, path: Path) -> tuple[np.ndarray | IdL
         cols = [c for c in columns if c != dep.id_column]
         raise DataError(f"party {lp!r}: label column {dep.label_column!r} is not in {str(path)!r}; its "
                         f"columns are {cols}. Fix label_column or label_party in {str(dep.path)!r}")
+    assert ids is not None and labels is not None  # (read with the label column)
     return ids, labels, columns
 
 
-def _named_like_label(parties, dep: Deployment) -> list[str]:
+def _named_like_label(parties: Sequence[PartyData], dep: Deployment) -> list[str]:
     """A party's column named like the label (the label holder sees only names: a party whose file is
     the label party's would serve the label as a feature)."""
     from verticalfs.data.user import named_like
 
     out = []
     for p in parties:
-        cols = [c for c in dict.fromkeys(p.sources) if named_like(c, dep.label_column)]
+        cols = [c for c in dict.fromkeys(p.sources or p.feature_names) if named_like(c, dep.label_column)]
         for c in cols:
             out.append(f"party {p.name!r} serves a column {c!r} named like the label column {dep.label_column!r} "
                        f"of {dep.label_party!r}; if it is a copy of the label (e.g. its file in {str(dep.path)!r} is "
@@ -363,9 +377,9 @@ class _HeldFailure:
 
 
 def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
-                   params: Mapping[str, Any] | None = None, codec: str | None = None, callbacks: Any = (),
+                   params: Mapping[str, Any] | None = None, codec: str | None = None, callbacks: Sequence[Any] = (),
                    progress: bool | None = None, save_model: str | Path | None = None, threads: int | None = 1,
-                   checkpoint_dir=None, resume: bool = False):
+                   checkpoint_dir: str | Path | None = None, resume: bool = False) -> RunResult:
     """Run ``method`` over a deployment from the label party's host; returns the
     :class:`~verticalfs.api.RunResult` (its ``info["deployment"]`` says how many rows each party kept).
 
@@ -389,7 +403,7 @@ def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
     events = RunEvents(sinks) if sinks else None
     chosen: dict[str, Any] = {}
 
-    def started(policies: dict[str, dict]) -> None:
+    def started(policies: dict[str, dict[str, Any]]) -> None:
         keeping = [p for p, pol in policies.items() if not pol["release_columns"]]
         chosen["method"], chosen["params"], chosen["why"] = federated_method(dep, asked, params, keeping=keeping)
         if events is not None:
@@ -407,13 +421,14 @@ def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
             attempt = None if events is None else _HeldFailure(events)
             try:
                 method, run_params, why = chosen["method"], chosen["params"], chosen["why"]
-                res = run_observed(method, conn.data, hooks=hooks, events=attempt, seed=seed, params=run_params,
+                res = run_observed(method, conn.data, hooks=hooks, events=cast("RunEvents | None", attempt),
+                                   seed=seed, params=run_params,
                                    codec=codec, bandwidths_mbps=(10.0, 100.0), data_config=None,
                                    federation=conn.federation, threads=threads, save_model=save_model,
                                    checkpoint_dir=ckdir, resume=mode if ckdir is not None else False)
                 break
             except VerticalFSError as exc:
-                party = getattr(exc, "party", None)
+                party = exc.party
                 if (not isinstance(exc, TransportError) or party is None or party == dep.label_party
                         or dep.rejoin_window <= 0 or not any(t in str(exc) for t in GONE)
                         or len(rejoined) >= MAX_REJOINS):

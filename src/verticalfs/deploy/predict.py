@@ -43,11 +43,11 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -68,6 +68,13 @@ from verticalfs.names import LABEL_HOLDER
 from verticalfs.transport.messages import At
 from verticalfs.transport.node import request_all
 
+if TYPE_CHECKING:
+    from verticalfs.data.vertical import LabelData
+    from verticalfs.deploy.config import Deployment
+    from verticalfs.federation import Federation
+    from verticalfs.transport.grpc.channel import GrpcChannel
+    from verticalfs.transport.node import PartyProxy
+
 # ------------------------------------------------------------------------- label-holder side
 #: ids per round to the parties in batch prediction (bounds the size of one message)
 BATCH_CHUNK = 100_000
@@ -80,7 +87,7 @@ class _PhaseProxy:
 
     __slots__ = ("name", "_proxy")
 
-    def __init__(self, proxy) -> None:
+    def __init__(self, proxy: PartyProxy) -> None:
         self.name = proxy.name
         self._proxy = proxy
 
@@ -101,14 +108,14 @@ class _PhaseProxy:
             msg = IdsDigestRequest(scoring=True)
         return msg, self._at(at)
 
-    def request(self, msg: Any, at: At, expect=None) -> Any:
+    def request(self, msg: Any, at: At, expect: type | tuple[type, ...] | None = None) -> Any:
         msg, at = self._rewrite(msg, at)
         return self._proxy.request(msg, at, expect=expect)
 
     def send(self, msg: Any, at: At) -> None:
         self._proxy.send(*self._rewrite(msg, at))
 
-    def route(self):
+    def route(self) -> tuple[Any, str, Callable[[Any, At], tuple[Any, At]]]:
         """For :func:`~verticalfs.transport.node.request_all`: the party's proxy's node, this proxy's rewriting."""
         node, name, _ = self._proxy.route()
         return node, name, self._rewrite
@@ -117,21 +124,21 @@ class _PhaseProxy:
 class _PredictFederation:
     """The label holder's federation as a method's ``predict_from_holder`` sees it at inference."""
 
-    def __init__(self, fed) -> None:
+    def __init__(self, fed: Federation) -> None:
         self._fed = fed
         self._proxies = {p: _PhaseProxy(fed.proxy(p)) for p in fed.party_names}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._fed, name)
 
-    def proxy(self, name: str):
+    def proxy(self, name: str) -> _PhaseProxy:
         try:
             return self._proxies[name]
         except KeyError:
             raise ConfigError(f"no party named {name!r}; parties are {list(self._proxies)}") from None
 
     @property
-    def proxies(self) -> list:
+    def proxies(self) -> list[_PhaseProxy]:
         return list(self._proxies.values())
 
 
@@ -161,9 +168,8 @@ class DeployedModel:
         The manifest's SHA-256 printed when the model was saved: another manifest is refused.
     """
 
-    def __init__(self, dep, model_dir: str | Path, *, call_timeout: float | None = None,
+    def __init__(self, dep: Deployment, model_dir: str | Path, *, call_timeout: float | None = None,
                  expected_sha256: str | None = None) -> None:
-        from verticalfs.data.vertical import LabelData
         from verticalfs.deploy.holder import serve_own_block
         from verticalfs.federation import Federation
         from verticalfs.methods import registry
@@ -190,13 +196,12 @@ class DeployedModel:
         self.holder = holder
         self.task, self.n_classes = holder["task"], int(holder["n_classes"])
         self.classes = list(holder["class_names"] or [str(i) for i in range(self.n_classes)])
-        self._labels = lambda split, n: LabelData(
-            y={split: np.zeros(n, dtype=np.float32 if self.task == "regression" else np.int64)},
-            task=self.task, n_classes=self.n_classes, class_names=holder["class_names"] or None)
+        self._class_names = holder["class_names"] or None
         lp = dep.label_party
         dep.check_keys(LABEL_HOLDER, lp)
         self.local = None
         self.channel = None
+        self.fed: Any = None  # the label holder's federation, once the parties are reached
         self._lock = threading.Lock()
         self._session = secrets.token_hex(6)  # this session at the parties, and its staged splits' names
         try:
@@ -233,7 +238,7 @@ class DeployedModel:
         session there, the model opened again, PSI again if its scoring file changed (from the
         cache while the files are unchanged). Raises what the party or the connection raises."""
         with self._lock:
-            self.channel.restart(party)
+            self._channel().restart(party)
             if self._open(party):
                 self.intersect()
 
@@ -247,9 +252,13 @@ class DeployedModel:
         holder is the label party); a file of at least ``stream_above_mb`` MiB by its id column alone
         (:class:`~verticalfs.data.stream.StreamedTable`), as training reads it."""
         if self.local is not None:
-            sc = self.local.runtime.scoring
-            with sc.lock:  # its server's threads may be preparing from it
-                f = sc.file()
+            from verticalfs.deploy.party import DeployedParty
+
+            rt = self.local.runtime
+            if not isinstance(rt, DeployedParty) or rt.scoring is None:
+                raise ConfigError(f"party {self.dep.label_party!r}'s own block served here scores no model")
+            with rt.scoring.lock:  # its server's threads may be preparing from it
+                f = rt.scoring.file()
                 f.refresh()
                 return f.ids
         from verticalfs.data.stream import StreamedTable, file_bytes
@@ -264,12 +273,21 @@ class DeployedModel:
             table = StreamedTable(lp, path, id_column=dep.id_column, na_values=dep.na_values, delimiter=dep.delimiter,
                                   encoding=dep.encoding)
             try:
-                return table.id_lookup().sorted
+                ids: np.ndarray = table.id_lookup().sorted
+                return ids
             finally:
                 table.close()
         f = _read_frames({lp: path}, id_column=dep.id_column, na_values=dep.na_values,
                          delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=dep.max_bytes)[lp]
-        return f[dep.id_column].to_numpy(dtype=str)
+        own: np.ndarray = f[dep.id_column].to_numpy(dtype=str)
+        return own
+
+    def _labels(self, split: str, n: int) -> LabelData:
+        """The labels a method's prediction sees: ``n`` placeholder rows of ``split`` (none is read)."""
+        from verticalfs.data.vertical import LabelData
+
+        return LabelData(y={split: np.zeros(n, dtype=np.float32 if self.task == "regression" else np.int64)},
+                         task=self.task, n_classes=self.n_classes, class_names=self._class_names)
 
     def intersect(self) -> np.ndarray:
         """The ids every party of the model holds (PSI over the scoring files), in the natural order."""
@@ -281,7 +299,7 @@ class DeployedModel:
             ids = ids.astype(str) if len(ids) else np.zeros(0, dtype=str)
         others = [self.view.proxy(p) for p in self.parties if p != self.dep.label_party]
         # the deployment's engine, as training's PSI (holder.connect); the ids a text array end to end
-        psi = intersect_all(others, ids, cache=PsiCache(self.dep.state_dir(LABEL_HOLDER)),
+        psi = intersect_all(others, cast("Sequence[Any]", ids), cache=PsiCache(self.dep.state_dir(LABEL_HOLDER)),
                             engine=self.dep.psi_engine, text_array=True) if others else None
         common = np.asarray(psi.ids if psi is not None else ids)
         if common.dtype.kind != "U":
@@ -291,7 +309,8 @@ class DeployedModel:
         self.known = _sort_ids(common) if len(common) else np.zeros(0, dtype=str)
         # membership by binary search in a sorted copy (not a set of Python strings)
         self._known_sorted = np.sort(self.known)
-        return self.known
+        known: np.ndarray = self.known
+        return known
 
     def _is_known(self, ids: np.ndarray) -> np.ndarray:
         """Which of ``ids`` (a numpy text array) are in the intersection."""
@@ -299,10 +318,11 @@ class DeployedModel:
         if not len(ks) or not len(ids):
             return np.zeros(len(ids), dtype=bool)
         j = np.minimum(np.searchsorted(ks, ids), len(ks) - 1)
-        return ks[j] == ids
+        hit: np.ndarray = ks[j] == ids
+        return hit
 
     # ------------------------------------------------------------------ scoring
-    def score(self, ids, split: str = "predict") -> Scores:
+    def score(self, ids: Any, split: str = "predict") -> Scores:
         """Scores of ``ids`` (any; the unknown ones are listed, never sent to a party).
 
         A party that restarted since (its session or its open model gone: :attr:`LOST`) is set up
@@ -317,15 +337,21 @@ class DeployedModel:
         try:
             return self._score(ids, split)
         except VerticalFSError as exc:
-            party = getattr(exc, "party", None)
+            party = exc.party
             if party is None or not any(t in str(exc) for t in self.LOST):
                 raise
         self.reopen(party)
         return self._score(ids, split)
 
-    def _score(self, ids, split: str) -> Scores:
+    def _channel(self) -> GrpcChannel:
+        if self.channel is None:
+            raise ConfigError(f"model {self.name!r} is closed")
+        return self.channel
+
+    def _score(self, ids: Any, split: str) -> Scores:
         from verticalfs.methods.base import probabilities
 
+        channel = self._channel()
         with self._lock:
             ids = np.asarray(ids)
             ids = ids.astype(str) if len(ids) else np.zeros(0, dtype=str)
@@ -340,12 +366,12 @@ class DeployedModel:
             split = f"{split}-{self._session}"  # this session's own rows at the parties
             stage = StageIds(model=self.name, ids=ask, split=split)
             calls: list[tuple[str, float, float | None]] = []
-            self.channel.on_call = lambda *c: calls.append(c)  # (list.append: safe from the fan-out's threads)
+            channel.on_call = lambda *c: calls.append(c)  # (list.append: safe from the fan-out's threads)
             t0 = time.perf_counter()
             try:
                 reps = request_all([(self.fed.proxy(p), stage) for p in self.parties], PREDICT, expect=IdsStaged)
             finally:
-                self.channel.on_call = None
+                channel.on_call = None
             t1 = time.perf_counter()
             staged = len(calls)
             for p, rep in zip(self.parties, reps, strict=True):
@@ -357,11 +383,11 @@ class DeployedModel:
                     self.versions[p] = int(rep.version)
                     changed = True
             self.fed.labels = self._labels(split, len(ask))
-            self.channel.on_call = lambda *c: calls.append(c)
+            channel.on_call = lambda *c: calls.append(c)
             try:
                 out = self.method.predict_from_holder(self.holder["holder"], self.view, split)
             finally:
-                self.channel.on_call = None
+                channel.on_call = None
             probs = probabilities(out, self.task)
             t2 = time.perf_counter()
             timing = {"stage": t1 - t0, "infer": t2 - t1}
@@ -386,7 +412,7 @@ class DeployedModel:
         pred = np.asarray(self.classes, dtype=object)[probs.argmax(1)] if len(ids) else np.zeros(0, dtype=object)
         return Scores(ids=ids, probabilities=probs, prediction=pred, unknown=unknown)
 
-    def predict_all(self, chunk: int = BATCH_CHUNK) -> dict:
+    def predict_all(self, chunk: int = BATCH_CHUNK) -> dict[str, Any]:
         """Every id of the intersection scored (batch prediction), ``chunk`` ids per round to the
         parties; the result of :func:`verticalfs.model.predict`'s shape (``ids``, ``prediction``,
         ``probabilities``, ``classes``, ``communication``, ...)."""
@@ -406,7 +432,7 @@ class DeployedModel:
 
     def close(self) -> None:
         if self.channel is not None:
-            fed = getattr(self, "fed", None)
+            fed = self.fed
             if fed is not None:
                 from verticalfs.deploy.holder import end_session
 
@@ -422,12 +448,12 @@ class DeployedModel:
     def __enter__(self) -> DeployedModel:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def predict_deployment(dep, model_dir: str | Path, *, expected_sha256: str | None = None,
-                       callbacks: Sequence[Any] = ()) -> dict:
+def predict_deployment(dep: Deployment, model_dir: str | Path, *, expected_sha256: str | None = None,
+                       callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     """Batch prediction over a deployment (``verticalfs predict --config``): every id held by every
     party of the model, scored where the data lives. ``callbacks``: as for :func:`verticalfs.run`
     (the events: the start, the ``setup`` phase (opening the model, the scoring PSI), the

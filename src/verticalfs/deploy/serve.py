@@ -37,12 +37,16 @@ import asyncio
 import queue
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from verticalfs.exceptions import ConfigError, ProtocolError, TransportError, VerticalFSError
+
+if TYPE_CHECKING:
+    from verticalfs.deploy.predict import DeployedModel
 
 
 class PredictRequest(BaseModel):
@@ -122,8 +126,8 @@ class Batcher:
     ready in ``health``; a healer thread then sets it up again (``model.reopen``) until it answers.
     """
 
-    def __init__(self, model, *, batch_ms: float = 0.0, max_batch: int = 4096, health: Health | None = None,
-                 heal_s: float = HEAL_S, metrics: Any = None) -> None:
+    def __init__(self, model: DeployedModel, *, batch_ms: float = 0.0, max_batch: int = 4096,
+                 health: Health | None = None, heal_s: float = HEAL_S, metrics: Any = None) -> None:
         if not batch_ms >= 0:
             raise ConfigError(f"--batch-ms must be >= 0, got {batch_ms}")
         if max_batch < 1:
@@ -132,7 +136,7 @@ class Batcher:
         self.health = health if health is not None else Health(list(model.parties))
         self.heal_s = float(heal_s)
         self.metrics = metrics
-        self._q: queue.Queue = queue.Queue()
+        self._q: queue.Queue[Any] = queue.Queue()
         self.batches = 0
         self.ids_scored = 0
         self._stop = threading.Event()
@@ -143,12 +147,12 @@ class Batcher:
         self._watcher = threading.Thread(target=self._watch, name="verticalfs-watcher", daemon=True)
         self._watcher.start()
 
-    def submit(self, ids: list[str]) -> Future:
-        fut: Future = Future()
+    def submit(self, ids: list[str]) -> Future[Any]:
+        fut: Future[Any] = Future()
         self._q.put((ids, fut))
         return fut
 
-    def _gather(self) -> list[tuple[list[str], Future]]:
+    def _gather(self) -> list[tuple[list[str], Future[Any]]]:
         first = self._q.get()
         if first is None:
             return []
@@ -168,7 +172,7 @@ class Batcher:
         return items
 
     def _failed(self, exc: BaseException) -> None:
-        party = getattr(exc, "party", None)
+        party = exc.party if isinstance(exc, VerticalFSError) else None
         if party in self.health.state and isinstance(exc, (TransportError, ProtocolError)):
             self.health.fail(party, f"{type(exc).__name__}: {exc}")
         if party is not None and self.metrics is not None:
@@ -189,7 +193,7 @@ class Batcher:
                     unknown.update(s.unknown)
                     for j, i in enumerate(s.ids.tolist()):
                         by_id[i] = (s.prediction[j], None if s.probabilities is None else s.probabilities[j])
-                    for key, v in getattr(self.model, "timing", {}).items():
+                    for key, v in self.model.timing.items():
                         timing[key] = timing.get(key, 0.0) + v
                     self.batches += 1
                 self.ids_scored += len(by_id)
@@ -282,10 +286,10 @@ class BodyLimit:
     """ASGI middleware: a request body over ``max_bytes`` is answered 413 from its ``Content-Length``,
     or as its chunks arrive (no length given), without the app parsing any of it."""
 
-    def __init__(self, app, max_bytes: int) -> None:
+    def __init__(self, app: Any, max_bytes: int) -> None:
         self.app, self.max_bytes = app, int(max_bytes)
 
-    async def _too_large(self, send, size: str) -> None:
+    async def _too_large(self, send: Any, size: str) -> None:
         import json
 
         body = json.dumps({"detail": f"request body of {size} bytes is over the limit of {self.max_bytes} bytes "
@@ -295,14 +299,17 @@ class BodyLimit:
                                 (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT", "PATCH"):
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None:
             if not length.isdigit() or int(length) > self.max_bytes:
-                return await self._too_large(send, length.decode(errors="replace"))
-            return await self.app(scope, receive, send)
+                await self._too_large(send, length.decode(errors="replace"))
+                return
+            await self.app(scope, receive, send)
+            return
         chunks, size = [], 0  # no length (chunked): read up to the limit, then hand the app what came
         while True:
             msg = await receive()
@@ -310,20 +317,21 @@ class BodyLimit:
                 return
             size += len(msg.get("body", b""))
             if size > self.max_bytes:
-                return await self._too_large(send, f"more than {self.max_bytes}")
+                await self._too_large(send, f"more than {self.max_bytes}")
+                return
             chunks.append(msg.get("body", b""))
             if not msg.get("more_body", False):
                 break
         body, sent = b"".join(chunks), False
 
-        async def replay():
+        async def replay() -> Any:
             nonlocal sent
             if not sent:
                 sent = True
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        return await self.app(scope, replay, send)
+        await self.app(scope, replay, send)
 
 
 def _server_timing(timing: dict[str, float], extra: dict[str, float]) -> str:
@@ -332,8 +340,9 @@ def _server_timing(timing: dict[str, float], extra: dict[str, float]) -> str:
     return ", ".join(f"{k.replace('.', '-')};dur={v * 1e3:.3f}" for k, v in parts.items())
 
 
-def create_app(model, *, batch_ms: float = 0.0, max_batch: int = 4096, on_ready=None,
-               max_body_mb: float = MAX_BODY_MB, heal_s: float = HEAL_S):
+def create_app(model: DeployedModel, *, batch_ms: float = 0.0, max_batch: int = 4096,
+               on_ready: Callable[[], None] | None = None, max_body_mb: float = MAX_BODY_MB,
+               heal_s: float = HEAL_S) -> Any:
     """The FastAPI app scoring with ``model`` (a :class:`~verticalfs.deploy.predict.DeployedModel`);
     ``on_ready()`` is called once the server listens."""
     try:
@@ -357,7 +366,7 @@ def create_app(model, *, batch_ms: float = 0.0, max_batch: int = 4096, on_ready=
     batcher = Batcher(model, batch_ms=batch_ms, max_batch=max_batch, health=health, heal_s=heal_s, metrics=metrics)
 
     @asynccontextmanager
-    async def lifespan(app):
+    async def lifespan(app: Any) -> AsyncIterator[None]:
         if on_ready is not None:
             on_ready()
         yield
@@ -380,7 +389,7 @@ def create_app(model, *, batch_ms: float = 0.0, max_batch: int = 4096, on_ready=
     @app.post("/predict", response_model=PredictResponse,
               responses={413: {"description": "More ids, or a larger body, than allowed."},
                          503: {"description": "A party of the model is not ready (the reason is given)."}})
-    async def predict(req: PredictRequest):
+    async def predict(req: PredictRequest) -> Any:
         t0 = time.perf_counter()
         status = 200
         try:
@@ -419,20 +428,20 @@ def create_app(model, *, batch_ms: float = 0.0, max_batch: int = 4096, on_ready=
             metrics.requests.labels(endpoint="/predict", status=str(status)).inc()
 
     @app.get("/health")
-    async def health_() -> dict:
+    async def health_() -> dict[str, Any]:
         metrics.requests.labels(endpoint="/health", status="200").inc()
         return {"status": "ok", "model": model.name, "method": model.manifest["method"], "parties": model.parties,
                 "ids_known": len(model.known), "batches": batcher.batches, "ids_scored": batcher.ids_scored}
 
     @app.get("/ready", responses={503: {"description": "A party is not ready: the reason per party."}})
-    async def ready():
+    async def ready() -> Any:
         rep = health.report()
         status = 200 if rep["ready"] else 503
         metrics.requests.labels(endpoint="/ready", status=str(status)).inc()
         return JSONResponse(rep, status_code=status)
 
     @app.get("/metrics")
-    async def metrics_():
+    async def metrics_() -> Any:
         body, kind = metrics.text()
         return Response(body, media_type=kind)
 
@@ -440,8 +449,8 @@ def create_app(model, *, batch_ms: float = 0.0, max_batch: int = 4096, on_ready=
     return app
 
 
-def serve(model, *, host: str = "127.0.0.1", port: int = 8080, batch_ms: float = 0.0, max_batch: int = 4096,
-          on_ready=None, max_body_mb: float = MAX_BODY_MB) -> None:
+def serve(model: DeployedModel, *, host: str = "127.0.0.1", port: int = 8080, batch_ms: float = 0.0,
+          max_batch: int = 4096, on_ready: Callable[[], None] | None = None, max_body_mb: float = MAX_BODY_MB) -> None:
     """Run the endpoint with uvicorn until interrupted (``on_ready()`` once it listens)."""
     try:
         import uvicorn

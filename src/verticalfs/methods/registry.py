@@ -14,20 +14,23 @@ import importlib.util
 import pkgutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from verticalfs.exceptions import ConfigError, ProtocolError
 
 if TYPE_CHECKING:
     from verticalfs.party import Role
 
-_METHODS: dict[str, type] = {}
-_COMMANDS: dict[str, Callable] = {}
+_METHODS: dict[str, Any] = {}
+_COMMANDS: dict[str, Callable[..., Any]] = {}
 _LOADED = False
 _COMMANDS_LOADED = False
 
 
-def register(cls: type) -> type:
+_T = TypeVar("_T", bound=Any)
+
+
+def register(cls: _T) -> _T:
     """Class decorator registering a :class:`~verticalfs.methods.base.Method` by its ``name``."""
     other = _METHODS.get(cls.name)
     if other is not None and other is not cls and other.__qualname__ != cls.__qualname__:
@@ -51,10 +54,10 @@ def available() -> list[str]:
     return sorted(_METHODS)
 
 
-_PIPELINES: dict[str, type] = {}
+_PIPELINES: dict[str, Any] = {}
 
 
-def get(name: str) -> type:
+def get(name: str) -> Any:
     """The method class of ``name``; ``a+b`` names a pipeline of registered methods
     (:mod:`verticalfs.methods.pipeline`)."""
     _load_all()
@@ -73,7 +76,7 @@ def get(name: str) -> type:
 
 def party_role(method: str) -> type[Role]:
     """The party role class of ``method`` (what a feature party builds at ``Join``)."""
-    role = get(method).Role
+    role: type[Role] | None = get(method).Role
     if role is None:
         raise ProtocolError(f"method {method!r} has no party role: it does not run at feature parties")
     return role
@@ -87,15 +90,15 @@ def party_roles() -> Callable[[str], type[Role]]:
     return party_role
 
 
-def create(name: str, **kwargs):
+def create(name: str, **kwargs: Any) -> Any:
     """Instantiate a registered method (``seed``, ``callbacks``, ``codec`` and its parameters)."""
     return get(name)(**kwargs)
 
 
-def command(name: str):
+def command(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator for ``register(app)``: a function adding the command ``name`` to a Typer app."""
 
-    def deco(fn: Callable) -> Callable:
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         other = _COMMANDS.get(name)
         if other is not None and other.__qualname__ != fn.__qualname__:
             raise ConfigError(f"command {name!r} is registered twice")
@@ -105,7 +108,7 @@ def command(name: str):
     return deco
 
 
-def commands() -> dict[str, Callable]:
+def commands() -> dict[str, Callable[..., Any]]:
     """The method-provided commands: ``{name: register(app)}`` from every ``methods/*/cli.py``."""
     global _COMMANDS_LOADED
     if not _COMMANDS_LOADED:
@@ -116,6 +119,8 @@ def commands() -> dict[str, Callable]:
             if not (mod.ispkg and path.is_file()):
                 continue
             spec = importlib.util.spec_from_file_location(f"_verticalfs_cli_{mod.name}", path)
+            if spec is None or spec.loader is None:  # (a file path always has a loader)
+                continue
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
     return dict(_COMMANDS)

@@ -49,6 +49,14 @@ def _qualname(obj: Any) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
+def _attributes(v: Any) -> dict[str, Any] | None:
+    """An object's own attributes (``vars``), or ``None`` for one that keeps none."""
+    try:
+        return dict(vars(v))
+    except TypeError:
+        return None
+
+
 def _module_attrs(m: torch.nn.Module) -> dict[str, Any]:
     """A module's plain attributes (not parameters, buffers, submodules or hooks)."""
     return {k: v for k, v in vars(m).items() if not k.startswith("_")}
@@ -108,8 +116,9 @@ class Encoder:
                               for name, m in v.named_modules()}}
         if isinstance(v, torch.optim.Optimizer):
             return {TAG: "optimizer", "type": _qualname(v), "state": self.encode(v.state_dict(), f"{path} state")}
-        if hasattr(v, "__dict__") and not isinstance(v, _CODE):
-            return {TAG: "object", "type": _qualname(v), "attrs": self.encode(dict(vars(v)), path)}
+        attrs = _attributes(v)
+        if attrs is not None and not isinstance(v, _CODE):
+            return {TAG: "object", "type": _qualname(v), "attrs": self.encode(attrs, path)}
         raise ConfigError(f"checkpoint: {path} is a {type(v).__name__}, which cannot be saved as plain data")
 
 

@@ -169,11 +169,12 @@ class FedSDGRole(GiniParty, SplitRole):
 
     @classmethod
     def policy_rules(cls, spec) -> tuple[str, ...]:
-        return () if bool(getattr(spec, "secure", False)) else ("require_secure",)
+        # a spec of another kind (from a label holder that chooses every field) is no secure mode
+        return () if isinstance(spec, FedSDGSpec) and bool(spec.secure) else ("require_secure",)
 
     @classmethod
     def key_bits(cls, spec) -> int | None:
-        return int(spec.key_bits) if bool(getattr(spec, "secure", False)) else None
+        return int(spec.key_bits) if isinstance(spec, FedSDGSpec) and bool(spec.secure) else None
 
     # ------------------------------------------------------------------ model
     def build_model(self, d_in: int) -> torch.nn.Module:
@@ -188,7 +189,7 @@ class FedSDGRole(GiniParty, SplitRole):
         """The party's optimizer: the gates' means (``mu``, ``omega``) at ``spec.gate_lr`` (0: the
         models' rate), every other parameter at ``spec.lr``."""
         s = self.spec
-        gate_lr = float(getattr(s, "gate_lr", 0.0) or 0.0)
+        gate_lr = float(s.gate_lr or 0.0)
         if not gate_lr or lr is not None:
             return super().make_optimizer(lr)
         gates = [p for p in (self.model.mu, self.model.omega) if p is not None]

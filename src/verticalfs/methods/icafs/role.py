@@ -9,6 +9,7 @@ holder never sees a real row, a synthetic block, or a weight of these.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,6 +53,8 @@ class ICAFSRole(SplitRole):
     """A party of ``icafs`` (and of its ablations)."""
 
     spec: ICAFSSpec
+    #: its DP-SGD module (made at the first real-row step with ``dp_epsilon > 0``)
+    dp_module: Any = None
 
     def __init__(self, data, spec: ICAFSSpec, ctx: Context) -> None:
         super().__init__(data, spec, ctx)
@@ -80,7 +83,7 @@ class ICAFSRole(SplitRole):
         except ImportError as exc:  # pragma: no cover - opacus is in the dev extra
             raise ProtocolError(f"party {self.name!r}: DP-SGD needs Opacus: pip install 'verticalfs[dp]'") from exc
         s = self.spec
-        old = getattr(self, "dp_module", None)
+        old = self.dp_module
         if old is not None:
             old._close()
         self.dp_module = GradSampleModule(self.model, loss_reduction="mean")

@@ -476,7 +476,7 @@ class GrpcChannel(Channel):
                 else:
                     exc = TransportError(f"party {receiver!r} at {addr} is not reachable within "
                                          f"{self.connect_timeout:g} s (is `verticalfs party serve` running there?)")
-                exc.party = receiver  # type: ignore[attr-defined]
+                exc.party = receiver
                 raise exc from None
             self._channels[(receiver, addr)] = ch
             ch.subscribe(lambda state, key=(receiver, addr): self._states.__setitem__(key, state))
@@ -543,7 +543,7 @@ class GrpcChannel(Channel):
                 if self.session and first and not isinstance(exc, TransportError):  # its handler ran
                     with self._lock:
                         self._started.add(receiver)
-                exc.party = receiver  # type: ignore[attr-defined]  # which party (serve-model's health, recovery)
+                exc.party = receiver  # which party (serve-model's health, recovery)
                 raise exc from None
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
@@ -689,7 +689,7 @@ def _tls_cause(text: str, fallback: str) -> str:
     return fallback
 
 
-def _remote_error(err: Any, receiver: str, address: str, timeout: float | None = None) -> Exception:
+def _remote_error(err: Any, receiver: str, address: str, timeout: float | None = None) -> _exc.VerticalFSError:
     """A gRPC failure as the verticalfs exception the party raised, or a TransportError naming it."""
     grpc = _grpc()
     code, details = err.code(), err.details() or ""

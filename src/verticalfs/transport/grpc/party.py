@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from verticalfs.exceptions import ProtocolError, TransportError
 from verticalfs.names import LABEL_HOLDER
-from verticalfs.transport.grpc.channel import MAX_MESSAGE_BYTES, GrpcChannel, PartyServer
+from verticalfs.transport.grpc.channel import GrpcChannel, PartyServer
 from verticalfs.transport.grpc.tls import TLSFiles
 from verticalfs.transport.ledger import Ledger
 
@@ -70,6 +70,10 @@ class NetworkedParty:
     message, received or as a peer's reply, is the runtime's policy's ``max_message_mb``.
     """
 
+    #: where a run's own block of the label party is reached when not at its address (set by the
+    #: run that serves it, :func:`verticalfs.deploy.holder.serve_own_block`); ``None``: at its address
+    route: str | None = None
+
     def __init__(self, runtime: PartyRuntime, address: str, *, tls: TLSFiles | None,
                  addresses: Mapping[str, str] | None = None, peers: Sequence[str] = (), insecure: bool = False,
                  connect_timeout: float = 10.0) -> None:
@@ -77,16 +81,16 @@ class NetworkedParty:
 
         limit_arenas()  # before the server's threads: one heap to reuse and to trim (utils/memory.py)
         self.runtime = runtime
-        policy = getattr(runtime, "policy", None)
-        self.max_message_bytes = MAX_MESSAGE_BYTES if policy is None else policy.max_message_bytes
+        policy = runtime.policy
+        self.max_message_bytes = policy.max_message_bytes
         #: gives the memory of a burst of requests back once it is over (utils/memory.py)
         self.trimmer = IdleTrimmer()
         self.ledger = Ledger(compute_rounds=False)  # bounded whatever rounds the headers claim
         self._tls, self._insecure, self._timeout = tls, insecure, connect_timeout
         self.channel: GrpcChannel | None = None
         self.name = runtime.name  # before the server, which names this party (e.g. in the insecure warning)
-        self.max_sessions = MAX_SESSIONS if policy is None else int(policy.max_sessions)
-        self.session_idle_s = SESSION_IDLE_S if policy is None else float(policy.session_idle_s)
+        self.max_sessions = int(policy.max_sessions)
+        self.session_idle_s = float(policy.session_idle_s)
         self.sessions: dict[str, Session] = {}
         self.started = time.time()
         self._sessions_lock = threading.Lock()
