@@ -49,11 +49,9 @@ def _main(
 
 
 def _fail(exc: Exception) -> None:
-    from rich.text import Text
+    from verticalfs.options import fail
 
-    msg = " ".join(str(exc).split())  # one line
-    err.print(Text("error: ", style="bold red") + Text(msg), soft_wrap=True, highlight=False)
-    raise typer.Exit(2)
+    fail(exc)
 
 
 def _warn(notes, shown: set[str]) -> None:
@@ -1151,7 +1149,7 @@ def board_cmd(
 
 def _register_method_commands() -> None:
     """Methods add their own commands (e.g. LESS-VFL's grid search) through the method registry."""
-    from verticalfs.methods.registry import commands
+    from verticalfs.method_registry import commands
 
     for register in commands().values():
         register(app)

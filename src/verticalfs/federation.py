@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from verticalfs import method_registry as registry
 from verticalfs.data.vertical import LabelData, PreparedData
 from verticalfs.exceptions import ConfigError, ProtocolError
-from verticalfs.methods import registry
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.party import LocalProxy, PartyRuntime, Role
 from verticalfs.transport.channel import Channel

@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from verticalfs import __version__
 from verticalfs.data.preprocess import PartyPreprocessor
 from verticalfs.data.user import DEFAULT_MAX_BYTES, read_party_rows
 from verticalfs.data.vertical import LabelData, PartyData
@@ -58,6 +57,7 @@ from verticalfs.transport.inprocess import InProcessChannel
 from verticalfs.transport.ledger import Ledger
 from verticalfs.transport.messages import Ack, At, LoadModel, ModelSaved, SaveModel
 from verticalfs.utils.io import write_bytes_atomic, write_json_atomic
+from verticalfs.version import __version__
 
 if TYPE_CHECKING:
     from verticalfs.methods.base import Method

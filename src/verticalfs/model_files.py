@@ -21,9 +21,9 @@ from typing import TypedDict
 
 import torch
 
-from verticalfs import __version__
 from verticalfs.exceptions import ConfigError
 from verticalfs.utils.io import write_bytes_atomic
+from verticalfs.version import __version__
 
 FORMAT = 1
 MANIFEST = "manifest.json"

@@ -68,8 +68,8 @@ from verticalfs.dispatch import (
 from verticalfs.exceptions import PolicyError, ProtocolError
 from verticalfs.model_files import load_party_file, save_party_file
 from verticalfs.names import LABEL_HOLDER
+from verticalfs.persist.files import party_persist
 from verticalfs.psi import PSI_KINDS, PSI_OPENS, PsiParty
-from verticalfs.training.checkpoint import party_persist
 from verticalfs.transport.ledger import Ledger
 from verticalfs.transport.messages import (
     Ack,

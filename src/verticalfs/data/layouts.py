@@ -105,7 +105,7 @@ def build_layout(name: str, dataset: str, *, seed: int = 0, data_dir: str | Path
     """Prepared data of ``dataset`` in layout ``name`` (extra keywords go to ``build_data``:
     ``noise``, ``overlap``, ``scaling``, ``impute``). ``parties``, when given, must equal the
     layout's. Raises DataError if the split sizes differ from the ones the paper states."""
-    from verticalfs.api import build_data
+    from verticalfs.data.build import build_data
     from verticalfs.data.registry import load_dataset
 
     lay = resolve_layout(name, dataset)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from verticalfs import method_registry as registry
 from verticalfs.configuration import PartyPolicy
 from verticalfs.data.stream import DEFAULT_STREAM_ABOVE_MB, file_bytes
 from verticalfs.data.user import _check_size, _read_frames, feature_columns, party_block
@@ -34,7 +35,6 @@ from verticalfs.data.vertical import IMPUTATIONS, SCALINGS, SPLITS, prepare_bloc
 from verticalfs.deploy.scoring import PartyScoring, is_scoring
 from verticalfs.dispatch import Budget, Context, Handlers, Route, handles
 from verticalfs.exceptions import DataError, ProtocolError
-from verticalfs.methods import registry
 from verticalfs.party import LocalData, PartyRuntime
 from verticalfs.psi import IdsDigest, IdsDigestRequest
 from verticalfs.transport.messages import At, message
@@ -315,7 +315,7 @@ class DeployedParty(PartyRuntime):
         return self._status()
 
     def _status(self) -> StatusReport:
-        from verticalfs import __version__
+        from verticalfs.version import __version__
 
         sessions, most = self.sessions_view() if self.sessions_view is not None else ([], 0)
         models: list[str] = []

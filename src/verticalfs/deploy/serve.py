@@ -359,7 +359,7 @@ def create_app(model: DeployedModel, *, batch_ms: float = 0.0, max_batch: int = 
     import json
     from contextlib import asynccontextmanager
 
-    from verticalfs import __version__
+    from verticalfs.version import __version__
 
     health = Health(list(model.parties))
     health.on_change = lambda party, ok: metrics.ready.labels(party=party).set(1 if ok else 0)
