@@ -19,6 +19,10 @@ def test_the_changelog_has_a_section_for_this_version():
 
 
 def test_pyproject_takes_the_version_from_the_package():
+    """One place: ``verticalfs/version.py`` (a leaf module; ``verticalfs.__version__`` is the same)."""
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    assert 'dynamic = ["version"]' in text and 'attr = "verticalfs.__version__"' in text
+    assert 'dynamic = ["version"]' in text and 'attr = "verticalfs.version.__version__"' in text
+    from verticalfs.version import __version__
+
+    assert verticalfs.__version__ == __version__
     assert not re.search(r'^version = "', text, flags=re.M)

@@ -169,7 +169,8 @@ def test_a_request_budget_is_counted_in_the_layer_before_its_handler(deployed):
         rt.handle(LABEL_HOLDER, PsiOpen(group="ristretto255", n=6, chunk=1), At("setup"), None)
     with pytest.raises(_Reached, match="on_psi_open"):
         rt.handle(LABEL_HOLDER, PsiOpen(group="ristretto255", n=5, chunk=1), At("setup"), None)
-    with pytest.raises(PolicyError, match=r"answer more alignments \(it has answered 1.*max_psi_requests = 1"):
+    with pytest.raises(PolicyError, match=r"answer more alignments: it has answered 1 new intersections and "
+                                          r"alignments in the last 24 h, 0 of 1 left.*max_psi_requests = 1"):
         rt.handle(LABEL_HOLDER, Align(ids=["a"], split=np.zeros(1), scaling="minmax", impute="mean"),
                   At("setup"), None)
     assert deployed.psi_requests == 1  # one count, shared by the party's sessions

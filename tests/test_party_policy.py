@@ -115,8 +115,35 @@ def test_psi_requests_and_ids_are_bounded(engine):
         intersect_with(proxy, [f"c{i}" for i in range(31)])
     for _ in range(2):
         assert len(intersect_with(proxy, ["c1", "c2", "zz"])) == 2
-    with pytest.raises(PolicyError, match=r"has answered 2 since it started.*max_psi_requests = 2"):
+    with pytest.raises(PolicyError, match=r"answered 2 new intersections and alignments in the last 24 h, 0 of 2 "
+                                          r"left.*max_psi_requests = 2"):
         intersect_with(proxy, ["c1"])
+
+
+def test_the_psi_budget_is_a_sliding_window_kept_across_restarts(tmp_path):
+    """max_psi_requests counts within psi_window_hours (sliding); the charges and the keys of aligned
+    sets survive a restart (the party's working folder); a known set is free; the refusal says what is left."""
+    from verticalfs.budget import PsiBudget
+
+    now = [1_000_000.0]
+    pol = PartyPolicy(max_psi_requests=2, psi_window_hours=1.0)
+    b = PsiBudget("telecom", pol, tmp_path, clock=lambda: now[0])
+    assert b.charge("PSI requests", 5) and b.charge("alignments", 5, key="k1") and b.left() == 0
+    b.remember("k1")
+    assert not b.charge("alignments", 5, key="k1")  # the same set again: free, even with nothing left
+    with pytest.raises(PolicyError, match=r"0 of 2 left \(the next is free at 1970-01-12T14:46:40Z") as e:
+        b.charge("PSI requests", 5)
+    assert "psi_window_hours" in str(e.value) and "[parties.telecom.policy]" in str(e.value)
+    again = PsiBudget("telecom", pol, tmp_path, clock=lambda: now[0])  # a restarted party: the same window
+    assert again.used() == 2 and again.known("k1") and not again.known("k2")
+    now[0] += 3600.5  # both charges have left the window
+    assert again.left() == 2 and again.charge("PSI requests", 5)
+    assert oct((tmp_path / "psi-budget.json").stat().st_mode & 0o777) == "0o600"
+    with pytest.raises(PolicyError, match=r"answer a request with 31 ids.*max_psi_ids = 30"):
+        _runtime(max_psi_ids=30).count_request("PSI requests", 31)  # (the party's check: "auto" is in its rows)
+    (tmp_path / "psi-budget.json").write_text("{")
+    with pytest.raises(ConfigError, match="psi-budget.json.*delete it"):
+        PsiBudget("telecom", pol, tmp_path)
 
 
 def test_models_are_saved_by_name_in_the_partys_folder(tmp_path):

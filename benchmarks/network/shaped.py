@@ -16,7 +16,7 @@ agree (checked).
 
 Needs root, ``ip`` and ``tc`` (iproute2) and the ``deploy`` extra; otherwise it says why and
 exits. It creates namespaces ``vfbench-*`` and addresses 10.77.<i>.0/30 inside them only, and
-removes them (and every process it started) on exit.
+removes them (and every process it started) on exit, also on SIGTERM or Ctrl-C.
 
 Usage::
 
@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -82,7 +83,7 @@ class Links:
                    "latency", "400ms", ns=space)
             self.addresses[ns] = f"10.77.{i}.2"
 
-    def cleanup(self) -> None:
+    def cleanup(self=None) -> None:
         out = sh("ip", "netns", "list", check=False).stdout
         for line in out.splitlines():
             name = line.split()[0] if line.strip() else ""
@@ -131,6 +132,11 @@ def main() -> None:
     if why:
         print(f"skipped: {why} (this benchmark needs root, network namespaces and tc tbf)")
         return
+
+    def on_term(signum, frame):  # SIGTERM as Ctrl-C: the finally block removes the namespaces, stops the parties
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
     import verticalfs
     from verticalfs.data.user import load_party_files
     from verticalfs.transport.grpc import make_certs
@@ -189,8 +195,7 @@ def main() -> None:
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 p.kill()
-        if links is not None:
-            links.cleanup()
+        Links.cleanup(None)  # every vfbench-* namespace (also those of a Links interrupted while being made)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.6.1"
+from verticalfs.version import __version__
 
 _LAZY = {
     "RunResult": "verticalfs.api",

@@ -14,14 +14,12 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from verticalfs import __version__
-from verticalfs.data.partition import add_noise_features, add_overlap, load_assignment, partition
-from verticalfs.data.table import Table
-from verticalfs.data.vertical import PreparedData, VerticalDataset
+from verticalfs.data.build import build_data
+from verticalfs.data.vertical import PreparedData
 from verticalfs.evaluation.chance import chance_check
 from verticalfs.evaluation.metrics import primary_metric, selection_scores
 from verticalfs.exceptions import ConfigError, VerticalFSWarning
@@ -33,64 +31,9 @@ from verticalfs.training.checkpoint import Checkpointer, run_id
 from verticalfs.training.history import ProgressCallback
 from verticalfs.transport.bandwidth import estimate_wall_time
 from verticalfs.utils.io import write_json_atomic
+from verticalfs.version import __version__
 
-
-def build_data(
-    dataset: str | Table | VerticalDataset,
-    *,
-    parties: int = 3,
-    noise: float | Sequence[float] = 0.0,
-    overlap: int | Sequence[int] = 0,
-    partition_strategy: str = "random",
-    assignment: Mapping[str, Sequence[str]] | str | Path | None = None,
-    seed: int = 0,
-    data_dir: str | Path | None = None,
-    scaling: str = "minmax",
-    test_size: float = 0.2,
-    val_size: float = 0.1,
-    impute: str = "auto",
-    fold: tuple[int, int] | None = None,
-) -> PreparedData:
-    """Load (by name), partition, perturb, split and preprocess a data set.
-
-    Parameters
-    ----------
-    dataset : str, Table or VerticalDataset
-        A registered name (see ``verticalfs datasets``), a loaded table, or an already
-        partitioned data set (e.g. from :func:`verticalfs.data.load_party_files`).
-    parties : int
-        Passive (feature-holding) parties for an even column split.
-    noise : float or list of float
-        Gaussian noise features as a fraction of each party's columns (less-vfl.md section 5).
-    overlap : int or list of int
-        Columns of other parties copied into each party (feast.md section 5.1).
-    partition_strategy : {"random", "contiguous"}
-    assignment : mapping or path, optional
-        Explicit columns per party (a dict, or a TOML/JSON file).
-    seed : int
-        Seeds the partition, the noise and the split.
-    impute : {"auto", "median", "none"}
-        Missing numeric values (see :meth:`VerticalDataset.prepare`).
-    fold : (k, K), optional
-        Cross-validation: test on fold ``k`` of ``K`` (see :meth:`VerticalDataset.prepare`).
-    """
-    if isinstance(dataset, VerticalDataset):
-        vds = dataset
-    else:
-        if isinstance(dataset, str):
-            from verticalfs.data.registry import load_dataset
-
-            table = load_dataset(dataset, data_dir=data_dir, seed=seed)
-        else:
-            table = dataset
-        if isinstance(assignment, (str, Path)):
-            assignment = load_assignment(assignment)
-        vds = partition(table, parties, strategy=partition_strategy, seed=seed, assignment=assignment)
-    if np.any(np.asarray(noise, dtype=float) > 0):
-        vds = add_noise_features(vds, noise, seed=seed)
-    if np.any(np.asarray(overlap) > 0):
-        vds = add_overlap(vds, overlap, seed=seed)
-    return vds.prepare(seed=seed, test_size=test_size, val_size=val_size, scaling=scaling, impute=impute, fold=fold)
+__all__ = ["RunResult", "build_data", "run", "run_observed", "selection_block", "spurious_hook", "with_progress"]
 
 
 @dataclass
@@ -196,7 +139,7 @@ def run(
     threads: int | None = 1,
     save_model: str | Path | None = None,
     checkpoint_dir: str | Path | None = None,
-    resume: bool = False,
+    resume: bool | Literal["if-any"] = False,
     parent: str | None = None,
 ) -> RunResult:
     """Run a registered method on prepared data and collect the result.
@@ -240,8 +183,9 @@ def run(
         Checkpoint every epoch of training here (the label holder's folder; in-process parties use
         ``<checkpoint_dir>/parties/<party>``, networked parties their own folder): see
         :mod:`verticalfs.training.checkpoint`. Removed when the run completes.
-    resume : bool
-        Continue the interrupted run whose checkpoints are in ``checkpoint_dir`` (same options).
+    resume : bool or "if-any"
+        Continue the interrupted run whose checkpoints are in ``checkpoint_dir`` (same options);
+        ``"if-any"``: if there is one, else start afresh.
     parent : str, optional
         The id of the comparison this run belongs to (its events' ``parent``).
     """
@@ -315,7 +259,7 @@ def _fit(method, data, *, hooks, events, seed, params, codec, bandwidths_mbps, d
     if checkpoint_dir is not None:
         rid = run_id(method, dict(vars(m.params)), seed, codec, fed.party_names,
                      {s: len(v) for s, v in fed.labels.y.items()})
-        ck = Checkpointer(checkpoint_dir, rid, resume=resume)
+        ck = Checkpointer(checkpoint_dir, rid, resume=resume, session=fed.channel.session)
         m.checkpoints = ck
         if fed.is_local:
             for name in fed.party_names:
@@ -323,7 +267,12 @@ def _fit(method, data, *, hooks, events, seed, params, codec, bandwidths_mbps, d
     node = fed.node
     node.reset_clock()
     t0 = time.perf_counter()
-    m.fit(fed)
+    try:
+        m.fit(fed)
+    except BaseException:
+        if ck is not None:
+            ck.release()  # its checkpoints may be resumed (by another process, or by run_deployment's rejoin)
+        raise
     if not fed.is_local:
         fed.collect_peer_traffic()  # party-to-party messages, recorded at the parties
     elapsed = time.perf_counter() - t0

@@ -49,11 +49,9 @@ def _main(
 
 
 def _fail(exc: Exception) -> None:
-    from rich.text import Text
+    from verticalfs.options import fail
 
-    msg = " ".join(str(exc).split())  # one line
-    err.print(Text("error: ", style="bold red") + Text(msg), soft_wrap=True, highlight=False)
-    raise typer.Exit(2)
+    fail(exc)
 
 
 def _warn(notes, shown: set[str]) -> None:
@@ -621,14 +619,19 @@ def serve_model_cmd(
     port: int = O(8080, "--port", min=0, max=65535, help="The HTTP port."),
     host: str = O("127.0.0.1", "--host", help="The HTTP address to bind (0.0.0.0: every interface; put TLS and "
                   "authentication in front of it)."),
-    batch_ms: float = O(2.0, "--batch-ms", help="Milliseconds to gather concurrent requests into one batch."),
+    batch_ms: float = O(0.0, "--batch-ms", help="Milliseconds to wait after a request for others to score with it "
+                        "(0: a batch is what arrived while the previous one was scored)."),
     max_batch: int = O(4096, "--max-batch", min=1, help="The most ids scored in one round to the parties."),
+    max_body_mb: float = O(8.0, "--max-body-mb", help="The largest request body, in MiB: a larger one is refused "
+                           "(413) before it is parsed."),
     insecure: bool = O(False, "--insecure", help="No TLS between the parties (local experiments only)."),
     expect_sha256: str = O(None, "--expect-sha256", help="The manifest sha256 printed by `run --save-model`: "
                            "a model whose manifest differs is refused."),
 ) -> None:
     """Online scoring: POST /predict {"ids": [...]} -> probabilities per id, unknown ids listed;
-    GET /health; the OpenAPI page at /docs. Runs at the label party until interrupted."""
+    GET /health (liveness), GET /ready (every party reachable with the model open; else 503 and why),
+    GET /metrics (Prometheus); the OpenAPI page at /docs. A party that restarts is set up again
+    by itself. Runs at the label party until interrupted."""
     try:
         if not batch_ms >= 0:
             raise ConfigError(f"--batch-ms must be >= 0, got {batch_ms}")
@@ -642,9 +645,10 @@ def serve_model_cmd(
     try:
         err.print(f"model {m.name} ({m.manifest['method']}): {len(m.known)} ids held by every party of "
                   f"{', '.join(m.parties)}", soft_wrap=True, highlight=False, markup=False)
-        serve(m, host=host, port=port, batch_ms=batch_ms, max_batch=max_batch,
+        serve(m, host=host, port=port, batch_ms=batch_ms, max_batch=max_batch, max_body_mb=max_body_mb,
               on_ready=lambda: console.print(f"serving {m.name} on http://{host}:{port} (POST /predict, GET "
-                                             "/health, /docs)", soft_wrap=True, highlight=False, markup=False))
+                                             "/health, /ready, /metrics, /docs)", soft_wrap=True, highlight=False,
+                                             markup=False))
     except VerticalFSError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -932,6 +936,37 @@ def certs_sign(
 party_app = typer.Typer(help="One party of a deployment across machines (needs the deploy extra).",
                         no_args_is_help=True)
 app.add_typer(party_app, name="party")
+model_app = typer.Typer(help="Saved models.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+
+
+@model_app.command("gather")
+def model_gather(
+    model: Path = typer.Option(..., "--model", help="The label holder's folder of the model (`run --config ... "
+                               "--save-model DIR`: its manifest and active.pt)."),
+    out: Path = typer.Option(..., "--out", help="A new folder: every part of the model, for `predict --model`."),
+    config: Path = typer.Option(None, "--config", help="The deployment file: each party's part is read from its "
+                                "model folder (<model_dir>/<name>/<party>.pt) on this host."),
+    part: list[str] = typer.Option(None, "--part", help="PARTY=PATH: a party's part (its .pt file, or the folder "
+                                   "holding it), e.g. copied from its host; repeat per party."),
+) -> None:
+    """One folder with every part of a model trained over a deployment (each part checked against the
+    manifest's SHA-256), for the in-process `verticalfs predict --model OUT`. Each party's part leaves
+    its host only if you copy it: use it for an audit or a single-host experiment."""
+    try:
+        from verticalfs.deploy.gather import gather_model
+
+        parts = {}
+        for item in part or []:
+            name, sep, path = item.partition("=")
+            if not sep or not name or not path:
+                raise ConfigError(f"--part {item!r}: expected PARTY=PATH")
+            parts[name] = Path(path)
+        done = gather_model(model, out, config=config, parts=parts)
+    except VerticalFSError as exc:
+        _fail(exc)
+    console.print(f"model gathered in {done}: `verticalfs predict --model {done} --party-file ...`",
+                  soft_wrap=True, highlight=False, markup=False)
 
 
 @party_app.command("serve")
@@ -1005,7 +1040,14 @@ def party_serve(
             check_engine(engine)
         party = serve_party(dep, name, checkpoint_dir=checkpoints, policy=effective,
                             max_bytes=None if max_file_mb is None else int(max_file_mb * 2**20),
-                            engine=engine, ray_address=ray_address).start()
+                            engine=engine, ray_address=ray_address)
+        # the models it had open before it stopped (a restart): scoring goes on without waiting for OpenModel
+        notes: list[str] = []
+        scoring = party.runtime.scoring
+        reopened = [] if scoring is None else scoring.restore_open_models(
+            log=lambda text: notes.append(f"party {name} {text}"))
+        notes += [f"party {name}: model {m!r} open again (it was open when the party stopped)" for m in reopened]
+        party.start()
     except VerticalFSError as exc:
         _fail(exc)
     rt = party.runtime
@@ -1020,6 +1062,8 @@ def party_serve(
                   f"peers: {', '.join(sorted(party.server.peers))}", soft_wrap=True)
     console.print(f"policy of {name} ({'its [parties.' + name + '.policy]' if policy is None else f'{policy} over [parties.{name}.policy]'}): "
                   + "; ".join(effective.lines()), soft_wrap=True, highlight=False, markup=False)
+    for note in notes:
+        err.print(note, soft_wrap=True, highlight=False, markup=False)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     try:
@@ -1107,7 +1151,7 @@ def board_cmd(
 
 def _register_method_commands() -> None:
     """Methods add their own commands (e.g. LESS-VFL's grid search) through the method registry."""
-    from verticalfs.methods.registry import commands
+    from verticalfs.method_registry import commands
 
     for register in commands().values():
         register(app)

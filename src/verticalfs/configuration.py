@@ -92,9 +92,14 @@ class PartyPolicy(_Model):
                                        "sends only a model name (no separator, no `..`) and the party writes "
                                        "`<model_dir>/<name>/<party>.pt`. Relative to the file that sets it. "
                                        "Default in a deployment: `models/<party>` beside the deployment file.")
-    max_psi_requests: int = Field(16, ge=1, description="Private set intersection requests (and `Align` "
-                                  "requests) the party answers while it serves; each run makes one of each. "
-                                  "Restart the party to reset.")
+    max_psi_requests: int = Field(16, ge=1, description="New intersections the party answers within "
+                                  "`psi_window_hours`: private set intersection requests and alignments (`Align`) "
+                                  "of an id set it has not aligned before; a new intersection costs two. A run "
+                                  "whose intersection the label holder took from its cache (unchanged files) costs "
+                                  "nothing. Kept in the party's working folder across restarts "
+                                  "(`state/<party>/psi-budget.json`; delete it to reset).")
+    psi_window_hours: float = Field(24.0, gt=0, description="The sliding window of `max_psi_requests`, in hours "
+                                    "(a charge leaves it this long after it was made).")
     max_psi_ids: int | Literal["auto"] = Field(
         "auto", description="The most ids in one PSI request or `Align`; `\"auto\"`: 10 times the party's own rows "
         "(of the file the PSI is over). A label holder with more ids than that (30 times your rows is a guessed "
@@ -268,13 +273,17 @@ class DeploymentFile(_Model):
     call_timeout: float = Field(30.0, gt=0, description="Deadline in seconds of one per-batch call to a party "
                                 "(training, evaluation, prediction); PSI, set-up and selection calls have "
                                 "`setup_timeout`. A hung party is detected sooner, by unanswered keep-alive pings "
-                                "(5-15 s).")
+                                "(within 9 s; 15 s on a loaded host).")
     setup_timeout: float = Field(1800.0, gt=0, description="Deadline in seconds of one call outside the per-batch "
                                  "ones: a PSI chunk, `Align`, `Join`, a selection step (e.g. `fate-iv`'s encrypted "
                                  "bin sums, which grow with rows x features).")
     retries: int = Field(3, ge=0, le=10, description="Times a call whose reply was lost (connection dropped) is "
                          "sent again, after 0.2 s, 0.4 s, ...; the party answers a repeat from its cache, so a "
                          "retry never computes twice.")
+    rejoin_window: float = Field(60.0, ge=0, description="Seconds a run waits for a party that went away mid-run "
+                                 "(killed, restarted, stopped) to come back; then it sets the party up again and "
+                                 "continues from its last checkpoint (with `checkpoints`; else from the method's "
+                                 "start), with the metrics of an uninterrupted run. 0: fail at once.")
     fan_out: Literal["concurrent", "sequential"] = Field(
         "concurrent", description="Per-batch requests to the parties: all at once (a round costs the slowest "
         "party) or one after another.")
@@ -609,7 +618,7 @@ def _type_words(ann: Any) -> str:
     if origin is dict:
         return f"a table of name = {_type_words(typing.get_args(ann)[1])}"
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string",
-            Path: "a path (a string)"}.get(ann, getattr(ann, "__name__", str(ann)))
+            Path: "a path (a string)"}.get(ann, ann.__name__ if isinstance(ann, type) else str(ann))
 
 
 def _plural(ann: Any) -> str:

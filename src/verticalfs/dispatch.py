@@ -99,8 +99,13 @@ class Budget:
 
     what: str
     ids: Callable[[Any], int]
+    #: ``rows(target)``: the rows of the file the request is over (the unit of the ``"auto"`` limits;
+    #: default the party's training rows); ``charge``: its ids count against the ids' budgets
     rows: Callable[[Any], int] | None = None
     charge: bool = True
+    #: ``key(party, msg)``: the key of the id set asked about, when a repeat of a set already
+    #: answered is free (``Align``: :mod:`verticalfs.budget`); ``None``: every request is charged
+    key: Callable[[Any, Any], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -213,7 +218,8 @@ class Party(Protocol):
     policy: PartyPolicy
     method: str | None
 
-    def count_request(self, what: str, n_ids: int, *, rows: int | None = None, charge: bool = True) -> None: ...
+    def count_request(self, what: str, n_ids: int, *, rows: int | None = None, charge: bool = True,
+                      key: str | None = None) -> bool: ...
 
 
 @dataclass
@@ -288,7 +294,8 @@ def check_budget(call: Call, call_next: Callable[[Call], Any]) -> Any:
     b = call.route.budget
     if b is not None:
         rows = None if b.rows is None else int(b.rows(call.target))
-        call.party.count_request(b.what, int(b.ids(call.msg)), rows=rows, charge=b.charge)
+        key = None if b.key is None else b.key(call.party, call.msg)
+        call.party.count_request(b.what, int(b.ids(call.msg)), rows=rows, charge=b.charge, key=key)
     return call_next(call)
 
 
@@ -313,7 +320,7 @@ def class_bounds(policy: PartyPolicy | None, party: str, n_classes: int, what: s
 def check_bounds(call: Call, call_next: Callable[[Call], Any]) -> Any:
     """The work a message asks of the party within its policy (issue 50): a ``n_bins`` field at most
     ``max_bins``, a ``n_classes`` field at most ``max_classes``, whatever the kind."""
-    policy = getattr(call.party, "policy", None)
+    policy = call.party.policy
     what = f"{kind_name(call.msg)} of {call.what}"
     n_bins = getattr(call.msg, "n_bins", None)
     if isinstance(n_bins, int) and not isinstance(n_bins, bool):

@@ -20,6 +20,10 @@ __all__ = [
 class VerticalFSError(Exception):
     """Base class of every error raised by verticalfs."""
 
+    #: the party the error is from, when known (set by the gRPC channel on a peer's failure: the
+    #: deployment's recovery and serve-model's health read it)
+    party: str | None = None
+
 
 class DataError(VerticalFSError, ValueError):
     """Bad input data: a file, column, party block or shape that cannot be used as it is."""

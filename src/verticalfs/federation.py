@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from verticalfs import method_registry as registry
 from verticalfs.configuration import PartyPolicy
 from verticalfs.data.vertical import LabelData, PreparedData
 from verticalfs.exceptions import ConfigError, ProtocolError
-from verticalfs.methods import registry
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.party import LocalProxy, PartyRuntime, Role
 from verticalfs.transport.channel import Channel
@@ -192,15 +192,17 @@ class Federation:
         import dataclasses
         import math
 
-        from verticalfs.training.split import SplitSpec
-
-        frac = (getattr(self, "party_rules", None) or {}).get(party, {}).get("max_embedding_fraction")
-        if frac is None or not isinstance(spec, SplitSpec):
+        frac = self.party_rules.get(party, {}).get("max_embedding_fraction")
+        # a split model's spec (verticalfs.training.split.SplitSpec, recognised by its field: the
+        # federation sits below the training code)
+        if frac is None or not dataclasses.is_dataclass(spec) or isinstance(spec, type) \
+                or "embedding_dim" not in {f.name for f in dataclasses.fields(spec)}:
             return spec
         kept = len(self._proxies[party].request(SupportRequest(), at, expect=SupportReport).kept)
         top = int(math.floor(float(frac) * kept + 1e-9))
-        if 1 <= top < int(spec.embedding_dim):
-            self.embedding_floors[party] = (int(spec.embedding_dim), top)
+        width = int(dataclasses.asdict(spec)["embedding_dim"])
+        if 1 <= top < width:
+            self.embedding_floors[party] = (width, top)
             return dataclasses.replace(spec, embedding_dim=top)
         return spec
 
@@ -331,6 +333,8 @@ class LocalFederation:
 
     #: every party is in this process: a model is saved in the folder given (see Federation)
     model_names_only = False
+    #: (not a :meth:`Federation.in_process` federation: no instrumentation)
+    is_local = False
 
     def __init__(self, data: PreparedData) -> None:
         self.labels = data.labels
@@ -339,6 +343,7 @@ class LocalFederation:
         role_for = registry.party_roles()
         self.runtimes = {p.name: PartyRuntime(p, role_for=role_for) for p in data.parties}
         self._proxies = {p: LocalProxy(r) for p, r in self.runtimes.items()}
+        self.party_rules: dict[str, dict[str, Any]] = {}  # (no party reports rules without messages)
 
     def proxy(self, name: str) -> LocalProxy:
         return self._proxies[name]

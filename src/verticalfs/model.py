@@ -39,11 +39,10 @@ import warnings as _warnings
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from verticalfs import __version__
 from verticalfs.data.preprocess import PartyPreprocessor
 from verticalfs.data.user import DEFAULT_MAX_BYTES, read_party_rows
 from verticalfs.data.vertical import LabelData, PartyData
@@ -58,12 +57,17 @@ from verticalfs.transport.inprocess import InProcessChannel
 from verticalfs.transport.ledger import Ledger
 from verticalfs.transport.messages import Ack, At, LoadModel, ModelSaved, SaveModel
 from verticalfs.utils.io import write_bytes_atomic, write_json_atomic
+from verticalfs.version import __version__
+
+if TYPE_CHECKING:
+    from verticalfs.methods.base import Method
 
 __all__ = ["FORMAT", "MANIFEST", "manifest_sha256", "predict", "probabilities", "read_manifest", "save_model",
            "write_predictions"]
 
 
-def save_model(method, fed, directory: str | Path, *, params: Mapping | None = None) -> Path:
+def save_model(method: Method, fed: Federation, directory: str | Path, *,
+               params: Mapping[str, Any] | None = None) -> Path:
     """Save a fitted method: every party writes its part on its side (metered ``SaveModel``,
     phase ``report``), the label holder writes its part (the method's
     :meth:`~verticalfs.methods.base.Method.export_holder`) and the manifest. Returns the manifest."""
@@ -110,7 +114,7 @@ def _check_sha256(value: str, what: str) -> str:
     return v
 
 
-def read_manifest(directory: str | Path, *, expected_sha256: str | None = None) -> dict:
+def read_manifest(directory: str | Path, *, expected_sha256: str | None = None) -> dict[str, Any]:
     """The manifest of a saved model, checked: its SHA-256 (when ``expected_sha256`` is given),
     version, format, and its file names (confined to the folder)."""
     path = Path(directory) / MANIFEST
@@ -146,9 +150,10 @@ def read_manifest(directory: str | Path, *, expected_sha256: str | None = None) 
 
 
 # ----------------------------------------------------------------------------------- prediction
-def predict(model_dir: str | Path, files: Mapping[str, str | Path], *, id_column: str = "id", na_values=None,
+def predict(model_dir: str | Path, files: Mapping[str, str | Path], *, id_column: str = "id", na_values: Any = None,
             delimiter: str = ",", encoding: str = "utf-8", max_bytes: int | None = None,
-            strip_ids: bool = False, expected_sha256: str | None = None, callbacks: Sequence[Any] = ()) -> dict:
+            strip_ids: bool = False, expected_sha256: str | None = None,
+            callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     """Federated inference with a saved model on new rows (one file per party, aligned by id).
 
     ``expected_sha256``: the manifest's SHA-256 printed at save; a manifest with another is refused
@@ -171,7 +176,7 @@ def predict(model_dir: str | Path, files: Mapping[str, str | Path], *, id_column
 
 def _predict(model_dir: Path, files: Mapping[str, str | Path], events: Any, *, id_column: str, na_values: Any,
              delimiter: str, encoding: str, max_bytes: int | None, strip_ids: bool,
-             expected_sha256: str | None) -> dict:
+             expected_sha256: str | None) -> dict[str, Any]:
     man = read_manifest(model_dir, expected_sha256=expected_sha256)
     parties = man["parties"]
     missing = [p for p in parties if p not in files]
@@ -236,7 +241,7 @@ def _predict(model_dir: Path, files: Mapping[str, str | Path], events: Any, *, i
             "communication": fed.ledger.summary(), "report": report, "method": man["method"], "warnings": notes}
 
 
-def write_predictions(result: dict, path: str | Path, id_column: str = "id") -> Path:
+def write_predictions(result: dict[str, Any], path: str | Path, id_column: str = "id") -> Path:
     """``id, prediction[, prob_<class> ...]`` as CSV, atomically."""
     import pandas as pd
 

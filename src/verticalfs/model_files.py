@@ -18,15 +18,24 @@ import hashlib
 import hmac
 import io
 from pathlib import Path
+from typing import TypedDict
 
 import torch
 
-from verticalfs import __version__
 from verticalfs.exceptions import ConfigError
 from verticalfs.utils.io import write_bytes_atomic
+from verticalfs.version import __version__
 
 FORMAT = 1
 MANIFEST = "manifest.json"
+
+
+class HolderPart(TypedDict):
+    """The label holder's part of a saved model (a method's ``export_holder``): plain data whose
+    ``kind`` names its form; each form is a TypedDict extending this one (a split model's
+    :class:`~verticalfs.training.split.SplitHolder`, a filter method's, ICAFS's)."""
+
+    kind: str
 
 
 def sha256(data: bytes) -> str:

@@ -17,6 +17,21 @@ from verticalfs.exceptions import ConfigError
 #: the seeds numpy's legacy and new generators both accept
 MAX_SEED = 2**32 - 1
 
+#: the exit code of a command refused for a bad option or input
+EXIT_BAD_INPUT = 2
+
+
+def fail(exc: Exception) -> None:
+    """End a command on ``exc``: one line ``error: ...`` on standard error, exit code 2 (the CLI's
+    and every method-provided command's way to refuse a bad option)."""
+    import typer
+    from rich.console import Console
+    from rich.text import Text
+
+    msg = " ".join(str(exc).split())  # one line
+    Console(stderr=True).print(Text("error: ", style="bold red") + Text(msg), soft_wrap=True, highlight=False)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
 
 def check_out(path: str | Path | None, option: str = "--out", *, directory: bool = False) -> Path | None:
     """An output path that can be written, checked before any work starts.

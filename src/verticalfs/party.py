@@ -42,7 +42,7 @@ import copy
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -69,8 +69,8 @@ from verticalfs.dispatch import (
 from verticalfs.exceptions import PolicyError, ProtocolError
 from verticalfs.model_files import load_party_file, save_party_file
 from verticalfs.names import LABEL_HOLDER
+from verticalfs.persist.files import party_persist
 from verticalfs.psi import PSI_KINDS, PSI_OPENS, PsiParty
-from verticalfs.training.checkpoint import party_persist
 from verticalfs.transport.ledger import Ledger
 from verticalfs.transport.messages import (
     Ack,
@@ -95,6 +95,7 @@ from verticalfs.transport.messages import (
 from verticalfs.transport.node import Node
 
 if TYPE_CHECKING:
+    from verticalfs.data.vertical import PartyData
     from verticalfs.transport.channel import Channel
 
 __all__ = ["POLICY_RULES", "Context", "LocalData", "LocalProxy", "PartyRuntime", "Role", "handles", "policy_allows",
@@ -128,9 +129,9 @@ class LocalData:
         self._X_src: dict[str, np.ndarray] = dict(self._mapped)  # split -> the memory map behind _X[split]
 
     @classmethod
-    def of(cls, data: Any) -> LocalData:
+    def of(cls, data: PartyData) -> LocalData:
         """From a :class:`~verticalfs.data.vertical.PartyData`."""
-        return cls(data.name, data.feature_names, data.X, getattr(data, "sources", None))
+        return cls(data.name, data.feature_names, data.X, data.sources)
 
     @property
     def splits(self) -> list[str]:
@@ -194,7 +195,7 @@ class LocalData:
         old = self._kept_files.get(split)
         out = select_columns(self._mapped[split], idx)
         # a new dict, not an update: a session's shallow copy of the party keeps its own
-        self._kept_files = {**self._kept_files, split: getattr(out, "filename", None)}
+        self._kept_files = {**self._kept_files, split: out.filename if isinstance(out, np.memmap) else None}
         if old is not None:
             Path(old).unlink(missing_ok=True)  # (an open map of it stays valid)
         return out
@@ -245,6 +246,10 @@ class Role(Handlers):
     #: spec fields that seed randomness only this party uses (its model's initialisation, its own
     #: networks): replaced by OS entropy under the policy's ``own_randomness`` (:func:`verticalfs.trust.own_seeds`)
     party_seeds: ClassVar[tuple[str, ...]] = ()
+    #: a party seed whose consumer takes fewer than 63 bits (numpy's and scikit-learn's: 32)
+    party_seed_bits: ClassVar[dict[str, int]] = {}
+    #: the party's training is DP-SGD it accounts for itself (a policy's ``max_epsilon`` admits it)
+    dp_capable: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ policy
     @classmethod
@@ -288,6 +293,16 @@ class Role(Handlers):
         return self.data.name
 
 
+class RequestCount:
+    """The party's PSI budget (:class:`~verticalfs.budget.PsiBudget`, made on first use), one for the
+    party, shared by its sessions (:meth:`PartyRuntime.fork`)."""
+
+    __slots__ = ("budget",)
+
+    def __init__(self) -> None:
+        self.budget: Any = None
+
+
 #: the budget of PSI requests (one per intersection, whichever the engine): the ids asked about
 PSI_BUDGET = Budget("PSI requests", lambda msg: int(msg.n))
 
@@ -309,7 +324,7 @@ def _join_guard(call: Call) -> None:
         check_key_bits(party, int(bits), f"make {int(bits)}-bit Paillier keys (method {method!r})")
     # what the party checks in the spec itself (issue 50): open findings, DP, a bottom model's floors
     trust.check_finding(party.policy, party.name, method, msg.spec)
-    trust.check_dp(party.policy, party.name, method, cls, msg.spec)
+    trust.check_dp(party.policy, party.name, method, cls.dp_capable, msg.spec)
     trust.check_split_spec(party.policy, party.name, method, msg.spec, len(party.data.kept))
 
 
@@ -345,15 +360,21 @@ class PartyRuntime(Handlers):
         :data:`~verticalfs.dispatch.DEFAULT_MODS`); ``[*DEFAULT_MODS, my_layer]`` adds one.
     """
 
+    #: its working folder (a deployed party's: its PSI budget, open models, secret); ``None``: none
+    state_dir: Path | None = None
+    #: its secret for the MACs of saved model parts when it has no working folder (this process's)
+    _model_secret: bytes | None = None
+
     def __init__(self, data: Any, *, role_for: Callable[[str], type[Role]] | None = None,
-                 allowed_methods: Sequence[str] | None = None, ids: Sequence[Any] | None = None,
+                 allowed_methods: Sequence[str] | None = None, ids: Sequence[Any] | np.ndarray | None = None,
                  checkpoint_dir: str | Path | None = None, policy: PartyPolicy | None = None,
                  mods: Sequence[Mod] | None = None) -> None:
         self.data = data if isinstance(data, LocalData) else LocalData.of(data)
         self.name = self.data.name
         self.role: Role | None = None
         self.method: str | None = None
-        self.preprocessor = getattr(data, "preprocessor", None)
+        #: its fitted preprocessing (saved with a model): a PartyData's, or none for bare LocalData
+        self.preprocessor: Any = None if isinstance(data, LocalData) else data.preprocessor
         self.node: Node | None = None
         self._role_for = role_for
         self._allowed = None if allowed_methods is None else set(allowed_methods)
@@ -363,6 +384,7 @@ class PartyRuntime(Handlers):
         self.mods: list[Mod] = list(DEFAULT_MODS if mods is None else mods)
         #: the ids the label holder claimed (PSI requests, per day, the last scoring PSI): shared by
         #: every session of the party (:meth:`fork`; issue 50); per session: ``psi_session_ids``
+        self._requests = RequestCount()  # the PSI budget of new intersections (verticalfs.budget)
         self.psi_state = trust.PsiState()
         self.psi_session_ids = 0
         self._psi: PsiParty | None = None  # this party's answers to PSI (either engine)
@@ -373,12 +395,25 @@ class PartyRuntime(Handlers):
 
     @property
     def psi_requests(self) -> int:
-        """PSI and ``Align`` requests answered since the party started (bounded by ``max_psi_requests``)."""
-        return self.psi_state.requests
+        """New intersections (PSI requests, ``Align``s of new id sets) charged within the policy's
+        window (bounded by ``max_psi_requests``)."""
+        return int(self.psi_budget.used())
 
     @psi_requests.setter
     def psi_requests(self, n: int) -> None:
-        self.psi_state.requests = int(n)
+        """Keep only the last ``n`` charges of the window (0: a new window)."""
+        b = self.psi_budget
+        b.charges = b.charges[len(b.charges) - int(n):] if n else []
+
+    @property
+    def psi_budget(self) -> Any:
+        """The party's :class:`~verticalfs.budget.PsiBudget` (one per party, shared by its sessions;
+        kept in its working folder ``state_dir`` when it has one)."""
+        if self._requests.budget is None:
+            from verticalfs.budget import PsiBudget
+
+            self._requests.budget = PsiBudget(self.name, self.policy, self.state_dir)
+        return self._requests.budget
 
     def connect(self, channel: Channel, ledger: Ledger) -> Node:
         """Attach a messaging node on ``channel`` (the node is the channel's endpoint for this party)."""
@@ -427,7 +462,7 @@ class PartyRuntime(Handlers):
         if self.ids is None:
             raise ProtocolError(f"party {self.name!r} answers PSI requests only when it was given its ids")
         if self._psi is None:
-            self._psi = PsiParty(self.ids, **self.psi_options)
+            self._psi = PsiParty(cast("Sequence[Any]", self.ids), **self.psi_options)  # (a numpy text array, or a list)
         return self._psi.reply(msg)
 
     @handles(*PSI_OPENS, budget=PSI_BUDGET)
@@ -486,7 +521,8 @@ class PartyRuntime(Handlers):
                                 f"{sorted(self._allowed or ())}")
         cls = self.role_class(method)
         # the party's own Paillier choices and its own randomness (issue 50; in-process: the spec's)
-        spec = trust.own_seeds(self.policy, cls, trust.paillier_choice(self.policy, msg.spec))
+        spec = trust.own_seeds(self.policy, cls.party_seeds, cls.party_seed_bits,
+                               trust.paillier_choice(self.policy, msg.spec))
         self.role = cls(self.data, spec, ctx)
         self.method = method
         return self.role.joined()
@@ -496,25 +532,29 @@ class PartyRuntime(Handlers):
         """The party's own rows (of its training file): the unit of the ``"auto"`` PSI limits."""
         return len(self.ids) if self.ids is not None else self.data.n_samples("train")
 
-    def count_request(self, what: str, n_ids: int, *, rows: int | None = None, charge: bool = True) -> None:
+    def count_request(self, what: str, n_ids: int, *, rows: int | None = None, charge: bool = True,
+                      key: str | None = None) -> bool:
         """One more PSI (or alignment) request of ``n_ids`` ids: within the policy's limits, or
-        refused. ``rows``: the rows of the file the request is over (default :meth:`psi_rows`);
-        ``charge``: the ids count against the session's and the day's budget (a PSI's claimed ids;
-        an ``Align`` charges its ids only when refused, :meth:`charge_ids`)."""
+        refused. ``rows``: the rows of the file the request is over (default :meth:`psi_rows`), the
+        unit of the ``"auto"`` limits; ``charge``: the ids count against the session's and the day's
+        budget (a PSI's claimed ids; an ``Align`` charges its ids only when refused,
+        :meth:`charge_ids`); ``key`` names an id set aligned before, a request the window's budget
+        does not charge (:class:`~verticalfs.budget.PsiBudget`). Returns whether the window's budget
+        was charged."""
         pol = self.policy
         rows = self.psi_rows() if rows is None else int(rows)
         most = trust.psi_limit(pol, "max_psi_ids", rows)
         if n_ids > most:
             raise refusal(self.name, "max_psi_ids", trust._limit_text(pol, "max_psi_ids", rows),
                           f"answer a request with {n_ids} ids", "raise it to allow larger requests")
-        if self.psi_requests >= pol.max_psi_requests:
-            raise refusal(self.name, "max_psi_requests", pol.max_psi_requests,
-                          f"answer more {what} (it has answered {self.psi_requests} since it started)",
-                          "restart the party or raise it")
         if charge:
             self._within_budget(n_ids, rows)
+        budget = self.psi_budget
+        budget.policy = self.policy  # (the party's policy now: a session's copy shares the budget)
+        charged: bool = budget.charge(what, n_ids, key=key)
+        if charge:
             self.charge_ids(n_ids)
-        self.psi_state.requests += 1
+        return charged
 
     def _within_budget(self, n_ids: int, rows: int) -> None:
         pol = self.policy
@@ -578,10 +618,10 @@ class PartyRuntime(Handlers):
         does not ask for it."""
         if not self.policy.own_models_only:
             return None
-        folder = getattr(self, "state_dir", None)
+        folder = self.state_dir
         if folder is not None:
             return trust.secret_file(folder, "model.key")
-        if getattr(self, "_model_secret", None) is None:
+        if self._model_secret is None:
             import secrets
 
             self._model_secret = secrets.token_bytes(32)
@@ -624,7 +664,7 @@ def _unwrap(msg: Any) -> Any:
     for f in fields(msg):
         v = getattr(msg, f.name)
         if type(v) is Coded:
-            a = v.array.detach().cpu().numpy() if hasattr(v.array, "detach") else np.asarray(v.array)
+            a = v.array.detach().cpu().numpy() if isinstance(v.array, torch.Tensor) else np.asarray(v.array)
             codec = get_codec(v.codec)
             if codec.name == "float32" and a.dtype == np.float32:
                 changes[f.name] = a

@@ -25,10 +25,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from verticalfs import __version__
 from verticalfs.events import Emitter
 from verticalfs.names import LABEL_HOLDER
 from verticalfs.training.history import Callback, Run
+from verticalfs.version import __version__
 
 if TYPE_CHECKING:
     from verticalfs.transport.ledger import Ledger

@@ -18,6 +18,7 @@ a :class:`~sklearn.pipeline.Pipeline`, with :func:`~sklearn.base.clone` and in
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import numpy as np
@@ -130,7 +131,7 @@ class VerticalSelector(SelectorMixin, BaseEstimator):
         assign = self._assignment(d)
         cls = registry.get(self.method)
         params = dict(self.params or {})
-        fields = {f for f in getattr(cls.Params, "__dataclass_fields__", {})}
+        fields = {f.name for f in dataclasses.fields(cls.Params)}
         if "n_select" in fields:
             default = cls.Params.__dataclass_fields__["n_select"].default
             params["n_select"] = min(int(params.get("n_select", default)), sum(len(v) for v in assign.values()))

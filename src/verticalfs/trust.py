@@ -153,16 +153,17 @@ def check_split_spec(policy: PartyPolicy, party: str, method: str, spec: Any, d_
 
 
 # ---------------------------------------------------------------------------------- randomness
-def own_seeds(policy: PartyPolicy, role_class: type, spec: Any) -> Any:
-    """``spec`` with the seeds of the party's own randomness (``role_class.party_seeds``) replaced by
+def own_seeds(policy: PartyPolicy, seeds: tuple[str, ...], seed_bits: dict[str, int], spec: Any) -> Any:
+    """``spec`` with the seeds of the party's own randomness (``seeds``, a role's ``party_seeds``;
+    ``seed_bits``: those whose consumer takes fewer bits than 63, numpy's 32) replaced by
     63 bits of OS entropy each when the policy says ``own_randomness``; the spec as given otherwise
     (in-process runs: reproducible from the run's seed). The shared seeds (the mini-batch plans both
     sides derive) are never replaced."""
-    names = tuple(getattr(role_class, "party_seeds", ()))
+    names = tuple(seeds)
     if not policy.own_randomness or not names or not dataclasses.is_dataclass(spec):
         return spec
     present = {f.name for f in dataclasses.fields(spec)}
-    bits = dict(getattr(role_class, "party_seed_bits", {}))  # a seed whose consumer takes fewer bits (numpy's 32)
+    bits = dict(seed_bits)
     return dataclasses.replace(spec, **{n: secrets.randbits(int(bits.get(n, 63))) for n in names if n in present})
 
 
@@ -248,13 +249,13 @@ TRUST_KEYS = ("verify_labels", "min_label_rows", "min_hidden_layers", "max_embed
 
 
 # ------------------------------------------------------------------------------ DP at the party
-def check_dp(policy: PartyPolicy, party: str, method: str, role_class: type, spec: Any) -> None:
+def check_dp(policy: PartyPolicy, party: str, method: str, dp_capable: bool, spec: Any) -> None:
     """Under ``max_epsilon``: refuse a method whose party-side training is not DP-SGD (a role without
     ``dp_capable``, or a spec without noise)."""
     if policy.max_epsilon is None:
         return
     noise = float(getattr(spec, "dp_noise", 0.0) or 0.0)
-    if not getattr(role_class, "dp_capable", False) or noise <= 0:
+    if not dp_capable or noise <= 0:
         raise _refusal(party, "max_epsilon", policy.max_epsilon,
                        f"join method {method!r} without DP-SGD at the party (noise {noise:g})",
                        "use a method with DP (icafs with dp_epsilon), or remove it")
@@ -354,7 +355,7 @@ def _limit_text(policy: PartyPolicy, key: str, rows: int) -> Any:
 
 class PsiState:
     """What a party counts of the ids a label holder claims, shared by every session of the party:
-    PSI requests since it started, ids per day (kept in ``psi_budget.json`` in its working folder,
+    ids claimed per day (kept in ``psi-ids.json`` in its working folder,
     so a restart does not reset them), and the ids it offered in its last scoring PSI (``StageIds``
     stages only those: ``scoring_psi.npy``). Session counts live on each session's runtime."""
 
@@ -363,7 +364,6 @@ class PsiState:
         from pathlib import Path
 
         self.folder = None if folder is None else Path(folder)
-        self.requests = 0
         self._lock = threading.Lock()
         self._day: str | None = None
         self._day_ids = 0
@@ -384,7 +384,7 @@ class PsiState:
         self._day, self._day_ids = today, 0
         if self.folder is not None:
             try:
-                saved = json.loads((self.folder / "psi_budget.json").read_text())
+                saved = json.loads((self.folder / "psi-ids.json").read_text())
                 if saved.get("day") == today:
                     self._day_ids = int(saved.get("ids", 0))
             except (OSError, ValueError, TypeError):
@@ -398,7 +398,7 @@ class PsiState:
         from verticalfs.utils.io import write_bytes_atomic
 
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_bytes_atomic(self.folder / "psi_budget.json",
+        write_bytes_atomic(self.folder / "psi-ids.json",
                            json.dumps({"day": self._day, "ids": self._day_ids}).encode(), mode=0o600)
 
     def day_ids(self) -> int:

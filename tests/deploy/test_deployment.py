@@ -242,31 +242,59 @@ def test_every_method_sends_valid_events_over_a_deployment(open_site, name):
     assert [e.type for e in events].count("selection") == 1
 
 
+def _args(params: dict) -> list[str]:
+    return [a for k, v in params.items()
+            for a in ("-p", f"{k}={v if not isinstance(v, tuple) else ','.join(map(str, v))}")]
+
+
+def _latest(site: Path, after: float = 0.0) -> dict[str, dict]:
+    """The label holder's checkpoints of runs under way or interrupted: run folder -> its latest.json."""
+    out = {}
+    for f in (site / "ck" / "active").glob("*/latest.json"):
+        try:
+            if f.stat().st_mtime >= after:
+                out[f.parent.name] = json.loads(f.read_text())
+        except (OSError, ValueError):  # (being replaced)
+            pass
+    return out
+
+
+def _wait_for_epochs(site: Path, holders: list, n: int, after: float, runs: int = 1, timeout: float = 180) -> dict:
+    t0 = time.monotonic()
+    while True:
+        got = {k: v for k, v in _latest(site, after).items() if v["epochs"] >= n}
+        if len(got) >= runs:
+            return got
+        for h in holders:
+            assert h.poll() is None, h.communicate()
+        assert time.monotonic() - t0 < timeout
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_kill_and_resume(site, servers):
-    """The label holder as its own process: a party killed mid-run is named; --resume ends with the
-    metrics of an uninterrupted run."""
+    """The label holder as its own process: a party killed mid-run, not back within the rejoin window
+    (0 here), is named; --resume ends with the metrics of an uninterrupted run."""
     params = {"epochs": 12, "batch_size": 32, "hidden": (16, 8)}
     ref = _in_process(site, "vfl", params)
-    cmd = [sys.executable, "-m", "verticalfs", "run", "--config", str(site / "deployment.toml"), "-m", "vfl",
-           "--no-progress", *[a for k, v in params.items() for a in ("-p", f"{k}={v if not isinstance(v, tuple) else ','.join(map(str, v))}")]]
-    latest = site / "ck" / "active" / "latest.json"
+    conf = site / "no-rejoin.toml"
+    conf.write_text((site / "deployment.toml").read_text().replace("connect_timeout = 5", "connect_timeout = 5\n"
+                                                                    "rejoin_window = 0"))
+    cmd = [sys.executable, "-m", "verticalfs", "run", "--config", str(conf), "-m", "vfl", "--no-progress",
+           *_args(params)]
     from verticalfs.deploy.holder import connect
 
     connect(Deployment.load(site / "deployment.toml")).close()  # PSI now: the runs below take it from the cache
+    t_start = time.time()
     holder = subprocess.Popen(cmd, cwd=site, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    t0 = time.monotonic()
-    while not (latest.is_file() and json.loads(latest.read_text())["epochs"] >= 2):
-        assert holder.poll() is None, holder.communicate()
-        assert time.monotonic() - t0 < 120
-        time.sleep(0.02)
+    (key,) = _wait_for_epochs(site, [holder], 2, t_start)
     servers["insurer"].kill()
     t_kill = time.monotonic()
     out, err = holder.communicate(timeout=60)
     assert holder.returncode != 0
     assert time.monotonic() - t_kill < 20
     assert "insurer" in out + err, out + err
-    assert json.loads(latest.read_text())["epochs"] < params["epochs"]
+    assert _latest(site)[key]["epochs"] < params["epochs"]
     servers["insurer"] = _serve(site, "insurer")  # the party comes back with its checkpoint folder
     done = subprocess.run([*cmd, "--resume", "--out", str(site / "resumed.json")], cwd=site, capture_output=True,
                           text=True, timeout=300)
@@ -274,7 +302,7 @@ def test_kill_and_resume(site, servers):
     res = verticalfs.RunResult.load(site / "resumed.json")
     assert res.metrics == pytest.approx(ref.metrics, abs=0, rel=0)
     assert [h["roc_auc"] for h in res.history] == [h["roc_auc"] for h in ref.history]
-    assert not latest.exists()  # a finished run leaves no checkpoint to resume
+    assert key not in _latest(site)  # a finished run leaves no checkpoint to resume
     # --resume did not redo PSI (the files did not change): the label holder's cached results
     assert res.info["deployment"]["psi_cached"] == ["telecom", "insurer"]
     assert "PsiRequest" not in res.communication["by_kind"] and "psi_s" in res.timings
@@ -286,33 +314,74 @@ def test_kill_and_resume(site, servers):
 
 
 @pytest.mark.slow
-def test_two_runs_at_once(site, servers, tmp_path):
-    """Two label-holder runs against the same party processes at the same time (a second bank process
-    starts while the first trains): each ends with the metrics it has alone, neither disturbs the other."""
-    from verticalfs.deploy.holder import run_deployment
-
-    first = {"epochs": 6, "batch_size": 32, "hidden": (16, 8)}
-    second = {"epochs": 2, "batch_size": 64, "hidden": (8,)}
+def test_a_party_restarted_mid_run_is_waited_for(site, servers):
+    """A party killed mid-run and started again within the rejoin window (default 60 s): the run,
+    without --resume, waits for it, continues from its last checkpoint and ends with the metrics of
+    an uninterrupted run."""
+    params = {"epochs": 10, "batch_size": 32, "hidden": (16, 8)}
+    ref = _in_process(site, "vfl", params)
+    out_file = site / "rejoined.json"
     cmd = [sys.executable, "-m", "verticalfs", "run", "--config", str(site / "deployment.toml"), "-m", "vfl",
-           "--no-progress", "--out", str(tmp_path / "first.json"),
-           *[a for k, v in first.items() for a in ("-p", f"{k}={v if not isinstance(v, tuple) else ','.join(map(str, v))}")]]
-    latest = site / "ck" / "active" / "latest.json"
+           "--no-progress", "--out", str(out_file), *_args(params)]
+    t_start = time.time()
+    holder = subprocess.Popen(cmd, cwd=site, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_epochs(site, [holder], 2, t_start)
+    servers["telecom"].kill()
+    servers["telecom"].wait()
+    servers["telecom"] = _serve(site, "telecom")  # a restart: all its state of the run is gone
+    out, err = holder.communicate(timeout=300)
+    assert holder.returncode == 0, out + err
+    res = verticalfs.RunResult.load(out_file)
+    assert res.metrics == ref.metrics
+    assert [h["roc_auc"] for h in res.history] == [h["roc_auc"] for h in ref.history]
+    (wait,) = res.info["deployment"]["rejoined"]
+    assert wait["party"] == "telecom" and 0 < wait["waited_s"] < 60
+    assert res.info["resumed_from"]["epoch"] >= 2  # from its last checkpoint, not from the start
+    assert "waiting up to 60 s for party 'telecom' to come back" in err and "answers again after" in err
+    assert res.info["deployment"]["psi_cached"] == ["telecom", "insurer"]  # PSI from the cache: digests only
+
+
+@pytest.mark.slow
+def test_two_runs_at_once_one_killed(site, servers, tmp_path):
+    """Two label-holder runs of the same label party against the same party processes at once, each
+    serving the label party's own columns itself (the second on a port of its own): killing the first
+    (whose process holds the label party's address) leaves the second whole, which ends with the
+    metrics it has alone; the first's checkpoint is left as it was, and --resume finishes it with the
+    metrics of an uninterrupted run."""
+    first = {"epochs": 80, "batch_size": 64, "hidden": (16, 8)}  # long enough to be going when the second starts
+    second = {"epochs": 6, "batch_size": 64, "hidden": (8,)}
+
+    def cmd(params, out):
+        return [sys.executable, "-m", "verticalfs", "run", "--config", str(site / "deployment.toml"), "-m", "vfl",
+                "--no-progress", "--out", str(out), *_args(params)]
+
     from verticalfs.deploy.holder import connect
 
     connect(Deployment.load(site / "deployment.toml")).close()  # PSI now: the runs below take it from the cache
-    holder = subprocess.Popen(cmd, cwd=site, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    t0 = time.monotonic()
-    while not (latest.is_file() and json.loads(latest.read_text())["epochs"] >= 1):  # the first run is training
-        assert holder.poll() is None, holder.communicate()
-        assert time.monotonic() - t0 < 120
-        time.sleep(0.02)
-    net = run_deployment(site / "deployment.toml", "vfl", seed=0, params=second, checkpoint_dir=tmp_path / "ck")
-    out, err = holder.communicate(timeout=300)
-    assert holder.returncode == 0, out + err
-    assert net.metrics == _in_process(site, "vfl", second).metrics
-    res = verticalfs.RunResult.load(tmp_path / "first.json")
-    assert res.metrics == _in_process(site, "vfl", first).metrics
-    assert res.info["deployment"]["session"] != net.info["deployment"]["session"]
+    t_start = time.time()
+    a = subprocess.Popen(cmd(first, tmp_path / "first.json"), cwd=site, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    (key_a,) = _wait_for_epochs(site, [a], 1, t_start)  # the first run trains (and holds the bank's address)
+    b = subprocess.Popen(cmd(second, tmp_path / "second.json"), cwd=site, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    both = _wait_for_epochs(site, [a, b], 1, t_start, runs=2)
+    (key_b,) = set(both) - {key_a}
+    a.kill()  # the label holder of the first run, and the bank's columns it served, gone at once
+    a.communicate()
+    out, err = b.communicate(timeout=300)
+    assert b.returncode == 0, out + err
+    assert "serves bank's columns at 127.0.0.1:" in err  # its own block, on a port of its own
+    res_b = verticalfs.RunResult.load(tmp_path / "second.json")
+    assert res_b.metrics == _in_process(site, "vfl", second).metrics
+    left = _latest(site)
+    assert key_b not in left and key_a in left  # the second cleared its own checkpoint, not the first's
+    done = subprocess.run([*cmd(first, tmp_path / "first.json"), "--resume"], cwd=site, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    res_a = verticalfs.RunResult.load(tmp_path / "first.json")
+    assert res_a.metrics == _in_process(site, "vfl", first).metrics
+    assert res_a.info["resumed_from"]["epoch"] == left[key_a]["epochs"] >= 1
+    assert key_a not in _latest(site)
 
 
 def test_unreachable_party_named(site, tmp_path):

@@ -4,7 +4,7 @@ certificates on 127.0.0.1.
 - a reply lost on the way back (a party's test-only fault injection drops it after handling the
   call) is retried, and the party answers the repeat from its cache: the run's metrics are those
   of a run without the fault (a Gradients post handled twice would step the party's model twice);
-- a party stopped with SIGSTOP is reported within 20 s, by name;
+- a party stopped with SIGSTOP is reported within 15 s, by name;
 - TLS failures say their cause at the label holder (unknown CA, wrong party name, expired
   certificate); a refused sender is logged by the party with the peer's address.
 """
@@ -113,7 +113,9 @@ def test_a_lost_reply_is_retried_and_answered_from_the_party_cache(site, servers
     assert faulty.communication["total_bytes"] == clean.communication["total_bytes"]  # a retry is not on the ledger
 
 
-def test_a_stopped_party_is_reported_by_name_within_20_seconds(site, servers):
+def test_a_stopped_party_is_reported_by_name_within_15_seconds(site, servers):
+    """SIGSTOP: the party's process keeps its connection open and answers nothing; unanswered keep-alive
+    pings (every 5 s, 4 s to answer) name it within 9 s on an idle host: the guide promises 15 s."""
     from verticalfs.deploy.holder import connect
     from verticalfs.federation import SETUP
     from verticalfs.transport.messages import Hello, HelloRequest
@@ -125,7 +127,7 @@ def test_a_stopped_party_is_reported_by_name_within_20_seconds(site, servers):
         t = time.perf_counter()
         with pytest.raises(TransportError, match=r"party 'insurer' at 127\.0\.0\.1:\d+ stopped answering"):
             conn.federation.proxy("insurer").request(HelloRequest(), SETUP, expect=Hello)  # no deadline: keep-alive
-        assert time.perf_counter() - t < 20
+        assert time.perf_counter() - t < 15
     finally:
         os.kill(proc.pid, signal.SIGCONT)
         conn.close()

@@ -190,3 +190,34 @@ def test_a_message_over_the_limit_is_refused_before_it_is_buffered(site, servers
         assert isinstance(reply, Hello)  # the party still answers
     finally:
         ch.close()
+
+
+def test_cached_intersections_are_free_new_ones_are_counted(site, servers):
+    """max_psi_requests (16 by default) counts new intersections: the 17th run against the label
+    holder's cached PSI result is served (its Align repeats a set the party aligned: free); new
+    intersections are charged until the refusal, which names the budget left."""
+    from verticalfs.deploy.config import Deployment
+    from verticalfs.deploy.holder import connect
+    from verticalfs.psi import intersect_all
+
+    dep = Deployment.load(site / "deployment.toml")
+    for k in range(17):
+        conn = connect(dep)
+        try:
+            assert k == 0 or conn.psi_cached == ["telecom", "insurer"]
+        finally:
+            conn.close()
+    budget = json.loads((site / "state" / "telecom" / "psi-budget.json").read_text())
+    used = len(budget["charges"])
+    assert 2 <= used < 16  # one PSI and one Align per intersection the module made; none per cached run
+    conn = connect(dep)
+    try:
+        ids = [str(i) for i in range(1, 121)]  # the label holder's ids: new subsets, so new intersections
+        proxy = conn.federation.proxy("telecom")
+        for k in range(16 - used):
+            assert len(intersect_all([proxy], ids[k:]).ids) > 0
+        with pytest.raises(PolicyError, match=r"party 'telecom' refuses to answer more PSI requests: it has answered "
+                                              r"16 new intersections and alignments in the last 24 h, 0 of 16 left"):
+            intersect_all([proxy], ids[20:])
+    finally:
+        conn.close()

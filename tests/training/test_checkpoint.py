@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -47,11 +48,12 @@ def _interrupted(data, method, params, folder, after: int) -> None:
 def test_resume_ends_as_uninterrupted(data, tmp_path, method, params, after, capsys):
     full = verticalfs.run(method, data, seed=0, params=params)
     _interrupted(data, method, params, tmp_path, after)
-    latest = json.loads((tmp_path / "latest.json").read_text())
-    assert latest["epochs"] >= 1
+    (latest_file,) = tmp_path.glob("*/latest.json")  # the run's own folder: <run id>-<session>
+    latest = json.loads(latest_file.read_text())
+    assert latest["epochs"] >= 1 and latest_file.parent.name.startswith(latest["run"] + "-")
     # a newer, half-written party file (a crash while saving) is never loaded: latest.json names the last
     # checkpoint that every side finished
-    party_dir = next((tmp_path / "parties").iterdir()) / latest["run"]
+    party_dir = next((tmp_path / "parties").iterdir()) / latest_file.parent.name
     (party_dir / "s9-e99.pt").write_bytes(b"\x80half")
     capsys.readouterr()
     res = verticalfs.run(method, data, seed=0, params=params, checkpoint_dir=tmp_path, resume=True)
@@ -63,7 +65,7 @@ def test_resume_ends_as_uninterrupted(data, tmp_path, method, params, after, cap
     assert [h.get("roc_auc") for h in res.history] == [h.get("roc_auc") for h in full.history]
     phases = {k: v for k, v in res.communication["by_phase"].items() if k != "checkpoint"}
     assert phases == full.communication["by_phase"]  # the ledger as if never interrupted
-    assert not (tmp_path / "latest.json").exists()
+    assert not latest_file.exists()
     # a completed run leaves no checkpoint behind, at the label holder or at any party
     assert not any(f.is_file() for f in tmp_path.rglob("*")), sorted(tmp_path.rglob("*"))
 
@@ -71,10 +73,33 @@ def test_resume_ends_as_uninterrupted(data, tmp_path, method, params, after, cap
 def test_resume_refuses_another_run(data, tmp_path):
     params = {"epochs": 3, "batch_size": 64, "hidden": (16, 8)}
     _interrupted(data, "vfl", params, tmp_path, 2)
-    with pytest.raises(ConfigError, match="another run"):
+    with pytest.raises(ConfigError, match="are of other runs"):
         verticalfs.run("vfl", data, seed=1, params=params, checkpoint_dir=tmp_path, resume=True)
     with pytest.raises(ConfigError, match="nothing to resume"):
         verticalfs.run("vfl", data, seed=0, params=params, checkpoint_dir=tmp_path / "empty", resume=True)
+
+
+def test_runs_sharing_a_folder_keep_their_checkpoints_apart(data, tmp_path):
+    """Two runs with one checkpoint folder (the same options even): each has its own latest.json, a
+    run that completes clears only its own, and the interrupted one still resumes to the metrics of
+    an uninterrupted run."""
+    from verticalfs.training.checkpoint import Checkpointer
+
+    params = {"epochs": 3, "batch_size": 64, "hidden": (16, 8)}
+    full = verticalfs.run("vfl", data, seed=0, params=params)
+    _interrupted(data, "vfl", params, tmp_path, 2)
+    (mine,) = tmp_path.glob("*/latest.json")
+    other = verticalfs.run("vfl", data, seed=0, params=params, checkpoint_dir=tmp_path)  # a second run completes
+    assert other.metrics == full.metrics and list(tmp_path.glob("*/latest.json")) == [mine]
+    # a run still going (its folder locked) is never taken by a resume
+    rid = json.loads(mine.read_text())["run"]
+    going = Checkpointer(tmp_path, rid, session="going")
+    (tmp_path / going.key / "latest.json").write_text(mine.read_text())
+    os.utime(tmp_path / going.key / "latest.json", (mine.stat().st_mtime + 60,) * 2)  # newer than the interrupted
+    res = verticalfs.run("vfl", data, seed=0, params=params, checkpoint_dir=tmp_path, resume=True)
+    assert res.metrics == full.metrics and not mine.exists()
+    assert (tmp_path / going.key / "latest.json").exists()  # the other run's folder is not touched
+    going.release()
 
 
 # ------------------------------------------------------------------ no key and no code in a checkpoint
@@ -160,8 +185,9 @@ def test_a_checkpoint_with_code_is_refused_without_running_it(data, tmp_path):
 
     params = {"epochs": 3, "batch_size": 64, "hidden": (16, 8)}
     _interrupted(data, "vfl", params, tmp_path, 2)
-    latest = json.loads((tmp_path / "latest.json").read_text())
-    target = tmp_path / latest["run"] / f"{latest['tag']}.pt"
+    (latest_file,) = tmp_path.glob("*/latest.json")
+    latest = json.loads(latest_file.read_text())
+    target = latest_file.parent / f"{latest['tag']}.pt"
     marker = tmp_path / "ran"
     torch.save({"trainer": _Planted(marker)}, target)
     with pytest.raises(ConfigError, match="not a verticalfs checkpoint"):

@@ -104,3 +104,26 @@ def test_a_run_beyond_the_limit_is_refused_as_busy(data, certs):
         ca.close()
         cb.close()
         party.stop()
+
+
+def test_a_route_to_another_host_or_an_unknown_party_is_refused(data, certs):
+    """A label holder may announce where its run serves a party's block (vf-route), but only another
+    port on that party's own host (its certificate is checked there as everywhere)."""
+    party = _party(data, certs, max_sessions=2)
+    try:
+        party.set_addresses({party.name: party.server.address, "party2": "127.0.0.1:7002"})
+        for route in ("party2=10.0.0.9:7002", "nobody=127.0.0.1:7003", "party2=127.0.0.1:x"):
+            with pytest.raises(ProtocolError, match="refuses the route"):
+                party.receive_in(f"run-{route}", LABEL_HOLDER, b"", "ipv4:127.0.0.1:1", route=route)
+        assert party._routes("party2=127.0.0.1:7010") == {"party2": "127.0.0.1:7010"}
+        # a routed session's messages to party2 go to the route; other sessions' to its address
+        routed = party._session("run-r", LABEL_HOLDER, "ipv4:127.0.0.1:1", True, "party2=127.0.0.1:7010")
+        plain = party._session("run-p", LABEL_HOLDER, "ipv4:127.0.0.1:1", True, "")
+        assert routed.runtime.node.channel.addresses["party2"] == "127.0.0.1:7010"
+        assert plain.runtime.node.channel.addresses["party2"] == "127.0.0.1:7002"
+        assert party.channel.addresses["party2"] == "127.0.0.1:7002"
+        # a later message of a session this party does not know: it restarted or forgot it, said as such
+        with pytest.raises(TransportError, match="has no session 'run-z': it restarted"):
+            party.receive_in("run-z", LABEL_HOLDER, b"", "ipv4:127.0.0.1:1", start=False)
+    finally:
+        party.stop()

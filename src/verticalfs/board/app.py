@@ -245,7 +245,7 @@ def create_app(folders: list[str | Path], *, token: str | None = None, allowed_h
     from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
     from fastapi.staticfiles import StaticFiles
 
-    from verticalfs import __version__
+    from verticalfs.version import __version__
 
     catalog = Catalog(list(folders))
     catalog.refresh()

@@ -59,7 +59,7 @@ class Float32Codec(Codec):
         return 4 * size
 
     def encode(self, a: np.ndarray) -> bytes:
-        if getattr(a, "dtype", None) != _LE_F4 or not isinstance(a, np.ndarray):
+        if not isinstance(a, np.ndarray) or a.dtype != _LE_F4:
             a = np.asarray(a, dtype=_LE_F4)
         return a.tobytes()  # C order, one copy even for a non-contiguous view
 

@@ -84,13 +84,36 @@ import importlib
 import math
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from verticalfs.crypto._bigint import HAVE_GMPY2, invert, mpz, powmod, random_below, random_prime, random_safe_prime
 from verticalfs.exceptions import CryptoError
 
-if TYPE_CHECKING:  # the keys import this module; the annotations only name them
-    from verticalfs.crypto.keys import PrivateKey, PublicKey
+
+class PublicKey(Protocol):
+    """What a back end uses of a :class:`~verticalfs.crypto.keys.PublicKey` (the keys import this
+    module, so it names them by what they offer)."""
+
+    n: int
+    bits: int
+    randomness: str
+    _n_big: Any
+    _n2_big: Any
+    _native: dict[str, Any]
+
+
+class PrivateKey(Protocol):
+    """What a back end uses of a :class:`~verticalfs.crypto.keys.PrivateKey`."""
+
+    p: int
+    q: int
+    _native: dict[str, Any]
+    _rn_crt: Any
+
+    @property
+    def public_key(self) -> PublicKey: ...
+
+    def holder_obfuscators(self, k: int, *, in_process: bool = False) -> list[Any]: ...
 
 #: fastest first (measured with benchmarks/feast/paillier_speed.py; see the back ends' rates there)
 AUTO_ORDER: tuple[str, ...] = ("heu", "pypaillier", "python")

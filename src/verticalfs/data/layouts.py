@@ -105,7 +105,7 @@ def build_layout(name: str, dataset: str, *, seed: int = 0, data_dir: str | Path
     """Prepared data of ``dataset`` in layout ``name`` (extra keywords go to ``build_data``:
     ``noise``, ``overlap``, ``scaling``, ``impute``). ``parties``, when given, must equal the
     layout's. Raises DataError if the split sizes differ from the ones the paper states."""
-    from verticalfs.api import build_data
+    from verticalfs.data.build import build_data
     from verticalfs.data.registry import load_dataset
 
     lay = resolve_layout(name, dataset)
@@ -117,7 +117,7 @@ def build_layout(name: str, dataset: str, *, seed: int = 0, data_dir: str | Path
         common.update(parties=lay.parties, partition_strategy=lay.partition_strategy)
     if lay.test_size is None:  # predefined test rows; val = a fraction of the training file
         table = load_dataset(dataset, data_dir=data_dir, seed=seed)
-        if getattr(table, "predefined_test", None) is None:
+        if table.predefined_test is None:
             raise DataError(f"layout {lay.name!r}: data set {dataset!r} has no predefined test rows")
         n = len(table.y)
         n_file = int(np.count_nonzero(~np.asarray(table.predefined_test, dtype=bool)))

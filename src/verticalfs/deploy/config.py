@@ -32,11 +32,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verticalfs.configuration import DeploymentFile, PartyPolicy, read_deployment, validate
 from verticalfs.exceptions import ConfigError
 from verticalfs.names import LABEL_HOLDER
+
+if TYPE_CHECKING:
+    from verticalfs.transport.grpc.channel import GrpcChannel
+    from verticalfs.transport.grpc.tls import TLSFiles
 
 
 @dataclass
@@ -49,7 +53,7 @@ class PartyEntry:
     listen: str
     categorical: list[str] | str = field(default_factory=list)
     certs: Path | None = None
-    policy: PartyPolicy = field(default_factory=PartyPolicy)
+    policy: PartyPolicy = field(default_factory=lambda: PartyPolicy.model_validate({}))
     predict_file: Path | None = None  # the rows it scores with a saved model (default: file)
     engine: str = "local"  # where it reads, prepares and PSI-blinds its table (verticalfs.engine)
     ray_address: str | None = None  # its Ray cluster, with engine "ray"
@@ -80,6 +84,7 @@ class Deployment:
     call_timeout: float = 30.0
     setup_timeout: float | None = 1800.0
     retries: int = 3
+    rejoin_window: float = 60.0
     fan_out: str = "concurrent"
     checkpoints: Path | None = None
     psi_engine: str = "auto"
@@ -106,9 +111,7 @@ class Deployment:
         where = f"deployment file {str(path)!r}"
         base = path.parent
 
-        def rel(p: Path | None) -> Path | None:
-            if p is None:
-                return None
+        def rel(p: Path) -> Path:  # (a path of the file: relative to it)
             q = p.expanduser()
             return q if q.is_absolute() else base / q
 
@@ -120,10 +123,11 @@ class Deployment:
             model_dir = rel(p.policy.model_dir) if p.policy.model_dir is not None else base / "models" / name
             parties[name] = PartyEntry(name=name, address=p.address, listen=p.listen or p.address,
                                        file=rel(p.file), categorical=p.categorical if isinstance(p.categorical, str)
-                                       else list(p.categorical), certs=rel(p.certs),
+                                       else list(p.categorical), certs=None if p.certs is None else rel(p.certs),
                                        policy=p.policy.model_copy(update={"model_dir": model_dir}),
-                                       predict_file=rel(p.predict_file), engine=p.engine,
-                                       ray_address=p.ray_address, work_dir=rel(p.work_dir),
+                                       predict_file=None if p.predict_file is None else rel(p.predict_file),
+                                       engine=p.engine, ray_address=p.ray_address,
+                                       work_dir=None if p.work_dir is None else rel(p.work_dir),
                                        table=p.table if p.table is None or "://" in p.table
                                        else str(rel(Path(p.table))))
         if conf.label_party not in parties:
@@ -131,7 +135,7 @@ class Deployment:
         addrs = [e.address for e in parties.values()]
         if len(set(addrs)) != len(addrs):
             raise ConfigError(f"{where}: two parties share an address ({addrs}); each party listens on its own")
-        certs = rel(conf.certs)
+        certs = None if conf.certs is None else rel(conf.certs)
         if certs is None and not conf.insecure and any(e.certs is None for e in parties.values()):
             raise ConfigError(f"{where}: no TLS material: set certs = \"certs\" (a folder made by `verticalfs certs "
                               "make`), or insecure = true for a local experiment")
@@ -144,7 +148,8 @@ class Deployment:
                   encoding=conf.encoding, scaling=conf.scaling, impute=conf.impute, test_size=conf.test_size,
                   val_size=conf.val_size, connect_timeout=conf.connect_timeout, call_timeout=conf.call_timeout,
                   setup_timeout=conf.setup_timeout,
-                  retries=conf.retries, fan_out=conf.fan_out, checkpoints=rel(conf.checkpoints),
+                  retries=conf.retries, rejoin_window=conf.rejoin_window, fan_out=conf.fan_out,
+                  checkpoints=None if conf.checkpoints is None else rel(conf.checkpoints),
                   max_file_mb=conf.max_file_mb, max_bytes=conf.max_file_bytes,
                   psi_engine=conf.psi_engine, stream_above_mb=conf.stream_above_mb)
         out._check(where)
@@ -166,7 +171,7 @@ class Deployment:
     def addresses(self) -> dict[str, str]:
         return {n: e.address for n, e in self.parties.items()}
 
-    def tls(self, name: str):
+    def tls(self, name: str) -> TLSFiles | None:
         """The TLS material of identity ``name`` (a party, or the label holder's role ``active``)."""
         if self.insecure:
             return None
@@ -174,6 +179,9 @@ class Deployment:
 
         entry = self.parties.get(name) if name != LABEL_HOLDER else self.parties[self.label_party]
         folder = entry.certs if entry is not None and entry.certs is not None else self.certs
+        if folder is None:
+            raise ConfigError(f"deployment file {str(self.path)!r} names no certs folder for {name!r}: set certs (or "
+                              "run with --insecure for a local experiment)")
         return TLSFiles.in_folder(folder, name)
 
     def check_keys(self, *names: str) -> None:
@@ -183,14 +191,16 @@ class Deployment:
         from verticalfs.transport.grpc.tls import check_private
 
         for n in names:
-            check_private(self.tls(n).key)
+            files = self.tls(n)
+            if files is not None:
+                check_private(files.key)
 
     def state_dir(self, name: str) -> Path:
         """The working folder of party ``name`` (or of the label holder, ``active``) on its own host:
         ``state/<name>`` beside the deployment file (the PSI cache, a party's digest secret)."""
         return self.path.parent / "state" / name
 
-    def channel(self, name: str = LABEL_HOLDER, *, call_timeout: float | None = None, **kw: Any):
+    def channel(self, name: str = LABEL_HOLDER, *, call_timeout: float | None = None, **kw: Any) -> GrpcChannel:
         """The :class:`~verticalfs.transport.grpc.channel.GrpcChannel` of ``name`` (the label holder by
         default) to every party, with this file's TLS, timeouts, retries and fan-out (``call_timeout``
         overrides the file's)."""

@@ -22,10 +22,10 @@ as it takes in-process data; :func:`run_deployment` does both.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -35,9 +35,16 @@ from verticalfs.data.user import _labels, _read_frames, _sort_ids
 from verticalfs.data.vertical import SPLITS, LabelData, PartyData, PreparedData, split_indices
 from verticalfs.deploy.config import Deployment
 from verticalfs.deploy.party import Align, Aligned, DeployedParty, PolicyQuery, PolicyReport
-from verticalfs.exceptions import DataError
+from verticalfs.exceptions import DataError, TransportError, VerticalFSError
 from verticalfs.federation import SETUP, Federation
 from verticalfs.names import LABEL_HOLDER
+
+if TYPE_CHECKING:
+    from verticalfs.api import RunResult
+    from verticalfs.configuration import PartyPolicy
+    from verticalfs.data.table import Task
+    from verticalfs.run_events import RunEvents
+    from verticalfs.transport.grpc.party import NetworkedParty
 
 
 @dataclass
@@ -50,7 +57,7 @@ class Connected:
     n_aligned: int = 0
     local: Any = None  # the label party's own feature block, served here
     channel: Any = None
-    policies: dict[str, dict] = field(default_factory=dict)  # party -> the policy it reported
+    policies: dict[str, dict[str, Any]] = field(default_factory=dict)  # party -> the policy it reported
     session: str = ""  # this run's session id at the parties (transport/grpc/party.py)
     psi_seconds: float = 0.0  # wall time of the private set intersection (all parties at once)
     psi_cached: list[str] = field(default_factory=list)  # parties whose intersection came from the cache
@@ -70,42 +77,32 @@ class Connected:
             stop_own_block(self.local)
 
 
-def serve_own_block(dep: Deployment):
-    """The label party's own feature block, served by this process on its address (started); ``None``
-    when another process on this host serves it already (another run of the label party, or a
-    standing ``party serve`` of it): this run then uses that one, its session kept apart there."""
+def serve_own_block(dep: Deployment) -> NetworkedParty:
+    """The label party's own feature block for one run, served by this run's process (started): on
+    its address, or, when another run of the label party holds that address, on a free port of the
+    same host, announced to the parties with each call of the run (its ``route``: their messages to
+    the label party within this run go there). A run never uses another run's block: killing one
+    run leaves every other run whole."""
     import sys
 
-    from verticalfs.exceptions import TransportError
-
+    lp = dep.label_party
     try:
-        return serve_party(dep, dep.label_party).start()
+        local = serve_party(dep, lp).start()
+        local.route = None
+        return local
     except TransportError as exc:
         if "cannot listen" not in str(exc):
             raise
-        lp = dep.label_party
-        sys.stderr.write(f"party {lp}'s own columns are served at {dep.party(lp).listen} by another process (another "
-                         "run of this label party, or its `party serve`): this run uses it\n")
-        return None
+    entry = dep.party(lp)
+    local = serve_party(dep, lp, listen=f"{entry.listen.rpartition(':')[0]}:0").start()
+    local.route = f"{entry.address.rpartition(':')[0]}:{local.server.port}"
+    sys.stderr.write(f"party {lp}'s address {entry.listen} is in use (another run of this label party): this run "
+                     f"serves {lp}'s columns at {local.route}\n")
+    return local
 
 
-def stop_own_block(local) -> None:
-    """Stop the label party's block served here, once the runs of other processes that use it (their
-    sessions) have ended or gone idle (``session_idle_s``)."""
-    import sys
-    import time
-
-    told = False
-    while True:
-        now = time.monotonic()
-        live = [s for s in list(local.sessions.values()) if s.id and now - s.last < local.session_idle_s]
-        if not live:
-            break
-        if not told:
-            sys.stderr.write(f"waiting for {len(live)} other run(s) using party {local.name}'s columns served by this "
-                             f"process to end ({'; '.join(s.describe() for s in live)})\n")
-            told = True
-        time.sleep(0.2)
+def stop_own_block(local: NetworkedParty) -> None:
+    """Stop the label party's block served for this run (no other run uses it)."""
     local.stop()
 
 
@@ -116,7 +113,7 @@ def new_session() -> str:
     return secrets.token_hex(6)
 
 
-def end_session(fed, parties) -> None:
+def end_session(fed: Federation, parties: Sequence[str]) -> None:
     """Tell each party the run is over (it frees the session's place); a party already gone is skipped."""
     from verticalfs.exceptions import VerticalFSError
     from verticalfs.transport.messages import Ack, EndSession
@@ -128,13 +125,16 @@ def end_session(fed, parties) -> None:
             pass
 
 
-def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None, checkpoint_dir=None, policy=None,
-                engine: str | None = None, ray_address: str | None = None):
+def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None,
+                checkpoint_dir: str | Path | None = None, policy: PartyPolicy | None = None,
+                engine: str | None = None, ray_address: str | None = None,
+                listen: str | None = None) -> NetworkedParty:
     """The :class:`~verticalfs.transport.grpc.party.NetworkedParty` of party ``name`` (not started):
     its file read and checked now; its checkpoints in ``checkpoint_dir`` (default: the deployment's);
     its ``policy`` (default: its ``[parties.<name>.policy]``, see :func:`party_policy`); files up to
     ``max_bytes`` (default: the deployment's ``max_file_mb``); its ``engine`` and ``ray_address``
-    (default: its table's keys; :mod:`verticalfs.engine`)."""
+    (default: its table's keys; :mod:`verticalfs.engine`); listening on ``listen`` (default: its
+    ``listen`` address)."""
     from verticalfs.transport.grpc.party import NetworkedParty
 
     e = dep.party(name)
@@ -151,13 +151,13 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None, che
     from verticalfs.deploy.scoring import scoring_path
 
     runtime.enable_scoring(scoring_path(dep, name))
-    party = NetworkedParty(runtime, e.listen, tls=dep.tls(name), addresses=dep.addresses,
-                           insecure=dep.insecure, connect_timeout=dep.connect_timeout)
+    party = NetworkedParty(runtime, e.listen if listen is None else listen, tls=dep.tls(name),
+                           addresses=dep.addresses, insecure=dep.insecure, connect_timeout=dep.connect_timeout)
     runtime.sessions_view = party.session_table  # its StatusQuery reports the server's sessions
     return party
 
 
-def party_policy(dep: Deployment, name: str, override=None):
+def party_policy(dep: Deployment, name: str, override: str | Path | None = None) -> PartyPolicy:
     """The effective policy of party ``name``: its ``[parties.<name>.policy]`` with the keys of the
     policy file ``override`` (``party serve --policy``) in place. The label party's own feature
     block, served by the label holder's process, releases its columns and sees its labels: both
@@ -168,8 +168,9 @@ def party_policy(dep: Deployment, name: str, override=None):
     if override is not None:
         pol = read_policy(override, pol)
     if name == dep.label_party:  # its columns and labels are the label holder's own: nothing to guard from it
+        # (and no PSI budget: what it would guard is the label holder's own)
         loose = PartyPolicy.permissive()
-        pol = pol.model_copy(update={"release_columns": True, "accept_labels": True, **{
+        pol = pol.model_copy(update={"release_columns": True, "accept_labels": True, "max_psi_requests": 2**62, **{
             k: getattr(loose, k) for k in ("own_randomness", "min_hidden_layers", "max_embedding_fraction", "min_lr",
                                            "max_lr", "min_batch_size", "max_batch_size", "verify_labels",
                                            "min_label_rows", "min_bin_rows", "allow_findings", "own_models_only",
@@ -201,6 +202,8 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
             out.local = serve_own_block(dep)
         channel = dep.channel(call_timeout=call_timeout, max_message_bytes=entry.policy.max_message_bytes,
                               session=out.session)
+        if out.local is not None and out.local.route is not None:  # its block elsewhere than its address
+            channel.route(lp, out.local.route)
         out.channel = channel
         channel.wait_ready(names)
         fed = Federation(LabelData(y={s: np.zeros(0) for s in SPLITS}, task="binary", n_classes=2), channel, names)
@@ -224,14 +227,17 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         # no second sort to find the labels of the intersection)
         look = ids if isinstance(ids, IdLookup) else None
         with phase("psi"):
-            psi = intersect_all([fed.proxy(p) for p in names if p != lp], ids if look is None else look.sorted,
+            psi = intersect_all([fed.proxy(p) for p in names if p != lp],
+                                cast("Sequence[Any]", ids if look is None else look.sorted),
                                 cache=PsiCache(dep.state_dir(LABEL_HOLDER)), engine=dep.psi_engine, text_array=True)
-        common, out.psi_seconds, out.psi_cached = psi.ids, psi.seconds, psi.cached
-        if not len(common):
+        out.psi_seconds, out.psi_cached = psi.seconds, psi.cached
+        if not len(psi.ids):
             raise DataError(f"no id in column {dep.id_column!r} is held by every party; check that the files "
                             "use the same ids (compared as text: '007' and '7' differ)")
-        common = _sort_ids(common)
-        y_raw = labels.iloc[(look if look is not None else IdLookup(ids)).positions(common)]
+        common = _sort_ids(np.asarray(psi.ids))
+        if look is None:  # (the ids in file order: their lookup only now, after the PSI)
+            look = IdLookup(cast("np.ndarray", ids))
+        y_raw = labels.iloc[look.positions(common)]
         del ids, look
         y, task, class_names = _labels(y_raw.reset_index(drop=True), dep.task, entry.file, dep.label_column)
         name = Path(entry.file).name
@@ -248,14 +254,14 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         ys = {s: y[idx[s]] for s in SPLITS}
         if task == "regression":
             ys = {s: v.astype(np.float32) for s, v in ys.items()}
-        fed.labels = LabelData(y=ys, task=task, n_classes=0 if task == "regression" else len(class_names or []),
-                               class_names=class_names)
+        fed.labels = LabelData(y=ys, task=cast("Task", task),
+                               n_classes=0 if task == "regression" else len(class_names or []), class_names=class_names)
         schema = fed.schema()
         parties = [PartyData(name=p, feature_names=list(h.feature_names), X={},
                              sources=None if h.sources is None else list(h.sources)) for p, h in schema.items()]
         out.data = PreparedData(name=name, parties=parties, labels=fed.labels,
                                 ground_truth={p.name: np.zeros(p.n_features, dtype=bool) for p in parties},
-                                ids={s: common[idx[s]] for s in SPLITS},
+                                ids={s: np.asarray(common[idx[s]]) for s in SPLITS},
                                 warnings=_named_like_label(parties, dep))
         fed.model_names_only = True
         fed.own_party = lp if own_features else None
@@ -267,7 +273,7 @@ def connect(dep: Deployment, *, seed: int = 0, call_timeout: float | None = None
         raise
 
 
-def trust_rules(proxy) -> dict:
+def trust_rules(proxy: Any) -> dict[str, Any]:
     """The rules of issue 50 a party checks (:class:`~verticalfs.deploy.party.TrustReport`); a party
     of protocol 1.3 or older runs none of them (``{}``)."""
     from verticalfs.deploy.party import TrustQuery, TrustReport
@@ -288,7 +294,8 @@ def _label_frame(dep: Deployment, lp: str, path: Path) -> tuple[np.ndarray | IdL
     given as an :class:`~verticalfs.data.stream.IdLookup` (sorted, with their file rows)."""
     from verticalfs.data.stream import StreamedTable, file_bytes
 
-    ids, labels = None, None
+    ids: np.ndarray | IdLookup | None = None
+    labels: pd.Series | None = None
     if file_bytes(path) >= dep.stream_above_mb * 2**20:
         table = StreamedTable(lp, path, id_column=dep.id_column, na_values=dep.na_values, delimiter=dep.delimiter,
                               encoding=dep.encoding)
@@ -310,17 +317,18 @@ def _label_frame(dep: Deployment, lp: str, path: Path) -> tuple[np.ndarray | IdL
         cols = [c for c in columns if c != dep.id_column]
         raise DataError(f"party {lp!r}: label column {dep.label_column!r} is not in {str(path)!r}; its "
                         f"columns are {cols}. Fix label_column or label_party in {str(dep.path)!r}")
+    assert ids is not None and labels is not None  # (read with the label column)
     return ids, labels, columns
 
 
-def _named_like_label(parties, dep: Deployment) -> list[str]:
+def _named_like_label(parties: Sequence[PartyData], dep: Deployment) -> list[str]:
     """A party's column named like the label (the label holder sees only names: a party whose file is
     the label party's would serve the label as a feature)."""
     from verticalfs.data.user import named_like
 
     out = []
     for p in parties:
-        cols = [c for c in dict.fromkeys(p.sources) if named_like(c, dep.label_column)]
+        cols = [c for c in dict.fromkeys(p.sources or p.feature_names) if named_like(c, dep.label_column)]
         for c in cols:
             out.append(f"party {p.name!r} serves a column {c!r} named like the label column {dep.label_column!r} "
                        f"of {dep.label_party!r}; if it is a copy of the label (e.g. its file in {str(dep.path)!r} is "
@@ -363,16 +371,48 @@ def federated_method(dep: Deployment, method: str, params: Mapping[str, Any] | N
     return new, out, why
 
 
+#: what a party that went away (killed, restarted, stopped, cut off) is reported as: the run waits for it
+GONE = ("is gone or unreachable", "stopped answering", "has no session", "is not reachable within",
+        "did not answer within")
+#: a run waits for parties that went away at most this many times
+MAX_REJOINS = 10
+
+
+class _HeldFailure:
+    """The run's events for one attempt of :func:`run_deployment`: a failure is held (the run may
+    wait for the party and go on), everything else reaches the events."""
+
+    def __init__(self, events: Any) -> None:
+        object.__setattr__(self, "_events", events)
+        object.__setattr__(self, "failed", None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._events, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._events, name, value)
+
+    def fail(self, exc: BaseException) -> None:
+        object.__setattr__(self, "failed", exc)
+
+
 def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
-                   params: Mapping[str, Any] | None = None, codec: str | None = None, callbacks: Any = (),
+                   params: Mapping[str, Any] | None = None, codec: str | None = None, callbacks: Sequence[Any] = (),
                    progress: bool | None = None, save_model: str | Path | None = None, threads: int | None = 1,
-                   checkpoint_dir=None, resume: bool = False):
+                   checkpoint_dir: str | Path | None = None, resume: bool = False) -> RunResult:
     """Run ``method`` over a deployment from the label party's host; returns the
     :class:`~verticalfs.api.RunResult` (its ``info["deployment"]`` says how many rows each party kept).
 
     ``callbacks`` as for :func:`verticalfs.run`; the events start once the parties' policies are
     known (``run_start`` carries them, and the method the policies let run), then the ``psi`` and
-    ``align`` phases, then the method's. ``progress``: deprecated, as for :func:`verticalfs.run`."""
+    ``align`` phases, then the method's. ``progress``: deprecated, as for :func:`verticalfs.run`.
+
+    A party that goes away mid-run (killed, restarted, stopped: a :class:`TransportError` naming
+    it, :data:`GONE`) is waited for, up to the deployment's ``rejoin_window`` seconds (a warning
+    event says so); once it answers again the run sets every party up again (a new session; PSI
+    from the cache, so only digests cross) and continues from its last checkpoint (``checkpoints``
+    set; else from the method's start), ending with the metrics of an uninterrupted run.
+    ``info["deployment"]["rejoined"]`` lists each such wait."""
     from verticalfs.api import run_observed, with_progress
     from verticalfs.run_events import RunEvents, split_callbacks
 
@@ -383,7 +423,7 @@ def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
     events = RunEvents(sinks) if sinks else None
     chosen: dict[str, Any] = {}
 
-    def started(policies: dict[str, dict]) -> None:
+    def started(policies: dict[str, dict[str, Any]]) -> None:
         keeping = [p for p, pol in policies.items() if not pol["release_columns"]]
         chosen["method"], chosen["params"], chosen["why"] = federated_method(dep, asked, params, keeping=keeping)
         if events is not None:
@@ -391,18 +431,35 @@ def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
                          parties=[p for p in dep.parties if p != dep.label_party], label_party=dep.label_party,
                          mode="deployment", seed=seed, params=dict(chosen["params"] or {}), policies=policies)
 
-    conn = None
+    ckdir = checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(LABEL_HOLDER)
+    rejoined: list[dict[str, Any]] = []
+    mode: bool | str = resume
+    conn: Connected | None = None
     try:
         conn = connect(dep, seed=seed, events=events, on_policies=started)
-        method, params, why = chosen["method"], chosen["params"], chosen["why"]
-        res = run_observed(method, conn.data, hooks=hooks, events=events, seed=seed, params=params, codec=codec,
-                           bandwidths_mbps=(10.0, 100.0), data_config=None, federation=conn.federation,
-                           threads=threads, save_model=save_model,
-                           checkpoint_dir=checkpoint_dir if checkpoint_dir is not None
-                           else dep.checkpoint_dir(LABEL_HOLDER), resume=resume)
+        while True:
+            attempt = None if events is None else _HeldFailure(events)
+            try:
+                method, run_params, why = chosen["method"], chosen["params"], chosen["why"]
+                res = run_observed(method, conn.data, hooks=hooks, events=cast("RunEvents | None", attempt),
+                                   seed=seed, params=run_params,
+                                   codec=codec, bandwidths_mbps=(10.0, 100.0), data_config=None,
+                                   federation=conn.federation, threads=threads, save_model=save_model,
+                                   checkpoint_dir=ckdir, resume=mode if ckdir is not None else False)
+                break
+            except VerticalFSError as exc:
+                party = exc.party
+                if (not isinstance(exc, TransportError) or party is None or party == dep.label_party
+                        or dep.rejoin_window <= 0 or not any(t in str(exc) for t in GONE)
+                        or len(rejoined) >= MAX_REJOINS):
+                    raise
+                conn.close()
+                conn = None
+                conn = _rejoin(dep, seed, exc, party, rejoined, events)
+                mode = "if-any"  # this run's last checkpoint, if an epoch completed
         res.info["deployment"] = {"file": str(dep.path), "n_aligned": conn.n_aligned, "rows": conn.rows,
                                   "policies": conn.policies, "session": conn.session,
-                                  "psi_cached": conn.psi_cached}
+                                  "psi_cached": conn.psi_cached, "rejoined": rejoined}
         res.timings["psi_s"] = conn.psi_seconds  # apart from the method's time (total_seconds)
         res.info["trained_as"] = method
         if conn.federation is not None and conn.federation.embedding_floors:  # issue 50: within the parties' floors
@@ -421,3 +478,35 @@ def run_deployment(dep: Deployment | str | Path, method: str, *, seed: int = 0,
     finally:
         if conn is not None:
             conn.close()
+
+
+def _rejoin(dep: Deployment, seed: int, exc: Exception, party: str, log: list[dict[str, Any]],
+            events: Any = None) -> Connected:
+    """Wait up to ``dep.rejoin_window`` seconds for ``party`` (gone with ``exc``) to answer again,
+    then connect afresh; a :class:`TransportError` naming it if it does not come back in time."""
+    import sys
+    import time
+
+    t0 = time.monotonic()
+    deadline = t0 + dep.rejoin_window
+    waiting = f"{exc}; waiting up to {dep.rejoin_window:g} s for party {party!r} to come back (rejoin_window of " \
+              "the deployment file)"
+    sys.stderr.write(waiting.replace("; waiting up to", "\nwaiting up to") + "\n")
+    sys.stderr.flush()
+    if events is not None:
+        events.warning(waiting)
+    while True:
+        try:
+            conn = connect(dep, seed=seed, events=events)
+        except TransportError as again:
+            if time.monotonic() >= deadline:
+                raise TransportError(f"{exc}; it did not come back within {dep.rejoin_window:g} s (rejoin_window of "
+                                     f"the deployment file; last: {again})") from None
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+            continue
+        waited = time.monotonic() - t0
+        log.append({"party": party, "error": str(exc), "waited_s": round(waited, 1)})
+        sys.stderr.write(f"party {party!r} answers again after {waited:.1f} s: the run continues from its last "
+                         "checkpoint\n")
+        sys.stderr.flush()
+        return conn

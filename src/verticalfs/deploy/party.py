@@ -23,21 +23,28 @@ import shutil
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from verticalfs import method_registry as registry
 from verticalfs.configuration import PartyPolicy
-from verticalfs.data.stream import DEFAULT_STREAM_ABOVE_MB, StreamedTable, file_bytes
+from verticalfs.data.stream import DEFAULT_STREAM_ABOVE_MB, file_bytes
 from verticalfs.data.user import _check_size, _read_frames, feature_columns, party_block
 from verticalfs.data.vertical import IMPUTATIONS, SCALINGS, SPLITS, prepare_block
 from verticalfs.deploy.scoring import PartyScoring, is_scoring
-from verticalfs.dispatch import Budget, Context, handles
+from verticalfs.dispatch import Budget, Context, Handlers, Route, handles
 from verticalfs.exceptions import DataError, ProtocolError
-from verticalfs.methods import registry
 from verticalfs.party import LocalData, PartyRuntime
 from verticalfs.psi import IdsDigest, IdsDigestRequest
-from verticalfs.transport.messages import message
-from verticalfs.trust import TRUST_KEYS, PsiState, private_tree
+from verticalfs.transport.messages import At, message
+from verticalfs.trust import TRUST_KEYS, PsiState, private_tree, psi_limit
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from verticalfs.engine import PartyTable
+    from verticalfs.transport.node import Node
 
 
 @message("core.Align")
@@ -46,7 +53,7 @@ class Align:
     ``split[i]`` is row i's split (0 train, 1 validation, 2 test). Preprocessing: ``scaling`` and
     ``impute``, fitted on the party's own training rows."""
 
-    ids: list | np.ndarray  # a numpy str array since protocol 1.2 (compact on the wire), a list of str before
+    ids: list[Any] | np.ndarray  # a numpy str array since protocol 1.2 (compact on the wire), a list of str before
     split: np.ndarray
     scaling: str
     impute: str
@@ -76,7 +83,7 @@ class PolicyReport:
     accept_labels: bool
     require_secure: bool
     min_key_bits: int
-    methods: list
+    methods: list[str]
 
 
 @message("core.StatusQuery")
@@ -93,9 +100,11 @@ class StatusReport:
 
     version: str
     rows_in_file: int
-    sessions: list
+    sessions: list[Any]
     max_sessions: int
-    models: list
+    models: list[Any]
+
+
 @message("core.TrustQuery")
 class TrustQuery:
     """Label holder -> party, phase ``setup`` (protocol 1.5): which of issue 50's checks do you run
@@ -109,9 +118,7 @@ class TrustReport:
     (``verify_labels``, the bottom model's floors, ``max_bins`` ...), by name. The party still
     checks every request itself."""
 
-    rules: dict
-
-
+    rules: dict[str, Any]
 
 
 class DeployedParty(PartyRuntime):
@@ -143,9 +150,10 @@ class DeployedParty(PartyRuntime):
     """
 
     def __init__(self, name: str, path: str | Path, *, id_column: str = "id", label_column: str | None = None,
-                 categorical: Sequence[str] | str = (), na_values=None, delimiter: str = ",",
-                 encoding: str = "utf-8", max_bytes: int = 1 << 30, allowed_methods=None,
-                 checkpoint_dir=None, policy=None, state_dir=None, stream: bool | None = None,
+                 categorical: Sequence[str] | str = (), na_values: Any = None, delimiter: str = ",",
+                 encoding: str = "utf-8", max_bytes: int = 1 << 30, allowed_methods: Sequence[str] | None = None,
+                 checkpoint_dir: str | Path | None = None, policy: PartyPolicy | None = None,
+                 state_dir: str | Path | None = None, stream: bool | None = None,
                  stream_above_mb: float = DEFAULT_STREAM_ABOVE_MB, engine: str = "local",
                  ray_address: str | None = None, table: str | None = None,
                  work_dir: str | Path | None = None) -> None:
@@ -158,8 +166,10 @@ class DeployedParty(PartyRuntime):
             stream = True
         if stream is None:  # a large table is read in pieces (data/stream.py), a small one in memory
             stream = file_bytes(path) >= stream_above_mb * 2**20
-        self.table: StreamedTable | None = None
+        self.table: PartyTable | None = None  # its table read in pieces (a StreamedTable, or on an engine)
         self.engine = engine
+        self.frame: pd.DataFrame | None = None
+        self._lookup: Any = None  # an IdLookup, or the ray engine's memory-mapped SortedIds
         auto = isinstance(categorical, str)
         if stream:
             if engine == "local" and path.is_file():
@@ -175,7 +185,10 @@ class DeployedParty(PartyRuntime):
                                          auto=auto)
             tab.check_values(cols, cats)  # before anyone connects
             # its ids sorted, with their rows (an IdLookup, or the ray engine's memory-mapped SortedIds)
-            self.table, self.frame, self._lookup = tab, None, tab.id_lookup()  # type: ignore[assignment]
+            lookup = tab.id_lookup()
+            self.table, self._lookup = tab, lookup
+            ids: np.ndarray = lookup.sorted  # its ids for the PSI (a set: the order does not matter)
+            n_rows = len(lookup)
         else:
             frame = _read_frames({name: path}, id_column=id_column, na_values=na_values, delimiter=delimiter,
                                  encoding=encoding, max_bytes=max_bytes)[name]
@@ -186,20 +199,20 @@ class DeployedParty(PartyRuntime):
                             "(a label file without features is read by `verticalfs run`, it serves nothing)")
         if not stream:
             PartyPreprocessor.check_values(name, frame[cols], cats, where=str(path))  # before anyone connects
-            self.frame = frame.set_index(id_column)[cols]
-            self._lookup = None
+            indexed = frame.set_index(id_column)[cols]
+            self.frame = indexed
+            ids, n_rows = indexed.index.to_numpy(dtype=str), len(indexed)
         self.path, self.id_column = path, id_column
         self.stream_above_mb = float(stream_above_mb)  # its scoring file's rule too (deploy/scoring.py)
         self.read_options = {"na_values": na_values, "delimiter": delimiter, "encoding": encoding,
                              "max_bytes": max_bytes}
         self.columns, self.categorical = cols, cats
-        self.n_rows = len(self._lookup) if stream else len(self.frame)  # rows in its file
-        # its ids for the PSI (a set: the order does not matter): the lookup's sorted array when streamed
-        ids = self._lookup.sorted if stream else self.frame.index.to_numpy(dtype=str)
+        self.n_rows = n_rows  # rows in its file
         self._aligned_dir: Path | None = None  # its streamed matrices' folder (the latest alignment)
         super().__init__(LocalData(name, [], {}), ids=ids,
                          role_for=registry.party_roles(), allowed_methods=allowed_methods,
-                         checkpoint_dir=checkpoint_dir, policy=PartyPolicy() if policy is None else policy)
+                         checkpoint_dir=checkpoint_dir,
+                         policy=PartyPolicy.model_validate({}) if policy is None else policy)
         on = self.table.psi_executor() if self.table is not None else None
         if on is not None:  # the PSI blinding on the engine's workers (verticalfs.engine.ray.RayExecutor)
             self.psi_options = {"workers": on[1], "parallel": engine}
@@ -212,7 +225,7 @@ class DeployedParty(PartyRuntime):
         self._secret: bytes | None = None
         self._digests: dict[tuple[bool, int], str] = {}
         #: the sessions its server keeps (set by the server: transport/grpc/party.py), for StatusQuery
-        self.sessions_view: Callable[[], tuple[list[dict], int]] | None = None
+        self.sessions_view: Callable[[], tuple[list[dict[str, Any]], int]] | None = None
 
     def enable_scoring(self, scoring_path: str | Path, *, stream_above_mb: float | None = None) -> PartyScoring:
         """Score saved models over ``scoring_path`` (its ``predict_file``, or its training file; read
@@ -251,11 +264,11 @@ class DeployedParty(PartyRuntime):
         if key not in self._digests:
             if self._secret is None:
                 self._secret = party_secret(self.state_dir)
-            self._digests[key] = ids_digest(ids if scoring else self.ids, self._secret)
+            self._digests[key] = ids_digest(cast("Sequence[Any]", ids if scoring else self.ids), self._secret)
         return IdsDigest(digest=self._digests[key])
 
     # ------------------------------------------------------------------ dispatch
-    def handle(self, sender, msg, at, node):
+    def handle(self, sender: str, msg: Any, at: At | None, node: Node | None) -> Any:
         """As :meth:`PartyRuntime.handle`; a scoring message (:func:`~verticalfs.deploy.scoring.is_scoring`)
         is resolved and answered under the scoring lock (sessions share the open models)."""
         if self.scoring is not None and is_scoring(msg, at):
@@ -263,7 +276,7 @@ class DeployedParty(PartyRuntime):
                 return super().handle(sender, msg, at, node)
         return super().handle(sender, msg, at, node)
 
-    def resolve(self, sender, msg, at):
+    def resolve(self, sender: str, msg: Any, at: At | None) -> tuple[Handlers, Route, str]:
         """A scoring message's route is its scoring's (:meth:`PartyScoring.resolve`), else as
         :meth:`PartyRuntime.resolve`."""
         if self.scoring is not None and is_scoring(msg, at):
@@ -285,11 +298,42 @@ class DeployedParty(PartyRuntime):
     def on_trust_query(self, msg: TrustQuery, ctx: Context) -> TrustReport:
         return TrustReport(rules={k: getattr(self.policy, k) for k in TRUST_KEYS})
 
-    # the ids of an Align are within the label holder's intersection: they count against the budget
-    # only when refused (some not held: one bit about them, issue 50)
-    @handles(Align, budget=Budget("alignments", lambda m: len(m.ids), charge=False))
+    # the ids of an Align are within the label holder's intersection: they count against the ids'
+    # budgets only when refused (some not held: one bit about them, issue 50); a repeat of an id set
+    # already aligned on the same file is a free request (verticalfs.budget)
+    @handles(Align, budget=Budget("alignments", lambda m: len(m.ids), charge=False,
+                                  key=lambda party, m: party.align_key(m.ids)))
     def on_align(self, msg: Align, ctx: Context) -> Aligned:
-        return self._align(msg)
+        rep = self._align(msg)
+        key = self.align_key(msg.ids)
+        if key is not None:
+            self.psi_budget.remember(key)  # the same set again (a cached intersection) is free
+        return rep
+
+    def align_key(self, ids: Any) -> str | None:
+        """The key of an ``Align``'s id list for the PSI budget (:mod:`verticalfs.budget`): a keyed
+        hash of this party's ids digest (its file) and the ids in the order sent (the label holder
+        sends an intersection in its one natural order), hashed in place (no copy of the ids).
+        ``None`` (charged, never free) before the label holder asked the digest of its ids, or
+        over ``max_psi_ids`` (refused anyway)."""
+        import hashlib
+        import hmac
+
+        from verticalfs.psi import party_secret
+
+        digest = self._digests.get((False, 0))
+        if digest is None or len(ids) > psi_limit(self.policy, "max_psi_ids", self.psi_rows()):
+            return None
+        if self._secret is None:  # (a session's copy of the runtime: the party's one secret)
+            self._secret = party_secret(self.state_dir)
+        h = hmac.new(self._secret, digest.encode(), hashlib.sha256)
+        if isinstance(ids, np.ndarray):
+            h.update(str(ids.dtype).encode() + b"\x00")
+            h.update(np.ascontiguousarray(ids).view(np.uint8).data)
+        else:
+            for i in ids:
+                h.update(str(i).encode() + b"\x00")
+        return h.hexdigest()
 
     @handles(StatusQuery)
     def on_status_query(self, msg: StatusQuery, ctx: Context) -> StatusReport:
@@ -297,7 +341,7 @@ class DeployedParty(PartyRuntime):
         return self._status()
 
     def _status(self) -> StatusReport:
-        from verticalfs import __version__
+        from verticalfs.version import __version__
 
         sessions, most = self.sessions_view() if self.sessions_view is not None else ([], 0)
         models: list[str] = []
@@ -332,10 +376,12 @@ class DeployedParty(PartyRuntime):
                 if int(np.count_nonzero(seen)) != len(pos):
                     raise ProtocolError(f"party {self.name!r}: Align lists an id twice")
                 del seen
-        else:
+        elif self.frame is not None:
             if len(set(ids)) != len(ids):
                 raise ProtocolError(f"party {self.name!r}: Align lists an id twice")
             pos = self.frame.index.get_indexer(ids)
+        else:  # (a party holds its table in memory or in pieces)
+            raise ProtocolError(f"party {self.name!r} holds no table")
         if (pos < 0).any():  # how many (or which) would make Align a membership oracle
             self.charge_ids(len(ids))
             raise ProtocolError(f"party {self.name!r}: some of the ids to align are not in its file; the label "
@@ -353,6 +399,7 @@ class DeployedParty(PartyRuntime):
                 shutil.rmtree(self._aligned_dir, ignore_errors=True)
             self._aligned_dir = out
         else:
+            assert self.frame is not None  # (checked above)
             rows = self.frame.iloc[pos].reset_index(drop=True)
             block = party_block(self.name, rows, self.columns, self.categorical, self.path)
             idx = {s: np.flatnonzero(codes == k) for k, s in enumerate(SPLITS)}

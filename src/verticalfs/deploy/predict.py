@@ -43,11 +43,11 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -68,6 +68,13 @@ from verticalfs.names import LABEL_HOLDER
 from verticalfs.transport.messages import At
 from verticalfs.transport.node import request_all
 
+if TYPE_CHECKING:
+    from verticalfs.data.vertical import LabelData
+    from verticalfs.deploy.config import Deployment
+    from verticalfs.federation import Federation
+    from verticalfs.transport.grpc.channel import GrpcChannel
+    from verticalfs.transport.node import PartyProxy
+
 # ------------------------------------------------------------------------- label-holder side
 #: ids per round to the parties in batch prediction (bounds the size of one message)
 BATCH_CHUNK = 100_000
@@ -80,7 +87,7 @@ class _PhaseProxy:
 
     __slots__ = ("name", "_proxy")
 
-    def __init__(self, proxy) -> None:
+    def __init__(self, proxy: PartyProxy) -> None:
         self.name = proxy.name
         self._proxy = proxy
 
@@ -101,14 +108,14 @@ class _PhaseProxy:
             msg = IdsDigestRequest(scoring=True)
         return msg, self._at(at)
 
-    def request(self, msg: Any, at: At, expect=None) -> Any:
+    def request(self, msg: Any, at: At, expect: type | tuple[type, ...] | None = None) -> Any:
         msg, at = self._rewrite(msg, at)
         return self._proxy.request(msg, at, expect=expect)
 
     def send(self, msg: Any, at: At) -> None:
         self._proxy.send(*self._rewrite(msg, at))
 
-    def route(self):
+    def route(self) -> tuple[Any, str, Callable[[Any, At], tuple[Any, At]]]:
         """For :func:`~verticalfs.transport.node.request_all`: the party's proxy's node, this proxy's rewriting."""
         node, name, _ = self._proxy.route()
         return node, name, self._rewrite
@@ -117,21 +124,21 @@ class _PhaseProxy:
 class _PredictFederation:
     """The label holder's federation as a method's ``predict_from_holder`` sees it at inference."""
 
-    def __init__(self, fed) -> None:
+    def __init__(self, fed: Federation) -> None:
         self._fed = fed
         self._proxies = {p: _PhaseProxy(fed.proxy(p)) for p in fed.party_names}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._fed, name)
 
-    def proxy(self, name: str):
+    def proxy(self, name: str) -> _PhaseProxy:
         try:
             return self._proxies[name]
         except KeyError:
             raise ConfigError(f"no party named {name!r}; parties are {list(self._proxies)}") from None
 
     @property
-    def proxies(self) -> list:
+    def proxies(self) -> list[_PhaseProxy]:
         return list(self._proxies.values())
 
 
@@ -161,9 +168,8 @@ class DeployedModel:
         The manifest's SHA-256 printed when the model was saved: another manifest is refused.
     """
 
-    def __init__(self, dep, model_dir: str | Path, *, call_timeout: float | None = None,
+    def __init__(self, dep: Deployment, model_dir: str | Path, *, call_timeout: float | None = None,
                  expected_sha256: str | None = None) -> None:
-        from verticalfs.data.vertical import LabelData
         from verticalfs.deploy.holder import serve_own_block
         from verticalfs.federation import Federation
         from verticalfs.methods import registry
@@ -190,33 +196,55 @@ class DeployedModel:
         self.holder = holder
         self.task, self.n_classes = holder["task"], int(holder["n_classes"])
         self.classes = list(holder["class_names"] or [str(i) for i in range(self.n_classes)])
-        self._labels = lambda split, n: LabelData(
-            y={split: np.zeros(n, dtype=np.float32 if self.task == "regression" else np.int64)},
-            task=self.task, n_classes=self.n_classes, class_names=holder["class_names"] or None)
+        self._class_names = holder["class_names"] or None
         lp = dep.label_party
         dep.check_keys(LABEL_HOLDER, lp)
         self.local = None
         self.channel = None
+        self.fed: Any = None  # the label holder's federation, once the parties are reached
         self._lock = threading.Lock()
         self._session = secrets.token_hex(6)  # this session at the parties, and its staged splits' names
         try:
             if lp in self.parties:
                 self.local = serve_own_block(dep)
             self.channel = dep.channel(call_timeout=call_timeout, session=self._session)
+            if self.local is not None and self.local.route is not None:  # its block elsewhere than its address
+                self.channel.route(lp, self.local.route)
             self.channel.wait_ready(self.parties)
             self.fed = Federation(self._labels("predict", 0), self.channel, self.parties)
             self.view = _PredictFederation(self.fed)
             self.versions: dict[str, int] = {}
             self.rows: dict[str, int] = {}
+            #: the breakdown of the latest batch's time (seconds): see :meth:`score`
+            self.timing: dict[str, float] = {}
             for p in self.parties:
-                entry = man["parties"][p]
-                rep = self.fed.proxy(p).request(OpenModel(model=self.name, method=self.method.joined_as(),
-                                                          sha256=str(entry["sha256"])), SETUP, expect=ModelOpened)
-                self.versions[p], self.rows[p] = int(rep.version), int(rep.rows_in_file)
+                self._open(p)
             self.intersect()
         except BaseException:
             self.close()
             raise
+
+    def _open(self, p: str) -> bool:
+        """Open the model at party ``p`` (again); whether its scoring file's version changed."""
+        rep = self.fed.proxy(p).request(OpenModel(model=self.name, method=self.method.joined_as(),
+                                                  sha256=str(self.manifest["parties"][p]["sha256"])), SETUP,
+                                        expect=ModelOpened)
+        changed = self.versions.get(p) not in (None, int(rep.version))
+        self.versions[p], self.rows[p] = int(rep.version), int(rep.rows_in_file)
+        return changed
+
+    def reopen(self, party: str) -> None:
+        """Set this session up again at ``party`` (after it restarted, or forgot the session): a new
+        session there, the model opened again, PSI again if its scoring file changed (from the
+        cache while the files are unchanged). Raises what the party or the connection raises."""
+        with self._lock:
+            self._channel().restart(party)
+            if self._open(party):
+                self.intersect()
+
+    #: the errors after which :meth:`score` sets a party up again and tries once more: the party
+    #: restarted (its session, or its open model, is gone)
+    LOST = ("has no session", "is not open (OpenModel first")
 
     # ------------------------------------------------------------------ ids
     def _own_ids(self) -> np.ndarray:
@@ -224,9 +252,13 @@ class DeployedModel:
         holder is the label party); a file of at least ``stream_above_mb`` MiB by its id column alone
         (:class:`~verticalfs.data.stream.StreamedTable`), as training reads it."""
         if self.local is not None:
-            sc = self.local.runtime.scoring
-            with sc.lock:  # its server's threads may be preparing from it
-                f = sc.file()
+            from verticalfs.deploy.party import DeployedParty
+
+            rt = self.local.runtime
+            if not isinstance(rt, DeployedParty) or rt.scoring is None:
+                raise ConfigError(f"party {self.dep.label_party!r}'s own block served here scores no model")
+            with rt.scoring.lock:  # its server's threads may be preparing from it
+                f = rt.scoring.file()
                 f.refresh()
                 return f.ids
         from verticalfs.data.stream import StreamedTable, file_bytes
@@ -241,12 +273,21 @@ class DeployedModel:
             table = StreamedTable(lp, path, id_column=dep.id_column, na_values=dep.na_values, delimiter=dep.delimiter,
                                   encoding=dep.encoding)
             try:
-                return table.id_lookup().sorted
+                ids: np.ndarray = table.id_lookup().sorted
+                return ids
             finally:
                 table.close()
         f = _read_frames({lp: path}, id_column=dep.id_column, na_values=dep.na_values,
                          delimiter=dep.delimiter, encoding=dep.encoding, max_bytes=dep.max_bytes)[lp]
-        return f[dep.id_column].to_numpy(dtype=str)
+        own: np.ndarray = f[dep.id_column].to_numpy(dtype=str)
+        return own
+
+    def _labels(self, split: str, n: int) -> LabelData:
+        """The labels a method's prediction sees: ``n`` placeholder rows of ``split`` (none is read)."""
+        from verticalfs.data.vertical import LabelData
+
+        return LabelData(y={split: np.zeros(n, dtype=np.float32 if self.task == "regression" else np.int64)},
+                         task=self.task, n_classes=self.n_classes, class_names=self._class_names)
 
     def intersect(self, fresh: bool = False) -> np.ndarray:
         """The ids every party of the model holds (PSI over the scoring files), in the natural order
@@ -261,7 +302,8 @@ class DeployedModel:
         others = [self.view.proxy(p) for p in self.parties if p != self.dep.label_party]
         # the deployment's engine, as training's PSI (holder.connect); the ids a text array end to end
         cache = None if fresh else PsiCache(self.dep.state_dir(LABEL_HOLDER))
-        psi = intersect_all(others, ids, cache=cache, engine=self.dep.psi_engine, text_array=True) if others else None
+        psi = intersect_all(others, cast("Sequence[Any]", ids), cache=cache,
+                            engine=self.dep.psi_engine, text_array=True) if others else None
         common = np.asarray(psi.ids if psi is not None else ids)
         if common.dtype.kind != "U":
             common = common.astype(str) if len(common) else np.zeros(0, dtype=str)
@@ -270,7 +312,8 @@ class DeployedModel:
         self.known = _sort_ids(common) if len(common) else np.zeros(0, dtype=str)
         # membership by binary search in a sorted copy (not a set of Python strings)
         self._known_sorted = np.sort(self.known)
-        return self.known
+        known: np.ndarray = self.known
+        return known
 
     def _is_known(self, ids: np.ndarray) -> np.ndarray:
         """Which of ``ids`` (a numpy text array) are in the intersection."""
@@ -278,55 +321,98 @@ class DeployedModel:
         if not len(ks) or not len(ids):
             return np.zeros(len(ids), dtype=bool)
         j = np.minimum(np.searchsorted(ks, ids), len(ks) - 1)
-        return ks[j] == ids
+        hit: np.ndarray = ks[j] == ids
+        return hit
 
     # ------------------------------------------------------------------ scoring
-    def score(self, ids, split: str = "predict") -> Scores:
-        """Scores of ``ids`` (any; the unknown ones are listed, never sent to a party)."""
-        with self._lock:
-            try:
-                return self._score(ids, split)
-            except ProtocolError as exc:
-                # a party stages only ids of its last scoring PSI: ours came from the cache (a party
-                # without a PSI on record, or whose file came back to a version cached earlier)
-                if "last scoring PSI" not in str(exc):
-                    raise
-            self.intersect(fresh=True)
-            return self._score(ids, split)
+    def score(self, ids: Any, split: str = "predict") -> Scores:
+        """Scores of ``ids`` (any; the unknown ones are listed, never sent to a party).
 
-    def _score(self, ids, split: str) -> Scores:
-        """:meth:`score` under its lock."""
+        A party that restarted since (its session or its open model gone: :attr:`LOST`) is set up
+        again (:meth:`reopen`) and the batch sent once more. :attr:`timing` is then the breakdown of
+        the batch's time, in seconds: ``stage`` (the round of ``StageIds``: the parties prepare the
+        rows), ``infer`` (the method's inference round and the label holder's model), and per party
+        ``rtt.<party>.<round>`` (the round trip) and ``party.<party>.<round>`` (the party's own share:
+        decoding, its work, encoding; the rest is gRPC, TLS and the network), rounds ``stage`` and
+        ``infer``. A party that answers that an id is outside its last scoring PSI (the label holder's
+        PSI came from its cache) is intersected with again, without the cache, and the batch sent once
+        more."""
+        from verticalfs.exceptions import VerticalFSError
+
+        try:
+            return self._score(ids, split)
+        except VerticalFSError as exc:
+            if "last scoring PSI" in str(exc):
+                # a party stages only ids of its last scoring PSI (issue 50): ours came from the cache
+                # (a party without a PSI on record, or whose file came back to a version cached earlier)
+                with self._lock:
+                    self.intersect(fresh=True)
+                return self._score(ids, split)
+            party = exc.party
+            if party is None or not any(t in str(exc) for t in self.LOST):
+                raise
+        self.reopen(party)
+        return self._score(ids, split)
+
+    def _channel(self) -> GrpcChannel:
+        if self.channel is None:
+            raise ConfigError(f"model {self.name!r} is closed")
+        return self.channel
+
+    def _score(self, ids: Any, split: str) -> Scores:
         from verticalfs.methods.base import probabilities
 
-        ids = np.asarray(ids)
-        ids = ids.astype(str) if len(ids) else np.zeros(0, dtype=str)
-        _, first = np.unique(ids, return_index=True)
-        ids = ids[np.sort(first)]  # each id once, in the order first asked
-        hit = self._is_known(ids)
-        ask, unknown = ids[hit].tolist(), ids[~hit].tolist()
-        if not ask:
-            return self._scores(np.zeros(0, dtype=str), self._empty(), unknown)
-        lost = np.zeros(len(ask), dtype=bool)
-        changed = False
-        split = f"{split}-{self._session}"  # this session's own rows at the parties
-        stage = StageIds(model=self.name, ids=ask, split=split)
-        reps = request_all([(self.fed.proxy(p), stage) for p in self.parties], PREDICT, expect=IdsStaged)
-        for p, rep in zip(self.parties, reps, strict=True):
-            miss = np.asarray(rep.missing, dtype=np.int64).reshape(-1)
-            if miss.size and (miss.min() < 0 or miss.max() >= len(ask)):
-                raise ProtocolError(f"party {p!r} reported missing positions outside the request")
-            lost[miss] = True
-            if int(rep.version) != self.versions.get(p):
-                self.versions[p] = int(rep.version)
-                changed = True
-        self.fed.labels = self._labels(split, len(ask))
-        out = self.method.predict_from_holder(self.holder["holder"], self.view, split)
-        probs = probabilities(out, self.task)
-        if changed:  # a party's file changed: align again before the next batch
-            self.intersect()
-        keep = ~lost
-        asked = np.asarray(ask, dtype=str)
-        return self._scores(asked[keep], probs[keep], unknown + asked[lost].tolist())
+        channel = self._channel()
+        with self._lock:
+            ids = np.asarray(ids)
+            ids = ids.astype(str) if len(ids) else np.zeros(0, dtype=str)
+            _, first = np.unique(ids, return_index=True)
+            ids = ids[np.sort(first)]  # each id once, in the order first asked
+            hit = self._is_known(ids)
+            ask, unknown = ids[hit].tolist(), ids[~hit].tolist()
+            if not ask:
+                return self._scores(np.zeros(0, dtype=str), self._empty(), unknown)
+            lost = np.zeros(len(ask), dtype=bool)
+            changed = False
+            split = f"{split}-{self._session}"  # this session's own rows at the parties
+            stage = StageIds(model=self.name, ids=ask, split=split)
+            calls: list[tuple[str, float, float | None]] = []
+            channel.on_call = lambda *c: calls.append(c)  # (list.append: safe from the fan-out's threads)
+            t0 = time.perf_counter()
+            try:
+                reps = request_all([(self.fed.proxy(p), stage) for p in self.parties], PREDICT, expect=IdsStaged)
+            finally:
+                channel.on_call = None
+            t1 = time.perf_counter()
+            staged = len(calls)
+            for p, rep in zip(self.parties, reps, strict=True):
+                miss = np.asarray(rep.missing, dtype=np.int64).reshape(-1)
+                if miss.size and (miss.min() < 0 or miss.max() >= len(ask)):
+                    raise ProtocolError(f"party {p!r} reported missing positions outside the request")
+                lost[miss] = True
+                if int(rep.version) != self.versions.get(p):
+                    self.versions[p] = int(rep.version)
+                    changed = True
+            self.fed.labels = self._labels(split, len(ask))
+            channel.on_call = lambda *c: calls.append(c)
+            try:
+                out = self.method.predict_from_holder(self.holder["holder"], self.view, split)
+            finally:
+                channel.on_call = None
+            probs = probabilities(out, self.task)
+            t2 = time.perf_counter()
+            timing = {"stage": t1 - t0, "infer": t2 - t1}
+            for k, (p, rtt, handled) in enumerate(calls):
+                rnd = "stage" if k < staged else "infer"
+                timing[f"rtt.{p}.{rnd}"] = timing.get(f"rtt.{p}.{rnd}", 0.0) + rtt
+                if handled is not None:
+                    timing[f"party.{p}.{rnd}"] = timing.get(f"party.{p}.{rnd}", 0.0) + handled
+            self.timing = timing
+            if changed:  # a party's file changed: align again before the next batch
+                self.intersect()
+            keep = ~lost
+            asked = np.asarray(ask, dtype=str)
+            return self._scores(asked[keep], probs[keep], unknown + asked[lost].tolist())
 
     def _empty(self) -> np.ndarray:
         return np.zeros(0) if self.task == "regression" else np.zeros((0, len(self.classes)))
@@ -337,7 +423,7 @@ class DeployedModel:
         pred = np.asarray(self.classes, dtype=object)[probs.argmax(1)] if len(ids) else np.zeros(0, dtype=object)
         return Scores(ids=ids, probabilities=probs, prediction=pred, unknown=unknown)
 
-    def predict_all(self, chunk: int = BATCH_CHUNK) -> dict:
+    def predict_all(self, chunk: int = BATCH_CHUNK) -> dict[str, Any]:
         """Every id of the intersection scored (batch prediction), ``chunk`` ids per round to the
         parties; the result of :func:`verticalfs.model.predict`'s shape (``ids``, ``prediction``,
         ``probabilities``, ``classes``, ``communication``, ...)."""
@@ -357,7 +443,7 @@ class DeployedModel:
 
     def close(self) -> None:
         if self.channel is not None:
-            fed = getattr(self, "fed", None)
+            fed = self.fed
             if fed is not None:
                 from verticalfs.deploy.holder import end_session
 
@@ -373,12 +459,12 @@ class DeployedModel:
     def __enter__(self) -> DeployedModel:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def predict_deployment(dep, model_dir: str | Path, *, expected_sha256: str | None = None,
-                       callbacks: Sequence[Any] = ()) -> dict:
+def predict_deployment(dep: Deployment, model_dir: str | Path, *, expected_sha256: str | None = None,
+                       callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     """Batch prediction over a deployment (``verticalfs predict --config``): every id held by every
     party of the model, scored where the data lives. ``callbacks``: as for :func:`verticalfs.run`
     (the events: the start, the ``setup`` phase (opening the model, the scoring PSI), the

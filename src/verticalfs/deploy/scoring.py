@@ -13,17 +13,23 @@ import secrets
 import shutil
 import threading
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from verticalfs.dispatch import Budget, Context, Handlers, Route, handles
-from verticalfs.exceptions import DataError, ProtocolError
+from verticalfs.exceptions import ConfigError, DataError, ProtocolError
+from verticalfs.names import LABEL_HOLDER
 from verticalfs.transport.messages import At, message
 from verticalfs.trust import private_tree
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from verticalfs.data.stream import IdLookup, StreamedTable
+    from verticalfs.deploy.config import Deployment
     from verticalfs.party import PartyRuntime
     from verticalfs.psi import PsiParty
 
@@ -89,7 +95,7 @@ class StageIds:
     messages (which name ``split``; a session's split names are its own)."""
 
     model: str
-    ids: list
+    ids: list[Any]
     split: str
 
 
@@ -106,7 +112,7 @@ SCORING_KINDS = (OpenModel, ScoringPsi, ScoringPsiOpen, ScoringPsiChunk, StageId
 
 
 # ------------------------------------------------------------------------------- party side
-def scoring_path(dep, name: str) -> Path:
+def scoring_path(dep: Deployment, name: str) -> Path:
     """Party ``name``'s scoring file: its ``predict_file``, else its training ``file``."""
     e = dep.party(name)
     return e.predict_file if e.predict_file is not None else e.file
@@ -131,7 +137,7 @@ class ScoringFile:
     frame indexed by id, as before.
     """
 
-    def __init__(self, party: str, path: Path, *, id_column: str, read_options: dict,
+    def __init__(self, party: str, path: Path, *, id_column: str, read_options: dict[str, Any],
                  stream_above_mb: float | None = None) -> None:
         from verticalfs.data.stream import DEFAULT_STREAM_ABOVE_MB
 
@@ -139,10 +145,10 @@ class ScoringFile:
         self.stream_above_mb = DEFAULT_STREAM_ABOVE_MB if stream_above_mb is None else float(stream_above_mb)
         self.version = 0
         self._stamp: tuple[int, int] | None = None
-        self.frame = None  # the in-memory path
-        self.table = None  # the streamed path: a StreamedTable, and its IdLookup
-        self.lookup = None
-        self._finalizer = None
+        self.frame: pd.DataFrame | None = None  # the in-memory path
+        self.table: StreamedTable | None = None  # the streamed path: a StreamedTable, and its IdLookup
+        self.lookup: IdLookup | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self.refresh()
 
     def _stat(self) -> tuple[int, int]:
@@ -198,20 +204,29 @@ class ScoringFile:
             self._finalizer()
         self.table = self.lookup = self._finalizer = None
 
+    def _frame(self) -> pd.DataFrame:
+        if self.frame is None:
+            raise DataError(f"party {self.party!r}: its scoring file {str(self.path)!r} is not read")
+        return self.frame
+
     @property
     def ids(self) -> np.ndarray:
         """Its ids as a numpy text array (file order in memory; sorted when streamed)."""
-        return self.lookup.sorted if self.streamed else self.frame.index.to_numpy(dtype=str)
+        if self.lookup is not None:
+            return self.lookup.sorted
+        out: np.ndarray = self._frame().index.to_numpy(dtype=str)
+        return out
 
     @property
     def n_rows(self) -> int:
-        return len(self.lookup) if self.streamed else len(self.frame)
+        return len(self.lookup) if self.lookup is not None else len(self._frame())
 
-    def positions(self, ids) -> np.ndarray:
+    def positions(self, ids: Any) -> np.ndarray:
         """The file row of each of ``ids`` (-1: not held)."""
-        if self.streamed:
+        if self.lookup is not None:
             return self.lookup.positions(ids)
-        return self.frame.index.get_indexer(ids)
+        out: np.ndarray = self._frame().index.get_indexer(ids)
+        return out
 
 
 class Scoring:
@@ -267,6 +282,8 @@ class Scoring:
         from verticalfs.data.stream import transform_streamed
 
         table, pp = self.file.table, self.preprocessor
+        if table is None:
+            raise DataError(f"party {pp.party!r}: its scoring file {str(self.file.path)!r} is not read in pieces")
         need = list(pp.numeric) + list(pp.categorical)
         missing = [c for c in need if c not in table.columns]
         if missing:  # before the pass over the file
@@ -320,6 +337,11 @@ def is_scoring(msg: Any, at: At | None) -> bool:
     return type(msg) in SCORING_KINDS or (at is not None and at.phase == PREDICT.phase)
 
 
+def _ids(ids: np.ndarray) -> Sequence[Any]:
+    """A numpy text array of ids where PSI takes a sequence (it indexes and measures them alike)."""
+    return cast("Sequence[Any]", ids)
+
+
 def _split_of(msg: Any) -> Any:
     """The split a method's inference message names (its ``split`` field: ``EmbedRequest``,
     ``GatherColumns``, ...); ``None`` if it names none."""
@@ -340,6 +362,11 @@ class _Shared:
         self.splits: dict[str, Scoring] = {}  # staged split -> Scoring
         self.lock = threading.Lock()
         self.file: ScoringFile | None = None
+
+
+#: the models a party had open, in its working folder: opened again when it starts
+#: (:meth:`PartyScoring.restore_open_models`)
+OPEN_MODELS = "open-models.json"
 
 
 class PartyScoring(Handlers):
@@ -435,8 +462,49 @@ class PartyScoring(Handlers):
         models[sc.name] = sc
         while len(models) > MAX_OPEN_MODELS:
             models.pop(next(iter(models))).close()
+        self.remember_open()
         sc.file.refresh()
         return ModelOpened(rows_in_file=sc.file.n_rows, version=sc.file.version)
+
+    def remember_open(self) -> None:
+        """The open models' names, methods and checksums in the party's working folder
+        (:data:`OPEN_MODELS`), for :meth:`restore_open_models` after a restart."""
+        folder = self.party.state_dir
+        if folder is None:
+            return
+        from verticalfs.utils.io import write_json_atomic
+
+        Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_json_atomic(Path(folder) / OPEN_MODELS, [{"model": sc.name, "method": sc.method, "sha256": sc.sha256}
+                                                       for sc in self.models.values()])
+
+    def restore_open_models(self, log: Any = None) -> list[str]:
+        """Open again the models the party had open before it stopped (its working folder's
+        :data:`OPEN_MODELS`), each checked as ``OpenModel`` checks it: a restarted party scores at
+        once, without waiting for the label holder to open them. A model that no longer opens (its
+        file removed or changed) is skipped, with a line to ``log``. Returns the names opened."""
+        import json
+
+        folder = self.party.state_dir
+        path = None if folder is None else Path(folder) / OPEN_MODELS
+        if path is None or not path.is_file():
+            return []
+        try:
+            entries = [e for e in json.loads(path.read_text()) if isinstance(e, dict)]
+        except (OSError, ValueError):
+            return []
+        opened = []
+        for e in entries[-MAX_OPEN_MODELS:]:
+            try:
+                msg = OpenModel(model=str(e["model"]), method=str(e["method"]), sha256=str(e["sha256"]))
+                with self.lock:
+                    sc = Scoring(self, msg, Context(None, SETUP, LABEL_HOLDER))
+                    self.models[sc.name] = sc
+                opened.append(sc.name)
+            except (KeyError, ConfigError, DataError, ProtocolError, OSError) as exc:
+                if log is not None:
+                    log(f"does not open model {e.get('model')!r} again: {exc}")
+        return opened
 
     # the party policy's PSI limits, as for training's PSI ("auto": in rows of the scoring file)
     @handles(ScoringPsi, ScoringPsiOpen, budget=Budget("PSI requests", lambda m: int(m.n),
@@ -450,10 +518,10 @@ class PartyScoring(Handlers):
         f.refresh()
         self.party.psi_state.offer(f.ids)  # StageIds stages only these (check_stage)
         if isinstance(msg, ScoringPsi):  # openmined-psi
-            return PsiServer(f.ids).reply(PsiRequest(request=msg.request, n=msg.n))
+            return PsiServer(_ids(f.ids)).reply(PsiRequest(request=msg.request, n=msg.n))
         # the streamed ristretto255 engine over the scoring file's ids (a numpy text array); the state
         # of one run per session (a session's scoring is its own copy, :meth:`fork`)
-        self.psi = PsiParty(f.ids)
+        self.psi = PsiParty(_ids(f.ids))
         return self.psi.reply(PsiOpen(group=msg.group, n=msg.n, chunk=msg.chunk))
 
     @handles(ScoringPsiChunk)

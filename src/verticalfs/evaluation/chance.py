@@ -28,9 +28,12 @@ when the run is above chance); its ``message`` is among the run's warnings. ``ve
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from verticalfs.methods.base import Method
 
 #: a tenth of the headroom from chance to a perfect score ...
 HEADROOM_FRACTION = 0.1
@@ -55,25 +58,25 @@ def majority_rate(y_train: np.ndarray, y_eval: np.ndarray) -> float:
     return float(np.mean(y_eval == top))
 
 
-def run_figure(method_obj: Any, metric: str) -> tuple[str, float | None]:
+def run_figure(method_obj: Method, metric: str) -> tuple[str, float | None]:
     """The run's validation ``metric`` (that of the kept checkpoint when the trainer selects one,
     else the last epoch's); the test figure when the run has no validation figure."""
-    trainer = getattr(method_obj, "trainer_", None)
-    entry = getattr(trainer, "best_entry", None) if getattr(trainer, "select", None) is not None else None
+    trainer = method_obj.trainer_
+    entry = trainer.best_entry if trainer is not None and trainer.select is not None else None
     key = f"val_{metric}"
     if entry is not None and entry.get(key) is not None:
         return "val", float(entry[key])
-    for e in reversed(list(getattr(method_obj, "history_", None) or [])):
+    for e in reversed(list(method_obj.history_ or [])):
         if e.get(key) is not None:
             return "val", float(e[key])
-    value = (getattr(method_obj, "metrics_", None) or {}).get(metric)
+    value = (method_obj.metrics_ or {}).get(metric)
     return "test", (None if value is None else float(value))
 
 
-def top_width(method_obj: Any) -> int | None:
+def top_width(method_obj: Method) -> int | None:
     """The narrowest layer the label holder's top model passes through (its input, the
     concatenated embeddings, and its hidden layers), or ``None`` without a top model."""
-    top = getattr(getattr(method_obj, "trainer_", None), "top", None)
+    top = method_obj.trainer_.top if method_obj.trainer_ is not None else None
     if top is None:
         return None
     import torch  # a top model exists, so torch is loaded
@@ -85,12 +88,12 @@ def top_width(method_obj: Any) -> int | None:
     return min(widths)
 
 
-def likely_causes(method_obj: Any, *, n_classes: int, n_kept: int | None) -> list[str]:
+def likely_causes(method_obj: Method, *, n_classes: int, n_kept: int | None) -> list[str]:
     """What most often leaves a model at chance, as far as this run shows it."""
     causes = []
     if n_kept == 0:
         causes.append("every feature was removed (lower the method's regularisation or selection threshold)")
-    epochs = getattr(getattr(method_obj, "params", None), "epochs", None)
+    epochs = getattr(method_obj.params, "epochs", None)
     if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs < FEW_EPOCHS:
         causes.append(f"too few epochs ({epochs}; try --epochs 50 or more)")
     width = top_width(method_obj)

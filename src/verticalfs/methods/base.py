@@ -26,17 +26,43 @@ Nothing else is looked up on a method by name.
 from __future__ import annotations
 
 import dataclasses
-import math
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
 from verticalfs.codecs import get_codec
 from verticalfs.exceptions import ConfigError
+from verticalfs.params import make_params
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from verticalfs.federation import Federation
+    from verticalfs.model_files import HolderPart
+    from verticalfs.training.checkpoint import Checkpointer
+    from verticalfs.training.history import Callback, History
+    from verticalfs.training.split import SplitHolder, SplitTrainer
 
 #: how a method treats the payload codec a user asks for (``--codec``)
 CODEC_POLICIES = ("channel", "fixed", "none")
+
+
+class FederationView(Protocol):
+    """What a method's prediction (:meth:`Method.predict_from_holder`) sees of the label holder's
+    federation: its labels, its parties and their proxies (a :class:`~verticalfs.federation.Federation`,
+    or a deployment's view at inference)."""
+
+    @property
+    def labels(self) -> Any: ...
+
+    @property
+    def party_names(self) -> list[str]: ...
+
+    def proxy(self, name: str) -> Any: ...
+
+    def n_samples(self, split: str = "train") -> int: ...
 
 
 class Method(ABC):
@@ -97,20 +123,25 @@ class Method(ABC):
     test_params: ClassVar[dict[str, Any]] = {}
     disclosures: ClassVar[dict[str, tuple[str, ...]]] = {}
 
-    def __init__(self, *, seed: int = 0, callbacks=(), codec: str | None = None, **params: Any) -> None:
+    #: what :meth:`fit` sets (see the class docstring)
+    history_: History
+    metrics_: dict[str, float]
+
+    def __init__(self, *, seed: int = 0, callbacks: Sequence[Callback] = (), codec: str | None = None,
+                 **params: Any) -> None:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**32:
             raise ConfigError(f"{self.name}: seed must be an integer in [0, 2**32), got {seed!r}")
         self.seed = int(seed)
-        self.callbacks = list(callbacks)
-        self.params = make_params(self.Params, params, self.name)
+        self.callbacks: list[Callback] = list(callbacks)
+        self.params: Any = make_params(self.Params, params, self.name)
         self.codec = self.resolve_codec(codec)
         #: set by the runner: ``hook(entry)`` adds evaluator-only fields (``spurious_removed``)
-        self.entry_hook = None
+        self.entry_hook: Callable[[dict[str, Any]], None] | None = None
         #: set by the runner when the run checkpoints (a Checkpointer; see the class docstring)
-        self.checkpoints = None
+        self.checkpoints: Checkpointer | None = None
         self.info_: dict[str, Any] = {}
         self.feature_scores_: dict[str, np.ndarray] = {}
-        self.trainer_ = None
+        self.trainer_: SplitTrainer | None = None
         self.support_: dict[str, np.ndarray] | None = None
 
     @classmethod
@@ -133,11 +164,11 @@ class Method(ABC):
         return {"channel": "the channel codec", "none": "no tensors"}.get(cls.codec_policy, "its own")
 
     @abstractmethod
-    def fit(self, fed) -> Method:
+    def fit(self, fed: Federation) -> Self:
         """Run the method on the federation; return ``self``."""
 
     # -------------------------------------------------------------------- tail
-    def finish_training(self, fed, trainer, info: dict | None = None) -> Method:
+    def finish_training(self, fed: Federation, trainer: SplitTrainer, info: dict[str, Any] | None = None) -> Self:
         """The common end of a trained method: ``trainer_``, ``history_``, ``metrics_`` (the
         trainer's final or best-checkpoint test metrics), ``support_`` (asked from the parties,
         phase ``report``) and ``info_``."""
@@ -158,7 +189,7 @@ class Method(ABC):
         """
         return None
 
-    def export_holder(self) -> dict:
+    def export_holder(self) -> HolderPart:
         """The label holder's part of the fitted model, for a saved model.
 
         Tensors, numbers, strings, lists and dicts only (the file is read with
@@ -179,7 +210,7 @@ class Method(ABC):
         return trainer.export_top()
 
     @classmethod
-    def predict_from_holder(cls, holder: dict, fed, split: str) -> np.ndarray:
+    def predict_from_holder(cls, holder: HolderPart, fed: FederationView, split: str) -> np.ndarray:
         """The label holder's output on ``split`` of ``fed`` from a part :meth:`export_holder`
         wrote, asking the parties (their roles restored from their saved parts) through ``fed``
         in phase ``eval``.
@@ -192,7 +223,8 @@ class Method(ABC):
         from verticalfs.training.split import saved_embeddings, saved_split_output  # torch: on use
 
         expect_holder_kind(holder, "split", cls.name)
-        return saved_split_output(holder, saved_embeddings(holder, fed, split))
+        part: SplitHolder = holder  # type: ignore[assignment]  # its kind was checked
+        return saved_split_output(part, saved_embeddings(part, fed, split))
 
     @classmethod
     def joined_as(cls) -> str:
@@ -200,7 +232,7 @@ class Method(ABC):
         record (``LoadModel`` asks for it): the method's own name by default."""
         return cls.name
 
-    def predict_proba(self, fed, split: str = "test") -> np.ndarray:
+    def predict_proba(self, fed: FederationView, split: str = "test") -> np.ndarray:
         """Class probabilities (values for regression) of the fitted model on ``split`` of the
         federation it was trained on, asked from the parties through ``fed`` (phase ``eval``).
 
@@ -209,12 +241,15 @@ class Method(ABC):
         """
         return probabilities(self.predict_from_holder(self.export_holder(), fed, split), fed.labels.task)
 
-    def get_support(self, party: str | None = None, indices: bool = False):
+    def get_support(self, party: str | None = None, indices: bool = False) -> Any:
         """Bool mask (or indices) of kept features for ``party``, or a dict over all parties."""
         sup = self.support_
         if sup is None:
             raise ConfigError(f"{self.name}: call fit() before get_support()")
-        conv = (lambda m: np.flatnonzero(m)) if indices else (lambda m: m)
+
+        def conv(m: np.ndarray) -> np.ndarray:
+            return np.flatnonzero(m) if indices else m
+
         if party is None:
             return {k: conv(v) for k, v in sup.items()}
         return conv(sup[party])
@@ -227,84 +262,16 @@ def probabilities(out: np.ndarray, task: str) -> np.ndarray:
     z = np.asarray(out, dtype=np.float64)
     z = z - z.max(1, keepdims=True)
     e = np.exp(z)
-    return e / e.sum(1, keepdims=True)
+    probs: np.ndarray = e / e.sum(1, keepdims=True)
+    return probs
 
 
-def expect_holder_kind(holder: dict, kind: str, method: str) -> None:
+def expect_holder_kind(holder: Any, kind: str, method: str) -> None:
     """Refuse a saved label-holder part (read from disk) that is not of ``kind``."""
     if not isinstance(holder, dict) or holder.get("kind") != kind:
         got = holder.get("kind") if isinstance(holder, dict) else type(holder).__name__
         raise ConfigError(f"the saved model's label-holder part is of kind {got!r}; {method} saves kind {kind!r} "
                           "(the model folder was changed, or saved by another method)")
-
-
-def param_fields(cls: type) -> list[dataclasses.Field]:
-    return list(dataclasses.fields(cls))
-
-
-def make_params(cls: type, values: dict[str, Any], method: str = "") -> Any:
-    """Build a params dataclass, converting strings (from the CLI) to each field's type."""
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = [k for k in values if k not in known]
-    if unknown:
-        raise ConfigError(
-            f"method {method!r} has no parameter(s) {unknown}; its parameters are {sorted(known)}"
-        )
-    kwargs = {}
-    for k, v in values.items():
-        kwargs[k] = convert_value(v, known[k], method)
-    return cls(**kwargs)
-
-
-def _finite(v: Any, f: dataclasses.Field, method: str) -> Any:
-    vals = v if isinstance(v, tuple) else (v,)
-    for x in vals:
-        if isinstance(x, float) and not math.isfinite(x):
-            raise ConfigError(f"method {method!r}: parameter {f.name!r} must be a finite number, got {v!r}")
-    return v
-
-
-def convert_value(v: Any, f: dataclasses.Field, method: str = "") -> Any:
-    return _finite(_convert(v, f, method), f, method)
-
-
-def _convert(v: Any, f: dataclasses.Field, method: str = "") -> Any:
-    default = f.default if f.default is not dataclasses.MISSING else (
-        f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]
-    if not isinstance(v, str):
-        if isinstance(default, tuple) and isinstance(v, list):
-            return tuple(v)
-        return v
-    s = v.strip()
-    try:
-        if isinstance(default, bool):
-            if s.lower() in ("1", "true", "yes", "on"):
-                return True
-            if s.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(s)
-        if isinstance(default, int) and not isinstance(default, bool):
-            return int(s)
-        if isinstance(default, float):
-            return float(s)
-        if isinstance(default, tuple):
-            if s in ("", "()", "[]", "none"):
-                return ()
-            items = [x for x in s.strip("()[]").replace(";", ",").split(",") if x.strip()]
-            elem = type(default[0]) if default else (float if any("." in x for x in items) else int)
-            return tuple(elem(x.strip()) for x in items)
-        if default is None:
-            for conv in (int, float):
-                try:
-                    return conv(s)
-                except ValueError:
-                    pass
-            return None if s.lower() == "none" else s
-        return s
-    except ValueError:
-        raise ConfigError(
-            f"method {method!r}: parameter {f.name!r} expects a value like {default!r}, got {v!r}"
-        ) from None
 
 
 def params_doc(cls: type) -> dict[str, str]:

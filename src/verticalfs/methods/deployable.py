@@ -41,7 +41,7 @@ def default_status(name: str, policy: PartyPolicy | None = None) -> Status:
 
     pol = PartyPolicy() if policy is None else policy
     cls = registry.get(name)
-    if getattr(cls, "needs_pooled_data", False):
+    if cls.needs_pooled_data:
         return Status(None, "-", "a reference on pooled data in one process: not federated, not runnable in a "
                                  "deployment")
     role = cls.Role
@@ -56,7 +56,7 @@ def default_status(name: str, policy: PartyPolicy | None = None) -> Status:
             if not policy_allows(pol, rule):
                 return Status(False, rule, f"with its default parameters it would {POLICY_RULES[rule]}")
     notes = []
-    if pol.max_epsilon is not None and not getattr(role, "dp_capable", False):
+    if pol.max_epsilon is not None and (role is None or not role.dp_capable):
         return Status(False, "max_epsilon", "no DP-SGD at the party")
     if role is not None and issubclass(role, SplitRole):
         hidden = tuple(getattr(params, "hidden", ()) or ())
@@ -94,7 +94,7 @@ def default_status(name: str, policy: PartyPolicy | None = None) -> Status:
                      "not proven (see the threat model)")
     if role is not None and "accept_labels" in role.policy_rules(params):
         notes.append("the party receives the labels in the clear (`accept_labels = true`, the paper's design)")
-    if issubclass(cls, FilterMethod) and not getattr(cls, "selects_all", False) and not pol.release_columns:
+    if issubclass(cls, FilterMethod) and not cls.selects_all and not pol.release_columns:
         notes.append(f"the parties select, then the label holder trains `{name}+vfl` on the selected columns "
                      "(`release_columns = false`)")
     return Status(True, "-", "; ".join(notes) if notes else "within the floors")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -23,7 +24,9 @@ import torch
 from verticalfs.data.vertical import SPLITS
 from verticalfs.evaluation.metrics import prediction_metrics
 from verticalfs.exceptions import ConfigError, ProtocolError
-from verticalfs.methods.base import Method, expect_holder_kind
+from verticalfs.methods.base import FederationView, Method, expect_holder_kind
+from verticalfs.model_files import HolderPart
+from verticalfs.params import Checked, Constraints, Interval, Options
 from verticalfs.party import Context, Role, handles
 from verticalfs.selection.blocks import row_blocks
 from verticalfs.selection.evaluate import (
@@ -34,6 +37,12 @@ from verticalfs.selection.evaluate import (
 )
 from verticalfs.training.history import History
 from verticalfs.transport.messages import Ack, At, message
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from verticalfs.federation import Federation
+    from verticalfs.party import LocalData
 
 SELECTION = At("selection")
 GATHER = At("train")
@@ -71,16 +80,17 @@ class FilterRole(Role):
             out[s:e] = block[:, idx]
         return Columns(values=out)
 
-    def export(self) -> dict:
+    def export(self) -> dict[str, Any]:
         return {}  # a filter method's party keeps only its selected columns (saved by the runtime)
 
     @classmethod
-    def restore(cls, data, saved: dict, ctx: Context) -> FilterRole:
+    def restore(cls, data: LocalData, saved: dict[str, Any], ctx: Context) -> FilterRole:
         return FilterRole(data, None, ctx)
 
     def columns(self, split: str = "train") -> np.ndarray:
         """All of the party's prepared columns of ``split`` (float32)."""
-        return self.data.X_all(split).numpy()
+        out: np.ndarray = self.data.X_all(split).numpy()
+        return out
 
 
 class ColumnsOnlyRole(FilterRole):
@@ -88,12 +98,12 @@ class ColumnsOnlyRole(FilterRole):
     ``Join`` unless its policy has ``release_columns = true``."""
 
     @classmethod
-    def policy_rules(cls, spec) -> tuple[str, ...]:
+    def policy_rules(cls, spec: Any) -> tuple[str, ...]:
         return ("release_columns",)
 
 
 @dataclass
-class FilterParams:
+class FilterParams(Checked):
     """Parameters every filter method has.
 
     Parameters
@@ -108,8 +118,21 @@ class FilterParams:
     n_select: int = 10
     classifier: str = "lr"
 
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "n_select": [Interval(int, 1, None)],
+        "classifier": [Options(*CLASSIFIERS)],
+    }
 
-def _saved_classifier(c: dict, task: str, n_classes: int):
+
+class FilterHolder(HolderPart):
+    """The label holder's part of a saved filter-method model (kind ``"filter"``)."""
+
+    selected: list[list[Any]]
+    classifier: dict[str, Any]
+
+
+def _saved_classifier(c: dict[str, Any], task: str, n_classes: int) -> Any:
     """The classifier of a saved filter-method model, rebuilt from its numbers."""
     name = c.get("name")
     if name == "constant":
@@ -170,34 +193,37 @@ class FilterMethod(Method):
     classifier_ = None
     selected_: list[tuple[str, int]] | None = None
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._scores: dict[tuple[str, int], float] = {}  # record_scores: (party, index) -> score
+
     @abstractmethod
-    def select(self, fed) -> list[tuple[str, int]]:
+    def select(self, fed: Federation) -> list[tuple[str, int]]:
         """Selected features in order as ``(party name, index into that party's prepared features)``.
 
         Sends its messages through ``fed.proxy(name)`` in phase ``selection``.
         """
 
-    def record_scores(self, party: str, indices, scores) -> None:
+    def record_scores(self, party: str, indices: Any, scores: Any) -> None:
         """Remember the score the method gave features of ``party`` (the latest one counts); they
         become ``feature_scores_`` and the result's per-column scores."""
-        if not hasattr(self, "_scores"):
-            self._scores: dict[tuple[str, int], float] = {}
         for i, v in zip(np.asarray(indices).reshape(-1).tolist(), np.asarray(scores, dtype=np.float64).reshape(-1).tolist(),
                         strict=True):
             self._scores[(str(party), int(i))] = float(v)
 
-    def join_spec(self, fed):
+    def join_spec(self, fed: Federation) -> Any:
         """The ``spec`` of the ``Join`` every party receives (default none)."""
         return None
 
-    def feature_names(self, fed) -> dict[str, list[str]]:
+    def feature_names(self, fed: Federation) -> dict[str, list[str]]:
         """The parties' prepared feature names (their schemas, or the pooled data's)."""
         if self.needs_pooled_data:
             return {p.name: list(p.feature_names) for p in fed.pooled_data().parties}
-        return fed.feature_names()
+        names: dict[str, list[str]] = fed.feature_names()
+        return names
 
     # ------------------------------------------------------------------ checks
-    def check_params(self, fed) -> None:
+    def check_params(self, fed: Federation) -> None:
         """Validate ``n_select`` and ``classifier`` against the federation."""
         p = self.params
         if p.classifier not in CLASSIFIERS:
@@ -210,7 +236,7 @@ class FilterMethod(Method):
                               f"parties, got {p.n_select}")
 
     # --------------------------------------------------------------------- fit
-    def join_parties(self, fed) -> None:
+    def join_parties(self, fed: Federation) -> None:
         """Set-up (phase ``setup``): the parties' schemas, the parameter checks against them, and
         every party's ``Join``. :meth:`fit` starts with it; call it before :meth:`select` alone."""
         self.feature_names(fed)  # the schema exchange comes first
@@ -218,7 +244,7 @@ class FilterMethod(Method):
         if self.Role is not None and not self.needs_pooled_data:
             fed.join(self.name, self.join_spec(fed), expect=Ack)
 
-    def fit(self, fed) -> FilterMethod:
+    def fit(self, fed: Federation) -> Self:
         self.join_parties(fed)
         run = _Evaluation()
         for cb in self.callbacks:
@@ -233,7 +259,7 @@ class FilterMethod(Method):
                 cb.on_train_end(run)
         return self
 
-    def _select_and_evaluate(self, fed) -> dict:
+    def _select_and_evaluate(self, fed: Federation) -> dict[str, Any]:
         """Select, gather, train the classifier; the history entry of the evaluation."""
         led = fed.ledger
         b0 = led.total_bytes
@@ -248,7 +274,7 @@ class FilterMethod(Method):
         for p, i in selected:
             self.support_[p][i] = True
         self.feature_scores_ = {p: np.full(len(n), np.nan) for p, n in names.items()}
-        for (p, i), v in getattr(self, "_scores", {}).items():
+        for (p, i), v in self._scores.items():
             if p in self.feature_scores_ and 0 <= i < len(self.feature_scores_[p]):
                 self.feature_scores_[p][i] = v
 
@@ -259,7 +285,7 @@ class FilterMethod(Method):
         self.classifier_ = fit_classifier(X["train"], y["train"], self.params.classifier, seed=self.seed,
                                           task=lab.task, n_classes=lab.n_classes)
         outs = [classifier_output(self.classifier_, X[s], lab.task, lab.n_classes) for s in splits]
-        entry: dict = {"epoch": 0, "phase": "selection", "bytes": int(b2 - b0), "bytes_total": int(led.total_bytes)}
+        entry: dict[str, Any] = {"epoch": 0, "phase": "selection", "bytes": int(b2 - b0), "bytes_total": int(led.total_bytes)}
         self.metrics_ = {}
         for s, out in zip(splits, outs, strict=True):
             met = prediction_metrics(lab.task, y[s], out, lab.n_classes)
@@ -290,7 +316,7 @@ class FilterMethod(Method):
                     f"classifier={self.params.classifier!r} cannot be; use classifier=lr")
         return super().cannot_save()
 
-    def export_holder(self) -> dict:
+    def export_holder(self) -> FilterHolder:
         """The label holder's part of a saved model (kind ``"filter"``): the selected features in
         order and the classifier's coefficients (``LogisticRegression``, or ``Ridge`` for
         regression), or the training prior / mean of a model without features (``constant``)."""
@@ -300,11 +326,14 @@ class FilterMethod(Method):
         clf = self.classifier_
         if clf is None:
             raise ConfigError(f"{self.name} has no model to save (fit it first)")
-        out: dict = {"kind": "filter", "selected": [[p, int(i)] for p, i in self.selected_]}
+        out: FilterHolder = {"kind": "filter", "selected": [[p, int(i)] for p, i in self.selected_ or []],
+                             "classifier": {}}
         if isinstance(clf, ConstantModel):
             out["classifier"] = {"name": "constant", "value": torch.as_tensor(np.asarray(clf.value, dtype=np.float64))}
             return out
-        regression = not hasattr(clf, "classes_")  # Ridge (classifier=lr on a regression task)
+        from sklearn.linear_model import Ridge
+
+        regression = isinstance(clf, Ridge)  # classifier=lr on a regression task
         out["classifier"] = {"name": "Ridge" if regression else "LogisticRegression",
                              "coef": torch.as_tensor(np.asarray(clf.coef_)),
                              "intercept": torch.as_tensor(np.atleast_1d(np.asarray(clf.intercept_, dtype=np.float64))),
@@ -312,15 +341,17 @@ class FilterMethod(Method):
         return out
 
     @classmethod
-    def predict_from_holder(cls, holder: dict, fed, split: str) -> np.ndarray:
+    def predict_from_holder(cls, holder: HolderPart, fed: FederationView, split: str) -> np.ndarray:
         """The selected columns of ``split`` gathered from the parties (phase ``eval``), then the
         saved classifier."""
         expect_holder_kind(holder, "filter", cls.name)
+        part: FilterHolder = holder  # type: ignore[assignment]  # its kind was checked
         at = At("eval")
         n = fed.n_samples(split)
         task, n_classes = fed.labels.task, fed.labels.n_classes
-        selected = [(str(p), int(i)) for p, i in holder["selected"]]
-        blocks, order = [], []
+        selected = [(str(p), int(i)) for p, i in part["selected"]]
+        blocks: list[np.ndarray] = []
+        order: list[int] = []
         for p in fed.party_names:
             idx = [i for q, i in selected if q == p]
             rep = fed.proxy(p).request(GatherColumns(split=split, indices=np.asarray(idx, dtype=np.int64)), at,
@@ -328,10 +359,11 @@ class FilterMethod(Method):
             blocks.append(np.asarray(rep.values, dtype=np.float64).reshape(n, len(idx)))
             order += [k for k, (q, _) in enumerate(selected) if q == p]
         X = np.concatenate(blocks, 1)[:, np.argsort(order)] if blocks else np.zeros((n, 0))
-        return classifier_output(_saved_classifier(holder["classifier"], task, n_classes), X, task, n_classes)
+        out: np.ndarray = classifier_output(_saved_classifier(part["classifier"], task, n_classes), X, task, n_classes)
+        return out
 
-    def _check_selected(self, selected, names) -> None:
-        seen = set()
+    def _check_selected(self, selected: list[tuple[str, int]], names: dict[str, list[str]]) -> None:
+        seen: set[tuple[str, int]] = set()
         for p, i in selected:
             if p not in names or not 0 <= i < len(names[p]):
                 raise ProtocolError(f"{self.name}: selected feature ({p!r}, {i}) does not exist")
@@ -339,7 +371,8 @@ class FilterMethod(Method):
                 raise ProtocolError(f"{self.name}: feature ({p!r}, {i}) selected twice")
             seen.add((p, i))
 
-    def gather(self, fed, selected: list[tuple[str, int]]) -> tuple[dict, dict]:
+    def gather(self, fed: Federation, selected: list[tuple[str, int]]) -> tuple[dict[str, np.ndarray],
+                                                                               dict[str, np.ndarray]]:
         """Pool the selected columns of every split at the active party, in selection order.
 
         Every party is asked (an empty index list for a party with nothing selected) so that each

@@ -120,7 +120,7 @@ def prove_labels(priv: PrivateKey, kind: str, enc: EncryptedArray, plain: np.nda
 def wanted(fed: Any, parties: Any) -> bool:
     """Whether a party of ``parties`` asks for label proofs (``verify_labels``, as it reported it
     in a deployment; in-process federations report no rules and get none)."""
-    rules = getattr(fed, "party_rules", None) or {}
+    rules = fed.party_rules
     return any(bool(rules.get(p, {}).get("verify_labels", False)) for p in parties)
 
 
@@ -128,7 +128,7 @@ def send_proof(fed: Any, parties: Any, proof: LabelProof | None, at: Any) -> Non
     """Send ``proof`` to each of ``parties`` that asks for it."""
     if proof is None:
         return
-    rules = getattr(fed, "party_rules", None) or {}
+    rules = fed.party_rules
     for p in parties:
         if rules.get(p, {}).get("verify_labels", False):
             fed.proxy(p).request(proof, at, expect=Ack)

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from verticalfs import method_registry as registry
 from verticalfs.exceptions import ConfigError
 from verticalfs.methods.base import Method
 from verticalfs.methods.filter import FilterMethod
@@ -186,3 +187,6 @@ def pipeline_class(name: str, resolve: Callable[[str], type[Method]]) -> type[Pi
         "paper": "; ".join(c.paper for c in classes if c.paper), "codec_policy": last.codec_policy,
         "needs_pooled_data": False, "test_params": {},
     })
+
+
+registry.pipelines(pipeline_class)

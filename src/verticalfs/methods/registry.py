@@ -1,121 +1,19 @@
-"""Name -> method class registry (``register``, ``get``, ``create``, ``available``) and the
-method-provided command-line commands (``command``, ``commands``).
+"""The method registry under its public path: :mod:`verticalfs.method_registry` (which sits below
+the federation, so that the core finds a method's party role without importing the methods)."""
 
-Every subpackage of :mod:`verticalfs.methods` is imported on first use, so a new method is a new
-folder that decorates its class with :func:`register`; nothing in the core changes. A folder may
-also ship ``cli.py`` registering extra commands with :func:`command`; :func:`commands` loads those
-files on their own, without importing the methods (so ``verticalfs --help`` stays fast).
-"""
+from verticalfs.method_registry import (
+    _COMMANDS,
+    _METHODS,
+    available,
+    command,
+    commands,
+    create,
+    get,
+    party_role,
+    party_roles,
+    pipelines,
+    register,
+)
 
-from __future__ import annotations
-
-import importlib
-import importlib.util
-import pkgutil
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-from verticalfs.exceptions import ConfigError, ProtocolError
-
-if TYPE_CHECKING:
-    from verticalfs.party import Role
-
-_METHODS: dict[str, type] = {}
-_COMMANDS: dict[str, Callable] = {}
-_LOADED = False
-_COMMANDS_LOADED = False
-
-
-def register(cls: type) -> type:
-    """Class decorator registering a :class:`~verticalfs.methods.base.Method` by its ``name``."""
-    other = _METHODS.get(cls.name)
-    if other is not None and other is not cls and other.__qualname__ != cls.__qualname__:
-        raise ConfigError(f"method name {cls.name!r} is registered twice ({other.__qualname__}, {cls.__qualname__})")
-    _METHODS[cls.name] = cls
-    return cls
-
-
-def _load_all() -> None:
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    for mod in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        if mod.ispkg:
-            importlib.import_module(f"{__package__}.{mod.name}")
-
-
-def available() -> list[str]:
-    _load_all()
-    return sorted(_METHODS)
-
-
-_PIPELINES: dict[str, type] = {}
-
-
-def get(name: str) -> type:
-    """The method class of ``name``; ``a+b`` names a pipeline of registered methods
-    (:mod:`verticalfs.methods.pipeline`)."""
-    _load_all()
-    if name in _METHODS:
-        return _METHODS[name]
-    if "+" in name:
-        cls = _PIPELINES.get(name)
-        if cls is None:
-            from verticalfs.methods.pipeline import pipeline_class  # on first use: it loads torch
-
-            cls = _PIPELINES[name] = pipeline_class(name, get)
-        return cls
-    raise ConfigError(f"unknown method {name!r}; available: {', '.join(sorted(_METHODS))} "
-                      "(or a pipeline such as feast+sparsevfl-16)")
-
-
-def party_role(method: str) -> type[Role]:
-    """The party role class of ``method`` (what a feature party builds at ``Join``)."""
-    role = get(method).Role
-    if role is None:
-        raise ProtocolError(f"method {method!r} has no party role: it does not run at feature parties")
-    return role
-
-
-def party_roles() -> Callable[[str], type[Role]]:
-    """The ``role_for`` of a :class:`~verticalfs.party.PartyRuntime` that may take part in any
-    registered method: :func:`party_role`, after every method was imported (so that every
-    method's message kinds decode before its first ``Join``)."""
-    _load_all()
-    return party_role
-
-
-def create(name: str, **kwargs):
-    """Instantiate a registered method (``seed``, ``callbacks``, ``codec`` and its parameters)."""
-    return get(name)(**kwargs)
-
-
-def command(name: str):
-    """Decorator for ``register(app)``: a function adding the command ``name`` to a Typer app."""
-
-    def deco(fn: Callable) -> Callable:
-        other = _COMMANDS.get(name)
-        if other is not None and other.__qualname__ != fn.__qualname__:
-            raise ConfigError(f"command {name!r} is registered twice")
-        _COMMANDS[name] = fn
-        return fn
-
-    return deco
-
-
-def commands() -> dict[str, Callable]:
-    """The method-provided commands: ``{name: register(app)}`` from every ``methods/*/cli.py``."""
-    global _COMMANDS_LOADED
-    if not _COMMANDS_LOADED:
-        _COMMANDS_LOADED = True
-        root = Path(__file__).parent
-        for mod in pkgutil.iter_modules([str(root)]):
-            path = root / mod.name / "cli.py"
-            if not (mod.ispkg and path.is_file()):
-                continue
-            spec = importlib.util.spec_from_file_location(f"_verticalfs_cli_{mod.name}", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-    return dict(_COMMANDS)
+__all__ = ["_COMMANDS", "_METHODS", "available", "command", "commands", "create", "get", "party_role",
+           "party_roles", "pipelines", "register"]

@@ -1,28 +1,25 @@
-"""The split-learning loop (Algorithm 2) with its hooks, mini-batch agreement, history and callbacks.
+"""The training loops: split learning (Algorithm 2) with its hooks, the driver of round-based
+protocols, mini-batch agreement, history, callbacks and checkpoints.
 
-The names of :mod:`verticalfs.training.split` are imported on first use: the split loop sits above
-:mod:`verticalfs.party` (its roles are party roles), while the party itself uses
-:mod:`verticalfs.training.checkpoint`; importing that module must not import the loop.
+The party side of checkpoints (:mod:`verticalfs.persist`) sits below :mod:`verticalfs.party`, so
+the loops, which drive party roles, import the party and nothing imports back.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
 from verticalfs.training.batches import BatchPlan, epoch_permutation
-from verticalfs.training.history import Callback, History, ProgressCallback, derive_seed
-
-if TYPE_CHECKING:  # pragma: no cover
-    from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer, TrainConfig, loss_fn
-
-_SPLIT = ("SplitRole", "SplitSpec", "SplitTrainer", "TrainConfig", "loss_fn")
+from verticalfs.training.history import Callback, History, ProgressCallback, Run, derive_seed
+from verticalfs.training.rounds import RoundDriver, RoundProtocol
+from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer, TrainConfig, loss_fn
 
 __all__ = [
     "BatchPlan",
     "Callback",
     "History",
     "ProgressCallback",
+    "RoundDriver",
+    "RoundProtocol",
+    "Run",
     "SplitRole",
     "SplitSpec",
     "SplitTrainer",
@@ -31,15 +28,3 @@ __all__ = [
     "epoch_permutation",
     "loss_fn",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _SPLIT:
-        raise AttributeError(f"module 'verticalfs.training' has no attribute {name!r}")
-    value = getattr(importlib.import_module("verticalfs.training.split"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))

@@ -12,12 +12,14 @@ A run with a checkpoint folder saves, after every training epoch of the one spli
   history and its protocol's state), the ledger so far, the RNG states.
 
 Each file is written atomically (a temporary file, then a rename); the label holder then writes
-``latest.json`` naming the checkpoint, only after every party confirmed its file: a checkpoint
-that any side did not finish is never named there, so never loaded.
+the run's ``latest.json`` naming the checkpoint, only after every party confirmed its file: a
+checkpoint that any side did not finish is never named there, so never loaded. Every run keeps
+its checkpoints under a key of its own (its run id and session, :class:`Checkpointer`): runs of
+one label holder sharing a checkpoint folder do not touch each other's.
 
-``resume=True`` reads ``latest.json`` and refuses a checkpoint of another run (method, parameters,
-seed, codec, parties or rows differ). The method runs again from its start; the epochs of every
-loop segment before the checkpointed one are recomputed (the same seeds give the same states, no
+``resume=True`` reads the ``latest.json`` of the most recent interrupted run with the same run id
+(method, parameters, seed, codec, parties and rows) and refuses checkpoints of another run. The
+method runs again from its start; the epochs of every loop segment before the checkpointed one are recomputed (the same seeds give the same states, no
 checkpoint is written while replaying), and when the checkpointed segment starts, the label
 holder and every party load their state and the run continues with the next epoch. Single-loop
 methods (``vfl``, the SparseVFL family) thus replay nothing but the set-up; LESS-VFL resumed in its
@@ -36,32 +38,38 @@ keys): only the account that runs the party reads them.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
-import random
 import shutil
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-import torch
-
-from verticalfs.exceptions import ConfigError, ProtocolError
-from verticalfs.training import state as _state
+from verticalfs.exceptions import ConfigError
+from verticalfs.persist import state as _state
+from verticalfs.persist.files import (
+    FILE_MODE,
+    KEYS_SUFFIX,
+    _private_dir,
+    _prune,
+    _read,
+    _write,
+    party_persist,
+    restore_attrs,
+    rng_state,
+    set_rng_state,
+)
 from verticalfs.transport.messages import Ack, At, Persist
-from verticalfs.utils.io import check_private_file, write_bytes_atomic, write_json_atomic
+from verticalfs.utils.io import write_json_atomic
 
 if TYPE_CHECKING:
     from verticalfs.crypto.keys import PrivateKey
-    from verticalfs.party import PartyRuntime
+
+__all__ = ["FILE_MODE", "KEYS_SUFFIX", "PHASE", "Checkpointer", "Loop", "party_persist", "restore_attrs", "rng_state",
+           "run_id", "set_rng_state"]
 
 PHASE = "checkpoint"
-#: a role's attributes that are not state (rebuilt by the run's Join); the party's own DP accountant
-#: (``dp_steps_left``) is never rewound by a load
-_NOT_STATE = frozenset({"data", "spec", "dp_steps_left"})
 
 
 class Loop(Protocol):
@@ -87,165 +95,112 @@ class Loop(Protocol):
         ...
 
 
-def rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-
-
-def set_rng_state(s: dict[str, Any]) -> None:
-    torch.set_rng_state(s["torch"])
-    np.random.set_state(s["numpy"])
-    random.setstate(s["python"])
-
-
-#: mode of every checkpoint file (model state, masks, keys: the owner's only)
-FILE_MODE = 0o600
-KEYS_SUFFIX = ".keys.json"
-
-
-def _keys_path(path: Path) -> Path:
-    return path.with_name(path.stem + KEYS_SUFFIX)
-
-
-def _private_dir(folder: Path, *, ours: bool = False) -> Path:
-    """``folder``, made 0700 when this library creates it (or when it is ``ours``, a run's folder)."""
-    if not folder.is_dir():
-        folder.mkdir(parents=True, exist_ok=True)
-        ours = True
-    if ours:
-        os.chmod(folder, 0o700)
-    return folder
-
-
-def _write(path: Path, obj: Any) -> None:
-    """``obj`` as plain data in ``path`` (0600); private keys in ``<tag>.keys.json`` (0600), first."""
-    tree, keys = _state.encode(obj)
-    _private_dir(path.parent, ours=True)
-    if keys:
-        write_bytes_atomic(_keys_path(path), _state.keys_to_json(keys), mode=FILE_MODE)
-    else:
-        _keys_path(path).unlink(missing_ok=True)
-    buf = io.BytesIO()
-    torch.save(tree, buf)
-    write_bytes_atomic(path, buf.getvalue(), mode=FILE_MODE)
-
-
-def _read(path: Path) -> tuple[dict[str, Any], dict[str, PrivateKey]]:
-    """``(tree, private keys)`` of a checkpoint file: ``weights_only=True``, keys from JSON."""
-    try:
-        tree = torch.load(path, weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - a file that is not a plain-data checkpoint
-        raise ConfigError(f"{str(path)!r} is not a verticalfs checkpoint ({type(exc).__name__}); checkpoints of "
-                          "earlier versions cannot be resumed, start the run afresh") from None
-    if not isinstance(tree, dict):
-        raise ConfigError(f"{str(path)!r} is not a verticalfs checkpoint")
-    kp = _keys_path(path)
-    if kp.is_file():
-        keys = _state.keys_from_json(check_private_file(kp, "checkpoint's Paillier key file").read_bytes(),
-                                     repr(str(kp)))
-    else:
-        keys = {}
-    return tree, keys
-
-
-def restore_attrs(obj: Any, saved: dict[str, Any], keys: dict[str, PrivateKey], what: str) -> None:
-    """Put saved attributes back into ``obj`` (modules and optimisers in place)."""
-    for k, s in saved.items():
-        setattr(obj, k, _state.restore_into(getattr(obj, k, None), s, keys, f"{what}.{k}"))
-
-
-def _prune(run_dir: Path, keep: int = 2) -> None:
-    for old in sorted(run_dir.glob("*.pt"), key=lambda p: p.stat().st_mtime)[:-keep]:
-        old.unlink(missing_ok=True)
-        _keys_path(old).unlink(missing_ok=True)
-
-
-def _safe(name: str, what: str) -> str:
-    if not name or any(c in name for c in "/\\") or name in (".", ".."):
-        raise ProtocolError(f"{what} {name!r} is not a plain name")
-    return name
-
-
-# ---------------------------------------------------------------------------------- the party side
-def party_persist(runtime: PartyRuntime, msg: Persist) -> Ack:
-    """A party's answer to :class:`Persist` (``runtime.checkpoint_dir`` is its own folder)."""
-    folder = runtime.checkpoint_dir
-    if folder is None:
-        raise ProtocolError(f"party {runtime.name!r} has no checkpoint folder; start it with one "
-                            "(`checkpoints` in the deployment file, or checkpoint_dir=...)")
-    run_dir = Path(folder) / _safe(str(msg.run), "run id")
-    if msg.action == "clear":  # the run completed: its checkpoints are no longer needed
-        shutil.rmtree(run_dir, ignore_errors=True)
-        return Ack()
-    role = runtime.role
-    if role is None:
-        raise ProtocolError(f"party {runtime.name!r} has no role to checkpoint")
-    path = run_dir / f"{_safe(str(msg.tag), 'checkpoint tag')}.pt"
-    if msg.action == "save":
-        skip = _NOT_STATE | set(role.transient)
-        state = {k: v for k, v in vars(role).items() if k not in skip}
-        _private_dir(Path(folder))
-        _write(path, {"role": state, "kept": np.asarray(runtime.data.kept), "rng": rng_state(),
-                      "method": runtime.method})
-        # keep this checkpoint and the one before (the label holder may not have committed this one)
-        _prune(run_dir)
-        return Ack()
-    if msg.action == "load":
-        if not path.is_file():
-            raise ProtocolError(f"party {runtime.name!r} has no checkpoint {msg.tag!r} of run {msg.run!r} in "
-                                f"{str(run_dir)!r}; resume needs every party's folder as the interrupted run left it")
-        saved, keys = _read(path)
-        if saved.get("method") != runtime.method:
-            raise ProtocolError(f"party {runtime.name!r}: checkpoint {msg.tag!r} is of {saved.get('method')!r}, the "
-                                f"run is {runtime.method!r}")
-        runtime.data.keep(_state.restore_into(None, saved["kept"], keys))
-        restore_attrs(role, saved["role"], keys, f"party {runtime.name!r}")
-        set_rng_state(_state.restore_into(None, saved["rng"], keys))
-        if runtime.policy.own_randomness:  # never replay the noise drawn before (a label holder could rewind
-            from verticalfs.trust import reseed  # the party and cancel its masks): fresh OS entropy
-
-            reseed(role)
-        return Ack()
-    raise ProtocolError(f"unknown checkpoint action {msg.action!r}; use 'save', 'load' or 'clear'")
-
-
 # ---------------------------------------------------------------------------- the label holder's side
 class Checkpointer:
     """The label holder's checkpoints of one run (see the module docstring).
+
+    Every run keeps its checkpoints apart, under a key of its own: ``<run id>-<session>`` (the run's
+    session id at the parties, or a fresh token in-process), a folder of that name in the label
+    holder's ``folder`` (with the run's own ``latest.json``) and in every party's folder. So several
+    runs of one label holder, with the same checkpoint folder, never overwrite or delete each
+    other's checkpoints: :meth:`clear` removes this run's folder only. A running run holds a lock on
+    its folder (``.lock``, released when its process ends), so a resume never takes the folder of
+    a run still going.
 
     Parameters
     ----------
     folder : path
         The label holder's checkpoint folder.
     run_id : str
-        Identifies the run (:func:`run_id`); a resume refuses checkpoints of another.
-    resume : bool
-        Continue from ``latest.json`` in ``folder``.
+        Identifies the run (:func:`run_id`); a resume takes only checkpoints of an equal run.
+    resume : bool or "if-any"
+        Continue from the most recent interrupted run with this ``run_id`` in ``folder`` (its own
+        ``latest.json``); ``"if-any"``: if there is one, else start afresh.
+    session : str, optional
+        The run's session id at the parties (part of its key).
     """
 
-    def __init__(self, folder: str | Path, run_id: str, *, resume: bool = False) -> None:
+    def __init__(self, folder: str | Path, run_id: str, *, resume: bool | str = False,
+                 session: str | None = None) -> None:
+        import secrets
+
         self.folder = Path(folder)
         self.run_id = run_id
         self.segment = -1  # loop segments (SplitTrainer.fit calls) started so far
         self.target: dict[str, Any] | None = None
         self.resumed_from: dict[str, Any] | None = None
+        self._lock_fd: int | None = None
+        self.key = f"{run_id}-{session or secrets.token_hex(6)}"
         if resume:
-            latest = self.folder / "latest.json"
-            if not latest.is_file():
-                raise ConfigError(f"nothing to resume: {str(latest)!r} does not exist (no epoch of a run with this "
-                                  "checkpoint folder completed)")
-            self.target = json.loads(latest.read_text())
-            if self.target.get("run") != run_id:
-                raise ConfigError(f"the checkpoint in {str(self.folder)!r} is of another run (method, parameters, seed, "
-                                  "codec, parties or rows differ); resume with the same options, or start afresh "
-                                  "without --resume")
-            done = int(self.target["epochs"])
-            seg = int(self.target["segment"])
-            where = f" of loop segment {seg + 1}" if seg else ""
-            #: what the resumed run continues from (also in the result's ``info["resumed_from"]``)
-            self.resumed_from = {"epoch": done, "segment": seg, "tag": str(self.target["tag"])}
-            sys.stderr.write(f"resuming from the checkpoint after epoch {done}{where} in {str(self.folder)!r}: "
-                             f"continuing with epoch {done + 1}\n")
-            sys.stderr.flush()
+            found = self._interrupted()
+            if found is None and resume != "if-any":
+                others = sorted(p.parent.name for p in self.folder.glob("*/latest.json"))
+                if others:
+                    raise ConfigError(f"the checkpoints in {str(self.folder)!r} ({', '.join(others)}) are of other runs "
+                                      "(method, parameters, seed, codec, parties or rows differ) or of runs still "
+                                      "going; resume with the same options, or start afresh without --resume")
+                raise ConfigError(f"nothing to resume: no checkpoint in {str(self.folder)!r} (no epoch of a run with "
+                                  "this checkpoint folder completed)")
+            if found is not None:
+                self.key = found.parent.name
+                self.target = json.loads(found.read_text())
+                done = int(self.target["epochs"])
+                seg = int(self.target["segment"])
+                where = f" of loop segment {seg + 1}" if seg else ""
+                #: what the resumed run continues from (also in the result's ``info["resumed_from"]``)
+                self.resumed_from = {"epoch": done, "segment": seg, "tag": str(self.target["tag"])}
+                sys.stderr.write(f"resuming from the checkpoint after epoch {done}{where} in "
+                                 f"{str(found.parent)!r}: continuing with epoch {done + 1}\n")
+                sys.stderr.flush()
+        self._lock()
+
+    @property
+    def run_dir(self) -> Path:
+        """This run's folder (its checkpoints and its ``latest.json``)."""
+        return self.folder / self.key
+
+    def _interrupted(self) -> Path | None:
+        """The ``latest.json`` of the most recent run with this run id whose process ended."""
+        import fcntl
+
+        best: tuple[float, Path] | None = None
+        for latest in self.folder.glob(f"{self.run_id}-*/latest.json"):
+            try:
+                if json.loads(latest.read_text()).get("run") != self.run_id:
+                    continue
+                fd = os.open(latest.parent / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+            except (OSError, ValueError):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a run still going holds it
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            when = latest.stat().st_mtime
+            if best is None or when > best[0]:
+                best = (when, latest)
+        return None if best is None else best[1]
+
+    def _lock(self) -> None:
+        import fcntl
+
+        _private_dir(self.folder)
+        _private_dir(self.run_dir, ours=True)
+        fd = os.open(self.run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise ConfigError(f"the checkpoints in {str(self.run_dir)!r} are in use by a run still going") from None
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        """Let another run (a resume) take this run's folder: the run stopped in this process."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     @property
     def replaying(self) -> bool:
@@ -270,37 +225,38 @@ class Checkpointer:
         at = At(PHASE, loop.position)
         fed = loop.fed
         for p in loop.parties:
-            fed.proxy(p).request(Persist(action="save", run=self.run_id, tag=tag), at, expect=Ack)
+            fed.proxy(p).request(Persist(action="save", run=self.key, tag=tag), at, expect=Ack)
         led = fed.ledger
         blob = {"trainer": loop.checkpoint_state(), "position": loop.position, "ledger": led.snapshot(),
                 "rng": rng_state()}
-        run_dir = self.folder / self.run_id
+        run_dir = self.run_dir
         _private_dir(self.folder)
         _write(run_dir / f"{tag}.pt", blob)
-        write_json_atomic(self.folder / "latest.json", {"run": self.run_id, "segment": self.segment,
-                                                        "epochs": epochs_done, "tag": tag})
+        write_json_atomic(run_dir / "latest.json", {"run": self.run_id, "segment": self.segment,
+                                                    "epochs": epochs_done, "tag": tag})
         _prune(run_dir)
 
     def _restore(self, loop: Loop, tag: str) -> None:
-        path = self.folder / self.run_id / f"{tag}.pt"
+        path = self.run_dir / f"{tag}.pt"
         if not path.is_file():
             raise ConfigError(f"the label holder's checkpoint {str(path)!r} named in latest.json is missing")
         blob, keys = _read(path)
         at = At(PHASE, int(blob.get("position", blob["trainer"].get("epoch", 0))))  # (a split trainer's before 0.7)
         for p in loop.parties:
-            loop.fed.proxy(p).request(Persist(action="load", run=self.run_id, tag=tag), at, expect=Ack)
+            loop.fed.proxy(p).request(Persist(action="load", run=self.key, tag=tag), at, expect=Ack)
         loop.load_checkpoint_state(blob["trainer"], keys)
         loop.fed.ledger.restore(_state.restore_into(None, blob["ledger"], keys))
         set_rng_state(_state.restore_into(None, blob["rng"], keys))
 
     def clear(self, fed: Any = None, parties: Iterable[str] = ()) -> None:
         """The run finished: its checkpoints are no longer needed, at the label holder and (with
-        ``fed``) at every party in ``parties`` (a ``Persist(action="clear")`` each)."""
+        ``fed``) at every party in ``parties`` (a ``Persist(action="clear")`` each); another run's
+        are left as they are."""
         if fed is not None:
             for p in parties:
-                fed.proxy(p).request(Persist(action="clear", run=self.run_id, tag=""), At(PHASE), expect=Ack)
-        shutil.rmtree(self.folder / self.run_id, ignore_errors=True)
-        (self.folder / "latest.json").unlink(missing_ok=True)
+                fed.proxy(p).request(Persist(action="clear", run=self.key, tag=""), At(PHASE), expect=Ack)
+        self.release()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
 def run_id(method: str, params: dict[str, Any], seed: int, codec: str, parties: Iterable[str],

@@ -121,7 +121,10 @@ class ProgressCallback(Callback):
         if self._lines is not None:
             return self._lines
         stream = self._stream or sys.stderr
-        return not (hasattr(stream, "isatty") and stream.isatty())
+        try:
+            return not stream.isatty()
+        except (AttributeError, ValueError):  # a stream without a terminal (or closed)
+            return True
 
     def _line(self, text: str) -> None:
         stream = self._stream or sys.stderr

@@ -200,7 +200,7 @@ class RoundDriver:
 
     def load_checkpoint_state(self, saved: dict[str, Any], keys: dict[str, PrivateKey]) -> None:
         """Put a checkpoint's state back (see :meth:`checkpoint_state`)."""
-        from verticalfs.training.state import restore_into
+        from verticalfs.persist.state import restore_into
 
         if self.protocol is None:
             raise ConfigError(f"{self.method}: no protocol is running")

@@ -47,7 +47,7 @@ import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -56,8 +56,10 @@ import torch.nn.functional as F
 from verticalfs.codecs import get_codec
 from verticalfs.evaluation.metrics import prediction_metrics
 from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.model_files import HolderPart
 from verticalfs.names import LABEL_HOLDER
-from verticalfs.nn.models import MLP, TopModel, init_weights, load_shaped, make_optimizer, seeded
+from verticalfs.nn.models import ACTIVATIONS, MLP, TopModel, init_weights, load_shaped, make_optimizer, seeded
+from verticalfs.params import Checked, Constraints, Interval, Options, Predicate, check_params
 from verticalfs.party import Context, Role, handles
 from verticalfs.training.batches import BatchPlan
 from verticalfs.training.history import NON_METRIC_KEYS, Callback, History, derive_seed
@@ -85,6 +87,17 @@ if TYPE_CHECKING:
     from verticalfs.training.checkpoint import Checkpointer
     from verticalfs.transport.ledger import Ledger
 
+class SplitHolder(HolderPart):
+    """The label holder's part of a saved split model (kind ``"split"``, :meth:`SplitTrainer.export_top`)."""
+
+    parties: list[str]
+    embedding_dims: dict[str, int]
+    top_state: dict[str, Any]
+    top_hidden: list[int]
+    activation: str
+    two_column: bool
+
+
 #: a trainer's attributes that are not checkpoint state (the run rebuilds them)
 _TRAINER_NOT_STATE = frozenset({"fed", "callbacks", "entry_hook", "labels", "y", "loss", "config", "method",
                                 "seed", "parties", "task", "eval_splits", "select", "codec", "checkpoints"})
@@ -94,8 +107,12 @@ SlicedParams = dict[torch.Tensor, tuple[torch.Tensor, Callable[[torch.Tensor], t
 
 
 # ---------------------------------------------------------------------------------- configuration
+#: the optimisers a party or the label holder may use (any case, as :func:`~verticalfs.nn.models.make_optimizer`)
+OPTIMIZER = Predicate(lambda v: isinstance(v, str) and v.lower() in ("adam", "adamw", "sgd"), "adam, adamw or sgd")
+
+
 @dataclass
-class TrainConfig:
+class TrainConfig(Checked):
     """Hyper-parameters of split training (shared by every method built on it).
 
     Parameters
@@ -133,6 +150,20 @@ class TrainConfig:
     top_hidden: tuple[int, ...] = ()
     limit_batches: int | None = None
 
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "epochs": [Interval(int, 0, None)],
+        "batch_size": [Interval(int, 1, None)],
+        "lr": [Interval(float, 0, None, closed="neither")],
+        "optimizer": [OPTIMIZER],
+        "weight_decay": [Interval(float, 0, None)],
+        "hidden": [Interval(int, 1, None)],
+        "embedding_dim": [Interval(int, 1, None)],
+        "activation": [Options(*ACTIVATIONS)],
+        "top_hidden": [Interval(int, 1, None)],
+        "limit_batches": [Interval(int, 1, None), None],
+    }
+
     def __post_init__(self) -> None:
         self.validate()
 
@@ -142,21 +173,8 @@ class TrainConfig:
         return cls(**{f.name: getattr(params, f.name) for f in fields(cls)})
 
     def validate(self) -> None:
-        if not isinstance(self.epochs, int) or self.epochs < 0:
-            raise ConfigError(f"epochs must be a whole number >= 0, got {self.epochs}")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.embedding_dim < 1:
-            raise ConfigError(f"embedding_dim must be >= 1, got {self.embedding_dim}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ConfigError(f"lr must be a finite number > 0, got {self.lr}")
-        if self.weight_decay < 0 or not math.isfinite(self.weight_decay):
-            raise ConfigError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
-        if any(int(h) < 1 for h in self.hidden) or any(int(h) < 1 for h in self.top_hidden):
-            raise ConfigError(f"hidden widths must be >= 1, got hidden={self.hidden}, top_hidden={self.top_hidden}")
-        lb = self.limit_batches
-        if lb is not None and (isinstance(lb, bool) or not isinstance(lb, (int, np.integer)) or lb < 1):
-            raise ConfigError(f"limit_batches must be a whole number >= 1 (or None: every batch), got {lb!r}")
+        """Every field against its type and :attr:`constraints` (:func:`verticalfs.params.check_params`)."""
+        check_params(self)
 
 
 def widths_for_classes(widths: Sequence[int], n_classes: int | None, per_class: float) -> tuple[int, ...]:
@@ -971,7 +989,7 @@ class SplitTrainer:
     #: then predicts the two columns ``[0, logit]``, as every other binary model's output has
     binary: bool = False
 
-    def export_top(self) -> dict[str, Any]:
+    def export_top(self) -> SplitHolder:
         """The label holder's part of a saved split model (kind ``"split"``): the parties' order
         and embedding widths and the top model (a :class:`~verticalfs.nn.models.TopModel`).
 
@@ -1037,7 +1055,7 @@ class SplitTrainer:
         return None if self.best_entry is None else int(self.best_entry["epoch"])
 
 
-def saved_embeddings(holder: dict[str, Any], fed: Any, split: str) -> np.ndarray:
+def saved_embeddings(holder: SplitHolder, fed: Any, split: str) -> np.ndarray:
     """The concatenated embeddings of ``split`` from the parties of a saved split model (phase
     ``eval``), each party's block checked against the width the model was saved with."""
     at = At("eval")
@@ -1054,7 +1072,7 @@ def saved_embeddings(holder: dict[str, Any], fed: Any, split: str) -> np.ndarray
     return np.concatenate(blocks, 1) if len(blocks) > 1 else blocks[0]
 
 
-def saved_split_output(holder: dict[str, Any], H: np.ndarray) -> np.ndarray:
+def saved_split_output(holder: SplitHolder, H: np.ndarray) -> np.ndarray:
     """The output of a saved split model's top model (:meth:`SplitTrainer.export_top`) on ``H``."""
     state = holder["top_state"]
     weights = [k for k in state if k.endswith("weight")]

@@ -42,6 +42,9 @@ class Channel(ABC):
 
     #: :meth:`call_all` and :meth:`post_all` overlap their exchanges
     concurrent: bool = False
+    #: the run's session id at the parties, when the channel carries one (networked runs); a run
+    #: keeps its checkpoints under it (:class:`~verticalfs.training.checkpoint.Checkpointer`)
+    session: str | None = None
 
     @abstractmethod
     def call(self, sender: str, receiver: str, data: bytes, *, batch: bool = False) -> bytes:

@@ -149,7 +149,8 @@ _TYPE_NAMES: dict[str, tuple[type, ...]] = {
 def _allowed_types(annotation: Any, none_default: bool = False) -> tuple[type, ...] | None:
     """The types a decoded field may have, from its annotation (``None``: anything, e.g. ``Any``);
     a field whose default is ``None`` may also be ``None``."""
-    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
+    text = annotation if isinstance(annotation, str) else (
+        annotation.__name__ if isinstance(annotation, type) else repr(annotation))
     out: list[type] = [type(None)] if none_default else []
     for part in text.split("|"):
         name = part.strip().split("[", 1)[0].strip()

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -45,6 +46,7 @@ from torch import nn
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods.base import Method
 from verticalfs.methods.registry import register
+from verticalfs.params import Constraints, Interval, Predicate
 from verticalfs.party import handles
 from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer, TrainConfig, widths_for_classes
 from verticalfs.transport.messages import (
@@ -291,7 +293,7 @@ class CompFSParams(TrainConfig):
     epochs: int = 35
     batch_size: int = 50
     lr: float = 0.003
-    hidden: tuple = (20,)
+    hidden: tuple[int, ...] = (20,)
     n_learners: int = 5
     temp: float = 0.1
     threshold: float = 0.7
@@ -301,6 +303,20 @@ class CompFSParams(TrainConfig):
     beta_decay: float = 0.99
     lr_decay: float = 0.99
     hidden_per_class: float = 2.0  # issue 40: width >= 2 x classes (20 up to 10 classes)
+
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "hidden": [Predicate(lambda v: len(v) == 1 and v[0] >= 1, "one hidden width >= 1: (h_dim,)")],
+        "n_learners": [Interval(int, 1, None)],
+        "temp": [Interval(float, 0, None, closed="neither")],
+        "threshold": [Interval(float, 0, 1, closed="neither")],
+        "top_k": [Interval(int, 0, None)],
+        "beta_s": [Interval(float, 0, None)],
+        "beta_d": [Interval(float, 0, None)],
+        "beta_decay": [Interval(float, 0, 1, closed="right")],
+        "lr_decay": [Interval(float, 0, 1, closed="right")],
+        "hidden_per_class": [Interval(float, 0, None)],
+    }
 
 
 def learner_width(params: CompFSParams, n_classes: int) -> int:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -35,6 +36,7 @@ from verticalfs.evaluation.targets import target_figure
 from verticalfs.methods.baselines.vfl import SMALL_SPLIT, VFL, VFLParams
 from verticalfs.methods.registry import register
 from verticalfs.nn.prox import prox_l21, zero_groups
+from verticalfs.params import Constraints, Interval
 from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer
 from verticalfs.transport.messages import message
 
@@ -106,6 +108,12 @@ class GroupLassoParams(VFLParams):
     lambda_m: float = 0.5
     center: bool = True
     target_accuracy: float | None = None
+
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "lambda_m": [Interval(float, 0, None)],
+        "target_accuracy": [Interval(float, 0, 1), None],
+    }
 
 
 @register

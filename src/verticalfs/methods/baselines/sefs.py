@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -50,6 +51,7 @@ from verticalfs.exceptions import ConfigError
 from verticalfs.methods.base import Method
 from verticalfs.methods.registry import register
 from verticalfs.nn.models import MLP, make_optimizer, seeded, train_scale
+from verticalfs.params import Constraints, Interval
 from verticalfs.party import handles
 from verticalfs.training.batches import BatchPlan
 from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer, TrainConfig
@@ -107,6 +109,11 @@ class SEFSRole(SplitRole):
     """A party of ``sefs``: its encoder, decoders (step 1), selection probabilities (step 2)."""
 
     spec: SEFSSpec
+    #: its selection logits and its training columns' scale and copula factor, once set
+    #: (``make_optimizer`` runs before ``__init__`` sets them; a party without training rows has none)
+    logits: torch.nn.Parameter | None = None
+    mu: torch.Tensor | None = None
+    L: torch.Tensor | None = None
 
     def __init__(self, data, spec: SEFSSpec, ctx) -> None:
         super().__init__(data, spec, ctx)
@@ -126,7 +133,7 @@ class SEFSRole(SplitRole):
 
     def make_optimizer(self, lr: float | None = None):
         s = self.spec  # step 2 trains the encoder's last layer and the selection probabilities
-        params = list(self.model.output_layer.parameters()) + ([self.logits] if hasattr(self, "logits") else [])
+        params = list(self.model.output_layer.parameters()) + ([self.logits] if self.logits is not None else [])
         return make_optimizer(params, s.optimizer, s.lr if lr is None else lr, s.weight_decay)
 
     def pi(self) -> torch.Tensor:
@@ -209,8 +216,8 @@ class SEFSRole(SplitRole):
             warnings.filterwarnings("ignore", "Initializing zero-element tensors")  # every feature went
             self.drop_inputs(keep)
         self.logits = torch.nn.Parameter(self.logits.detach()[torch.from_numpy(keep)].clone())
-        self.L = self.L[torch.from_numpy(keep)][:, torch.from_numpy(keep)] if hasattr(self, "L") else None
-        if hasattr(self, "mu"):
+        self.L = self.L[torch.from_numpy(keep)][:, torch.from_numpy(keep)] if self.L is not None else None
+        if self.mu is not None:
             k = torch.from_numpy(keep)
             self.mu, self.sd, self.xbar = self.mu[k], self.sd[k], self.xbar[k]
         self.optimizer = self.make_optimizer()
@@ -253,11 +260,20 @@ class SEFSParams(TrainConfig):
     ss_steps: int = 5000
     batch_size: int = 32
     lr: float = 1e-3
-    hidden: tuple = (100, 100)
+    hidden: tuple[int, ...] = (100, 100)
     embedding_dim: int = 10
     alpha: float = 10.0
     p_mask: float = 0.5
     lam: float = 1.0
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "steps": [Interval(int, 0, None)],
+        "ss_epochs": [Interval(int, 0, None)],
+        "ss_steps": [Interval(int, 0, None)],
+        "alpha": [Interval(float, 0, None)],
+        "p_mask": [Interval(float, 0, 1, closed="neither")],
+        "lam": [Interval(float, 0, None)],
+    }
 
 
 @register

@@ -59,13 +59,17 @@ class VFL(Method):
     Role = SplitRole
     test_params = SMALL_SPLIT
 
+    def class_scaling(self) -> tuple[float, float]:
+        """``(top_per_class, lr_classes)``: how much the top model's hidden layers widen with the
+        classes and the learning rate falls beyond that many classes
+        (:func:`~verticalfs.training.split.scaled_config`); ``(0, 0)``: as given. The FedSDG-FS
+        baselines, whose parameters carry both, override it."""
+        return 0.0, 0.0
+
     def _config(self, fed=None) -> TrainConfig:
-        """The training config; with ``fed``, a ``top_per_class`` parameter (the FedSDG-FS
-        baselines') widens the top model's hidden layers to the classes and an ``lr_classes``
-        parameter lowers the learning rate with many classes (:func:`~verticalfs.training.split.scaled_config`)."""
+        """The training config; with ``fed``, scaled with the classes by :meth:`class_scaling`."""
         config = TrainConfig.from_params(self.params)
-        per_class = float(getattr(self.params, "top_per_class", 0) or 0)
-        lr_classes = float(getattr(self.params, "lr_classes", 0) or 0)
+        per_class, lr_classes = self.class_scaling()
         if fed is None or not (per_class or lr_classes):
             return config
         return scaled_config(config, class_count(fed), per_class, lr_classes)

@@ -20,6 +20,7 @@ its own model's; no norms cross), and the loss terms are means over the batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ from verticalfs.exceptions import ConfigError
 from verticalfs.methods.baselines.vfl import SMALL_SPLIT, VFL, VFLParams
 from verticalfs.methods.registry import register
 from verticalfs.nn.models import MLP, seeded
+from verticalfs.params import Constraints, Interval
 from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer
 from verticalfs.transport.messages import message
 
@@ -49,6 +51,8 @@ class VFLFSRole(SplitRole):
     """A party of ``vflfs``: encoder (the bottom model) plus decoder until it selects its features."""
 
     spec: VFLFSSpec
+    #: the decoder until the party selects (``make_optimizer`` runs before ``__init__`` sets it)
+    decoder: torch.nn.Module | None = None
 
     def __init__(self, data, spec, ctx) -> None:
         super().__init__(data, spec, ctx)
@@ -65,7 +69,7 @@ class VFLFSRole(SplitRole):
         from verticalfs.nn.models import make_optimizer
 
         s = self.spec
-        params = list(self.model.parameters()) + (list(self.decoder.parameters()) if getattr(self, "decoder", None) else [])
+        params = list(self.model.parameters()) + (list(self.decoder.parameters()) if self.decoder is not None else [])
         return make_optimizer(params, s.optimizer, s.lr if lr is None else lr, s.weight_decay, s.momentum)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
@@ -134,13 +138,23 @@ class VFLFSParams(VFLParams):
     epochs: int = 50
     batch_size: int = 128
     lr: float = 0.03
-    top_hidden: tuple = (16,)
+    top_hidden: tuple[int, ...] = (16,)
     top_per_class: float = 2.0  # issue 40: top width >= 2 x classes (binary data: unchanged)
     lr_classes: float = 3.0  # issue 40: lr x 3 / classes beyond 3 classes (binary data: unchanged)
     lam: float = 1e-3
     alpha: float = 1.0
     ratio: float = 0.5
     select_at: float = 0.5
+
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "top_per_class": [Interval(float, 0, None)],
+        "lr_classes": [Interval(float, 0, None)],
+        "lam": [Interval(float, 0, None)],
+        "alpha": [Interval(float, 0, None)],
+        "ratio": [Interval(float, 0, 1, closed="right")],
+        "select_at": [Interval(float, 0, 1, closed="right")],
+    }
 
 
 @register
@@ -151,6 +165,9 @@ class VFLFS(VFL):
     Params = VFLFSParams
     Role = VFLFSRole
     test_params = SMALL_SPLIT
+
+    def class_scaling(self) -> tuple[float, float]:
+        return float(self.params.top_per_class), float(self.params.lr_classes)
 
     def fit(self, fed) -> VFLFS:
         p = self.params

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from verticalfs.crypto import EncryptedArray, generate_keypair, unpack_slots
+from verticalfs.crypto.backends import BACKENDS, RANDOMNESS
 from verticalfs.crypto.params import check_crypto_params
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.histogram import encrypt_plaintexts, label_codes, package_sizes
@@ -42,6 +44,7 @@ from verticalfs.methods.fate.messages import IVBinSums, IVLabels
 from verticalfs.methods.fate.role import IVRole
 from verticalfs.methods.filter import SELECTION, FilterMethod, FilterParams
 from verticalfs.methods.registry import register
+from verticalfs.params import Constraints, Interval, Options
 
 PACKINGS = ("packed", "pair")
 
@@ -81,6 +84,16 @@ class FateIVParams(FilterParams):
     insecure: bool = False
     backend: str = "auto"
     randomness: str = "full"
+
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "n_bins": [Interval(int, 2, None)],
+        "adjustment_factor": [Interval(float, 0, None, closed="neither")],
+        "packing": [Options(*PACKINGS)],
+        "key_bits": [Interval(int, 1, None)],
+        "backend": [Options("auto", *BACKENDS)],
+        "randomness": [Options(*RANDOMNESS)],
+    }
 
 
 @register

@@ -47,11 +47,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from verticalfs.codecs.integers import pack_uints
 from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, generate_keypair
+from verticalfs.crypto.backends import BACKENDS, RANDOMNESS
 from verticalfs.crypto.params import check_crypto_params
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods.fate.messages import (
@@ -66,6 +68,7 @@ from verticalfs.methods.fate.messages import (
 from verticalfs.methods.fate.role import LassoRole
 from verticalfs.methods.filter import FilterMethod, FilterParams
 from verticalfs.methods.registry import register
+from verticalfs.params import Constraints, Interval, Options, Predicate
 from verticalfs.training.batches import BatchPlan
 from verticalfs.training.history import derive_seed
 from verticalfs.training.rounds import RoundDriver
@@ -114,7 +117,7 @@ class FateLassoParams(FilterParams):
     rounds: int = 8
     batch_size: int = 256
     lr: float = 0.5
-    alpha_range: tuple = (1e-4, 1.0)
+    alpha_range: tuple[float, float] = (1e-4, 1.0)
     fit_intercept: bool = True
     residual_precision: int = 32
     feature_precision: int = 16
@@ -122,6 +125,20 @@ class FateLassoParams(FilterParams):
     insecure: bool = False
     backend: str = "auto"
     randomness: str = "full"
+
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "epochs": [Interval(int, 1, None)],
+        "rounds": [Interval(int, 1, None)],
+        "batch_size": [Interval(int, 1, None)],
+        "lr": [Interval(float, 0, None, closed="neither")],
+        "alpha_range": [Predicate(lambda v: 0 < v[0] < v[1], "two numbers 0 < low < high")],
+        "residual_precision": [Interval(int, 1, None)],
+        "feature_precision": [Interval(int, 0, None)],
+        "key_bits": [Interval(int, 1, None)],
+        "backend": [Options("auto", *BACKENDS)],
+        "randomness": [Options(*RANDOMNESS)],
+    }
 
 
 @register

@@ -6,6 +6,7 @@ The two FATE baselines (``fate-iv``, ``fate-lasso``) live in ``methods/fate``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -13,7 +14,7 @@ from verticalfs.data.partition import COPY_SUFFIX, is_overlap_copy
 from verticalfs.exceptions import ConfigError, DataError
 from verticalfs.methods.feast.messages import FeatureScores, LabelScoresRequest
 from verticalfs.methods.feast.method import (
-    check_binning,
+    DISCRETIZER,
     draw_sample,
     rank_and_pick,
     select_in_rounds,
@@ -22,6 +23,7 @@ from verticalfs.methods.feast.party import SCORES, ZERO, FeastPartyState, discre
 from verticalfs.methods.feast.role import MIRole
 from verticalfs.methods.filter import ColumnsOnlyRole, FilterMethod, FilterParams
 from verticalfs.methods.registry import register
+from verticalfs.params import Constraints, Interval, Options
 from verticalfs.selection.info import column_mutual_info, normalised_cmi
 from verticalfs.training.history import derive_seed
 from verticalfs.transport.messages import At
@@ -74,6 +76,19 @@ class CFeastParams(FilterParams):
     rounds: str = "greedy"
     tail_delete: float = 0.0
     n_hat: int = 0
+
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "bins": [Interval(int, 2, None)],
+        "discretizer": [DISCRETIZER],
+        "m": [Interval(int, 1, None)],
+        "sample_size": [Interval(int, -1, None)],
+        "overlap_ratio": [Interval(float, 0, 1, closed="left")],
+        "score": [Options(*SCORES)],
+        "rounds": [Options("greedy", "parties")],
+        "tail_delete": [Interval(float, 0, 100, closed="left")],
+        "n_hat": [Interval(int, 0, None)],
+    }
 
 
 #: the two readings of CFEAST (feast.md section 5.1), values of ``CFeastParams.rounds``
@@ -131,7 +146,6 @@ class CFeast(FilterMethod):
 
     def select(self, fed) -> list[tuple[str, int]]:
         p = self.params
-        check_binning(self.name, p)
         if p.rounds not in CFEAST_ROUNDS:
             raise ConfigError(f"{self.name}: unknown rounds {p.rounds!r}; use 'greedy' (one feature per step) "
                               "or 'parties' (FEAST's rounds over the parties, feast.md section 4.4)")
@@ -245,6 +259,13 @@ class MIParams(FilterParams):
     supervised_bins: bool = False
     sample_size: int = -1
 
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "bins": [Interval(int, 2, None)],
+        "discretizer": [DISCRETIZER],
+        "sample_size": [Interval(int, -1, None)],
+    }
+
 
 @register
 class MutualInfo(FilterMethod):
@@ -265,7 +286,6 @@ class MutualInfo(FilterMethod):
 
     def select(self, fed) -> list[tuple[str, int]]:
         p = self.params
-        check_binning(self.name, p)
         sent_rows, rows, labels = draw_sample(self, fed, 3)
         self.info_["sample_size"] = int(len(rows))
         reports = {}

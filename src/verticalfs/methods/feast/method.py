@@ -44,6 +44,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -60,10 +61,23 @@ from verticalfs.methods.feast.role import FeastRole
 from verticalfs.methods.feast.statvar import smallest_uint
 from verticalfs.methods.filter import FilterMethod, FilterParams
 from verticalfs.methods.registry import register
+from verticalfs.params import Constraints, Interval, Options, Predicate
 from verticalfs.selection.discretize import canonical_discretizer
 from verticalfs.selection.sampling import resolve_sample_size, stratified_sample
 from verticalfs.training.history import derive_seed
 from verticalfs.transport.messages import At
+
+
+def _known_discretizer(name: str) -> bool:
+    try:
+        canonical_discretizer(name)
+    except ConfigError:
+        return False
+    return True
+
+
+#: a discretiser's name (or an alias of one)
+DISCRETIZER = Predicate(_known_discretizer, "equal-frequency, equal-width, mdlp or chimerge")
 
 
 @dataclass
@@ -115,22 +129,17 @@ class FeastParams(FilterParams):
     n_hat: int = 0
     score: str = "su"
 
-
-def check_binning(name: str, p) -> None:
-    """Validate the parameters shared by the FEAST family."""
-    if int(p.bins) < 2:
-        raise ConfigError(f"{name}: bins (B) must be at least 2, got {p.bins}")
-    canonical_discretizer(p.discretizer)
-    if hasattr(p, "m") and int(p.m) < 1:
-        raise ConfigError(f"{name}: merge parameter m must be at least 1, got {p.m}")
-    if hasattr(p, "tail_delete") and not 0.0 <= float(p.tail_delete) < 100.0:
-        raise ConfigError(f"{name}: tail_delete is a percentage in [0, 100), got {p.tail_delete}")
-    if hasattr(p, "overlap_ratio") and not 0.0 <= float(p.overlap_ratio) < 1.0:
-        raise ConfigError(f"{name}: overlap_ratio must be in [0, 1), got {p.overlap_ratio}")
-    if hasattr(p, "n_hat") and int(p.n_hat) < 0:
-        raise ConfigError(f"{name}: n_hat must be 0 (the paper's N-hat) or positive, got {p.n_hat}")
-    if hasattr(p, "score") and p.score not in SCORES:
-        raise ConfigError(f"{name}: unknown score {p.score!r}; use one of {SCORES}")
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "bins": [Interval(int, 2, None)],
+        "discretizer": [DISCRETIZER],
+        "m": [Interval(int, 1, None)],
+        "sample_size": [Interval(int, -1, None)],
+        "tail_delete": [Interval(float, 0, 100, closed="left")],
+        "overlap_ratio": [Interval(float, 0, 1, closed="left")],
+        "n_hat": [Interval(int, 0, None)],
+        "score": [Options(*SCORES)],
+    }
 
 
 def draw_sample(method, fed, m: int) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
@@ -259,8 +268,7 @@ class Feast(FilterMethod):
     disclosures = {"columns_to_label_holder": ("Columns",), "labels_to_parties": ("FeastSetup",)}
 
     def select(self, fed) -> list[tuple[str, int]]:
-        p = self.params
-        check_binning(self.name, p)
+        p = self.params  # (its bins, discretizer, m, ... are checked when it is built: FeastParams.constraints)
         names = list(fed.party_names)
         sent_rows, rows, labels = draw_sample(self, fed, int(p.m))
         self.info_["sample_size"] = int(len(rows))

@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -55,6 +56,7 @@ from verticalfs.methods.fedsdg_fs.role import MAX_BINS, GiniParty
 from verticalfs.methods.filter import SELECTION, FilterMethod, FilterParams, FilterRole
 from verticalfs.methods.labels_proof import LabelChecks
 from verticalfs.methods.registry import register
+from verticalfs.params import Constraints, Interval
 from verticalfs.party import Context, handles
 from verticalfs.selection.blocks import row_blocks
 from verticalfs.transport.messages import message
@@ -91,9 +93,14 @@ class AllFeaturesParams(VFLParams):
 
     batch_size: int = 128
     lr: float = 0.03
-    top_hidden: tuple = (16,)
+    top_hidden: tuple[int, ...] = (16,)
     top_per_class: float = 2.0  # issue 40: top width >= 2 x classes (binary data: unchanged)
     lr_classes: float = 3.0  # issue 40: lr x 3 / classes beyond 3 classes (binary data: unchanged)
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "top_per_class": [Interval(float, 0, None)],
+        "lr_classes": [Interval(float, 0, None)],
+    }
 
 
 @register
@@ -103,6 +110,9 @@ class AllFeatures(VFL):
     paper = "fedsdg-fs.md section V-C (allFeatures)"
     Params = AllFeaturesParams
     test_params = SMALL_SPLIT
+
+    def class_scaling(self) -> tuple[float, float]:
+        return float(self.params.top_per_class), float(self.params.lr_classes)
 
 
 # ---------------------------------------------------------------------------- the filters
@@ -121,6 +131,12 @@ class HalfFilterParams(FilterParams, SecureScoreParams):
 
     n_select: int = 0
     ratio: float = 0.5
+
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "n_select": [Interval(int, 0, None)],
+        "ratio": [Interval(float, 0, 1, closed="right")],
+    }
 
 
 class _HalfFilter(FilterMethod):
@@ -172,6 +188,10 @@ class MSGiniParams(HalfFilterParams):
     """
 
     n_bins: int = 10
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "n_bins": [Interval(int, 2, MAX_BINS)],
+    }
 
 
 class MSGiniRole(GiniParty, FilterRole):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -60,12 +61,14 @@ from verticalfs.methods.fedsdg_fs.messages import (
 from verticalfs.methods.fedsdg_fs.role import MAX_BINS, FedSDGRole, GateRole
 from verticalfs.methods.fedsdg_fs.secure import (
     HIDING_FLOOR,
+    SecureScoreParams,
     ServerCrypto,
     UnpackedServerCrypto,
     check_layout,
 )
 from verticalfs.methods.registry import register
 from verticalfs.nn.models import make_optimizer
+from verticalfs.params import Constraints, Interval, Options
 from verticalfs.training.split import SplitTrainer, TrainConfig, lr_for_classes, scaled_config
 from verticalfs.transport.messages import At, EmbedRequest, Gradients, coded
 
@@ -77,7 +80,7 @@ def ask_gini(fed, parties, p, at: At = PRETRAIN) -> tuple[dict[str, np.ndarray],
     Gini scores (``p.secure``: under Paillier, else in the clear with the labels sent to the
     parties), and figures of the run (key, seconds). ``p`` has the fields of :class:`FedSDGParams`
     ``secure, n_bins, key_bits, insecure, backend, randomness, mask_bits``."""
-    y, c = G.class_codes(fed.labels.y["train"], fed.task, fed.labels.n_classes, int(getattr(p, "target_bins", 2)))
+    y, c = G.class_codes(fed.labels.y["train"], fed.task, fed.labels.n_classes, int(p.target_bins))
     if c < 2:
         raise ConfigError("the Gini scores need two classes or more in the training labels")
     names = fed.feature_names()
@@ -149,44 +152,6 @@ def _check_scores(party: str, scores, d: int) -> np.ndarray:
         raise ProtocolError(f"party {party!r}: expected {d} finite Gini scores in [0, 1], got shape {s.shape}")
     return s
 
-
-
-@dataclass
-class SecureScoreParams:
-    """The encrypted feature scores' parameters (Algorithm 1's Gini scores, SFFS's F statistic).
-
-    Parameters
-    ----------
-    secure : bool
-        Compute the scores under Paillier (default); False sends the training labels to the parties
-        in the clear and gives the same scores (for comparison and fast benchmarks; declared as a
-        disclosure).
-    key_bits : int
-        Paillier modulus length (2048).
-    insecure : bool
-        Allow ``key_bits < 2048`` (tests only).
-    backend : str
-        Paillier back end (``auto``, ``python``, ``phe``, ``pypaillier``, ``heu``).
-    randomness : str
-        Paillier randomness, ``full`` or ``short`` (see :mod:`verticalfs.crypto.backends`).
-    mask_bits : int
-        Bits of the random masks of the squaring step (64): uniform in ``[0, 2**mask_bits)``. They
-        hide the class counts, at most the ``N`` training rows, by ``mask_bits - bits(N)`` bits,
-        which must be at least 40 (checked before any work: 64 bits serve up to 2**24 rows). SFFS
-        widens its masks by ``bits(N) + 40`` for its fixed-point class sums, and each party checks
-        the 40 bits against its own columns.
-    target_bins : int
-        A regression target is cut into this many equal-frequency classes (2; fedsdg-fs.md Table I
-        lists the regression set FRIEDMAN with 2 classes).
-    """
-
-    secure: bool = True
-    key_bits: int = 2048
-    insecure: bool = False
-    backend: str = "auto"
-    randomness: str = "full"
-    mask_bits: int = 64
-    target_bins: int = 2
 
 
 def check_secure_scores(name: str, p, n_rows: int | None = None) -> None:
@@ -272,7 +237,7 @@ class OriginalGateParams(VFLParams):
     epochs: int = 50
     batch_size: int = 128
     lr: float = 0.03
-    top_hidden: tuple = (16,)
+    top_hidden: tuple[int, ...] = (16,)
     top_per_class: float = 2.0  # issue 40: top width >= 2 x classes (binary data: unchanged)
     lr_classes: float = 3.0  # issue 40: lr x 3 / classes beyond 3 classes (binary data: unchanged)
     lam: float = 0.1
@@ -283,6 +248,19 @@ class OriginalGateParams(VFLParams):
     lam_classes: float = 3.0  # issue 40: lam x 3 / classes beyond 3 classes (binary data: unchanged)
     prune: bool = True
     prune_steps: int = 20
+
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "top_per_class": [Interval(float, 0, None)],
+        "lr_classes": [Interval(float, 0, None)],
+        "lam": [Interval(float, 0, None)],
+        "sigma": [Interval(float, 0, None, closed="neither")],
+        "mu_init": [Interval(float, None, None)],
+        "penalty": [Options("mean", "sum")],
+        "gate_lr": [Interval(float, 0, None)],
+        "lam_classes": [Interval(float, 0, None)],
+        "prune_steps": [Interval(int, 1, None)],
+    }
 
 
 @dataclass
@@ -339,6 +317,17 @@ class FedSDGParams(OriginalGateParams, SecureScoreParams):
     noise_scale: float = 0.5
     value_bits: int = 16
     packed: bool = True
+
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "n_bins": [Interval(int, 2, MAX_BINS)],
+        "init_scale": [Interval(float, 0, None, closed="neither")],
+        "omega_init": [Interval(float, None, None)],
+        "omega_init_classes": [Interval(float, 0, None)],
+        "precision": [Interval(int, 4, 24)],
+        "noise_scale": [Interval(float, 0, None)],
+        "value_bits": [Interval(int, 1, 48)],
+    }
 
 
 class _TwoOptimizers:
@@ -523,7 +512,7 @@ class OriginalGate(Method):
         gate_lr = float(p.gate_lr) or float(p.lr)
         g["gate_lr"] = 0.0 if gate_lr == float(config.lr) else gate_lr
         g["lam"] = lr_for_classes(float(p.lam), n_classes, float(p.lam_classes))
-        many = float(getattr(p, "omega_init_classes", 0.0) or 0.0)
+        many = float(p.omega_init_classes or 0.0) if isinstance(p, FedSDGParams) else 0.0  # (embedding gates)
         if "omega_init" in g and many and n_classes and float(p.lam_classes) > 0 and n_classes > p.lam_classes:
             g["omega_init"] = many
         return g
@@ -549,7 +538,8 @@ class OriginalGate(Method):
         """``info_["mask_hiding_bits"]``: the least hiding bits of any additive mask of the run
         (None: no mask), and per protocol step (``gini``, ``forward``, ``weight_gradient``)."""
         by_step = dict(self.info_.get("mask_hiding_bits_by_step") or {})
-        for srv in getattr(trainer, "server", {}).values():
+        servers = trainer.server if isinstance(trainer, SecureFedSDGTrainer) else {}  # (the plaintext trainer masks nothing)
+        for srv in servers.values():
             for step, h in srv.hiding_by_step.items():
                 by_step[step] = min(h, by_step.get(step, h))
         self.info_["mask_hiding_bits_by_step"] = by_step

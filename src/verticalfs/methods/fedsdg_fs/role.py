@@ -38,7 +38,7 @@ from verticalfs.methods.fedsdg_fs.messages import (
     SecureEmbeddings,
     SquaredCounts,
 )
-from verticalfs.methods.fedsdg_fs.secure import ClientCrypto, UnpackedClientCrypto, row_blocks
+from verticalfs.methods.fedsdg_fs.secure import ClientCrypto, SecureScoreParams, UnpackedClientCrypto, row_blocks
 from verticalfs.methods.labels_proof import LabelChecks
 from verticalfs.nn.models import make_optimizer
 from verticalfs.party import Context, handles, refusal
@@ -182,11 +182,16 @@ class FedSDGRole(GiniParty, SplitRole):
 
     @classmethod
     def policy_rules(cls, spec) -> tuple[str, ...]:
-        return () if bool(getattr(spec, "secure", False)) else ("require_secure",)
+        # a spec of another kind (from a label holder that chooses every field) is no secure mode; the
+        # method's own parameters (the label holder's side: the generated page of methods/deployable.py)
+        # say what it would send
+        secure = isinstance(spec, (FedSDGSpec, SecureScoreParams)) and bool(spec.secure)
+        return () if secure else ("require_secure",)
 
     @classmethod
     def key_bits(cls, spec) -> int | None:
-        return int(spec.key_bits) if bool(getattr(spec, "secure", False)) else None
+        secure = isinstance(spec, (FedSDGSpec, SecureScoreParams)) and bool(spec.secure)
+        return int(spec.key_bits) if secure else None
 
     # ------------------------------------------------------------------ model
     def build_model(self, d_in: int) -> torch.nn.Module:
@@ -201,7 +206,7 @@ class FedSDGRole(GiniParty, SplitRole):
         """The party's optimizer: the gates' means (``mu``, ``omega``) at ``spec.gate_lr`` (0: the
         models' rate), every other parameter at ``spec.lr``."""
         s = self.spec
-        gate_lr = float(getattr(s, "gate_lr", 0.0) or 0.0)
+        gate_lr = float(s.gate_lr or 0.0)
         if not gate_lr or lr is not None:
             return super().make_optimizer(lr)
         gates = [p for p in (self.model.mu, self.model.omega) if p is not None]

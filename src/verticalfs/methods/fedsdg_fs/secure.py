@@ -73,6 +73,9 @@ Interpretations (documented here, fedsdg-fs.md sections IV-D and V-A):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 
 from verticalfs.crypto import (
@@ -83,7 +86,9 @@ from verticalfs.crypto import (
     generate_keypair,
     packed_combination,
 )
+from verticalfs.crypto.backends import BACKENDS, RANDOMNESS
 from verticalfs.exceptions import CryptoError, ProtocolError
+from verticalfs.params import Checked, Constraints, Interval, Options
 
 #: default bits of the largest real magnitude of a masked value (FedSDGParams.value_bits)
 VALUE_BITS = 16
@@ -529,3 +534,51 @@ class UnpackedServerCrypto(ServerCrypto):
         E = EncryptedArray.from_bytes(self.pub, eps, (1, k, eo))
         dE = (E * D[:, :, None]).sum(axis=1)  # (n, e_open): n k e exponentiations
         return ((-dE) + (D @ Wm).astype(object)).rerandomize().to_bytes()
+
+
+# ------------------------------------------------------------------------- the methods' parameters
+@dataclass
+class SecureScoreParams(Checked):
+    """The encrypted feature scores' parameters (Algorithm 1's Gini scores, SFFS's F statistic).
+
+    Parameters
+    ----------
+    secure : bool
+        Compute the scores under Paillier (default); False sends the training labels to the parties
+        in the clear and gives the same scores (for comparison and fast benchmarks; declared as a
+        disclosure).
+    key_bits : int
+        Paillier modulus length (2048).
+    insecure : bool
+        Allow ``key_bits < 2048`` (tests only).
+    backend : str
+        Paillier back end (``auto``, ``python``, ``phe``, ``pypaillier``, ``heu``).
+    randomness : str
+        Paillier randomness, ``full`` or ``short`` (see :mod:`verticalfs.crypto.backends`).
+    mask_bits : int
+        Bits of the random masks of the squaring step (64): uniform in ``[0, 2**mask_bits)``. They
+        hide the class counts, at most the ``N`` training rows, by ``mask_bits - bits(N)`` bits,
+        which must be at least 40 (checked before any work: 64 bits serve up to 2**24 rows). SFFS
+        widens its masks by ``bits(N) + 40`` for its fixed-point class sums, and each party checks
+        the 40 bits against its own columns.
+    target_bins : int
+        A regression target is cut into this many equal-frequency classes (2; fedsdg-fs.md Table I
+        lists the regression set FRIEDMAN with 2 classes).
+    """
+
+    secure: bool = True
+    key_bits: int = 2048
+    insecure: bool = False
+    backend: str = "auto"
+    randomness: str = "full"
+    mask_bits: int = 64
+    target_bins: int = 2
+
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "key_bits": [Interval(int, 1, None)],
+        "backend": [Options("auto", *BACKENDS)],
+        "randomness": [Options(*RANDOMNESS)],
+        "mask_bits": [Interval(int, 16, 256)],
+        "target_bins": [Interval(int, 2, None)],
+    }

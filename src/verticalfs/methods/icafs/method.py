@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -61,6 +62,7 @@ from verticalfs.methods.icafs.stage1 import Stage1Cache
 from verticalfs.methods.icafs.synthesis import HolderSynthesis, _block
 from verticalfs.methods.registry import register
 from verticalfs.nn.models import TopModel, load_shaped
+from verticalfs.params import Constraints, Interval, Options
 from verticalfs.training.batches import BatchPlan
 from verticalfs.training.history import derive_seed
 from verticalfs.training.split import SplitTrainer, TrainConfig, saved_embeddings
@@ -148,7 +150,7 @@ class ICAFSParams(TrainConfig):
     epochs: int = 100
     batch_size: int = 64
     lr: float = 0.003
-    hidden: tuple = (64, 64)
+    hidden: tuple[int, ...] = (64, 64)
     embedding_dim: int = 8
     n_selectors: int = 5
     beta: float = 1.2
@@ -170,6 +172,31 @@ class ICAFSParams(TrainConfig):
     dp_epsilon: float = 0.0
     dp_delta: float = 1e-5
     dp_clip: float = 1.0
+
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "embedding_dim": [Interval(int, 1, None)],
+        "n_selectors": [Interval(int, 1, None)],
+        "beta": [Interval(float, 0, None)],
+        "gamma": [Interval(float, 1, None)],
+        "variant": [Options(*VARIANTS)],
+        "select_ratio": [Interval(float, 0, 1, closed="right")],
+        "refit_epochs": [Interval(int, 0, None)],
+        "synth_steps": [Interval(int, 0, None)],
+        "synth_batch": [Interval(int, 1, None)],
+        "n_synthetic": [Interval(int, 0, None)],
+        "code_dim": [Interval(int, 1, None)],
+        "feature_dim": [Interval(int, 1, None)],
+        "channels": [Interval(int, 1, None)],
+        "arch": [Options("conv", "conv-full", "mlp")],
+        "gan_lr": [Interval(float, 0, None, closed="neither")],
+        "max_modes": [Interval(int, 1, None)],
+        "critic_norm": [Options("layernorm", "spectral")],
+        "aux_weight": [Interval(float, 0, None)],
+        "dp_epsilon": [Interval(float, 0, None)],
+        "dp_delta": [Interval(float, 0, 1, closed="neither")],
+        "dp_clip": [Interval(float, 0, None, closed="neither")],
+    }
 
 
 class PlainTop(nn.Module):

@@ -9,6 +9,7 @@ holder never sees a real row, a synthetic block, or a weight of these.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,6 +57,8 @@ class ICAFSRole(SplitRole):
     party_seeds = ("seed", "synth_seed")  # its encoder and its synthesis networks
     party_seed_bits = {"synth_seed": 32}  # (its synthesis seeds numpy and scikit-learn: 32 bits)
     dp_capable = True  # DP-SGD on its encoder's real-row steps (a policy's max_epsilon admits it)
+    #: its DP-SGD module (made at the first real-row step with ``dp_epsilon > 0``)
+    dp_module: Any = None
 
     def __init__(self, data, spec: ICAFSSpec, ctx: Context) -> None:
         super().__init__(data, spec, ctx)
@@ -67,11 +70,12 @@ class ICAFSRole(SplitRole):
         self.dp_optimizer = None
         #: noisy steps the party's own accountant allows (its policy's max_epsilon; None: no limit)
         self.dp_steps_left: int | None = None
+        self._max_eps: float | None = None  # the party's max_epsilon, for its refusal
         if float(spec.dp_noise) > 0:
             # the real rows' batches: Poisson samples, as the accountant assumes (dp.PoissonPlan)
             self.plan = dp.PoissonPlan(self.plan.n, int(spec.batch_size), int(spec.shuffle_seed))
             self._make_private()
-            policy = getattr(ctx, "policy", None)
+            policy = ctx.policy
             if policy is not None:
                 self._max_eps = policy.max_epsilon
                 self.dp_steps_left = dp_steps_allowed(policy, self.name, float(spec.dp_noise), self.plan.rate,
@@ -91,7 +95,7 @@ class ICAFSRole(SplitRole):
         except ImportError as exc:  # pragma: no cover - opacus is in the dev extra
             raise ProtocolError(f"party {self.name!r}: DP-SGD needs Opacus: pip install 'verticalfs[dp]'") from exc
         s = self.spec
-        old = getattr(self, "dp_module", None)
+        old = self.dp_module
         if old is not None:
             old._close()
         self.dp_module = GradSampleModule(self.model, loss_reduction="mean")
@@ -113,7 +117,7 @@ class ICAFSRole(SplitRole):
             if self.dp_steps_left is not None:  # the party's own accountant (max_epsilon), not the label holder's
                 if self.dp_steps_left <= 0:
                     self.dp_optimizer.zero_grad(set_to_none=True)
-                    raise refusal(self.name, "max_epsilon", getattr(self, "_max_eps", "its value"),
+                    raise refusal(self.name, "max_epsilon", "its value" if self._max_eps is None else self._max_eps,
                                   "take another noisy step: its accountant's epsilon would exceed the policy",
                                   "end the training, or raise it")
                 self.dp_steps_left -= 1

@@ -74,7 +74,7 @@ class Stage1Cache:
     @staticmethod
     def check(fed) -> None:
         """The cache needs an in-process federation (it moves each party's block between runs)."""
-        if not getattr(fed, "is_local", False):
+        if not fed.is_local:
             raise ConfigError("icafs: stage1_cache works with in-process federations only (Federation.in_process); "
                               "in a deployment each party keeps its own synthetic block: leave stage1_cache out")
 

@@ -7,7 +7,7 @@ fast.
 
 from __future__ import annotations
 
-from verticalfs.methods.registry import command
+from verticalfs.method_registry import command
 
 
 def _floats(s: str) -> list:
@@ -39,16 +39,14 @@ def register_cli(app) -> None:
         from rich.table import Table
 
         from verticalfs.exceptions import ConfigError
-        from verticalfs.options import check_epochs, check_out
+        from verticalfs.options import check_epochs, check_out, fail
         from verticalfs.tuning import grid_search, select_best, summarise
 
         try:  # before the first of many runs, not after the last
             check_out(out)
             check_epochs(epochs)
         except ConfigError as exc:
-            from verticalfs.cli import _fail
-
-            _fail(exc)
+            fail(exc)
         con = Console()
         ls = _floats(lambdas_s) if method == "less-vfl" else [None]
         pe = [None if v is None else int(v) for v in _floats(pretrain_epochs)] if method != "group-lasso" else [None]

@@ -49,6 +49,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -74,6 +75,7 @@ from verticalfs.methods.less_vfl.role import (
     largest_passing,
 )
 from verticalfs.methods.registry import register
+from verticalfs.params import Constraints, Interval, Options
 from verticalfs.training.history import derive_seed
 from verticalfs.training.split import SplitTrainer, TrainConfig
 from verticalfs.transport.messages import At, Embeddings, EmbedRequest
@@ -198,7 +200,7 @@ class LocalLassoParams(TrainConfig):
     pretrain_epochs: int = DEFAULT_PRETRAIN
     pretrain_min_steps: int = DEFAULT_PRETRAIN_MIN_STEPS
     lambda_m: float | None = None
-    lambdas_m: tuple = ()
+    lambdas_m: tuple[float, ...] = ()
     choose_m: str = "val"
     tol_val: float = 0.02
     refit: str = "pretrained"
@@ -214,6 +216,27 @@ class LocalLassoParams(TrainConfig):
     select_patience: int = 0
     select_rtol: float = 1e-2
     target_accuracy: float | None = None
+
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "pretrain_epochs": [Interval(int, 0, None)],
+        "pretrain_min_steps": [Interval(int, 0, None)],
+        "lambda_m": [Interval(float, 0, None), None],
+        "lambdas_m": [Interval(float, 0, None)],
+        "choose_m": [Options("val", "proxy")],
+        "tol_val": [Interval(float, 0, 1)],
+        "refit": [Options("pretrained", "lasso")],
+        "solver": [Options("pgd", "psgd")],
+        "max_iter": [Interval(int, 1, None)],
+        "max_rows": [Interval(int, 0, None)],
+        "tol_m": [Interval(float, 0, None)],
+        "lr_m": [Interval(float, 0, None, closed="neither")],
+        "select_epochs_m": [Interval(int, 0, None)],
+        "select_batch_size": [Interval(int, 0, None)],
+        "select_patience": [Interval(int, 0, None)],
+        "select_rtol": [Interval(float, 0, None)],
+        "target_accuracy": [Interval(float, 0, 1), None],
+    }
 
 
 @dataclass
@@ -238,10 +261,19 @@ class LessVFLParams(LocalLassoParams):
     """
 
     lambda_s: float = DEFAULT_LAMBDA_S
-    lambdas_s: tuple = ()
+    lambdas_s: tuple[float, ...] = ()
     tol_s: float = 0.01
     lr_s: float = DEFAULT_LR_S
     select_epochs_s: int = 150
+
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "lambda_s": [Interval(float, 0, None)],
+        "lambdas_s": [Interval(float, 0, None)],
+        "tol_s": [Interval(float, 0, None)],
+        "lr_s": [Interval(float, 0, None, closed="neither")],
+        "select_epochs_s": [Interval(int, 0, None)],
+    }
 
 
 def _task_losses(task: str, y: torch.Tensor):
@@ -397,24 +429,8 @@ class _StagedLasso(Method):
                               f"{p.pretrain_epochs} and {p.epochs}")
         if p.pretrain_epochs == 0:
             raise ConfigError(f"{self.name}: stage 1 needs at least one pre-training epoch (pretrain_epochs >= 1)")
-        for name in ("lr_m", "lr_s"):
-            if getattr(p, name, 1.0) <= 0:
-                raise ConfigError(f"{self.name}: {name} must be > 0")
-        lams = list(p.lambdas_m) + [p.lambda_m or 0.0] + list(getattr(p, "lambdas_s", ())) + [getattr(p, "lambda_s", 0.0)]
-        if p.solver not in ("pgd", "psgd"):
-            raise ConfigError(f"{self.name}: solver must be 'pgd' (full-batch proximal gradient to a plateau) or "
-                              f"'psgd' (Algorithm 1's mini-batch P-SGD for fixed epochs), got {p.solver!r}")
-        if p.choose_m not in ("val", "proxy"):
-            raise ConfigError(f"{self.name}: choose_m must be 'val' (label holder, validation accuracy) or "
-                              f"'proxy' (each party, proxy error), got {p.choose_m!r}")
-        if p.refit not in ("pretrained", "lasso"):
-            raise ConfigError(f"{self.name}: refit must be 'pretrained' (relaxed lasso) or 'lasso', got {p.refit!r}")
-        if not 0 <= float(p.tol_val) <= 1:
-            raise ConfigError(f"{self.name}: tol_val must be in [0, 1], got {p.tol_val}")
-        if int(p.max_iter) < 1 or int(p.max_rows) < 0 or int(p.pretrain_min_steps) < 0:
-            raise ConfigError(f"{self.name}: need max_iter >= 1, max_rows >= 0 and pretrain_min_steps >= 0")
-        if any(float(v) < 0 for v in lams):
-            raise ConfigError(f"{self.name}: lambdas must be >= 0")
+        # (solver, choose_m, refit, tol_val, the lambdas, lr_m / lr_s, max_iter, ...: the params'
+        # constraints, checked when they were built)
 
     def fit(self, fed):
         self._validate()

@@ -105,7 +105,7 @@ class KhanRole(Role):
 
     @handles(ReduceRequest)
     def on_reduce(self, msg: ReduceRequest, ctx: Context) -> ReducedFeatures:
-        policy = getattr(ctx, "policy", None)
+        policy = ctx.policy
         if policy is not None:  # as a bottom model's embedding (issue 50): no more components than the floor
             from verticalfs.party import refusal
             from verticalfs.trust import max_embedding

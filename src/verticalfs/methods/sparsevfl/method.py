@@ -28,13 +28,15 @@ asking for another with ``--codec`` is an error (``codec_policy = "fixed"``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from verticalfs.exceptions import ConfigError
 from verticalfs.methods.base import Method
 from verticalfs.methods.registry import register
 from verticalfs.methods.sparsevfl.khan import KhanRole, ReducedTrainer
 from verticalfs.methods.sparsevfl.role import ORDERS, CodedRole
 from verticalfs.methods.sparsevfl.trainer import NORMS, CodedVFLTrainer, wall_time_info
+from verticalfs.params import Checked, Constraints, Interval, Options
+from verticalfs.training.split import OPTIMIZER
 
 #: last activations of the client model (ReLU for SparseVFL, section 4.1; SeLU/eLU in Table 2)
 LAST_ACTIVATIONS = ("relu", "selu", "elu", "none")
@@ -49,7 +51,7 @@ PAPER = "sparsevfl.md (Inoue et al., KDD FL4Data-Mining 2023)"
 
 
 @dataclass
-class TopParams:
+class TopParams(Checked):
     """Training of the active party's top model (shared by every method of this folder).
 
     Parameters
@@ -91,19 +93,17 @@ class TopParams:
     top_per_class: float = 2.0  # issue 40: the top width >= 2 x classes (binary data: the paper's 12)
     class_weight: bool = True
 
-    def __post_init__(self) -> None:
-        if self.epochs < 0:
-            raise ConfigError(f"epochs must be >= 0, got {self.epochs}")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.lr <= 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
-        if self.embedding_dim < 1:
-            raise ConfigError(f"embedding_dim must be >= 1, got {self.embedding_dim}")
-        if self.top_hidden < 0:
-            raise ConfigError(f"top_hidden must be >= 0 (0 = linear top model), got {self.top_hidden}")
-        if not self.top_per_class >= 0:
-            raise ConfigError(f"top_per_class must be >= 0 (0 = top_hidden as given), got {self.top_per_class}")
+    #: the values each field may take (:mod:`verticalfs.params`)
+    constraints: ClassVar[Constraints] = {
+        "epochs": [Interval(int, 0, None)],
+        "batch_size": [Interval(int, 1, None)],
+        "lr": [Interval(float, 0, None, closed="neither")],
+        "optimizer": [OPTIMIZER],
+        "weight_decay": [Interval(float, 0, None)],
+        "embedding_dim": [Interval(int, 1, None)],
+        "top_hidden": [Interval(int, 0, None)],
+        "top_per_class": [Interval(float, 0, None)],
+    }
 
 
 @dataclass
@@ -122,16 +122,14 @@ class CodedVFLParams(TopParams):
         ablation) or ``none``.
     """
 
-    hidden: tuple = ()
+    hidden: tuple[int, ...] = ()
     bias: bool = False
     last_activation: str = "relu"
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.last_activation not in LAST_ACTIVATIONS:
-            raise ConfigError(f"last_activation must be one of {LAST_ACTIVATIONS}, got {self.last_activation!r}")
-        if any(int(h) < 1 for h in self.hidden):
-            raise ConfigError(f"hidden widths must be >= 1, got {self.hidden}")
+    constraints: ClassVar[Constraints] = {
+        "hidden": [Interval(int, 1, None)],
+        "last_activation": [Options(*LAST_ACTIVATIONS)],
+    }
 
 
 @dataclass
@@ -169,16 +167,12 @@ class SparseVFLParams(CodedVFLParams):
     order: str = "vertical"
     bits: int = 32
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.lam < 0:
-            raise ConfigError(f"lam (lambda of eq. 5) must be >= 0, got {self.lam}")
-        if self.norm not in NORMS:
-            raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
-        if self.order not in ORDERS:
-            raise ConfigError(f"order must be one of {ORDERS}, got {self.order!r}")
-        if self.bits not in (16, 32):
-            raise ConfigError(f"bits (Q) must be 16 or 32, got {self.bits!r}")
+    constraints: ClassVar[Constraints] = {
+        "lam": [Interval(float, 0, None)],
+        "norm": [Options(*NORMS)],
+        "order": [Options(*ORDERS)],
+        "bits": [Options(16, 32)],
+    }
 
 
 @dataclass
@@ -209,10 +203,7 @@ class TopWParams(SparseVFLParams):
     bits: int = 16
     top_w: int = 1024
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.top_w < 1:
-            raise ConfigError(f"top_w (W) must be >= 1, got {self.top_w}")
+    constraints: ClassVar[Constraints] = {"top_w": [Interval(int, 1, None)]}
 
 
 @dataclass
@@ -242,6 +233,9 @@ class AutoencoderParams(TopParams):
 
     ae_epochs: int = 200
     ae_patience: int = 3
+
+    constraints: ClassVar[Constraints] = {"ae_epochs": [Interval(int, 0, None)],
+                                          "ae_patience": [Interval(int, 0, None)]}
 
 
 class _TrainedMethod(Method):
@@ -289,15 +283,19 @@ class CodedVFLMethod(_TrainedMethod):
 
     def coding(self) -> dict:
         p = self.params
-        return dict(forward=self.forward, backward=self.backward, bits=getattr(p, "bits", 32),
-                    order=getattr(p, "order", "vertical"), top_w=getattr(p, "top_w", 1024))
+        sparse = p if isinstance(p, SparseVFLParams) else None  # SparseVFL's codes; ORIGINAL / Q-k: dense
+        return dict(forward=self.forward, backward=self.backward, bits=sparse.bits if sparse else 32,
+                    order=sparse.order if sparse else "vertical",
+                    top_w=p.top_w if isinstance(p, TopWParams) else 1024)
 
     def fit(self, fed) -> CodedVFLMethod:
-        p = self.params
+        p: CodedVFLParams = self.params
         coding = self.coding()
-        trainer = CodedVFLTrainer(fed, self.name, p, **coding, lam=getattr(p, "lam", 0.0),
-                                  norm=getattr(p, "norm", "none"), seed=self.seed, callbacks=self.callbacks,
-                                  entry_hook=self.entry_hook, checkpoints=self.checkpoints)
+        sparse = p if isinstance(p, SparseVFLParams) else None
+        trainer = CodedVFLTrainer(fed, self.name, p, **coding, lam=sparse.lam if sparse else 0.0,
+                                  norm=sparse.norm if sparse else "none", hidden=tuple(p.hidden),
+                                  last_activation=p.last_activation, bias=p.bias, seed=self.seed,
+                                  callbacks=self.callbacks, entry_hook=self.entry_hook, checkpoints=self.checkpoints)
         trainer.setup()
         trainer.fit(phase="train")
         return self._finish(fed, trainer, {"coding": coding, "lam": trainer.lam, "norm": trainer.norm})
@@ -369,9 +367,10 @@ class _ReducedMethod(_TrainedMethod):
 
     def fit(self, fed) -> _ReducedMethod:
         p = self.params
+        auto = p if isinstance(p, AutoencoderParams) else None  # PCA trains no reducer
         trainer = ReducedTrainer(fed, self.name, p, kind=self.kind,
-                                 reducer_epochs=getattr(p, "ae_epochs", 0),
-                                 reducer_patience=getattr(p, "ae_patience", 0),
+                                 reducer_epochs=auto.ae_epochs if auto else 0,
+                                 reducer_patience=auto.ae_patience if auto else 0,
                                  seed=self.seed, callbacks=self.callbacks, entry_hook=self.entry_hook,
                                  checkpoints=self.checkpoints)
         trainer.setup()

@@ -59,11 +59,15 @@ class CodedVFLTrainer(SplitTrainer):
         lambda of equation 5 (0 = no penalty).
     norm : {"l1", "l2", "none"}
         The embedding penalty: L1 (eq. 5), or the per-sample L2 norm (Table 2's ablation).
+    hidden, last_activation, bias
+        The parties' bottom models: hidden widths, last activation, output bias (a coded method's
+        :class:`~verticalfs.methods.sparsevfl.method.CodedVFLParams`).
     """
 
     def __init__(self, fed, method: str, params, *, forward: str = "float32", backward: str = "float32",
                  bits: int = 32, order: str = "vertical", top_w: int = 1024, lam: float = 0.0,
-                 norm: str = "l1", seed: int = 0, callbacks=(), entry_hook=None, checkpoints=None) -> None:
+                 norm: str = "l1", hidden: tuple[int, ...] = (), last_activation: str = "relu", bias: bool = False,
+                 seed: int = 0, callbacks=(), entry_hook=None, checkpoints=None) -> None:
         if norm not in NORMS:
             raise ConfigError(f"norm must be one of {NORMS}, got {norm!r}")
         if lam < 0:
@@ -72,16 +76,17 @@ class CodedVFLTrainer(SplitTrainer):
             raise ConfigError(f"top_hidden must be >= 0, got {params.top_hidden}")
         config = TrainConfig(
             epochs=params.epochs, batch_size=params.batch_size, lr=params.lr, optimizer=params.optimizer,
-            weight_decay=params.weight_decay, hidden=tuple(getattr(params, "hidden", ())),
+            weight_decay=params.weight_decay, hidden=tuple(hidden),
             embedding_dim=params.embedding_dim, activation="relu",
             top_hidden=widths_for_classes((params.top_hidden,), None if fed.labels.task == "regression" else
-                                          fed.labels.n_classes, float(getattr(params, "top_per_class", 0)))
+                                          fed.labels.n_classes, float(params.top_per_class))
             if params.top_hidden else (),
         )
         select = "val_r2" if fed.labels.task == "regression" else "val_roc_auc"
         super().__init__(fed, method, config, seed=seed, callbacks=callbacks, entry_hook=entry_hook,
                          select=select, checkpoints=checkpoints)
         self.params = params
+        self.last_activation, self.out_bias = str(last_activation), bool(bias)
         self.coding = dict(forward=forward, backward=backward, bits=int(bits), order=order, top_w=int(top_w))
         check_spec(CodedSpec(**self._spec_fields(LABEL_HOLDER)), method)
         self.lam = float(lam) if norm != "none" else 0.0
@@ -137,10 +142,10 @@ class CodedVFLTrainer(SplitTrainer):
     def _spec_fields(self, party: str) -> dict:
         p = self.params
         return dict(
-            hidden=tuple(getattr(p, "hidden", ())), embedding_dim=p.embedding_dim, activation="relu",
+            hidden=tuple(self.config.hidden), embedding_dim=p.embedding_dim, activation="relu",
             optimizer=p.optimizer, lr=p.lr, weight_decay=p.weight_decay, seed=derive_seed(self.seed, "model", party),
             batch_size=p.batch_size, shuffle_seed=self.plan.shuffle_seed,
-            last_activation=getattr(p, "last_activation", "relu"), out_bias=bool(getattr(p, "bias", False)),
+            last_activation=self.last_activation, out_bias=self.out_bias,
             init="xavier", **self.coding,
         )
 

@@ -27,7 +27,7 @@ a :class:`~verticalfs.exceptions.TransportError` naming it and its address withi
 seconds, never a hang (with the TLS handshake's cause when that is what failed: :func:`tls_failure`).
 
 Failures during a run: a per-batch call has a deadline (``call_timeout``); a hung party is found by
-unanswered keep-alive pings within 5-15 s; a call whose connection dropped before its reply came
+unanswered keep-alive pings within 9 s (15 s on a loaded host); a call whose connection dropped before its reply came
 back is sent again with the same id (``vf-call``: the channel's nonce and a sequence number), and
 the party answers a repeated id from its cache of the last reply per caller channel, so nothing is
 computed twice. :meth:`GrpcChannel.call_all` and :meth:`GrpcChannel.post_all` send one message to
@@ -81,14 +81,24 @@ DROP_REPLY_ENV = "VERTICALFS_TEST_DROP_REPLY"
 #: a party server keeps the last reply of this many callers' channels (a few label-holder sessions
 #: and the peers), to answer a repeated call; an older channel's reply is dropped
 _CACHED_CHANNELS = 8
+#: keep-alive: a ping every KEEPALIVE_S seconds, answered within KEEPALIVE_TIMEOUT_S, else the connection
+#: is dropped and its calls fail naming the party ("stopped answering"): a hung or stopped party is
+#: found within their sum (9 s; the guide promises 15 s, the rest is margin for a loaded host)
+KEEPALIVE_S, KEEPALIVE_TIMEOUT_S = 5.0, 4.0
+#: a lost connection is tried again after 0.5 s, then at most every RECONNECT_MAX_S seconds (gRPC's
+#: default grows to 120 s: a party back after a minute was reached only a minute or two later)
+RECONNECT_MAX_S = 2.0
 _OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
-            ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
+            ("grpc.keepalive_time_ms", int(KEEPALIVE_S * 1e3)),
+            ("grpc.keepalive_timeout_ms", int(KEEPALIVE_TIMEOUT_S * 1e3)),
             ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0),
-            ("grpc.http2.ping_timeout_ms", 5_000)]
-#: the server accepts the clients' keep-alive pings (every 10 s) also while a handler computes; it binds
+            ("grpc.http2.ping_timeout_ms", int(KEEPALIVE_TIMEOUT_S * 1e3)),
+            ("grpc.initial_reconnect_backoff_ms", 500), ("grpc.min_reconnect_backoff_ms", 500),
+            ("grpc.max_reconnect_backoff_ms", int(RECONNECT_MAX_S * 1e3))]
+#: the server accepts the clients' keep-alive pings (every 5 s) also while a handler computes; it binds
 #: its port alone (gRPC's default SO_REUSEPORT lets a second process bind the same port, and the kernel
 #: then splits the connections between the two: a second `party serve` or label holder took half)
-_SERVER_OPTIONS = [*_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+_SERVER_OPTIONS = [*_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 4_000),
                    ("grpc.http2.max_ping_strikes", 0), ("grpc.so_reuseport", 0)]
 
 
@@ -103,7 +113,7 @@ def _too_large(who: str, size: int, limit: int, sender: str) -> str:
             f"limit of {limit / 2**20:g} MiB (max_message_mb of its [policy])")
 
 
-#: the gRPC channel options of :class:`GrpcChannel` (unlimited message sizes, keep-alive every 10 s),
+#: the gRPC channel options of :class:`GrpcChannel` (unlimited message sizes, keep-alive every 5 s),
 #: for a bare gRPC endpoint that is to be compared with this transport on equal terms
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = tuple(_OPTIONS)
 
@@ -240,11 +250,16 @@ class PartyServer:
                             self.endpoint.name, sender, call_id)
                 reply = seen[1]
             else:
+                t_handle = time.perf_counter()
                 if receive_in is not None:  # the endpoint keeps sessions apart and locks each itself
-                    reply = receive_in(md.get("vf-session", ""), sender, data, context.peer())
+                    reply = receive_in(md.get("vf-session", ""), sender, data, context.peer(),
+                                       start=md.get("vf-start", "1") != "0", route=md.get("vf-route", ""))
                 else:
                     with self._lock:
                         reply = self.endpoint.receive(sender, data)
+                # how long the party took (decoding, handling, encoding), for the caller's breakdown of a
+                # round trip (serve-model's Server-Timing): the rest is gRPC, TLS and the network
+                context.set_trailing_metadata((("vf-handled-us", str(int((time.perf_counter() - t_handle) * 1e6))),))
                 with self._lock:
                     if call_id:  # (a channel's calls come one at a time: its nonce keys its last reply)
                         self._replies.pop((sender, nonce), None)
@@ -325,7 +340,7 @@ class GrpcChannel(Channel):
     setup_timeout : float or None
         Deadline of any other exchange (PSI, set-up, selection; default none). Whatever the
         deadlines, a dead party is detected at once by its closed connection, and a hung one
-        (stopped, cut off) by unanswered keep-alive pings within 5-15 s.
+        (stopped, cut off) by unanswered keep-alive pings within 9 s (15 s on a loaded host).
     retries : int
         A call whose connection was lost before its reply came (``UNAVAILABLE``) is sent again up
         to this many times, after ``backoff``, 2 x ``backoff``, ... seconds. Every call carries a
@@ -372,31 +387,80 @@ class GrpcChannel(Channel):
         if tls is not None:
             ca, cert, key = tls.read()
             self._creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
-        self._channels: dict[str, Any] = {}
-        self._calls: dict[str, tuple[Any, Any]] = {}  # (streaming, unary) callables per party
+        self._channels: dict[tuple[str, str], Any] = {}
+        self._states: dict[tuple[str, str], Any] = {}  # the connections' gRPC connectivity, as they report it
+        self._calls: dict[tuple[str, str], tuple[Any, Any]] = {}  # (streaming, unary) callables per (party, address)
         self._lock = threading.Lock()
         self.session = session
+        #: parties this channel's session has started at (its first call to each says so: ``vf-start``;
+        #: a party that does not know the session then knows it restarted or forgot it)
+        self._started: set[str] = set()
+        #: ``{party: "host:port"}`` announced with every call (``vf-route``): where this run serves a
+        #: party's block when not at its address (the label party's own block of a second run)
+        self.routes: dict[str, str] = {}
+        #: ``on_call(party, round_trip_s, party_handling_s or None)`` after each one-message call (timing)
+        self.on_call: Any = None
 
-    def for_session(self, session: str) -> GrpcChannel:
+    def for_session(self, session: str, routes: Mapping[str, str] | None = None) -> GrpcChannel:
         """This channel's connections, its calls tagged with ``session`` (a party's messages to its
-        peers within one of the label holder's runs). Close the channel it came from, not this view."""
+        peers within one of the label holder's runs), a peer reached at ``routes`` instead of its
+        address. Close the channel it came from, not this view."""
         view = copy.copy(self)  # shares the connections, the callables and their lock
         view.session = session
+        view._started = set()
+        if routes:
+            view.addresses = {**self.addresses, **routes}
         return view
 
+    def route(self, party: str, address: str) -> None:
+        """Reach ``party`` at ``address`` (its block served by this run elsewhere than its address),
+        and tell every party so with each call (their messages to ``party`` within this session go there)."""
+        self.addresses[party] = address
+        self.routes[party] = address
+
+    def restart(self, party: str) -> None:
+        """The next call to ``party`` starts this channel's session there again (after the party
+        restarted: its state of the session is lost, and the caller sets it up anew), on a new
+        connection (connected within ``connect_timeout``, or a :class:`TransportError` naming it)."""
+        with self._lock:
+            self._started.discard(party)
+            # a new connection, tried at once (the old one's reconnect backoff may be seconds away)
+            key = (party, self.addresses.get(party, ""))
+            self._calls.pop(key, None)
+            old = self._channels.pop(key, None)
+            self._states.pop(key, None)
+        if old is not None:
+            old.close()
+
+    def reachable(self, party: str, timeout: float = 1.0) -> bool:
+        """Whether ``party``'s address accepts a TCP connection now (a cheap probe before a call)."""
+        import socket
+
+        host, _, port = self.addresses.get(party, ":").rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return True
+        except (OSError, ValueError):
+            return False
+
+    def connectivity(self, party: str) -> str:
+        """The gRPC state of the connection to ``party`` (``READY``, ``CONNECTING``, ``IDLE``,
+        ``TRANSIENT_FAILURE``; ``NONE`` before the first call)."""
+        state = self._states.get((party, self.addresses.get(party, "")))
+        return "NONE" if state is None else str(state.name)
+
     def _call(self, receiver: str) -> tuple[Any, Any]:
-        call = self._calls.get(receiver)
+        addr = self.addresses.get(receiver, "")
+        call = self._calls.get((receiver, addr))
         if call is not None:
             return call
         grpc = _grpc()
         with self._lock:
-            if receiver in self._calls:
-                return self._calls[receiver]
-            try:
-                addr = self.addresses[receiver]
-            except KeyError:
+            if (receiver, addr) in self._calls:
+                return self._calls[(receiver, addr)]
+            if receiver not in self.addresses:
                 raise TransportError(f"{self.name!r} has no address for party {receiver!r}; known: "
-                                     f"{sorted(self.addresses)}") from None
+                                     f"{sorted(self.addresses)}")
             if self._creds is not None:
                 ch = grpc.secure_channel(addr, self._creds,
                                          options=[*self._options, ("grpc.ssl_target_name_override", receiver)])
@@ -408,12 +472,16 @@ class GrpcChannel(Channel):
                 ch.close()
                 cause = None if self._tls is None else tls_failure(addr, receiver, self._tls)
                 if cause is not None:
-                    raise TransportError(f"party {receiver!r} at {addr}: the TLS handshake failed: {cause}") from None
-                raise TransportError(f"party {receiver!r} at {addr} is not reachable within {self.connect_timeout:g} s "
-                                     "(is `verticalfs party serve` running there?)") from None
-            self._channels[receiver] = ch
-            self._calls[receiver] = (ch.stream_stream(METHOD), ch.unary_unary(UNARY))
-            return self._calls[receiver]
+                    exc = TransportError(f"party {receiver!r} at {addr}: the TLS handshake failed: {cause}")
+                else:
+                    exc = TransportError(f"party {receiver!r} at {addr} is not reachable within "
+                                         f"{self.connect_timeout:g} s (is `verticalfs party serve` running there?)")
+                exc.party = receiver
+                raise exc from None
+            self._channels[(receiver, addr)] = ch
+            ch.subscribe(lambda state, key=(receiver, addr): self._states.__setitem__(key, state))
+            self._calls[(receiver, addr)] = (ch.stream_stream(METHOD), ch.unary_unary(UNARY))
+            return self._calls[(receiver, addr)]
 
     def wait_ready(self, parties: Iterable[str]) -> None:
         """Connect to every party in ``parties`` now; a :class:`TransportError` names the first unreachable one."""
@@ -424,7 +492,14 @@ class GrpcChannel(Channel):
                  timeout: float | None) -> bytes | None:
         stream, unary = self._call(receiver)
         if len(data) <= CHUNK:  # one gRPC message each way (a post's reply is empty)
-            reply: bytes = unary(data, metadata=md, timeout=timeout)
+            if self.on_call is None:
+                reply: bytes = unary(data, metadata=md, timeout=timeout)
+            else:  # timed: the round trip, and the party's own share of it (its vf-handled-us)
+                t0 = time.perf_counter()
+                reply, call = unary.with_call(data, metadata=md, timeout=timeout)
+                rtt = time.perf_counter() - t0
+                handled = dict(call.trailing_metadata() or ()).get("vf-handled-us", "")
+                self.on_call(receiver, rtt, int(handled) / 1e6 if handled.isdigit() else None)
             return reply if reply or op == "call" else None
         parts, size = [], 0
         replies = stream(_chunks(data), metadata=md, timeout=timeout)
@@ -443,11 +518,20 @@ class GrpcChannel(Channel):
         md: tuple[tuple[str, str], ...] = (("vf-sender", sender), ("vf-op", op), ("vf-size", str(len(data))),
                                             ("vf-call", f"{self._nonce}:{next(self._seq)}"))
         if self.session:
-            md += (("vf-session", self.session),)
+            # until a call of the session reaches the party's handler (a reply, or its handler's error),
+            # every call may start the session there (a refused one, "busy", did not)
+            first = receiver not in self._started
+            md += (("vf-session", self.session), ("vf-start", "1" if first else "0"))
+            if self.routes:
+                md += (("vf-route", ",".join(f"{p}={a}" for p, a in sorted(self.routes.items()))),)
         delay = self.backoff
         for attempt in range(self.retries + 1):
             try:
-                return self._attempt(receiver, op, data, md, timeout)
+                reply = self._attempt(receiver, op, data, md, timeout)
+                if self.session and first:
+                    with self._lock:
+                        self._started.add(receiver)
+                return reply
             except grpc.RpcError as err:
                 if attempt < self.retries and _retriable(err):
                     log.warning("party %r at %s: %s; retrying in %.1f s (%d of %d)", receiver,
@@ -455,7 +539,12 @@ class GrpcChannel(Channel):
                     time.sleep(delay)
                     delay *= 2
                     continue
-                raise _remote_error(err, receiver, self.addresses[receiver], timeout) from None
+                exc = _remote_error(err, receiver, self.addresses[receiver], timeout)
+                if self.session and first and not isinstance(exc, TransportError):  # its handler ran
+                    with self._lock:
+                        self._started.add(receiver)
+                exc.party = receiver  # which party (serve-model's health, recovery)
+                raise exc from None
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def call(self, sender: str, receiver: str, data: bytes, *, batch: bool = False) -> bytes:
@@ -600,7 +689,7 @@ def _tls_cause(text: str, fallback: str) -> str:
     return fallback
 
 
-def _remote_error(err: Any, receiver: str, address: str, timeout: float | None = None) -> Exception:
+def _remote_error(err: Any, receiver: str, address: str, timeout: float | None = None) -> _exc.VerticalFSError:
     """A gRPC failure as the verticalfs exception the party raised, or a TransportError naming it."""
     grpc = _grpc()
     code, details = err.code(), err.details() or ""
