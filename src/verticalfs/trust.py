@@ -60,6 +60,12 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
             "a learner whose hard mask keeps one feature sends that feature's first-layer pre-activations: an "
             "affine function of the raw column (docs/privacy-audit.md, open findings)",
             "tests/test_privacy.py"),
+    Finding("secureboost-gradients", ("secureboost", "sbt-filter"),
+            "the party sums gradients it cannot check (real numbers, encrypted under the label holder's key): "
+            "crafted values (1 for one row, 0 for the others) read that row's bin of every feature at a node the "
+            "label holder asks about, from the histograms SecureBoost returns by design; nothing of a row outside "
+            "the node's instance space",
+            "tests/attacks/test_secureboost_attacks.py"),
     Finding("autoencoder-codes", ("autoencoder",),
             "the uploaded codes carry the party's columns (one code is monotone in a column on the audit's data; "
             "docs/privacy-audit.md, open findings)",
