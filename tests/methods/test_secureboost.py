@@ -95,7 +95,29 @@ def test_parameters_are_checked_before_any_work(cancer):
         create("secureboost", rl_trees=1, **KEY).fit(fed)
     with pytest.raises(ConfigError, match="max_depth"):
         create("secureboost", max_depth=0, **KEY).fit(fed)
+    with pytest.raises(ConfigError, match="packing"):
+        create("secureboost", packing="bytes", **KEY).fit(fed)
     assert PolicyError  # (the policy refusals are tested in tests/attacks)
+
+
+def test_packing_for_fewest_ciphertexts_picks_the_m_of_fewest_and_counts_them(cancer):
+    """``packing = "ciphertexts"``: the layout of fewest ciphertexts by the count the tree's own
+    figures confirm (one full tree: every party returns the modelled histograms)."""
+    from verticalfs.histogram.gradients import GradientLayout
+    from verticalfs.methods.secureboost.method import tree_ciphertexts
+
+    m, fed = run(cancer, n_estimators=1, max_depth=2, n_bins=8, packing="ciphertexts")
+    b = m.booster_
+    fig = b.figures["trees"][0]
+    n = fig["rows"]
+    counts = {}
+    for k in range(1, GradientLayout.max_rows(b.pub, 2, 24, n) + 1):
+        counts[k] = b.ciphertexts(GradientLayout.for_key(b.pub, 2, 24, n, k), n, b.parties)
+    chosen = fig["layout"]["rows_per_ciphertext"]
+    assert len(counts) > 1 and counts[chosen] == min(counts.values())
+    hpp = fig["histograms"] / len(b.parties)
+    lay = GradientLayout.for_key(b.pub, 2, 24, n, chosen)
+    assert tree_ciphertexts(lay, n, b.bin_nums, hpp) == fig["ciphertexts"] + fig["returned_ciphertexts"]
 
 
 def test_gain_and_leaf_formulas():

@@ -87,6 +87,21 @@ from verticalfs.transport.node import request_all
 #: ciphertext holds (``rows_per_ciphertext = 0``); the choice depends on these numbers only, never on
 #: a clock, so a run is repeatable.
 COST = {"encrypt": 85.0, "square": 0.63, "decrypt": 460.0, "rerandomize": 1900.0}
+#: what ``rows_per_ciphertext = 0`` minimises (``packing``)
+PACKING = ("time", "ciphertexts")
+
+
+def tree_ciphertexts(lay: GradientLayout, n_rows: int, bin_nums: Any, histograms: float) -> float:
+    """The ciphertexts of one tree under ``lay``: the packed gradients (``ceil(n_rows / m) * parts``)
+    plus, for each party (``bin_nums``: party -> bins per feature), ``histograms`` returned
+    histograms of ``sum_f ceil(bins_f / bins_per_ct) * parts`` ciphertexts each
+    (:func:`~verticalfs.histogram.encrypted.package_sizes`). Rows per ciphertext ``m`` divide the
+    first term and shrink ``bins_per_ct = floor((groups - m + 1) / m)`` (wider, masked slots for
+    ``m > 1``), so the second grows with ``m``: the count has a minimum in ``m``."""
+    total = float(lay.n_ciphertexts(n_rows))
+    for nums in bin_nums.values():
+        total += float(histograms) * sum(-(-int(b) // lay.bins_per_ct) for b in np.asarray(nums)) * lay.parts
+    return total
 
 
 @dataclass
@@ -126,8 +141,12 @@ class SecureBoostParams:
         float32 gradient's mantissa.
     rows_per_ciphertext : int
         Rows packed in one ciphertext (each its ``2 K`` values); 0 chooses, per tree, the number the
-        slot layout allows that costs least by the operation counts (encryptions, histogram
-        additions, Horner squarings, re-randomisations and decryptions of the returned sums).
+        slot layout allows that is best by ``packing``.
+    packing : str
+        What ``rows_per_ciphertext = 0`` minimises: ``time`` (default: the operation counts, i.e.
+        encryptions, histogram additions, Horner squarings, re-randomisations and decryptions of the
+        returned sums, at their relative costs) or ``ciphertexts`` (the ciphertexts of a tree: the
+        packed gradients plus the returned histograms, for a link where bytes cost more than time).
     key_bits : int
         Paillier modulus length of the label holder's key (default 2048).
     insecure : bool
@@ -157,6 +176,7 @@ class SecureBoostParams:
     early_stopping_rounds: int = 0
     precision: int = 24
     rows_per_ciphertext: int = 0
+    packing: str = "time"
     key_bits: int = 2048
     insecure: bool = False
     backend: str = "auto"
@@ -180,6 +200,8 @@ def check_boost_params(name: str, p: Any, fed: Any) -> None:
     if p.reg_lambda == 0 and p.min_child_weight == 0:
         raise ConfigError(f"{name}: reg_lambda = 0 with min_child_weight = 0 can divide by a zero hessian; "
                           "raise one of them")
+    if p.packing not in PACKING:
+        raise ConfigError(f"{name}: packing must be one of {list(PACKING)}, got {p.packing!r}")
     for k in ("subsample", "colsample_bytree"):
         if not 0 < float(getattr(p, k)) <= 1:
             raise ConfigError(f"{name}: {k} must lie in (0, 1], got {getattr(p, k)}")
@@ -375,7 +397,8 @@ class Booster:
         best, best_cost = None, math.inf
         for m in range(1, top + 1):
             lay = GradientLayout.for_key(self.pub, V, int(p.precision), n_rows, m)
-            cost = self.cost(lay, n_rows, parties)
+            cost = self.ciphertexts(lay, n_rows, parties) if p.packing == "ciphertexts" else self.cost(lay, n_rows,
+                                                                                                       parties)
             if cost < best_cost - 1e-9:
                 best, best_cost = lay, cost
         return best
@@ -385,7 +408,7 @@ class Booster:
         ``max_depth`` full levels, the smaller child of each split half its parent."""
         D = int(self.p.max_depth)
         visits = n_rows * (1 + 0.5 * max(0, D - 1))  # rows summed per feature over the tree's levels
-        nodes = 1 + sum(2 ** (lev - 1) for lev in range(1, D))  # histograms computed (smaller children)
+        nodes = self.histograms_per_party()  # histograms computed (smaller children)
         total = COST["encrypt"] * lay.n_ciphertexts(n_rows)
         for q in parties:
             nums = self.bin_nums[q]
@@ -395,6 +418,15 @@ class Booster:
             total += visits * self.visits[q] * lay.parts + nodes * (COST["square"] * horner
                                                         + (COST["rerandomize"] + COST["decrypt"]) * out)
         return total
+
+    def histograms_per_party(self) -> int:
+        """Histograms a party returns for a tree of ``max_depth`` full levels: the root's, then the
+        smaller child of each split (the other by subtraction)."""
+        return 1 + sum(2 ** (lev - 1) for lev in range(1, int(self.p.max_depth)))
+
+    def ciphertexts(self, lay: GradientLayout, n_rows: int, parties: list[str]) -> float:
+        """The ciphertexts of a tree of ``max_depth`` full levels under ``lay`` (:func:`tree_ciphertexts`)."""
+        return tree_ciphertexts(lay, n_rows, {q: self.bin_nums[q] for q in parties}, self.histograms_per_party())
 
     def _tree(self, t: int, n: int) -> Tree:
         p, fed = self.p, self.fed
