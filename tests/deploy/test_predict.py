@@ -193,6 +193,29 @@ def test_federated_predict_equals_in_process(site, models, serve_process, method
     assert c["by_kind"][reply] == ref["communication"]["by_kind"][reply]
 
 
+def test_secureboost_saved_from_the_deployment_predicts_as_trained_in_process(site, models, tmp_path):
+    """Issue 51: the trees trained over the deployment (party processes, PSI, mutual TLS; parties that
+    allow the finding secureboost-gradients) and saved there, predicting over the deployment, give the
+    predictions of the same trees trained in one process on the same files and saved there."""
+    import verticalfs
+    from verticalfs.data.user import load_party_files
+    from verticalfs.deploy.predict import predict_deployment
+    from verticalfs.model import predict
+
+    vds, _ = load_party_files({p: site / f"{p}.csv" for p in PARTIES}, label_party="bank", label_column="default",
+                              id_column="customer_id")
+    local = tmp_path / "secureboost"
+    res = verticalfs.run("secureboost", verticalfs.build_data(vds, seed=0), seed=0, params=METHODS["secureboost"],
+                         save_model=local)
+    assert res.info["trees"] == METHODS["secureboost"]["n_estimators"]
+    ref = predict(local, {p: site / f"{p}_new.csv" for p in PARTIES}, id_column="customer_id")
+    net = predict_deployment(Deployment.load(site / "deployment.toml"), models["secureboost"])
+    assert list(net["ids"]) == list(ref["ids"]) and len(ref["ids"]) > 0
+    np.testing.assert_array_equal(net["probabilities"], ref["probabilities"])
+    assert list(net["prediction"]) == list(ref["prediction"])
+    assert len(np.unique(np.round(ref["probabilities"][:, 1], 9))) > 2  # trees that split, not a constant
+
+
 def test_predict_cli(site, models, tmp_path):
     """`verticalfs predict --config` writes the in-process predictions (the command run in this process)."""
     from typer.testing import CliRunner
