@@ -189,3 +189,37 @@ def test_the_default_policy_refuses_secureboost_naming_the_finding(tmp_path, key
     with pytest.raises(ProtocolError):
         h.ask(msg, AT, expect=Ack)
     assert rt.role is None
+
+
+def test_hidden_nodes_only_in_a_run_that_hides_and_one_split_each(target, keys):
+    """``hide_own_splits``'s messages: refused in a run that did not join with it; in one that did, a
+    split at a hidden node (its side for every row of the anchor) only once per hidden node the party
+    summed under that anchor, and no more hidden nodes a request than the anchor's rows allow."""
+    from verticalfs.methods.secureboost.messages import HiddenHistogramRequest, HiddenSplitRequest
+
+    t, (pub, priv) = target, keys
+    n = t.n
+    start(t, pub, priv, np.ones((n, 2), dtype=np.int64), tree=3)
+
+    def hidden(values=3, rows=n):
+        lay = GradientLayout.for_key(pub, values, 24, rows, 1)
+        return HiddenHistogramRequest(tree=3, anchor=0, values=values, precision=24,
+                                      gradients=encrypt_rows(priv, lay, np.ones((rows, values), np.int64)).to_bytes())
+
+    with pytest.raises(ProtocolError, match="did not join with hide_own_splits"):
+        t.ask(hidden(), AT, Histograms)
+    with pytest.raises(ProtocolError, match="did not join with hide_own_splits"):
+        t.ask(HiddenSplitRequest(tree=3, anchor=0, feature=0, bin=0), AT, SplitMade)
+    t.role.hidden_ok = True  # as a Join with hide_own_splits = true sets it
+    with pytest.raises(ProtocolError, match="beyond the hidden nodes"):
+        t.ask(HiddenSplitRequest(tree=3, anchor=0, feature=0, bin=0), AT, SplitMade)
+    most = n // t.ready.min_rows_per_node
+    with pytest.raises(ProtocolError, match="is not 1 to"):
+        t.ask(hidden(values=3 * (most + 1)), AT, Histograms)
+    t.ask(hidden(values=3 * 2), AT, Histograms)  # two hidden nodes: two splits, not a third
+    for f in (0, 1):
+        made = t.ask(HiddenSplitRequest(tree=3, anchor=0, feature=f, bin=0), AT, SplitMade)
+        left = np.unpackbits(np.frombuffer(made.left, np.uint8), count=n, bitorder="little").astype(bool)
+        assert np.array_equal(left, t.role.codes[:, f] <= 0)  # its side for every row of the anchor
+    with pytest.raises(ProtocolError, match="beyond the hidden nodes"):
+        t.ask(HiddenSplitRequest(tree=3, anchor=0, feature=2, bin=0), AT, SplitMade)

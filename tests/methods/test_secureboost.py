@@ -182,3 +182,53 @@ def test_rl_trees_tell_the_other_parties_nothing(cancer):
     assert {p for p in Tree.from_dict(m.booster_.trees[0]).party if p >= 0} == {0}
     ref = reference(cancer, m, own_party=own)
     assert_same_trees(m, ref, [q.name for q in cancer.parties])
+
+
+@pytest.mark.parametrize("extra", [pytest.param({"rows_per_ciphertext": 1}, id="one-row"),
+                                   pytest.param({"rows_per_ciphertext": 2, "subsample": 0.8}, id="two-rows-sampled")])
+def test_hide_own_splits_is_lossless_and_tells_the_other_parties_no_instance_space_of_them(cancer, extra):
+    """hide_own_splits: the same trees as the central reference (and as without the option), while
+    no other party applies a partition of the label holder's own splits or of any node below one:
+    it sums the per-node gradients over the anchor it knows instead."""
+    from verticalfs.methods.secureboost import role as R
+
+    own = cancer.parties[0].name
+    applied: list[tuple[str, int]] = []
+    orig = R.SBTRole._add_children
+
+    def spy(self, st, parent, left, a, b):
+        applied.append((self.name, int(st["id"]), int(parent)))
+        return orig(self, st, parent, left, a, b)
+
+    R.SBTRole._add_children = spy
+    try:
+        m, fed = run(cancer, n_estimators=3, max_depth=3, n_bins=16, label_party=own, hide_own_splits=True, **extra)
+    finally:
+        R.SBTRole._add_children = orig
+    ref = reference(cancer, m)
+    names = [q.name for q in cancer.parties]
+    assert_same_trees(m, ref, names)
+    X = {q.name: q.X["test"] for q in cancer.parties}
+    np.testing.assert_allclose(m.booster_.margins["test"], ref.predict_margins(X), rtol=0, atol=1e-6)
+    plain, _ = run(cancer, n_estimators=3, max_depth=3, n_bins=16, label_party=own, **extra)
+    assert plain.booster_.trees == m.booster_.trees
+    # the nodes each party knows: below a split of the label holder's own party, none but its own
+    hidden_below = 0
+    for t, d in enumerate(m.booster_.trees):
+        tree = Tree.from_dict(d)
+        concealed: set[int] = set()
+        for i in range(tree.n_nodes):  # parents come before their children
+            if tree.party[i] < 0:
+                continue
+            if i in concealed or names[tree.party[i]] == own:
+                concealed |= {int(tree.left[i]), int(tree.right[i])}
+                if i in concealed and names[tree.party[i]] != own:
+                    hidden_below += 1
+        others = {p for q, tt, p in applied if q != own and tt == t}
+        assert not (others & (concealed | {i for i in range(tree.n_nodes) if names[tree.party[i]] == own
+                                           and tree.party[i] >= 0})), (t, others)
+    assert any(names[p] == own for d in m.booster_.trees for p in Tree.from_dict(d).party if p >= 0)
+    assert hidden_below > 0  # another party split a node it did not know (the anchor's split)
+    sent = {(r.receiver, r.kind) for r in fed.ledger.records() if r.sender == "active"}
+    assert {(q, "HiddenHistogramRequest") for q in names[1:]} <= sent
+    assert (own, "HiddenHistogramRequest") not in sent and (own, "HiddenSplitRequest") not in sent

@@ -163,6 +163,8 @@ GOLDEN: list[tuple[str, int]] = [
     ("core.LabelProof", 26516),
     ("core.TrustQuery", 57279),
     ("core.TrustReport", 58833),
+    ("secureboost.HiddenHistogramRequest", 37966),
+    ("secureboost.HiddenSplitRequest", 22459),
 ]
 
 WHY = ("the list of wire names in tests/transport/test_wire_names.py is golden: a peer running the previous "

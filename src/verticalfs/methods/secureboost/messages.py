@@ -10,6 +10,9 @@ of the node in the tree's row order. One tree (phase ``train``; ``selection`` fo
     per split won by the party:
     active -> party  SplitRequest(node, feature, bin)                                   -> SplitMade
     active -> party  TreeEnd(tree)                                                      -> Ack
+    with ``hide_own_splits``, below a split of the label holder's own (hidden from the party):
+    active -> party  HiddenHistogramRequest(anchor, [[g, h, 1]] of each hidden node side by side) -> Histograms
+    active -> party  HiddenSplitRequest(anchor, feature, bin)                            -> SplitMade
     after the tree (phase ``eval``, and ``train`` for rows the tree did not sample):
     active -> party  RouteRequest(split, rows, records)                                 -> Routes
     at the end:
@@ -47,6 +50,9 @@ class SBTSpec:
     key_bits: int
     insecure: bool = False
     selection: bool = False
+    #: the run hides the label holder's own splits (``HiddenHistogramRequest``, ``HiddenSplitRequest``:
+    #: refused without it)
+    hide_own_splits: bool = False
 
 
 @message("secureboost.SBTReady")
@@ -133,6 +139,34 @@ class SplitMade:
 
     record: int
     left: bytes
+
+
+@message("secureboost.HiddenHistogramRequest")
+class HiddenHistogramRequest:
+    """Active -> party (``hide_own_splits``): the histograms of nodes under a split of the label
+    holder's own, which the party does not know. ``anchor`` is the deepest node whose rows the party
+    knows; ``gradients`` hold, for each of its rows (in its row order), ``values`` slots: per hidden
+    node the row's ``g, h`` and a 1 if the row is in that node, zeros if not (one row a ciphertext,
+    layout ``precision``). The party sums them per (feature, bin) over the anchor's rows: every hidden
+    node's histogram (and its rows per bin) in one, without learning which row is in which node."""
+
+    tree: int
+    anchor: int
+    values: int
+    precision: int
+    gradients: bytes
+
+
+@message("secureboost.HiddenSplitRequest")
+class HiddenSplitRequest:
+    """Active -> party (``hide_own_splits``): record a split after bin ``bin`` of feature ``feature``
+    at a node hidden under ``anchor``; the reply's ``left`` is over the anchor's rows (the party does
+    not know the node's), the label holder keeps the node's part of it."""
+
+    tree: int
+    anchor: int
+    feature: int
+    bin: int
 
 
 @message("secureboost.TreeEnd")

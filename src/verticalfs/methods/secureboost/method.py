@@ -60,6 +60,8 @@ from verticalfs.methods.filter import FilterMethod, FilterParams
 from verticalfs.methods.registry import register
 from verticalfs.methods.secureboost import boosting as B
 from verticalfs.methods.secureboost.messages import (
+    HiddenHistogramRequest,
+    HiddenSplitRequest,
     HistogramRequest,
     Histograms,
     Importance,
@@ -161,6 +163,14 @@ class SecureBoostParams:
     rl_trees : int
         RL-SecureBoost (the paper's section 5): the first ``rl_trees`` trees are built on
         ``label_party``'s columns alone, so the other parties learn no instance space of them.
+    hide_own_splits : bool
+        The other parties learn no instance space of ``label_party``'s splits (issue 51): below such
+        a split they are sent, per level, gradients with each row's values in its node's slot and sum
+        them over the deepest node they know (the *anchor*), so the trees are the same. The cost:
+        these histograms are computed for every node (no subtraction), one row a ciphertext; a
+        party cannot check its ``min_rows_per_node`` on nodes it does not know (the label holder
+        applies it, from the rows per bin it then decrypts) and a split it makes there tells the
+        label holder its side for every row of the anchor.
     """
 
     n_estimators: int = 20
@@ -183,6 +193,7 @@ class SecureBoostParams:
     randomness: str = "full"
     label_party: str = ""
     rl_trees: int = 0
+    hide_own_splits: bool = False
 
 
 def check_boost_params(name: str, p: Any, fed: Any) -> None:
@@ -209,6 +220,10 @@ def check_boost_params(name: str, p: Any, fed: Any) -> None:
     own = own_party(p, fed)
     if own is not None and own not in fed.party_names:
         raise ConfigError(f"{name}: label_party {own!r} is not one of the parties {fed.party_names}")
+    if bool(getattr(p, "hide_own_splits", False)) and own is None:
+        raise ConfigError(f"{name}: hide_own_splits hides the splits of the label holder's own columns; name "
+                          "their party with label_party=<party> (a deployment's label party is found by itself "
+                          "when its file has feature columns)")
     if int(p.rl_trees) and own is None:
         raise ConfigError(f"{name}: rl_trees = {p.rl_trees} builds the first trees on the label holder's own "
                           "columns; name their party with label_party=<party> (a deployment's label party "
@@ -227,10 +242,13 @@ class _Node:
     """A node being grown: its rows (positions in the tree's rows) and, per party, its histogram
     (int64 sums, ``(cells, 2K)``) and which of its cells the party allows a split after."""
 
-    __slots__ = ("id", "rows", "depth", "hists", "allowed", "parent", "sibling")
+    __slots__ = ("id", "rows", "depth", "hists", "allowed", "parent", "sibling", "anchor")
 
-    def __init__(self, id_: int, rows: np.ndarray, depth: int, parent: int = -1, sibling: int = -1) -> None:
+    def __init__(self, id_: int, rows: np.ndarray, depth: int, parent: int = -1, sibling: int = -1,
+                 anchor: int = -1) -> None:
         self.id, self.rows, self.depth, self.parent, self.sibling = id_, rows, depth, parent, sibling
+        #: ``hide_own_splits``: the deepest ancestor whose rows the other parties know (-1: they know this one)
+        self.anchor = anchor
         self.hists: dict[str, np.ndarray] = {}
         self.allowed: dict[str, np.ndarray] = {}
 
@@ -277,7 +295,7 @@ class Booster:
         p = self.p
         names = self.fed.feature_names()
         spec = SBTSpec(n_bins=int(p.n_bins), key_bits=int(p.key_bits), insecure=bool(p.insecure),
-                       selection=self.phase == "selection")
+                       selection=self.phase == "selection", hide_own_splits=bool(p.hide_own_splits))
         replies = self.fed.join(self.method.name, spec, expect=SBTReady)
         self.bin_nums: dict[str, np.ndarray] = {}
         self.skip: dict[str, np.ndarray] = {}
@@ -458,7 +476,9 @@ class Booster:
         root = _Node(tree.add(), np.arange(len(rows)), 0)
         nodes = {root.id: root}
         frontier = [root]
-        partitions: list[tuple[int, int, int, np.ndarray, str]] = []  # (parent, a, b, left, maker)
+        # (parent, a, b, left, maker, concealed: told only to the label holder's own party)
+        partitions: list[tuple[int, int, int, np.ndarray, str, bool]] = []
+        hide = bool(p.hide_own_splits) and self.own is not None
         figures = {"tree": t, "rows": len(rows), "ciphertexts": int(enc.size), "encrypt_seconds": t_enc,
                    "histograms": 0, "returned_ciphertexts": 0, "decrypt_seconds": 0.0, "splits": 0}
         for depth in range(int(p.max_depth)):
@@ -482,9 +502,15 @@ class Booster:
             for v, best in made:
                 q = self.parties[best.party]
                 a, b = tree.add(), tree.add()
-                rep = fed.proxy(q).request(SplitRequest(tree=t, node=v.id, feature=best.feature, bin=best.bin,
-                                                        left_child=a, right_child=b), at, expect=SplitMade)
-                left = unpack_bits(rep.left, len(v.rows), f"party {q!r}'s instance space")
+                if v.anchor >= 0 and q != self.own:  # a node the party does not know: its split over the anchor
+                    rep = fed.proxy(q).request(HiddenSplitRequest(tree=t, anchor=v.anchor, feature=best.feature,
+                                                                  bin=best.bin), at, expect=SplitMade)
+                    over = unpack_bits(rep.left, len(nodes[v.anchor].rows), f"party {q!r}'s split of its anchor")
+                    left = over[np.searchsorted(nodes[v.anchor].rows, v.rows)]
+                else:
+                    rep = fed.proxy(q).request(SplitRequest(tree=t, node=v.id, feature=best.feature, bin=best.bin,
+                                                            left_child=a, right_child=b), at, expect=SplitMade)
+                    left = unpack_bits(rep.left, len(v.rows), f"party {q!r}'s instance space")
                 if left.all() or not left.any():
                     raise ProtocolError(f"party {q!r} split node {v.id} with every row on one side")
                 tree.party[v.id], tree.record[v.id] = best.party, int(rep.record)
@@ -492,11 +518,13 @@ class Booster:
                 tree.left[v.id], tree.right[v.id] = a, b
                 self.importance_gain[q][best.feature] += best.gain
                 self.importance_splits[q][best.feature] += 1
-                na = _Node(a, v.rows[left], depth + 1, v.id, b)
-                nb = _Node(b, v.rows[~left], depth + 1, v.id, a)
+                conceal = hide and (v.anchor >= 0 or q == self.own)
+                anchor = (v.anchor if v.anchor >= 0 else v.id) if conceal else -1
+                na = _Node(a, v.rows[left], depth + 1, v.id, b, anchor)
+                nb = _Node(b, v.rows[~left], depth + 1, v.id, a, anchor)
                 nodes[a], nodes[b] = na, nb
                 children += [na, nb]
-                partitions.append((v.id, a, b, left, q))
+                partitions.append((v.id, a, b, left, q, conceal))
                 figures["splits"] += 1
             for v in live:  # the children's histograms are computed: the parents' are no longer needed
                 if v.parent in nodes:
@@ -530,11 +558,15 @@ class Booster:
         at = At(self.phase, t)
         asks: dict[str, list[_Node]] = {q: [] for q in parties}
         derive: dict[str, list[_Node]] = {q: [] for q in parties}
+        hidden: dict[str, dict[int, list[_Node]]] = {q: {} for q in parties}  # party -> anchor -> its nodes
         for q in parties:
             k = self.min_rows[q]
             for v in live:
                 if len(v.rows) < max(2 * k, 2) or not nums[q].any():
                     continue  # no split of this party could keep k rows a side
+                if v.anchor >= 0 and q != self.own:
+                    hidden[q].setdefault(v.anchor, []).append(v)  # summed over its anchor, no subtraction
+                    continue
                 sib = nodes.get(v.sibling)
                 parent = nodes.get(v.parent)
                 if sib is not None and parent is not None and q in parent.hists and (
@@ -549,7 +581,7 @@ class Booster:
                     asks[q].append(sib)
         reqs = []
         for q in parties:
-            own = [x for x in partitions if x[4] != q]
+            own = [x for x in partitions if x[4] != q and (q == self.own or not x[5])]
             checks = list(derive[q]) if self.min_rows[q] > 1 else []
             reqs.append((q, HistogramRequest(tree=t, parents=np.asarray([x[0] for x in own], dtype=np.int64),
                                              children=np.asarray([c for x in own for c in (x[1], x[2])],
@@ -590,6 +622,55 @@ class Booster:
                                         f"split mask for node {v.id}")
             for v in derive[q]:
                 v.hists[q] = nodes[v.parent].hists[q] - nodes[v.sibling].hists[q]
+        self._hidden_histograms(t, hidden, nodes, nums, M, figures)
+
+    def _hidden_histograms(self, t: int, hidden: dict[str, dict[int, list[_Node]]], nodes: dict[int, _Node],
+                           nums: dict[str, np.ndarray], M: np.ndarray, figures: dict) -> None:
+        """``hide_own_splits``: each party's histograms of the nodes it does not know, one request per
+        anchor: every row of the anchor carries, per hidden node, its ``g, h`` and a 1 where it is in
+        that node (zeros elsewhere), so one sum over the anchor's rows gives every node's histogram and
+        its rows per bin, from which the label holder applies the party's minimum rows per node."""
+        reqs, metas = [], []
+        V = 2 * self.K
+        for q, groups in hidden.items():
+            for anchor, group in groups.items():
+                base = nodes[anchor].rows
+                W = np.zeros((len(base), (V + 1) * len(group)), dtype=np.int64)
+                for j, v in enumerate(group):
+                    pos = np.searchsorted(base, v.rows)
+                    W[pos, j * (V + 1):j * (V + 1) + V] = M[v.rows]
+                    W[pos, j * (V + 1) + V] = 1
+                lay = GradientLayout.for_key(self.pub, W.shape[1], int(self.p.precision), len(base), 1)
+                enc = encrypt_rows(self.priv, lay, W)
+                figures["ciphertexts"] += int(enc.size)
+                reqs.append((q, HiddenHistogramRequest(tree=t, anchor=anchor, values=W.shape[1],
+                                                       precision=int(self.p.precision), gradients=enc.to_bytes())))
+                metas.append((q, group, lay, W.sum(0)))
+        if not reqs:
+            return
+        replies = request_all([(self.fed.proxy(q), msg) for q, msg in reqs], At(self.phase, t), expect=Histograms)
+        for (q, group, lay, total), rep in zip(metas, replies, strict=True):
+            on = nums[q] > 0
+            used, skip = nums[q][on], self.skip[q][on]
+            counts = np.asarray(rep.packages, dtype=np.int64).reshape(-1)
+            w = self.pub.ciphertext_bytes * lay.parts
+            if counts.shape != (1,) or len(rep.data) != w * int(counts[0]):
+                raise ProtocolError(f"party {q!r} returned {len(rep.data)} bytes in {counts.size} histograms for one "
+                                    "hidden histogram")
+            pk = EncryptedArray.from_bytes(self.pub, rep.data, (int(counts[0]), lay.parts))
+            td = time.perf_counter()
+            sums = fill_skipped(decode_histogram(self.priv, lay, pk, used), used, skip, total)
+            figures["decrypt_seconds"] += time.perf_counter() - td
+            figures["histograms"] += 1
+            figures["returned_ciphertexts"] += int(counts[0]) * lay.parts
+            k = self.min_rows[q]
+            starts = np.r_[0, np.cumsum(used)[:-1]]
+            for j, v in enumerate(group):
+                block = sums[:, j * (V + 1):(j + 1) * (V + 1)]
+                v.hists[q] = block[:, :V].copy()
+                if k > 1:  # the party's rule, applied for it: both sides of a split keep k of the node's rows
+                    left = np.concatenate([np.cumsum(block[s:s + b, V]) for s, b in zip(starts, used, strict=True)])
+                    v.allowed[q] = (left >= k) & (len(v.rows) - left >= k)
 
     def route(self, tree: Tree, split: str, rows: np.ndarray | None, phase: str) -> np.ndarray:
         """The leaf of ``rows`` of ``split`` (all when ``None``) in ``tree``, asking every party that

@@ -20,6 +20,8 @@ from verticalfs.histogram import BinTable
 from verticalfs.histogram.gradients import GradientLayout, node_histogram
 from verticalfs.methods.filter import FilterRole
 from verticalfs.methods.secureboost.messages import (
+    HiddenHistogramRequest,
+    HiddenSplitRequest,
     HistogramRequest,
     Histograms,
     Importance,
@@ -58,6 +60,7 @@ class SBTRole(FilterRole):
         self.bins: BinTable | None = None
         self.codes: np.ndarray | None = None
         self.tree: dict | None = None
+        self.hidden_ok = bool(getattr(spec, "hide_own_splits", False))
         if spec is not None:
             if not isinstance(spec, SBTSpec):
                 raise ProtocolError(f"party {self.name!r}: secureboost needs an SBTSpec, got {type(spec).__name__}")
@@ -115,7 +118,8 @@ class SBTRole(FilterRole):
         features = unpack_bits(msg.features, d, "the tree's features")
         enc = EncryptedArray.from_bytes(self.pub, msg.gradients, (-(-len(rows) // layout.rows_per_ct), layout.parts))
         self.tree = {"id": int(msg.tree), "layout": layout, "enc": enc, "rows": rows,
-                     "features": np.flatnonzero(features), "nodes": {0: np.arange(len(rows))}, "split": set()}
+                     "features": np.flatnonzero(features), "nodes": {0: np.arange(len(rows))}, "split": set(),
+                     "values": int(msg.values), "hidden": {}}
         return Ack()
 
     def _node(self, st: dict, node: int) -> np.ndarray:
@@ -193,6 +197,67 @@ class SBTRole(FilterRole):
         self._add_children(st, int(msg.node), left, int(msg.left_child), int(msg.right_child))
         self.records.append((f, bins.threshold(f, b)))
         return SplitMade(record=len(self.records) - 1, left=pack_bits(left))
+
+    # ----------------------------------------------- nodes hidden under the label holder's own splits
+    @handles(HiddenHistogramRequest)
+    def on_hidden_histogram(self, msg: HiddenHistogramRequest, ctx: Context) -> Histograms:
+        """Sum the label holder's per-node gradients over the anchor's rows (``hide_own_splits``): the
+        party cannot check the hidden nodes' sizes (it does not know them), only the anchor's."""
+        st = self._tree(msg.tree)
+        bins = self._bins()
+        self._hidden_allowed()
+        rows = self._node(st, msg.anchor)
+        per = st["values"] + 1  # a hidden node's slots: g, h of each output and its row count
+        slots, rest = divmod(int(msg.values), per)
+        most = max(1, len(rows) // max(1, self.min_rows_per_node))
+        if rest or not 1 <= slots <= most:
+            raise ProtocolError(f"party {self.name!r}: a hidden histogram of {msg.values} values is not 1 to {most} "
+                                f"nodes of {per} values under node {msg.anchor} of {len(rows)} rows")
+        # each hidden node it sums may be split once: the splits it makes over this anchor are bounded by them
+        st["hidden"][int(msg.anchor)] = st["hidden"].get(int(msg.anchor), 0) + slots
+        if len(rows) < self.min_rows_per_node:
+            raise PolicyError(f"party {self.name!r} refuses the histogram of a node of {len(rows)} rows: its "
+                              f"policy has min_rows_per_node = {self.min_rows_per_node}")
+        if not 1 <= int(msg.values) <= MAX_VALUES:
+            raise ProtocolError(f"party {self.name!r}: {msg.values} values a row, expected 1 to {MAX_VALUES}")
+        if self.pub is None:
+            raise ProtocolError(f"party {self.name!r}: no Paillier key before a hidden histogram")
+        try:  # one row a ciphertext: no garbage, no mask; the party rebuilds the layout itself
+            layout = GradientLayout.for_key(self.pub, int(msg.values), int(msg.precision), len(rows), 1)
+        except CryptoError as exc:
+            raise ProtocolError(f"party {self.name!r}: the hidden histogram's layout is refused ({exc})") from None
+        enc = EncryptedArray.from_bytes(self.pub, msg.gradients, (len(rows), layout.parts))
+        used = st["features"]
+        codes = self.codes[st["rows"][rows]][:, used] if self.codes is not None else None
+        packed, sizes = node_histogram(enc, layout, np.arange(len(rows)), codes, bins.bin_nums[used],
+                                       bins.largest_bins()[used])
+        return Histograms(data=packed.to_bytes(), packages=np.asarray([len(sizes)], dtype=np.int64), allowed=[b""])
+
+    @handles(HiddenSplitRequest)
+    def on_hidden_split(self, msg: HiddenSplitRequest, ctx: Context) -> SplitMade:
+        """Record a split at a node hidden under ``anchor``: which of the anchor's rows its threshold
+        sends left (the label holder keeps the node's part; it learns the split over the anchor)."""
+        st = self._tree(msg.tree)
+        bins = self._bins()
+        self._hidden_allowed()
+        f, b = int(msg.feature), int(msg.bin)
+        if f not in set(st["features"].tolist()):
+            raise ProtocolError(f"party {self.name!r}: tree {st['id']} does not use feature {f}")
+        if not 0 <= b < int(bins.bin_nums[f]) - 1:
+            raise ProtocolError(f"party {self.name!r}: feature {f} has {bins.bin_nums[f]} bins; no split after bin {b}")
+        rows = self._node(st, msg.anchor)
+        left_over = st["hidden"].get(int(msg.anchor), 0)
+        if left_over < 1:
+            raise ProtocolError(f"party {self.name!r}: a split under node {msg.anchor} beyond the hidden nodes it "
+                                "summed there (one split each)")
+        st["hidden"][int(msg.anchor)] = left_over - 1
+        left = self.codes[st["rows"][rows], f] <= b
+        self.records.append((f, bins.threshold(f, b)))
+        return SplitMade(record=len(self.records) - 1, left=pack_bits(left))
+
+    def _hidden_allowed(self) -> None:
+        if not self.hidden_ok:
+            raise ProtocolError(f"party {self.name!r}: hidden nodes in a run that did not join with hide_own_splits")
 
     @handles(TreeEnd)
     def on_tree_end(self, msg: TreeEnd, ctx: Context) -> Ack:
