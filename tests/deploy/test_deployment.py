@@ -156,6 +156,10 @@ def _method_traffic(res) -> dict:
     # the label party's own block is a party of its own on both roads: the same trees, the same bytes
     pytest.param("secureboost", {"n_estimators": 3, "max_depth": 3, "n_bins": 16},
                  marks=pytest.mark.slow),
+    # the label party's own splits hidden from the others (issue 51): the same trees and bytes on both roads
+    pytest.param("secureboost", {"n_estimators": 3, "max_depth": 3, "n_bins": 16, "hide_own_splits": True,
+                                 "label_party": "bank"},
+                 marks=pytest.mark.slow, id="secureboost-hidden"),
 ])
 def test_networked_run_equals_in_process(site, servers, method, params):
     from verticalfs.deploy.holder import run_deployment
@@ -192,6 +196,8 @@ def test_networked_run_equals_in_process(site, servers, method, params):
     assert rows["insurer"]["rows_kept"] == n == sum(len(v) for v in ref.federation.labels.y.values())
     if method == "vfl":  # TCP carried the ledger's bytes plus gRPC framing and TLS (the label holder's links)
         assert net.communication["wire_bytes"] > net.communication["total_bytes"]
+    if params.get("hide_own_splits"):  # the bank's own splits were hidden: the others summed over anchors
+        assert net.communication["by_kind"].get("HiddenHistogramRequest", 0) > 0
     if method == "feast":  # its party-to-party messages, recorded at the parties, are on the ledger
         assert net.communication["by_direction"].get("peer", 0) == ref.communication["by_direction"]["peer"] > 0
 
