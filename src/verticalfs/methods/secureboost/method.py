@@ -220,7 +220,7 @@ def check_boost_params(name: str, p: Any, fed: Any) -> None:
     own = own_party(p, fed)
     if own is not None and own not in fed.party_names:
         raise ConfigError(f"{name}: label_party {own!r} is not one of the parties {fed.party_names}")
-    if bool(getattr(p, "hide_own_splits", False)) and own is None:
+    if bool(p.hide_own_splits) and own is None:
         raise ConfigError(f"{name}: hide_own_splits hides the splits of the label holder's own columns; name "
                           "their party with label_party=<party> (a deployment's label party is found by itself "
                           "when its file has feature columns)")

@@ -60,7 +60,7 @@ class SBTRole(FilterRole):
         self.bins: BinTable | None = None
         self.codes: np.ndarray | None = None
         self.tree: dict | None = None
-        self.hidden_ok = bool(getattr(spec, "hide_own_splits", False))
+        self.hidden_ok = isinstance(spec, SBTSpec) and bool(spec.hide_own_splits)
         if spec is not None:
             if not isinstance(spec, SBTSpec):
                 raise ProtocolError(f"party {self.name!r}: secureboost needs an SBTSpec, got {type(spec).__name__}")
