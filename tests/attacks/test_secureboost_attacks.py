@@ -113,7 +113,7 @@ def histogram(t: Target, node, tree):
 
 def decode(pub, priv, lay, rep, nums, skip, total):
     pk = EncryptedArray.from_bytes(pub, rep.data, (int(rep.packages[0]), lay.parts))
-    return fill_skipped(decode_histogram(priv, lay, pk, nums), nums, skip, total)
+    return fill_skipped(decode_histogram(priv, lay, pk, nums, skip), nums, skip, total)
 
 
 def test_crafted_one_hot_gradients_read_that_rows_bins_at_the_node_and_no_row_outside_it(target, keys):

@@ -18,12 +18,21 @@ per (feature, bin, position): ``T[f, b, i]`` is the product of the ciphertexts w
 (``U = sum_i T_i * 2**(G (m - 1 - i))``, :meth:`~verticalfs.crypto.EncryptedArray.pack`) puts every
 meaningful group at position ``m - 1``: the bin's sum over all its rows, with garbage in the ``m - 1``
 positions below and above. Several bins then share a returned ciphertext ``m`` groups apart
-(``c = floor((groups - m + 1) / m)`` a ciphertext), and the party adds a uniform mask of
+(``c = floor((groups - m + 1) / m)`` a ciphertext; the bins of every feature one after another,
+across features: ``ceil(cells / c)`` ciphertexts a histogram), and the party adds a uniform mask of
 ``value_bits - 1 + hiding`` bits to every garbage slot (:func:`mask_garbage`): the label holder reads
 the meaningful groups and nothing of the garbage (statistical distance ``2**-hiding`` for values within
 the layout's bound). With ``m = 1`` there is no garbage and no mask, ``w = value_bits`` and
 ``c = groups`` bins a returned ciphertext (FATE's cipher compression). When a row's ``V`` values do not
 fit one plaintext, they take ``parts`` ciphertexts (``m = 1``).
+
+**Skipped bins.** A party does not sum, and does not return, each feature's bin of most training
+rows (FATE's sparse optimisation): the key holder, who knows the node's total, gets it by
+subtraction (:func:`fill_skipped`). Which bin a feature skips the party tells once, with its bins
+(SecureBoost's ``SBTReady.skip``); leaving its slot out of the returned ciphertexts reveals nothing
+beyond that index, and a feature's bins sum to the node's total anyway, so the slot carried no
+information (it was always 0). A histogram therefore returns ``sum_f (b_f - 1)`` cells
+(:func:`returned_cells`, :meth:`GradientLayout.histogram_ciphertexts`).
 
 What the label holder learns from a decrypted histogram: the sums of its own values per (feature,
 bin) over the node's rows, SecureBoost's disclosure, nothing else of the packing.
@@ -164,6 +173,20 @@ class GradientLayout:
         """Ciphertexts of ``n_rows`` rows: ``ceil(n_rows / m) * parts``."""
         return -(-int(n_rows) // self.rows_per_ct) * self.parts
 
+    def histogram_sizes(self, cells: int) -> np.ndarray:
+        """Bins per returned ciphertext of a histogram of ``cells`` (feature, bin) sums: runs of
+        ``bins_per_ct`` across features (:func:`~verticalfs.histogram.encrypted.package_sizes` of
+        the one vector), the last one shorter; none for no cells."""
+        return package_sizes(np.asarray([int(cells)], dtype=np.int64), self.bins_per_ct)
+
+    def histogram_ciphertexts(self, bin_nums: np.ndarray, skipped: bool = True) -> int:
+        """Ciphertexts of one returned histogram of features of ``bin_nums`` bins:
+        ``ceil(cells / bins_per_ct) * parts``, ``cells = sum_f (b_f - 1)`` with each feature's
+        skipped bin left out (``sum_f b_f`` without)."""
+        nums = np.asarray(bin_nums, dtype=np.int64).reshape(-1)
+        cells = int(nums.sum()) - (int((nums > 0).sum()) if skipped else 0)
+        return -(-cells // self.bins_per_ct) * self.parts
+
     def packing(self) -> SlotPacking:
         """The signed slots of one plaintext (all its groups)."""
         return SlotPacking(self.slot_bits, self.groups * self.part_values, 0)
@@ -224,14 +247,18 @@ def node_histogram(enc: EncryptedArray, layout: GradientLayout, positions: np.nd
 
     ``enc`` is the tree's ciphertexts ``(ceil(N / m), parts)``; ``positions`` the node's rows as
     positions in the tree's row order (``(k,)`` ints in ``[0, N)``); ``codes`` their bin codes
-    ``(k, d)``; ``bin_nums`` each feature's number of bins. The sums of every existing bin,
+    ``(k, d)``; ``bin_nums`` each feature's number of bins. The sums of every returned bin,
     Horner-combined over positions, compressed ``bins_per_ct`` to a ciphertext (``sizes``: bins per
-    package, :func:`package_sizes`), garbage masked, sealed (re-randomised): ``(len(sizes), parts)``.
+    package, :meth:`GradientLayout.histogram_sizes`), garbage masked, sealed (re-randomised):
+    ``(len(sizes), parts)``.
 
-    ``skip``: per feature, a bin whose rows are not summed (its sum returned as 0): the key holder,
-    who knows the node's total, gets it as the total minus the other bins (:func:`fill_skipped`).
+    ``skip``: per feature, a bin whose rows are not summed and whose sum is not returned (the
+    packages hold :func:`returned_cells` only): the key holder, who knows the node's total and
+    which bin each feature skips, gets it as the total minus the other bins (:func:`fill_skipped`).
     With the bin of most rows skipped (FATE's sparse optimisation, for one-hot columns the zeros) a
     party adds a fraction of the ciphertexts: the cost of a histogram is its rows outside that bin.
+    The returned cells are packed one after another across features (``bins_per_ct`` a package,
+    :meth:`GradientLayout.histogram_sizes`).
     """
     m, P = layout.rows_per_ct, layout.parts
     positions = np.asarray(positions, dtype=np.int64)
@@ -244,30 +271,34 @@ def node_histogram(enc: EncryptedArray, layout: GradientLayout, positions: np.nd
     if k and (positions.min() < 0 or positions.max() >= enc.shape[0] * m):
         raise ProtocolError("node_histogram: a row position beyond the tree's ciphertexts")
     B = int(bin_nums.max(initial=1))
+    keep = returned_cells(bin_nums, skip, flat=False)  # (d, B): the cells returned
+    n_cells = int(keep.sum())
+    sizes = layout.histogram_sizes(n_cells)
+    if not n_cells:  # every feature has one bin, the skipped one: nothing to sum or return
+        return EncryptedArray(enc.public_key, np.zeros((0, P), dtype=object), enc.exponent), sizes
     sums: EncryptedArray | None = None
     step = max(1, (1 << 20) // max(1, d))  # a block of rows: about a million (row, feature) cells
     for s in range(0, k, step):
         pos = positions[s:s + step]
         C = codes[s:s + step].astype(np.int64)
         r, f = np.nonzero(C != (-1 if skip is None else np.asarray(skip, dtype=np.int64)[None, :]))
+        if not len(r):  # every row of the block in its features' skipped bins
+            continue
         gid = (f * B + C[r, f]) * m + pos[r] % m  # (feature, bin, position) of each summed value
         part = enc[pos[r] // m].group_sum(gid, d * B * m)  # (d * B * m, P)
         OPS["additions"] += len(r) * P
         sums = part if sums is None else sums + part
-    if sums is None:  # no rows: every bin holds the trivial encryption of 0 (sealed below)
+    if sums is None:  # no rows summed: every bin holds the trivial encryption of 0 (sealed below)
         sums = EncryptedArray(enc.public_key, np.full((d * B * m, P), 1, dtype=object), enc.exponent)
     sums = sums.reshape(d, B, m, P)
-    keep = np.arange(B)[None, :] < bin_nums[:, None]
-    cells = sums[keep]  # (sum of bins, m, P)
-    n_cells = cells.shape[0]
-    sizes = package_sizes(bin_nums, layout.bins_per_ct)
+    cells = sums[keep]  # (returned cells, m, P)
     out = []
     for p in range(P):
         if m > 1:  # every bin's sum into group m - 1 (Horner over positions)
             U = cells[:, :, p].reshape(n_cells * m).pack(np.full(n_cells, m, dtype=np.int64), layout.group_bits)
         else:
             U = cells[:, 0, p]
-        out.append(U.pack(sizes, m * layout.group_bits) if n_cells else U)
+        out.append(U.pack(sizes, m * layout.group_bits))
     packages = _stack(out)
     OPS["squarings"] += P * ((m - 1) * n_cells * layout.group_bits
                              + m * layout.group_bits * int((sizes - 1).clip(min=0).sum()))
@@ -316,6 +347,25 @@ def mask_garbage(layout: GradientLayout, sizes: np.ndarray) -> np.ndarray:
     return out
 
 
+def returned_cells(bin_nums: np.ndarray, skip: np.ndarray | None = None, flat: bool = True) -> np.ndarray:
+    """The (feature, bin) cells a party's histogram returns: every bin of every feature but, with
+    ``skip``, each feature's skipped bin. A bool vector over ``sum(bin_nums)`` cells in (feature,
+    bin) order (``flat``), or a ``(features, max bins)`` mask. A ``skip`` of another shape or outside
+    a feature's bins is a :class:`ProtocolError`."""
+    nums = np.asarray(bin_nums, dtype=np.int64).reshape(-1)
+    B = int(nums.max(initial=1))
+    cols = np.arange(B)[None, :]
+    keep = cols < nums[:, None]
+    if skip is not None:
+        sk = np.asarray(skip, dtype=np.int64).reshape(-1)
+        if sk.shape != nums.shape or (sk < 0).any() or (sk >= nums).any():
+            raise ProtocolError(f"skipped bins {sk.tolist()[:8]} do not match features of {nums.tolist()[:8]} bins")
+        keep &= cols != sk[:, None]
+    if not flat:
+        return keep
+    return keep[cols < nums[:, None]]
+
+
 # --------------------------------------------------------------------- the label holder's side
 def fill_skipped(sums: np.ndarray, bin_nums: np.ndarray, skip: np.ndarray, total: np.ndarray) -> np.ndarray:
     """The decoded sums ``(cells, V)`` with each feature's skipped bin set to the node's ``total``
@@ -335,18 +385,22 @@ def fill_skipped(sums: np.ndarray, bin_nums: np.ndarray, skip: np.ndarray, total
 
 
 def decode_histogram(private_key: PrivateKey, layout: GradientLayout, packages: EncryptedArray,
-                     bin_nums: np.ndarray) -> np.ndarray:
+                     bin_nums: np.ndarray, skip: np.ndarray | None = None) -> np.ndarray:
     """The label holder's sums ``(sum of bins, V)`` (int64, features in order, bins in order) from
-    a party's packages; a slot beyond the layout's bound is a :class:`ProtocolError`."""
+    a party's packages, which hold the :func:`returned_cells` of ``bin_nums`` and ``skip`` (each
+    feature's skipped bin is 0 here: :func:`fill_skipped` sets it); a slot beyond the layout's bound
+    is a :class:`ProtocolError`."""
     bin_nums = np.asarray(bin_nums, dtype=np.int64)
-    sizes = package_sizes(bin_nums, layout.bins_per_ct)
+    kept = returned_cells(bin_nums, skip)
+    n_cells = int(kept.sum())
+    sizes = layout.histogram_sizes(n_cells)
     P, k = layout.parts, layout.part_values
     if packages.shape != (len(sizes), P):
         raise ProtocolError(f"a histogram of {packages.shape} ciphertexts, expected {(len(sizes), P)} for "
-                            f"{int(bin_nums.sum())} bins")
-    n_cells = int(bin_nums.sum())
+                            f"{n_cells} returned bins")
+    full = np.zeros((len(kept), layout.values), dtype=np.int64)
     if not n_cells:
-        return np.zeros((0, layout.values), dtype=np.int64)
+        return full
     sp = layout.packing()
     plain = packages.decrypt_mantissas(private_key)  # (packages, P) signed
     # slot index of every (bin, value) in its package
@@ -365,4 +419,5 @@ def decode_histogram(private_key: PrivateKey, layout: GradientLayout, packages: 
     vals = out[:, :layout.values]
     if vals.size and int(np.abs(vals).max()) > layout.bound:
         raise ProtocolError("a histogram slot decoded beyond the gradient layout's bound (overflow or tampering)")
-    return vals
+    full[kept] = vals
+    return full

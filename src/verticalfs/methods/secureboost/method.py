@@ -96,13 +96,15 @@ PACKING = ("time", "ciphertexts")
 def tree_ciphertexts(lay: GradientLayout, n_rows: int, bin_nums: Any, histograms: float) -> float:
     """The ciphertexts of one tree under ``lay``: the packed gradients (``ceil(n_rows / m) * parts``)
     plus, for each party (``bin_nums``: party -> bins per feature), ``histograms`` returned
-    histograms of ``sum_f ceil(bins_f / bins_per_ct) * parts`` ciphertexts each
-    (:func:`~verticalfs.histogram.encrypted.package_sizes`). Rows per ciphertext ``m`` divide the
-    first term and shrink ``bins_per_ct = floor((groups - m + 1) / m)`` (wider, masked slots for
-    ``m > 1``), so the second grows with ``m``: the count has a minimum in ``m``."""
+    histograms of ``ceil(sum_f (bins_f - 1) / bins_per_ct) * parts`` ciphertexts each (each
+    feature's skipped bin left out, the bins packed across features:
+    :meth:`~verticalfs.histogram.gradients.GradientLayout.histogram_ciphertexts`). Rows per
+    ciphertext ``m`` divide the first term and shrink ``bins_per_ct = floor((groups - m + 1) / m)``
+    (wider, masked slots for ``m > 1``), so the second grows with ``m``: the count has a minimum in
+    ``m``."""
     total = float(lay.n_ciphertexts(n_rows))
     for nums in bin_nums.values():
-        total += float(histograms) * sum(-(-int(b) // lay.bins_per_ct) for b in np.asarray(nums)) * lay.parts
+        total += float(histograms) * lay.histogram_ciphertexts(np.asarray(nums))
     return total
 
 
@@ -430,8 +432,8 @@ class Booster:
         total = COST["encrypt"] * lay.n_ciphertexts(n_rows)
         for q in parties:
             nums = self.bin_nums[q]
-            cells = int(nums.sum())
-            out = sum(-(-int(b) // lay.bins_per_ct) for b in nums) * lay.parts
+            cells = int(nums.sum()) - len(nums)  # each feature's skipped bin is neither summed nor returned
+            out = lay.histogram_ciphertexts(nums)
             horner = cells * (lay.rows_per_ct - 1) * lay.group_bits * lay.parts
             total += visits * self.visits[q] * lay.parts + nodes * (COST["square"] * horner
                                                         + (COST["rerandomize"] + COST["decrypt"]) * out)
@@ -609,7 +611,7 @@ class Booster:
             for v, c in zip(ask, counts.tolist(), strict=True):
                 pk = EncryptedArray.from_bytes(self.pub, rep.data[off:off + w * c], (c, lay.parts))
                 off += w * c
-                v.hists[q] = fill_skipped(decode_histogram(self.priv, lay, pk, used), used, skip,
+                v.hists[q] = fill_skipped(decode_histogram(self.priv, lay, pk, used, skip), used, skip,
                                           M[v.rows].sum(0))
                 figures["histograms"] += 1
                 figures["returned_ciphertexts"] += c * lay.parts
@@ -659,7 +661,7 @@ class Booster:
                                     "hidden histogram")
             pk = EncryptedArray.from_bytes(self.pub, rep.data, (int(counts[0]), lay.parts))
             td = time.perf_counter()
-            sums = fill_skipped(decode_histogram(self.priv, lay, pk, used), used, skip, total)
+            sums = fill_skipped(decode_histogram(self.priv, lay, pk, used, skip), used, skip, total)
             figures["decrypt_seconds"] += time.perf_counter() - td
             figures["histograms"] += 1
             figures["returned_ciphertexts"] += int(counts[0]) * lay.parts
