@@ -15,10 +15,11 @@ Beside the measured ciphertexts-per-tree ratio against the unpacked protocol (th
 at least 10x) it prints the packing's bound of that ratio for the case (``packing_bound``): from the
 code's own layout (:class:`~verticalfs.histogram.gradients.GradientLayout`) and count
 (:func:`~verticalfs.methods.secureboost.method.tree_ciphertexts`), a tree's ciphertexts with ``m``
-rows a ciphertext are ``ceil(n / m) P + H sum_q sum_f ceil(b_qf / c(m)) P`` (``n`` rows, ``H``
-histograms a party, ``b_qf`` bins of party ``q``'s feature ``f``, ``P`` parts a row,
-``c(m) = floor((G(m) - m + 1) / m)`` bins a returned ciphertext, ``G(m)`` groups a plaintext: fewer
-for ``m > 1``, whose slots carry the 40-bit masks), for every ``m`` the slot layout allows; the
+rows a ciphertext are ``ceil(n / m) P + H sum_q ceil(sum_f (b_qf - 1) / c(m)) P`` (``n`` rows, ``H``
+histograms a party, ``b_qf`` bins of party ``q``'s feature ``f``, of which the skipped one is not
+returned, the others packed across features; ``P`` parts a row, ``c(m) = floor((G(m) - m + 1) / m)``
+bins a returned ciphertext, ``G(m)`` groups a plaintext: fewer for ``m > 1``, whose slots carry the
+40-bit masks), for every ``m`` the slot layout allows; the
 best ratio over ``m`` and its ``m`` are what packing can give. ``--min-ciphertexts`` runs with the
 ``m`` of fewest ciphertexts (``packing = "ciphertexts"``) instead of least time.
 
