@@ -246,6 +246,16 @@ def _summ(res: RunResult, metric: str, target: float | None, min_sr: float | Non
     }
 
 
+def cross_point(reach: float, mb: np.ndarray, mean: np.ndarray) -> tuple[list[float], list[float]]:
+    """Where a method's cross goes: at the megabytes it reached the target, *on* its drawn curve
+    (the mean curve, linear between its points, interpolated there). Before issue 53 it sat at the
+    target's height, on the target line, off a curve that jumped past the target between two
+    epochs."""
+    ok = np.isfinite(mean)
+    y = float(np.interp(reach, mb[ok], mean[ok])) if ok.any() else float("nan")
+    return [float(reach)], [y]
+
+
 def plot_compare(summary: Mapping[str, Any], path: str | Path) -> Path:
     """Test metric against megabytes sent (mean over seeds), one line per method.
 
@@ -286,8 +296,7 @@ def plot_compare(summary: Mapping[str, Any], path: str | Path) -> Path:
                 ax.fill_between(mb, mean - std, mean + std, alpha=0.2, color=line.get_color())
         spans.extend(mb[mb > 0])
         if reach is not None and mb.size > 1:
-            targets = [r["target"] for r in rs if r.get("target") is not None]
-            ax.plot([reach], [np.mean(targets)], marker="x", markersize=10, mew=2, color=line.get_color())
+            ax.plot(*cross_point(reach, mb, mean), marker="x", markersize=10, mew=2, color=line.get_color())
     targets = [r["target"] for name, rs in summary["runs"].items() for r in rs if r.get("target") is not None]
     if targets:
         ax.axhline(np.mean(targets), color="black", linewidth=0.8, linestyle=":",

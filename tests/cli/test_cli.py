@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -140,6 +141,17 @@ class TestCompare:
         assert any(lab.startswith("target: ") for lab in labels)
         if rows["feast"]["mb_to_target"] is not None:
             assert any(lab.startswith("feast: ") and "to target" in lab for lab in labels)
+
+
+    def test_the_cross_sits_on_the_curve(self):
+        """Issue 53: the demo plot put a method's cross at the target's height (on the target line),
+        while its curve jumped past the target between two epochs; the cross is on the curve."""
+        from verticalfs.compare import cross_point
+
+        mb, mean = np.array([1.0, 2.0, 3.0]), np.array([0.5, 0.9, 0.95])
+        assert cross_point(2.0, mb, mean) == ([2.0], [0.9])  # target 0.8: reached at 2 MB, at 0.9
+        x, y = cross_point(2.5, mb, np.array([0.5, np.nan, 0.95]))  # an epoch without the metric
+        assert x == [2.5] and y[0] == pytest.approx(0.5 + 0.45 * 0.75)
 
 
 class TestInterruptions:

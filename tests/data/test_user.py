@@ -311,3 +311,31 @@ class TestBadInput:
         with pytest.raises(DataError, match="pip install pyarrow") as err:
             self.load(files)
         assert str(files["shop"]) in str(err.value)
+
+
+def test_a_report_without_labels_does_not_name_an_empty_label_party():
+    """``verticalfs predict`` aligns new rows without labels: it printed "(labels from '')" (issue 53)."""
+    report = AlignmentReport(files={"a": "a.csv"}, rows_in_file={"a": 3}, rows_kept={"a": 3}, rows_lost={"a": 0},
+                             n_aligned=3, label_party="")
+    assert "labels from" not in report.summary() and "no labels" in report.summary()
+    report.label_party = "bank"
+    assert "(labels from 'bank')" in report.summary()
+
+
+def test_reading_party_files_leaves_no_file_open(tmp_path):
+    """The header was read through a text wrapper that was never closed: a ResourceWarning per CSV
+    file at garbage collection (issue 53)."""
+    import gc
+    import warnings
+
+    rng = np.random.default_rng(0)
+    ids = [f"u{i}" for i in range(40)]
+    pd.DataFrame({"id": ids, "a": rng.normal(size=40), "y": rng.integers(0, 2, 40)}).to_csv(tmp_path / "p1.csv",
+                                                                                           index=False)
+    pd.DataFrame({"id": ids, "b": rng.normal(size=40)}).to_csv(tmp_path / "p2.csv", index=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        load_party_files({"p1": tmp_path / "p1.csv", "p2": tmp_path / "p2.csv"}, id_column="id",
+                         label_party="p1", label_column="y")
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]

@@ -82,3 +82,17 @@ def test_quiet_silences_the_lines(monkeypatch, tmp_path):
     assert loud.exit_code == 0 and quiet.exit_code == 0, (loud.output, quiet.output)
     assert "[vfl] train epoch 2/2" in loud.stderr
     assert "[vfl]" not in quiet.stderr and "[vfl]" not in quiet.stdout
+
+
+def test_an_entry_after_the_phase_is_not_one_more_epoch():
+    """LESS-VFL records its selection after pre-training's last epoch: it printed "pretrain epoch
+    10/9" (issue 53); now a line of its own."""
+    out = io.StringIO()
+    cb = ProgressCallback("less-vfl", lines=True, min_interval=0.0, stream=out)
+    cb.on_train_begin(None, 2, "pretrain")
+    for e in range(2):
+        cb.on_epoch_end(None, {"phase": "pretrain", "bytes": 1_000_000 * (e + 1)})
+    cb.on_epoch_end(None, {"phase": "selection", "bytes": 3_000_000, "accuracy": 0.5})
+    lines = out.getvalue().splitlines()
+    assert not any("3/2" in ln for ln in lines), lines
+    assert lines[-1].startswith("[less-vfl] selection: ") and "accuracy=0.5000" in lines[-1]

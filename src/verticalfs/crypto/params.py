@@ -14,7 +14,7 @@ def check_crypto_params(name: str, p: Any) -> None:
     """Validate ``p.key_bits`` / ``p.insecure`` / ``p.backend`` / ``p.randomness`` of method
     ``name`` early, naming the fix (a :class:`~verticalfs.exceptions.ConfigError`)."""
     try:
-        check_bits(p.key_bits, p.insecure, f"{name}: key_bits")
+        check_bits(p.key_bits, p.insecure, "key_bits")  # the name is added once, below
         resolve_backend(p.backend, int(p.key_bits), None, p.randomness)
     except CryptoError as exc:
         raise ConfigError(f"{name}: {exc}") from None

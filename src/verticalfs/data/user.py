@@ -98,8 +98,8 @@ class AlignmentReport:
         """A human-readable table of the alignment, one line per party."""
         width = max([len(p) for p in self.files] + [5])
         lines = [
-            f"aligned {self.n_aligned} samples by id over {len(self.files)} parties "
-            f"(labels from {self.label_party!r})",
+            f"aligned {self.n_aligned} samples by id over {len(self.files)} parties"
+            + (f" (labels from {self.label_party!r})" if self.label_party else " (no labels: new rows to predict)"),
             f"  {'party':<{width}}  {'in file':>8}  {'kept':>8}  {'lost':>8}  file",
         ]
         for p, path in self.files.items():
@@ -251,9 +251,9 @@ def _bad_byte(party: str, path: Path, encoding: str, max_bytes: int) -> DataErro
 def _header(party: str, path: Path, delimiter: str, encoding: str, max_bytes: int) -> list[str]:
     """The CSV's column names, read with the csv module (pandas would rename duplicates silently)."""
     _check_text(party, path, max_bytes)
-    with _open_text(party, path, max_bytes) as fh:
-        try:
-            line = io.TextIOWrapper(fh, encoding=encoding, newline="").readline()
+    with _open_text(party, path, max_bytes) as fh, io.TextIOWrapper(fh, encoding=encoding, newline="") as text:
+        try:  # (the wrapper closed by its own `with`: an unclosed one warned, issue 53)
+            line = text.readline()
         except UnicodeDecodeError:
             raise _bad_byte(party, path, encoding, max_bytes) from None
     if not line.strip():
