@@ -42,10 +42,24 @@ def _main(
     from verticalfs.exceptions import VerticalFSWarning
 
     warnings.filterwarnings("ignore", category=VerticalFSWarning)  # printed once each from the result
-    if threads > 0:
+    global _THREADS
+    _THREADS = threads or None
+    if threads > 0 and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+
+
+#: ``--threads`` (None: torch's default). Torch is imported only when a command starts its work
+#: (``--help`` and the errors found before work stay fast), so the commands apply it there
+#: (:func:`_torch_threads`; ``run`` and ``compare`` pass it to :func:`verticalfs.api.run`).
+_THREADS: int | None = 1
+
+
+def _torch_threads() -> None:
+    """Apply ``--threads`` to torch, importing it: call where a command's work starts."""
+    if _THREADS:
         import torch
 
-        torch.set_num_threads(threads)
+        torch.set_num_threads(_THREADS)
 
 
 def _fail(exc: Exception) -> None:
@@ -196,9 +210,8 @@ class DataOptions:
 
     def check(self) -> dict:
         """Everything that can be checked without reading data; returns the parsed values."""
+        from verticalfs.data.choices import IMPUTATIONS, SCALINGS, STRATEGIES
         from verticalfs.data.layouts import is_layout, layout_names, resolve_layout
-        from verticalfs.data.partition import STRATEGIES
-        from verticalfs.data.vertical import IMPUTATIONS, SCALINGS
         from verticalfs.options import (
             parse_categorical,
             parse_counts,
@@ -237,6 +250,9 @@ class DataOptions:
                     raise ConfigError(f"{o} applies to --party-file data only")
             if not self.dataset:
                 raise ConfigError("give --dataset NAME (see `verticalfs datasets`) or --party-file name=path ...")
+            from verticalfs.data.registry import get_info
+
+            get_info(self.dataset)  # an unknown name, before anything is loaded
             if self.parties is not None and self.parties < 1:
                 raise ConfigError(f"--parties must be >= 1, got {self.parties}")
             if self.partition is not None and self.partition not in STRATEGIES and not is_layout(self.partition):
@@ -427,7 +443,9 @@ def run_cmd(
             params.setdefault("epochs", str(epochs))
         from verticalfs.methods import registry
 
+        registry.check_name(method)  # without importing any method (torch): a fast error
         if deployment is None:
+            parsed = opts.check()  # the data options next, still without pandas or torch
             registry.get(method)(seed=seed, codec=codec, **params)  # checked before any data is loaded
         if deployment is not None:
             given = [o for o, v in (("--dataset", dataset), ("--party-file", party_file), ("--parties", parties))
@@ -452,7 +470,6 @@ def run_cmd(
         else:
             if insecure:
                 raise ConfigError("--insecure applies to a run over a deployment file (--config deployment.toml) only")
-            parsed = opts.check()
             if resume and checkpoints is None:
                 raise ConfigError("--resume needs --checkpoints FOLDER (the folder of the interrupted run)")
     except VerticalFSError as exc:
@@ -469,7 +486,8 @@ def run_cmd(
 
             stage = f"running {method} over {deployment}"
             res = run_deployment(dep, method, seed=seed, params=params, codec=codec, callbacks=callbacks,
-                                 save_model=save_model, checkpoint_dir=checkpoints, resume=resume)
+                                 save_model=save_model, checkpoint_dir=checkpoints, resume=resume,
+                                 threads=_THREADS)
             cached = res.info["deployment"].get("psi_cached") or []
             err.print(f"aligned {res.info['deployment']['n_aligned']} rows by private set intersection "
                       f"({res.timings.get('psi_s', 0.0):.1f} s"
@@ -485,7 +503,8 @@ def run_cmd(
             _warn(data.warnings, shown)  # before the training, not only after it
             stage = f"running {method}"
             res = run(method, data, seed=seed, params=params, codec=codec, callbacks=callbacks,
-                      data_config=opts.config(), save_model=save_model, checkpoint_dir=checkpoints, resume=resume)
+                      data_config=opts.config(), save_model=save_model, checkpoint_dir=checkpoints, resume=resume,
+                      threads=_THREADS)
     except VerticalFSError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -550,6 +569,7 @@ def predict_cmd(
         files = parse_party_files(party_file)
         if not max_file_mb > 0:
             raise ConfigError(f"--max-file-mb must be > 0, got {max_file_mb}")
+        _torch_threads()
         res = predict(model, files, id_column=id_column, na_values=na_values, delimiter=delimiter,
                       encoding=encoding, max_bytes=int(max_file_mb * 2**20), strip_ids=strip_ids,
                       expected_sha256=expect_sha256, callbacks=_callbacks(False, events, stack))
@@ -592,6 +612,7 @@ def _predict_deployed(config: Path, model: Path, out: Path, party_file, insecure
         dep = _deployment(config, insecure)
         from verticalfs.deploy.predict import predict_deployment
 
+        _torch_threads()
         res = predict_deployment(dep, model, expected_sha256=expect_sha256,
                                  callbacks=_callbacks(False, events, stack))
     except VerticalFSError as exc:
@@ -639,6 +660,7 @@ def serve_model_cmd(
         from verticalfs.deploy.predict import DeployedModel
         from verticalfs.deploy.serve import serve
 
+        _torch_threads()
         m = DeployedModel(dep, model, expected_sha256=expect_sha256)
     except VerticalFSError as exc:
         _fail(exc)
@@ -774,6 +796,7 @@ def compare_cmd(
         state["current"] = (method, seed)
 
     stack = contextlib.ExitStack()
+    _torch_threads()
     try:
         summary = compare(opts, names, seeds=seed_list, epochs=epochs, params=specific, common_params=common,
                           codec=codec, reference=reference, callbacks=_callbacks(progress, events, stack),
@@ -1007,11 +1030,7 @@ def party_serve(
     import signal
     import threading
 
-    import torch
-
     from verticalfs.deploy.config import Deployment
-
-    torch.set_num_threads(threads)
     # refused senders (with their address), retried calls: one timestamped line each on stderr
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"%(asctime)s {name}: %(message)s"))
@@ -1038,6 +1057,9 @@ def party_serve(
             from verticalfs.engine import check_engine
 
             check_engine(engine)
+        import torch  # the work starts here (the checks above stay fast without it)
+
+        torch.set_num_threads(threads)
         party = serve_party(dep, name, checkpoint_dir=checkpoints, policy=effective,
                             max_bytes=None if max_file_mb is None else int(max_file_mb * 2**20),
                             engine=engine, ray_address=ray_address)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import pkgutil
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -64,6 +65,31 @@ def pipelines(factory: Callable[[str, Callable[[str], Any]], Any]) -> None:
 def available() -> list[str]:
     _load_all()
     return sorted(_METHODS)
+
+
+_REGISTERED = re.compile(r"^@register\b.*?^    name = \"([^\"]+)\"", re.M | re.S)
+
+
+def names() -> list[str]:
+    """The registered methods' names *without importing them* (issue 53: a wrong ``--method`` is
+    refused before torch loads): each ``@register`` of a method folder's source and its class's
+    ``name = "..."``. ``tests/cli/test_import_time.py`` checks it equals :func:`available`."""
+    if _LOADED:
+        return available()
+    out: set[str] = set()
+    for path in sorted(METHODS_DIR.glob("*/*.py")):
+        out.update(_REGISTERED.findall(path.read_text(encoding="utf-8")))
+    return sorted(out)
+
+
+def check_name(name: str) -> None:
+    """:class:`ConfigError` naming the registered methods if ``name`` (or a stage of a pipeline
+    ``a+b``) is none of them; imports no method."""
+    known = names()
+    unknown = [m for m in str(name).split("+") if m not in known]
+    if unknown or not name:
+        raise ConfigError(f"unknown method {(unknown or [name])[0]!r}; available: {', '.join(known)} "
+                          "(or a pipeline such as feast+sparsevfl-16)")
 
 
 _PIPELINES: dict[str, Any] = {}

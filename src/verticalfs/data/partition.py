@@ -17,12 +17,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from verticalfs.data.choices import STRATEGIES  # noqa: E402  (one list, read by the CLI without pandas)
 from verticalfs.data.table import Table
 from verticalfs.data.vertical import PartyBlock, VerticalDataset
 from verticalfs.exceptions import DataError
 from verticalfs.names import LABEL_HOLDER
-
-STRATEGIES: tuple[str, ...] = ("random", "contiguous")
 
 
 def party_name(i: int) -> str:

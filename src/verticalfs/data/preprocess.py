@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from verticalfs.data.choices import SCALINGS  # noqa: E402  (one list, read by the CLI without pandas)
 from verticalfs.exceptions import DataError
 
-SCALINGS: tuple[str, ...] = ("minmax", "standard", "robust", "none")
 #: a min-max-scaled column whose middle half of training values spans less than this share of its
 #: range is dominated by extreme values (one 1e300 among values near 1 gives 1e-300)
 DOMINATED_SHARE = 1e-4
-IMPUTATIONS: tuple[str, ...] = ("median", "mean", "most-frequent", "none")
+from verticalfs.data.choices import PREPROCESS_IMPUTATIONS as IMPUTATIONS  # noqa: E402
 
 
 def _most_frequent(a: np.ndarray) -> object:

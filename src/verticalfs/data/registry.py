@@ -15,10 +15,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from verticalfs.data import builtin, loaders
-from verticalfs.data.table import Table
 from verticalfs.exceptions import ConfigError, DataError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from verticalfs.data.table import Table
 
 __all__ = [
     "DATASETS",
@@ -31,7 +33,7 @@ __all__ = [
 
 DATA_ENV = "VERTICALFS_DATA"
 
-Loader = Callable[[Path | None, int], Table]
+Loader = Callable[[Path | None, int], "Table"]
 
 
 @dataclass(frozen=True)
@@ -62,13 +64,29 @@ class DatasetInfo:
     used_by: str = ""
 
 
-def _files(fn: Callable[[Path], Table]) -> Loader:
-    def load(data_dir: Path | None, seed: int) -> Table:
-        return fn(data_dir)
+def _files(name: str) -> Loader:
+    """The loader ``verticalfs.data.loaders.<name>``, imported when it first loads (the registry's
+    names are read without pandas: issue 53's fast errors)."""
 
-    load.__name__ = fn.__name__
-    load.__doc__ = fn.__doc__
+    def load(data_dir: Path | None, seed: int) -> Table:
+        from verticalfs.data import loaders
+
+        return getattr(loaders, name)(data_dir)
+
+    load.__name__ = name
     return load
+
+
+class _Builtin:
+    """``builtin.<generator>`` resolved when called (scikit-learn is imported then, not before)."""
+
+    def __getattr__(self, name: str):
+        from verticalfs.data import builtin as real
+
+        return getattr(real, name)
+
+
+builtin = _Builtin()
 
 
 def _entries() -> list[DatasetInfo]:
@@ -88,6 +106,10 @@ def _entries() -> list[DatasetInfo]:
             "many-class synthetic, 1500 x 500 (20 informative, 480 redundant), 30 classes",
         ),
         DatasetInfo(
+            "multiclass-wide", lambda d, s: builtin.multiclass_wide(seed=s), False, "multiclass",
+            "wide many-class synthetic, 1560 x 617 (40 informative, 577 redundant), 26 classes",
+        ),
+        DatasetInfo(
             "breast_cancer", lambda d, s: builtin.breast_cancer(), False, "binary",
             "Wisconsin breast cancer (scikit-learn), 569 x 30",
         ),
@@ -100,52 +122,52 @@ def _entries() -> list[DatasetInfo]:
             "UCI wine recognition (scikit-learn), 178 x 13, 3 classes",
         ),
         DatasetInfo(
-            "madelon", _files(loaders.load_madelon), True, "binary",
+            "madelon", _files("load_madelon"), True, "binary",
             "NIPS 2003 MADELON, labelled train+valid 2600 x 500", "FedSDG-FS",
         ),
         DatasetInfo(
-            "phishing", _files(loaders.load_phishing), True, "binary",
+            "phishing", _files("load_phishing"), True, "binary",
             "UCI Phishing Websites, 11055 x 30", "LESS-VFL",
         ),
         DatasetInfo(
-            "adult", _files(loaders.load_adult), True, "binary",
+            "adult", _files("load_adult"), True, "binary",
             "UCI Adult income>50K, 48842 x 14 (8 categorical; UCI test split)", "SparseVFL, FEAST",
         ),
         DatasetInfo(
-            "wine_quality", _files(loaders.load_wine_quality), True, "binary",
+            "wine_quality", _files("load_wine_quality"), True, "binary",
             "UCI Wine Quality red+white, quality>6, 6497 x 12", "SparseVFL",
         ),
         DatasetInfo(
-            "physionet2012", _files(loaders.load_physionet2012), True, "binary",
+            "physionet2012", _files("load_physionet2012"), True, "binary",
             "PhysioNet 2012 set A in-hospital death, 4000 x 41 (medians imputed)",
             "FEAST, LESS-VFL",
         ),
         DatasetInfo(
-            "arcene", _files(loaders.load_arcene), True, "binary",
+            "arcene", _files("load_arcene"), True, "binary",
             "ARCENE mass spectra, 200 x 10000", "FedSDG-FS",
         ),
         DatasetInfo(
-            "basehock", _files(loaders.load_basehock), True, "binary",
+            "basehock", _files("load_basehock"), True, "binary",
             "BASEHOCK newsgroups text, 1993 x 4862", "FedSDG-FS",
         ),
         DatasetInfo(
-            "relathe", _files(loaders.load_relathe), True, "binary",
+            "relathe", _files("load_relathe"), True, "binary",
             "RELATHE newsgroups text, 1427 x 4322", "FedSDG-FS",
         ),
         DatasetInfo(
-            "pcmac", _files(loaders.load_pcmac), True, "binary",
+            "pcmac", _files("load_pcmac"), True, "binary",
             "PCMAC newsgroups text, 1943 x 3289", "FedSDG-FS",
         ),
         DatasetInfo(
-            "allaml", _files(loaders.load_allaml), True, "binary",
+            "allaml", _files("load_allaml"), True, "binary",
             "ALLAML leukemia microarray, 72 x 7129", "ICAFS",
         ),
         DatasetInfo(
-            "tox_171", _files(loaders.load_tox_171), True, "multiclass",
+            "tox_171", _files("load_tox_171"), True, "multiclass",
             "TOX_171 microarray, 171 x 5748, 4 classes", "ICAFS",
         ),
         DatasetInfo(
-            "usps", _files(loaders.load_usps), True, "multiclass",
+            "usps", _files("load_usps"), True, "multiclass",
             "USPS digits, 9298 x 256, 10 classes (standard test split)", "ICAFS",
         ),
     ]

@@ -25,8 +25,7 @@ from verticalfs.exceptions import DataError
 from verticalfs.names import LABEL_HOLDER
 
 SPLITS: tuple[str, ...] = ("train", "val", "test")
-SCALINGS: tuple[str, ...] = ("minmax", "standard", "robust", "none")
-IMPUTATIONS: tuple[str, ...] = ("auto", "median", "mean", "most-frequent", "none")
+from verticalfs.data.choices import IMPUTATIONS, SCALINGS  # noqa: E402  (read by the CLI without pandas)
 
 
 @dataclass

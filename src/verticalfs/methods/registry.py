@@ -5,15 +5,17 @@ from verticalfs.method_registry import (
     _COMMANDS,
     _METHODS,
     available,
+    check_name,
     command,
     commands,
     create,
     get,
+    names,
     party_role,
     party_roles,
     pipelines,
     register,
 )
 
-__all__ = ["_COMMANDS", "_METHODS", "available", "command", "commands", "create", "get", "party_role",
-           "party_roles", "pipelines", "register"]
+__all__ = ["_COMMANDS", "_METHODS", "available", "check_name", "command", "commands", "create", "get", "names",
+           "party_role", "party_roles", "pipelines", "register"]
