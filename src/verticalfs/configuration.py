@@ -43,6 +43,12 @@ ImputeFixed = Literal["median", "mean", "most-frequent", "none"]
 Task = Literal["classification", "regression", "binary", "multiclass"]
 
 
+def split_address(v: str) -> tuple[str, int]:
+    """``(host, port)`` of a checked ``host:port`` address."""
+    host, _, port = v.rpartition(":")
+    return host, int(port)
+
+
 def _host_port(v: str) -> str:
     host, sep, port = v.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
@@ -51,7 +57,7 @@ def _host_port(v: str) -> str:
 
 
 Address = Annotated[str, AfterValidator(_host_port),
-                    Field(json_schema_extra={"expects": 'a string "host:port" with a port 0-65535 '
+                    Field(json_schema_extra={"expects": 'a string "host:port" with a port 1-65535 '
                                                         '(e.g. "10.0.0.2:7001")'})]
 # paths are strings in a file (a Path instance from Python is taken too)
 FilePath = Annotated[Path, Field(strict=False)]
@@ -210,7 +216,9 @@ class PartyPolicy(_Model):
 class DeploymentParty(_Model):
     """One ``[parties.<name>]`` table."""
 
-    address: Address = Field(description="Where the party is reached, `host:port`.")
+    address: Address = Field(description="Where the party is reached, `host:port`. Two parties whose addresses "
+                             "resolve to the same host and port (`localhost:7001`, `127.0.0.1:7001`) are refused, "
+                             "and so is port 0 (any free port: nobody could know which).")
     file: FilePath = Field(description="The party's own data file (`.csv`, `.csv.gz`, `.parquet`) with the id "
                            "column; relative to the deployment file. Only this party's host needs it.")
     listen: Address | None = Field(None, description="Where the party binds, `host:port` (default: `address`), "

@@ -30,17 +30,52 @@ connects.
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from verticalfs.configuration import DeploymentFile, PartyPolicy, read_deployment, validate
+from verticalfs.configuration import DeploymentFile, PartyPolicy, read_deployment, split_address, validate
 from verticalfs.exceptions import ConfigError
 from verticalfs.names import LABEL_HOLDER
 
 if TYPE_CHECKING:
     from verticalfs.transport.grpc.channel import GrpcChannel
     from verticalfs.transport.grpc.tls import TLSFiles
+
+
+def _resolve(host: str, port: int) -> set[tuple[str, int]]:
+    """The (IP address, port) pairs ``host:port`` reaches; ``{(host, port)}`` if it does not resolve
+    here (a name only the other hosts know is compared by its name)."""
+    h = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        infos = socket.getaddrinfo(h, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return {(h.lower(), port)}
+    return {(str(info[4][0]), port) for info in infos}
+
+
+def check_addresses(parties: dict[str, PartyEntry], where: str) -> None:
+    """Every party reachable at an address of its own (issue 53): port 0 in ``address`` or
+    ``listen`` is refused (the system would pick any free port, which no other party can know: a
+    party announced itself at ``127.0.0.1:0``), and two parties whose addresses resolve to the same
+    host and port (``localhost:7001`` and ``127.0.0.1:7001``) are refused like the same address
+    twice. Names are resolved on this host; a name that does not resolve here is compared as
+    written."""
+    for name, e in parties.items():
+        for key, value in (("address", e.address), ("listen", e.listen)):
+            if split_address(value)[1] == 0:
+                raise ConfigError(f"{where}: parties.{name}.{key} = {value!r} has port 0, which lets the system pick "
+                                  "any free port: no other party could know which to reach; give a fixed port "
+                                  "(e.g. 7001)")
+    seen: dict[tuple[str, int], tuple[str, str]] = {}
+    for name, e in parties.items():
+        for ep in sorted(_resolve(*split_address(e.address))):
+            other = seen.get(ep)
+            if other is not None and other[0] != name:
+                raise ConfigError(f"{where}: parties {other[0]!r} ({other[1]!r}) and {name!r} ({e.address!r}) are "
+                                  f"the same host and port ({ep[0]}:{ep[1]}); each party listens on its own port")
+            seen[ep] = (name, e.address)
 
 
 @dataclass
@@ -135,6 +170,7 @@ class Deployment:
         addrs = [e.address for e in parties.values()]
         if len(set(addrs)) != len(addrs):
             raise ConfigError(f"{where}: two parties share an address ({addrs}); each party listens on its own")
+        check_addresses(parties, where)
         certs = None if conf.certs is None else rel(conf.certs)
         if certs is None and not conf.insecure and any(e.certs is None for e in parties.values()):
             raise ConfigError(f"{where}: no TLS material: set certs = \"certs\" (a folder made by `verticalfs certs "
