@@ -295,6 +295,19 @@ def _touch_insurer(tmp: Path) -> None:
         fh.write("9999,1.0\n")
 
 
+def _dates(frames):
+    frames["telecom"]["signup"] = pd.date_range("2019-01-01", periods=N, freq="3D").strftime("%Y-%m-%d")
+
+
+def _timestamps_parquet(tmp: Path) -> dict:
+    d = base(tmp)
+    df = people()["insurer"]
+    df["seen"] = pd.date_range("2020-01-01 08:00", periods=N, freq="11h")
+    df.to_parquet(tmp / "insurer.parquet")
+    d["insurer"] = str(tmp / "insurer.parquet")
+    return d
+
+
 def data_cases() -> list[Case]:
     """Issue 37's data and output cases: outputs checked before any work, ``--epochs 0``,
     ``compare --resume`` into another configuration, binary and stray-byte files."""
@@ -324,6 +337,18 @@ def data_cases() -> list[Case]:
              _raw_bytes("insurer", b"id,claims\n1,\x00\x00\x00\x01\n")),
         Case("two stray bytes in a UTF-8 file", R, r"not valid utf-8: line 50, column \d+ \(byte offset \d+\)",
              _stray_bytes),
+        Case("a date column, categorical auto", [*RUN, *[a if a != "telecom:plan" else "auto" for a in FILES]],
+             r"party 'telecom': column 'signup' in .*telecom\.csv' holds dates or times \(signup: 120 distinct "
+             r"values\).*--datetime derive .*--datetime drop", _mut(_dates),
+             notes="issue 53: a timestamp column was one-hot encoded into 2,666 levels without a word"),
+        Case("a date column, undeclared", R, r"column 'signup' .*holds dates or times.*--datetime derive",
+             _mut(_dates), notes="said: declare it categorical (one level per date)"),
+        Case("a Parquet timestamp column", R,
+             r"party 'insurer': column 'seen' in .*insurer\.parquet' holds dates or times", _timestamps_parquet),
+        Case("--datetime without party files", [*RUN, "-d", "wine", "--datetime", "drop"],
+             r"--datetime applies to --party-file data only"),
+        Case("--datetime misspelt", [*R, "--datetime", "derived"], r"--datetime must be refuse, drop or derive",
+             _mut(_dates)),
         Case("ids matching only after stripping spaces", R, r"no id .*would align .*--strip-ids", _mut(_spaced_ids)),
         Case("--strip-ids without party files", [*RUN, "-d", "wine", "--strip-ids"],
              r"--strip-ids applies to --party-file"),

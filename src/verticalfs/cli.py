@@ -207,6 +207,7 @@ class DataOptions:
     max_file_mb: float
     data_dir: Path | None
     strip_ids: bool = False
+    datetime: str = "refuse"
 
     def check(self) -> dict:
         """Everything that can be checked without reading data; returns the parsed values."""
@@ -228,6 +229,8 @@ class DataOptions:
             raise ConfigError(f"--task must be classification or regression, got {self.task!r}")
         if not self.max_file_mb > 0:
             raise ConfigError(f"--max-file-mb must be > 0, got {self.max_file_mb}")
+        if self.datetime not in ("refuse", "drop", "derive"):
+            raise ConfigError(f"--datetime must be refuse, drop or derive, got {self.datetime!r}")
         files = parse_party_files(self.party_file)
         if files:
             given = [o for o, v in (("--dataset", self.dataset), ("--parties", self.parties),
@@ -244,7 +247,7 @@ class DataOptions:
             n_parties = None
         else:
             for o, v in (("--categorical", self.categorical), ("--na-values", self.na_values),
-                         ("--strip-ids", self.strip_ids),
+                         ("--strip-ids", self.strip_ids), ("--datetime", self.datetime != "refuse"),
                          ("--label-party", self.label_party), ("--label-column", self.label_column)):
                 if v:
                     raise ConfigError(f"{o} applies to --party-file data only")
@@ -292,7 +295,7 @@ class DataOptions:
                 id_column=self.id_column, categorical=parsed["categorical"], task=self.task,
                 na_values=self.na_values, delimiter=self.delimiter, encoding=self.encoding,
                 max_bytes=int(self.max_file_mb * 2**20), impute=None if self.impute == "auto" else self.impute,
-                strip_ids=self.strip_ids)
+                strip_ids=self.strip_ids, datetime=self.datetime)
             err.print(report.summary(), soft_wrap=True, highlight=False, markup=False)
             dataset = vds
             parties = len(vds.blocks)
@@ -326,7 +329,7 @@ class DataOptions:
             out["files"] = {p: {"sha256": sha(f)} for p, f in parsed["files"].items()}
             out.update(label_party=self.label_party, label_column=self.label_column, id_column=self.id_column,
                        categorical=parsed["categorical"], na_values=self.na_values, delimiter=self.delimiter,
-                       encoding=self.encoding, strip_ids=self.strip_ids)
+                       encoding=self.encoding, strip_ids=self.strip_ids, datetime=self.datetime)
         else:
             out["parties"] = parsed["layout"].parties if "layout" in parsed else (self.parties or 3)
             if self.assignment is not None:
@@ -372,6 +375,8 @@ OPT_TASK = O(None, "--task", help="classification or regression (inferred when u
 EXIT_CHANCE = 3
 OPT_STRICT = O(False, "--strict", help=f"Exit with code {EXIT_CHANCE} (after writing the results) when a run ends at or "
                "near chance or removes every feature (the warning says which and why).")
+OPT_DATETIME = O("refuse", "--datetime", help="With --party-file: columns holding dates or times are refused (with "
+                 "their names), left out (drop) or each made into its year, month and day as numeric columns (derive).")
 OPT_STRIP_IDS = O(False, "--strip-ids", help="With --party-file: strip surrounding whitespace and leading zeros "
                   "from the ids before aligning (' 007' matches '7'); without it, ids that would match are counted in a warning.")
 OPT_MAX_FILE = O(1024.0, "--max-file-mb", help="With --party-file: the most MiB a party file may hold (CSV, .csv.gz and Parquet: its size on disk, and decompressed for .csv.gz and Parquet); a larger file is refused before it is read. Reading a CSV takes several times its size in memory.")
@@ -410,6 +415,7 @@ def run_cmd(
     task: str = OPT_TASK,
     max_file_mb: float = OPT_MAX_FILE,
     strip_ids: bool = OPT_STRIP_IDS,
+    datetime: str = OPT_DATETIME,
     data_dir: Path = DataDir,
     out: Path = O(None, "--out", "-o", help="Write the result JSON here (atomically)."),
     save_model: Path = O(None, "--save-model", help="Save the trained model in this folder: each party's part (preprocessing, model, selection) in its own file, the label holder's, a manifest; `verticalfs predict` uses it."),
@@ -752,6 +758,7 @@ def compare_cmd(
     task: str = OPT_TASK,
     max_file_mb: float = OPT_MAX_FILE,
     strip_ids: bool = OPT_STRIP_IDS,
+    datetime: str = OPT_DATETIME,
     data_dir: Path = DataDir,
     progress: bool = O(True, "--progress/--no-progress", help="Show progress on standard error (see `run --help`)."),
     quiet: bool = O(False, "--quiet", "-q", help="No progress output (the same as --no-progress)."),

@@ -40,6 +40,8 @@ else:  # pragma: no cover
 Scaling = Literal["minmax", "standard", "robust", "none"]
 Impute = Literal["auto", "median", "mean", "most-frequent", "none"]
 ImputeFixed = Literal["median", "mean", "most-frequent", "none"]
+#: date and time columns (as ``verticalfs.data.preprocess.DATETIME_CHOICES``)
+DatetimeChoice = Literal["refuse", "drop", "derive"]
 Task = Literal["classification", "regression", "binary", "multiclass"]
 
 
@@ -226,6 +228,9 @@ class DeploymentParty(_Model):
     categorical: list[str] | Literal["auto"] = Field(
         [], description='Columns to one-hot encode, or `"auto"` (every non-numeric column).',
         json_schema_extra={"expects": 'a list of column names or "auto"'})
+    datetime: DatetimeChoice = Field("refuse", description="Columns holding dates or times: refused with their "
+                                     "names (`refuse`), left out (`drop`), or each made into its year, month and "
+                                     "day as numeric columns (`derive`; a saved model derives them from new rows).")
     certs: FilePath | None = Field(None, description="This party's TLS folder, if not the top-level `certs`.")
     policy: PartyPolicy = Field(PartyPolicy(), description="The party's `[parties.<name>.policy]` table "
                                 "(keys below): what it agrees to do.",
@@ -353,6 +358,9 @@ class RunFile(_Model):
     strip_ids: bool = Field(False, description="With `party_file`: strip surrounding whitespace and leading "
                             "zeros from every id before aligning.")
     id_column: str = Field("id", description="With `party_file`: the id column shared by all files.")
+    datetime: DatetimeChoice = Field("refuse", description="With `party_file`: columns holding dates or times are "
+                                     "refused (`refuse`), left out (`drop`) or made into their year, month and day "
+                                     "(`derive`).")
     categorical: list[str] | str | None = Field(
         None, description='With `party_file`: `["party:col1,col2", ...]`, or `"auto"`.',
         json_schema_extra={"expects": 'a list of "party:column,column" or "auto"'})

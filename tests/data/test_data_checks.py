@@ -87,3 +87,64 @@ def test_the_first_bad_byte_is_found_across_read_chunks(tmp_path):
     pos = data.index(b"\xff")
     line = data[:pos].count(b"\n") + 1
     assert f"line {line}, column 2 (byte offset {pos})" in msg
+
+
+# ------------------------------------------------------------------ dates and times (issue 53)
+def _dated(tmp_path, n=200):
+    rng = np.random.default_rng(0)
+    when = pd.date_range("2018-01-01", periods=n, freq="4D")
+    a = pd.DataFrame({"id": np.arange(n), "x": rng.normal(size=n), "when": when.strftime("%d/%m/%Y"),
+                      "y": (when.month > 6).astype(int)})
+    b = pd.DataFrame({"id": np.arange(n), "z": rng.normal(size=n)})
+    a.to_csv(tmp_path / "a.csv", index=False)
+    b.to_csv(tmp_path / "b.csv", index=False)
+    return {"a": tmp_path / "a.csv", "b": tmp_path / "b.csv"}, when
+
+
+def test_date_columns_are_found_and_not_mistaken():
+    from verticalfs.data.preprocess import datetime_columns
+
+    df = pd.DataFrame({"iso": ["2021-03-04", "2022-11-30"] * 50, "dmy": ["03/04/2021", "30/11/2022"] * 50,
+                       "stamp": pd.to_datetime(["2021-03-04 10:00", "2021-03-05 11:30"] * 50),
+                       "plan": ["gold", "basic"] * 50, "code": ["A-12", "B-7"] * 50, "num": [1.5, 2.0] * 50,
+                       "year": [2021, 2022] * 50, "ratio": ["3-4", "5-6"] * 50})
+    assert datetime_columns(df, list(df.columns)) == {"iso": "ISO8601", "dmy": "%d/%m/%Y", "stamp": ""}
+
+
+def test_dates_are_refused_dropped_or_derived_and_a_saved_model_derives_them(tmp_path):
+    from verticalfs.data.preprocess import PartyPreprocessor
+    from verticalfs.data.vertical import prepare_block
+
+    files, when = _dated(tmp_path)
+    kw = dict(id_column="id", label_party="a", label_column="y", categorical="auto")
+    with pytest.raises(DataError, match=r"column 'when' in .*a\.csv' holds dates or times \(when: 200 distinct "
+                                        r"values\).*--datetime derive.*--datetime drop"):
+        load_party_files(files, **kw)
+    vds, _ = load_party_files(files, datetime="drop", **kw)
+    assert list(vds.blocks[0].X.columns) == ["x"]
+    vds, _ = load_party_files(files, datetime="derive", **kw)
+    block = vds.blocks[0]
+    assert list(block.X.columns) == ["x", "when_year", "when_month", "when_day"] and list(block.dates) == ["when"]
+    assert block.X["when_month"].tolist() == when.month.astype(float).tolist()
+    idx = {"train": np.arange(150), "val": np.arange(150, 170), "test": np.arange(170, 200)}
+    part = prepare_block(block, idx, scaling="minmax")
+    pp = part.preprocessor
+    assert pp.sources == ["x", "when", "when", "when"] and pp.dates == {"when": "%d/%m/%Y"}  # the selection is reported by the user's column
+    again = PartyPreprocessor.from_dict(pp.to_dict())  # saved with a model
+    raw = pd.read_csv(files["a"]).drop(columns=["id", "y"]).iloc[170:]  # new rows hold the date itself
+    np.testing.assert_array_equal(again.transform(raw), part.X["test"])
+
+
+def test_a_deployed_party_refuses_or_derives_its_dates(tmp_path):
+    from verticalfs.deploy.party import DeployedParty
+
+    files, _ = _dated(tmp_path)
+    with pytest.raises(DataError, match=r"column 'when' .*holds dates or times"):
+        DeployedParty("a", files["a"], label_column="y")
+    with pytest.raises(DataError, match=r"column 'when' .*holds dates or times"):
+        DeployedParty("a", files["a"], label_column="y", stream=True)
+    with pytest.raises(DataError, match=r"read in pieces .*cannot be derived"):
+        DeployedParty("a", files["a"], label_column="y", stream=True, datetime="derive")
+    assert DeployedParty("a", files["a"], label_column="y", stream=True, datetime="drop").columns == ["x"]
+    assert DeployedParty("a", files["a"], label_column="y", datetime="derive").columns == [
+        "x", "when_year", "when_month", "when_day"]

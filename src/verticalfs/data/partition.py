@@ -169,7 +169,7 @@ def add_noise_features(
         names = [f"{b.name}_noise{j}" for j in range(k)]
         X = pd.concat([b.X, pd.DataFrame(noise, columns=names)], axis=1)
         spur = np.concatenate([b.spurious, np.ones(k, dtype=bool)])
-        blocks.append(PartyBlock(b.name, X, list(b.categorical), spur))
+        blocks.append(PartyBlock(b.name, X, list(b.categorical), spur, b.source, dict(b.dates)))
     return vds.with_blocks(blocks)
 
 
@@ -222,7 +222,7 @@ def add_overlap(vds: VerticalDataset, k: int | Sequence[int], *, seed: int = 0) 
             spur.append(bool(s))
             if c in originals[src].categorical:
                 cat.append(new)
-        blocks.append(PartyBlock(b.name, X, cat, np.asarray(spur, dtype=bool)))
+        blocks.append(PartyBlock(b.name, X, cat, np.asarray(spur, dtype=bool), b.source, dict(b.dates)))
     return vds.with_blocks(blocks)
 
 

@@ -40,6 +40,83 @@ from verticalfs.exceptions import DataError
 DOMINATED_SHARE = 1e-4
 from verticalfs.data.choices import PREPROCESS_IMPUTATIONS as IMPUTATIONS  # noqa: E402
 
+#: what a date or time column becomes with ``datetime="derive"``: one numeric column each
+DATE_PARTS: tuple[str, ...] = ("year", "month", "day")
+#: the choices for date and time columns: refuse them (default, with the options), drop them, or
+#: derive :data:`DATE_PARTS` from them
+DATETIME_CHOICES: tuple[str, ...] = ("refuse", "drop", "derive")
+#: a text value that may be a date: a 4-digit year, or day, month and year joined by - / .
+_DATE_LIKE = r"\b\d{4}\b|\b\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}\b"
+
+
+#: the explicit formats tried, in order, before pandas' per-value "mixed" parsing: day and month
+#: in a fixed order for the whole column (a per-value guess reads 05/01 as May and 13/01 as January)
+DATE_FORMATS: tuple[str, ...] = ("ISO8601", "%d/%m/%Y", "%m/%d/%Y", "%d.%m.%Y", "%d-%m-%Y", "%m-%d-%Y", "%Y/%m/%d",
+                                 "%d/%m/%y", "%m/%d/%y", "mixed")
+
+
+def _parse_dates(values: pd.Series, fmt: str) -> pd.Series:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if pd.api.types.is_datetime64_any_dtype(values):
+            return pd.to_datetime(values, utc=True)
+        return pd.to_datetime(values.astype(str).str.strip(), errors="coerce", format=fmt, utc=True)
+
+
+def date_format(values: pd.Series) -> str | None:
+    """The format of a column of dates (``""`` for a datetime type), or None if it holds none:
+    the first of :data:`DATE_FORMATS` under which at least 95 % of a sample of up to 1,000 values
+    that look like dates (a 4-digit year, or d/m/y) parse."""
+    if pd.api.types.is_datetime64_any_dtype(values):
+        return ""
+    if pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+        return None
+    v = values.dropna()
+    if v.empty:
+        return None
+    v = v.iloc[:: max(1, len(v) // 1000)].astype(str).str.strip()
+    if v.str.contains(_DATE_LIKE, regex=True).mean() < 0.95:
+        return None
+    for fmt in DATE_FORMATS:
+        if _parse_dates(v, fmt).notna().mean() >= 0.95:
+            return fmt
+    return None
+
+
+def datetime_columns(df, cols) -> dict[str, str]:
+    """The columns of ``cols`` that hold dates or times, with their format (:func:`date_format`):
+    a datetime type (Parquet timestamps), or text that looks like and parses as dates. One-hot
+    encoding such a column makes a level of each date (issue 53: 2,666 levels, without a word).
+    ``df``: a frame, or a mapping of column name to values (a streamed table's first rows)."""
+    out = {}
+    for c in cols:
+        fmt = date_format(df[c])
+        if fmt is not None:
+            out[c] = fmt
+    return out
+
+
+def derived_date_names(column: str) -> list[str]:
+    """The numeric columns ``datetime="derive"`` makes of ``column``: ``<column>_year`` etc."""
+    return [f"{column}_{part}" for part in DATE_PARTS]
+
+
+def derive_dates(df: pd.DataFrame, dates) -> pd.DataFrame:
+    """``df`` with each date column of ``dates`` (``{column: format}``) replaced, in place of it,
+    by its year, month and day (float; a value that does not parse as a date is missing in all
+    three)."""
+    if not dates:
+        return df
+    out = {}
+    for c in df.columns:
+        if c not in dates:
+            out[c] = df[c]
+            continue
+        t = _parse_dates(df[c], dates[c] or "ISO8601")
+        for part, name in zip(DATE_PARTS, derived_date_names(c), strict=True):
+            out[name] = getattr(t.dt, part).astype(np.float64)
+    return pd.DataFrame(out, index=df.index)
+
 
 def _most_frequent(a: np.ndarray) -> object:
     """The most frequent value of ``a`` (ties: the smallest), NaN/None ignored; None if empty."""
@@ -78,6 +155,10 @@ class PartyPreprocessor:
     scale: list = field(default_factory=list)
     offset: list = field(default_factory=list)
     categories: dict = field(default_factory=dict)
+    #: date columns (and their formats) whose year, month and day are numeric columns here
+    #: (``datetime="derive"``): :meth:`transform` derives them from new rows that hold the date
+    #: column itself
+    dates: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list, repr=False, compare=False)  # from fit; not saved
 
     # ---------------------------------------------------------------------------------- checking
@@ -109,7 +190,7 @@ class PartyPreprocessor:
     # ---------------------------------------------------------------------------------- fitting
     @classmethod
     def fit(cls, party: str, X: pd.DataFrame, categorical, *, scaling: str = "minmax",
-            impute: str = "none", where: str = "", check_constant: bool = True) -> PartyPreprocessor:
+            impute: str = "none", where: str = "", check_constant: bool = True, dates=None) -> PartyPreprocessor:
         """Fit on the training rows ``X`` of ``party`` (``where`` names the file, for errors).
         ``check_constant=False`` leaves out the warning about a party whose columns are all
         constant (a fit of one column of many: :func:`verticalfs.data.stream.fit_streamed`)."""
@@ -126,7 +207,7 @@ class PartyPreprocessor:
                 raise DataError(
                     f"party {party!r}: column {c!r}{src} is not numeric ({X[c].dtype}); list it as "
                     "categorical so it is one-hot encoded, or convert it to numbers")
-        pp = cls(party, num, cat, scaling, impute)
+        pp = cls(party, num, cat, scaling, impute, dates={str(c): str(f) for c, f in dict(dates or {}).items()})
         if num:
             A = X[num].to_numpy(dtype=np.float64)
             inf = np.isinf(A).any(0)
@@ -237,8 +318,10 @@ class PartyPreprocessor:
 
     @property
     def sources(self) -> list[str]:
-        """The user's column behind each prepared feature (a one-hot level maps to its column)."""
-        return list(self.numeric) + [c for c in self.categorical for _ in self.categories[c]]
+        """The user's column behind each prepared feature (a one-hot level maps to its column, a
+        derived year, month or day to its date column)."""
+        date_of = {n: c for c in self.dates for n in derived_date_names(c)}
+        return [date_of.get(c, c) for c in self.numeric] + [c for c in self.categorical for _ in self.categories[c]]
 
     def transform(self, X: pd.DataFrame, where: str = "", unseen: dict | None = None) -> np.ndarray:
         """The prepared float32 features of the rows ``X`` (any rows: training, test or new).
@@ -246,6 +329,9 @@ class PartyPreprocessor:
         A category not seen in training encodes as all zeros; with ``unseen`` (a dict) the number
         of such values per column is put in it (``{column: count}``, only columns that had some).
         """
+        derive = {c: f for c, f in self.dates.items() if c in X.columns and derived_date_names(c)[0] not in X.columns}
+        if derive:  # new rows with the date column itself (a saved model's predict)
+            X = derive_dates(X, derive)
         missing_cols = [c for c in self.numeric + self.categorical if c not in X.columns]
         if missing_cols:
             src = f" in {where}" if where else ""
@@ -315,7 +401,8 @@ class PartyPreprocessor:
                                 fill={c: v for c, v in self.fill.items() if c in want},
                                 scale=[self.scale[j] for j in num] if self.scale else [],
                                 offset=[self.offset[j] for j in num] if self.offset else [],
-                                categories={c: list(self.categories[c]) for c in self.categorical if c in want})
+                                categories={c: list(self.categories[c]) for c in self.categorical if c in want},
+                                dates={c: f for c, f in self.dates.items() if set(derived_date_names(c)) & want})
         positions, at = list(num), len(self.numeric)
         for c in self.categorical:
             k = len(self.categories[c])
@@ -330,12 +417,13 @@ class PartyPreprocessor:
         return {"party": self.party, "numeric": list(self.numeric), "categorical": list(self.categorical),
                 "scaling": self.scaling, "impute": self.impute, "fill": dict(self.fill),
                 "scale": [float(v) for v in self.scale], "offset": [float(v) for v in self.offset],
-                "categories": {c: list(v) for c, v in self.categories.items()}}
+                "categories": {c: list(v) for c, v in self.categories.items()},
+                **({"dates": dict(self.dates)} if self.dates else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> PartyPreprocessor:
         return cls(**{k: d[k] for k in ("party", "numeric", "categorical", "scaling", "impute", "fill", "scale",
-                                        "offset", "categories")})
+                                        "offset", "categories")}, dates=dict(d.get("dates", {})))
 
 
 def _dominated(party: str, names: list[str], A: np.ndarray, src: str) -> list[str]:

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -522,6 +523,68 @@ def _read_frames(files: Mapping[str, Path], *, id_column: str, na_values, delimi
     return frames
 
 
+def refuse_datetimes(party: str, path: Path, levels: Mapping[str, int]) -> DataError:
+    """The error for date and time columns (``levels``: their distinct values), with both options."""
+    from verticalfs.data.preprocess import derived_date_names
+
+    dt = list(levels)
+    return DataError(
+        f"party {party!r}: {f'columns {dt}' if len(dt) > 1 else f'column {dt[0]!r}'} in {str(path)!r} holds dates or "
+        f"times ({', '.join(f'{c}: {k} distinct values' for c, k in levels.items())}), which one-hot encoding "
+        f"would make a level of each; pass --datetime derive (datetime='derive': their year, month and day "
+        f"as numeric columns {derived_date_names(dt[0])}) or --datetime drop (leave them out), or encode "
+        "them yourself")
+
+
+def streamed_datetimes(party: str, table: Any, schema: pd.DataFrame, path: Path, *, skip: set, how: str) -> list[str]:
+    """The date and time columns of a table read in pieces (``table``: a
+    :class:`~verticalfs.data.stream.StreamedTable` or another engine's table, ``schema`` its empty
+    frame): typed columns (Parquet timestamps) by their type, text columns on their first 2,000
+    rows when the table reads a column (on another engine by their type only). Refused
+    (``how="refuse"``) like :func:`handle_datetimes`; ``derive`` is not possible in pieces yet
+    (an error saying so); ``drop``: the names to leave out."""
+    from verticalfs.data.preprocess import datetime_columns
+
+    cand = [c for c in schema.columns if c not in skip]
+    column = getattr(table, "column", None)
+    probe = {c: schema[c] if column is None or pd.api.types.is_numeric_dtype(schema[c])
+             or pd.api.types.is_datetime64_any_dtype(schema[c]) else column(c).head(2000) for c in cand}
+    dt = datetime_columns(probe, cand)
+    if dt and how == "refuse":
+        raise refuse_datetimes(party, path, {c: int(probe[c].nunique()) for c in dt})
+    if dt and how == "derive":
+        raise DataError(f"party {party!r}: {str(path)!r} is read in pieces (over stream_above_mb) and its date "
+                        f"columns {dt} cannot be derived there yet; use datetime = \"drop\", or derive the "
+                        "year, month and day into the file yourself")
+    return list(dt)
+
+
+def handle_datetimes(party: str, df: pd.DataFrame, path: Path, *, id_column: str, label_column: str | None,
+                     declared: Sequence[str] = (), how: str = "refuse") -> tuple[pd.DataFrame, dict[str, str]]:
+    """``df`` with its date and time columns (:func:`~verticalfs.data.preprocess.datetime_columns`;
+    not the id, the label, nor a column declared categorical) refused, dropped or derived into
+    year, month and day (``how``), and the derived date columns. Refusing names the columns, the
+    file and both options: one-hot encoding a date makes a level of each date (issue 53). The
+    derived columns come back as ``{column: format}``."""
+    from verticalfs.data.preprocess import DATETIME_CHOICES, datetime_columns, derive_dates, derived_date_names
+
+    if how not in DATETIME_CHOICES:
+        raise DataError(f"datetime must be one of {DATETIME_CHOICES}, got {how!r}")
+    skip = {id_column, label_column, *declared}
+    dt = datetime_columns(df, [c for c in df.columns if c not in skip])
+    if not dt:
+        return df, {}
+    if how == "refuse":
+        raise refuse_datetimes(party, path, {c: int(df[c].nunique()) for c in dt})
+    if how == "drop":
+        return df.drop(columns=list(dt)), {}
+    clash = [n for c in dt for n in derived_date_names(c) if n in df.columns]
+    if clash:
+        raise DataError(f"party {party!r}: {str(path)!r} already has columns {clash}, the names --datetime derive "
+                        "gives the year, month and day; rename them or the date columns")
+    return derive_dates(df, dt), dict(dt)
+
+
 def feature_columns(party: str, df: pd.DataFrame, path: Path, *, id_column: str, label_column: str | None = None,
                     declared: Sequence[str] = (), auto: bool = False) -> tuple[list[str], list[str]]:
     """One party's feature columns (all but the id and, in the label party's file, the label) and
@@ -562,13 +625,14 @@ def feature_columns(party: str, df: pd.DataFrame, path: Path, *, id_column: str,
     return cols, [c for c in cols if c in set(cat)]
 
 
-def party_block(party: str, aligned: pd.DataFrame, cols: Sequence[str], cats: Sequence[str], path: Path) -> PartyBlock:
+def party_block(party: str, aligned: pd.DataFrame, cols: Sequence[str], cats: Sequence[str], path: Path,
+                dates: Mapping[str, str] | None = None) -> PartyBlock:
     """The party's feature block from its aligned rows: categorical columns as text (missing kept
-    missing), the others as float64."""
+    missing), the others as float64; ``dates``: the date columns derived into its columns."""
     X = aligned[list(cols)].copy()
     for c in cols:
         X[c] = X[c].where(X[c].isna(), X[c].astype(str)) if c in cats else X[c].astype(np.float64)
-    return PartyBlock(name=party, X=X, categorical=list(cats), source=str(path))
+    return PartyBlock(name=party, X=X, categorical=list(cats), source=str(path), dates=dict(dates or {}))
 
 
 def read_party_rows(files: Mapping[str, str | Path], *, id_column: str = "id", na_values=None,
@@ -631,6 +695,7 @@ def load_party_files(
     name: str = "user",
     strip_ids: bool = False,
     stream_above_mb: float | None = 256.0,
+    datetime: str = "refuse",
 ) -> tuple[VerticalDataset, AlignmentReport]:
     """Read one file per party and align the rows by id.
 
@@ -674,6 +739,11 @@ def load_party_files(
         is read in pieces and its rows prepared into memory-mapped matrices, as a deployed party
         does (:mod:`verticalfs.data.stream`): the same data, in bounded memory. ``None``: always in
         memory.
+    datetime : {"refuse", "drop", "derive"}
+        Columns holding dates or times (a datetime type, or text that parses as dates): refused
+        with an error naming them (default), left out (``drop``), or each replaced by its year,
+        month and day as numeric columns ``<column>_year``, ``<column>_month``, ``<column>_day``
+        (``derive``; a saved model derives them from new rows too).
 
     Returns
     -------
@@ -731,7 +801,7 @@ def load_party_files(
                                 "are read in pieces: strip the ids in the files, or raise stream_above_mb")
             return _load_streamed(files, label_party=label_party, label_column=label_column, id_column=id_column,
                                  declared=declared, auto=auto, task=task, na_values=na_values, delimiter=delimiter,
-                                 encoding=encoding, max_bytes=max_bytes, impute=impute, name=name)
+                                 encoding=encoding, max_bytes=max_bytes, impute=impute, name=name, datetime=datetime)
 
     frames = _read_frames(files, id_column=id_column, na_values=na_values, delimiter=delimiter,
                           encoding=encoding, max_bytes=max_bytes, strip=strip_ids)
@@ -748,6 +818,12 @@ def load_party_files(
     feats: dict[str, list[str]] = {}
     cats: dict[str, list[str]] = {}
     owner: dict[str, str] = {}
+    dates: dict[str, dict[str, str]] = {}
+    for party in list(frames):
+        frames[party], dates[party] = handle_datetimes(
+            party, frames[party], files[party], id_column=id_column,
+            label_column=label_column if party == label_party else None, declared=declared.get(party, []),
+            how=datetime)
     for party, df in frames.items():
         cols, cat = feature_columns(party, df, files[party], id_column=id_column,
                                     label_column=label_column if party == label_party else None,
@@ -792,7 +868,7 @@ def load_party_files(
 
     report.warnings += label_lookalikes(aligned, feats, label_party, label_column, files,
                                         classes=class_names is not None)
-    blocks = [party_block(party, aligned[party], cols, cats[party], files[party])
+    blocks = [party_block(party, aligned[party], cols, cats[party], files[party], dates[party])
               for party, cols in feats.items() if cols]
     vds = VerticalDataset(
         name=name,
@@ -852,7 +928,7 @@ def label_lookalikes(aligned: Mapping[str, pd.DataFrame], feats: Mapping[str, Se
 
 def _load_streamed(files: dict, *, label_party: str, label_column: str, id_column: str, declared: dict, auto: bool,
                   task: str | None, na_values, delimiter: str, encoding: str, max_bytes: int, impute: str | None,
-                  name: str):
+                  name: str, datetime: str = "refuse"):
     """:func:`load_party_files` for large files (``stream_above_mb``): each file read through
     :class:`~verticalfs.data.stream.StreamedTable` (its ids as an
     :class:`~verticalfs.data.stream.IdLookup`, its columns one at a time), the ids every file holds
@@ -878,7 +954,10 @@ def _load_streamed(files: dict, *, label_party: str, label_column: str, id_colum
                         f"its columns are {cols}. Pass label_column=... or label_party=... for the file holding it")
     feats, cats, owner = {}, {}, {}
     for p, t in tables.items():
-        cols, cat = feature_columns(p, t.schema_frame(), files[p], id_column=id_column,
+        schema = t.schema_frame()
+        skip = {id_column, label_column, *([] if auto else declared.get(p, []))}
+        schema = schema.drop(columns=streamed_datetimes(p, t, schema, files[p], skip=skip, how=datetime))
+        cols, cat = feature_columns(p, schema, files[p], id_column=id_column,
                                     label_column=label_column if p == label_party else None,
                                     declared=declared.get(p, []), auto=auto)
         for c in cols:

@@ -37,6 +37,7 @@ class PartyBlock:
     categorical: list[str] = field(default_factory=list)
     spurious: np.ndarray | None = None  # ground truth per column, evaluation only
     source: str = ""  # the file the block came from (named in error messages)
+    dates: dict[str, str] = field(default_factory=dict)  # date columns (format) derived into <c>_year, _month, _day
 
     def __post_init__(self) -> None:
         if self.spurious is None:
@@ -318,7 +319,7 @@ def prepare_block(block: PartyBlock, idx: dict[str, np.ndarray], *, scaling: str
     if hasattr(block, "prepare"):  # rows in a file, prepared in pieces (data/stream.py's streamed_block)
         return block.prepare(idx, scaling=scaling, impute=impute)
     pp = PartyPreprocessor.fit(block.name, block.X.iloc[idx["train"]], block.categorical, scaling=scaling,
-                               impute=impute, where=block.source)
+                               impute=impute, where=block.source, dates=block.dates)
     X_parts = {s: pp.transform(block.X.iloc[idx[s]], where=block.source) for s in SPLITS}
     return PartyData(name=block.name, feature_names=pp.feature_names, X=X_parts, preprocessor=pp,
                      sources=pp.sources)

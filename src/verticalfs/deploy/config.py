@@ -88,6 +88,7 @@ class PartyEntry:
     listen: str
     categorical: list[str] | str = field(default_factory=list)
     certs: Path | None = None
+    datetime: str = "refuse"  # its date and time columns: refuse, drop or derive
     policy: PartyPolicy = field(default_factory=lambda: PartyPolicy.model_validate({}))
     predict_file: Path | None = None  # the rows it scores with a saved model (default: file)
     engine: str = "local"  # where it reads, prepares and PSI-blinds its table (verticalfs.engine)
@@ -164,7 +165,8 @@ class Deployment:
                                        engine=p.engine, ray_address=p.ray_address,
                                        work_dir=None if p.work_dir is None else rel(p.work_dir),
                                        table=p.table if p.table is None or "://" in p.table
-                                       else str(rel(Path(p.table))))
+                                       else str(rel(Path(p.table))),
+                                       datetime=p.datetime)
         if conf.label_party not in parties:
             raise ConfigError(f"{where}: label_party {conf.label_party!r} is not among the parties {list(parties)}")
         addrs = [e.address for e in parties.values()]

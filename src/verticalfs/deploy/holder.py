@@ -147,7 +147,7 @@ def serve_party(dep: Deployment, name: str, *, max_bytes: int | None = None,
                             checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else dep.checkpoint_dir(name),
                             policy=policy, state_dir=dep.state_dir(name), stream_above_mb=dep.stream_above_mb,
                             engine=engine or e.engine, ray_address=ray_address or e.ray_address, table=e.table,
-                            work_dir=e.work_dir)
+                            work_dir=e.work_dir, datetime=e.datetime)
     from verticalfs.deploy.scoring import scoring_path
 
     runtime.enable_scoring(scoring_path(dep, name))

@@ -30,7 +30,14 @@ import numpy as np
 from verticalfs import method_registry as registry
 from verticalfs.configuration import PartyPolicy
 from verticalfs.data.stream import DEFAULT_STREAM_ABOVE_MB, file_bytes
-from verticalfs.data.user import _check_size, _read_frames, feature_columns, party_block
+from verticalfs.data.user import (
+    _check_size,
+    _read_frames,
+    feature_columns,
+    handle_datetimes,
+    party_block,
+    streamed_datetimes,
+)
 from verticalfs.data.vertical import IMPUTATIONS, SCALINGS, SPLITS, prepare_block
 from verticalfs.deploy.scoring import PartyScoring, is_scoring
 from verticalfs.dispatch import Budget, Context, Handlers, Route, handles
@@ -156,7 +163,7 @@ class DeployedParty(PartyRuntime):
                  state_dir: str | Path | None = None, stream: bool | None = None,
                  stream_above_mb: float = DEFAULT_STREAM_ABOVE_MB, engine: str = "local",
                  ray_address: str | None = None, table: str | None = None,
-                 work_dir: str | Path | None = None) -> None:
+                 work_dir: str | Path | None = None, datetime: str = "refuse") -> None:
         path = Path(path)
         from verticalfs.data.preprocess import PartyPreprocessor
         from verticalfs.engine import check_engine, open_table
@@ -180,7 +187,10 @@ class DeployedParty(PartyRuntime):
                              **({"na_values": na_values, "delimiter": delimiter, "encoding": encoding}
                                 if engine == "local" else {}))
             self._finalizer = weakref.finalize(self, tab.close)
-            cols, cats = feature_columns(name, tab.schema_frame(), path, id_column=id_column,
+            schema, dates = tab.schema_frame(), {}
+            skip = {id_column, label_column, *([] if auto else categorical)}
+            schema = schema.drop(columns=streamed_datetimes(name, tab, schema, path, skip=skip, how=datetime))
+            cols, cats = feature_columns(name, schema, path, id_column=id_column,
                                          label_column=label_column, declared=[] if auto else list(categorical),
                                          auto=auto)
             tab.check_values(cols, cats)  # before anyone connects
@@ -192,6 +202,8 @@ class DeployedParty(PartyRuntime):
         else:
             frame = _read_frames({name: path}, id_column=id_column, na_values=na_values, delimiter=delimiter,
                                  encoding=encoding, max_bytes=max_bytes)[name]
+            frame, dates = handle_datetimes(name, frame, path, id_column=id_column, label_column=label_column,
+                                            declared=[] if auto else list(categorical), how=datetime)
             cols, cats = feature_columns(name, frame, path, id_column=id_column, label_column=label_column,
                                          declared=[] if auto else list(categorical), auto=auto)
         if not cols:
@@ -206,7 +218,7 @@ class DeployedParty(PartyRuntime):
         self.stream_above_mb = float(stream_above_mb)  # its scoring file's rule too (deploy/scoring.py)
         self.read_options = {"na_values": na_values, "delimiter": delimiter, "encoding": encoding,
                              "max_bytes": max_bytes}
-        self.columns, self.categorical = cols, cats
+        self.columns, self.categorical, self.dates = cols, cats, dates
         self.n_rows = n_rows  # rows in its file
         self._aligned_dir: Path | None = None  # its streamed matrices' folder (the latest alignment)
         super().__init__(LocalData(name, [], {}), ids=ids,
@@ -401,7 +413,7 @@ class DeployedParty(PartyRuntime):
         else:
             assert self.frame is not None  # (checked above)
             rows = self.frame.iloc[pos].reset_index(drop=True)
-            block = party_block(self.name, rows, self.columns, self.categorical, self.path)
+            block = party_block(self.name, rows, self.columns, self.categorical, self.path, self.dates)
             idx = {s: np.flatnonzero(codes == k) for k, s in enumerate(SPLITS)}
             prepared = prepare_block(block, idx, scaling=msg.scaling, impute=msg.impute)
             self.data = LocalData.of(prepared)
