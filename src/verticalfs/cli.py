@@ -482,6 +482,10 @@ def run_cmd(
         _fail(exc)
     from verticalfs.api import run
 
+    if progress:  # reading, preparing, scoring under encryption: a line every few seconds (issue 53)
+        from verticalfs.utils.progress import to_stderr
+
+        to_stderr(f"[{method}] %(message)s")
     stage = "loading the data"
     shown: set[str] = set()
     stack = contextlib.ExitStack()

@@ -96,3 +96,82 @@ def test_an_entry_after_the_phase_is_not_one_more_epoch():
     lines = out.getvalue().splitlines()
     assert not any("3/2" in ln for ln in lines), lines
     assert lines[-1].startswith("[less-vfl] selection: ") and "accuracy=0.5000" in lines[-1]
+
+
+# ------------------------------------------------------ steps that are not epochs (issue 53)
+def test_a_ticker_prints_every_few_seconds_and_nothing_for_a_quick_step(caplog, monkeypatch):
+    import logging
+
+    from verticalfs.utils import progress
+
+    clock = iter([0.0, 1.0, 6.0, 7.0, 12.5, 13.0, 20.0, 21.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    with caplog.at_level(logging.INFO, logger="verticalfs.progress"):
+        t = progress.Ticker("scoring", 100, "columns")  # t0 = 0
+        for done, now in ((10, 1.0), (50, 6.0), (60, 7.0), (90, 12.5)):
+            t(done)
+        t.end()  # at 13 s
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["scoring: 50 of 100 columns, 0:06 elapsed, ETA 0:06",
+                     "scoring: 90 of 100 columns, 0:12 elapsed, ETA 0:01",
+                     "scoring: 90 columns in 0:13"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="verticalfs.progress"):
+        quick = progress.Ticker("quick", 10)  # t0 = 20: no line before 5 s have passed
+        quick.end()
+    assert caplog.records == [] or all("quick" not in r.getMessage() for r in caplog.records)
+
+
+def _lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "verticalfs.progress"]
+
+
+def test_reading_and_preparing_print_progress(caplog, monkeypatch, tmp_path):
+    """A 236 MB CSV printed nothing for 900 s, and `party serve` nothing for 100-150 s while it
+    prepared (issue 53): reading counts megabytes and rows, preparing counts rows, in lines."""
+    import logging
+
+    import numpy as np
+    import pandas as pd
+
+    import verticalfs.data.vertical as V
+    from verticalfs.data.user import load_party_files
+    from verticalfs.deploy.party import DeployedParty
+    from verticalfs.utils import progress
+
+    monkeypatch.setattr(progress, "EVERY", 0.0)
+    monkeypatch.setattr(V, "PREPARE_ROWS", 50)
+    rng = np.random.default_rng(0)
+    ids = np.arange(300)
+    pd.DataFrame({"id": ids, "a": rng.normal(size=300), "y": rng.integers(0, 2, 300)}).to_csv(tmp_path / "p1.csv",
+                                                                                             index=False)
+    pd.DataFrame({"id": ids, "b": rng.normal(size=300)}).to_csv(tmp_path / "p2.csv", index=False)
+    with caplog.at_level(logging.INFO, logger="verticalfs.progress"):
+        vds, _ = load_party_files({"p1": tmp_path / "p1.csv", "p2": tmp_path / "p2.csv"}, id_column="id",
+                                  label_party="p1", label_column="y")
+        vds.prepare(seed=0)
+    lines = _lines(caplog)
+    assert any(ln.startswith("party 'p2': reading p2.csv: ") and " MB (300 rows x 2 columns) in " in ln
+               for ln in lines), lines
+    steps = [ln for ln in lines if ln.startswith("party 'p2': preparing its rows: ") and " of 300 rows" in ln]
+    assert len(steps) >= 5 and any(", ETA " in ln for ln in steps), lines
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="verticalfs.progress"):  # a deployed party reads its file so too
+        DeployedParty("p2", tmp_path / "p2.csv")
+    assert any(ln.startswith("party 'p2': reading p2.csv") for ln in _lines(caplog))
+
+
+def test_encrypted_sffs_scoring_prints_progress(caplog, monkeypatch):
+    """Encrypted SFFS on 1,536 columns printed nothing for 20 minutes (issue 53)."""
+    import logging
+
+    from verticalfs.utils import progress
+
+    monkeypatch.setattr(progress, "EVERY", 0.0)
+    data = build_data("breast_cancer", parties=2, seed=0)
+    with caplog.at_level(logging.INFO, logger="verticalfs.progress"):
+        run("sffs", data, seed=0, params={"n_select": 5, "key_bits": 512, "insecure": True})
+    lines = _lines(caplog)
+    assert any(ln.startswith("party 'party1': SFFS class sums of its 15 columns under encryption: ") and "ETA" in ln
+               for ln in lines), lines
+    assert any(ln.startswith("SFFS: decrypting party 'party2''s masked class sums") for ln in lines), lines

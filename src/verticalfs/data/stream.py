@@ -302,7 +302,12 @@ def fit_streamed(table: StreamedTable, rows: np.ndarray, cols: Sequence[str], ca
     where = str(table.path)
     merged = PartyPreprocessor(table.party, [], [], scaling, impute)
     constant = True
-    for c in cols:
+    from verticalfs.utils.progress import Ticker
+
+    ticker = Ticker(f"party {table.party!r}: fitting its preprocessing on {len(rows):,} training rows", len(cols),
+                    "columns")
+    for j, c in enumerate(cols):
+        ticker(j)
         s = _typed(table.column(c).iloc[rows].reset_index(drop=True), c in cat_set)
         one = PartyPreprocessor.fit(table.party, pd.DataFrame({c: s}), [c] if c in cat_set else [],
                                     scaling=scaling, impute=impute, where=where, check_constant=False)
@@ -488,11 +493,16 @@ def transform_streamed(table: StreamedTable, pp: PartyPreprocessor, pos: np.ndar
     # with the frames); a group keeps about DECODED_BYTES of it. Each step is per column, so the
     # groups' outputs are the whole block's to the bit (PartyPreprocessor.subset).
     groups = [cols[a:a + column_group] for a in range(0, len(cols), column_group)] or [[]]
-    for group in groups:
+    from verticalfs.utils.progress import Ticker
+
+    ticker = Ticker(f"party {table.party!r}: preparing its rows", len(groups) * table.n_rows, "file rows read")
+    for g, group in enumerate(groups):
         sub, at = pp.subset(group) if len(groups) > 1 else (pp, None)
         span = (slice(int(at[0]), int(at[-1]) + 1) if at is not None and len(at)
                 and (np.diff(at) == 1).all() else None)
         for first, frame in table.batches(group, batch_rows):
+            ticker(g * table.n_rows + first + len(frame), f" (columns {cols.index(group[0]) + 1 if group else 0}-"
+                   f"{cols.index(group[-1]) + 1 if group else 0} of {len(cols)})" if ticker.due() else "")
             k_rows = (np.zeros(len(frame), dtype=np.int8) if whole  # dest[r] = r
                       else split_of[first:first + len(frame)])
             keep = np.flatnonzero(k_rows >= 0)
@@ -521,6 +531,7 @@ def transform_streamed(table: StreamedTable, pp: PartyPreprocessor, pos: np.ndar
                         else:
                             maps[s][r[:, None], at[None, :]] = A[mi]
                         release_pages(maps[s], int(r[0]), int(r[-1]) + 1)
+    ticker.end(f" ({d} features)")
     for m in maps.values():
         if isinstance(m, np.memmap):
             m.flush()

@@ -149,6 +149,30 @@ class _Limited(io.RawIOBase):
         return len(data)
 
 
+class _Counted(io.RawIOBase):
+    """A readable stream that counts the bytes and lines read through it and logs progress
+    (:class:`~verticalfs.utils.progress.Ticker`): reading a large CSV printed nothing for 900 s
+    (issue 53)."""
+
+    def __init__(self, raw, ticker) -> None:
+        self.raw, self.ticker, self.n, self.lines = raw, ticker, 0, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        data = self.raw.read(len(b))
+        b[: len(data)] = data
+        self.n += len(data)
+        self.lines += data.count(b"\n")
+        self.ticker(self.n / 2**20, f" ({self.lines:,} rows)")
+        return len(data)
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
 def _too_big(party: str, path: Path, what: str, max_bytes: int) -> DataError:
     return DataError(f"party {party!r}: {str(path)!r} {what} the limit of {max_bytes:,} bytes "
                      f"({max_bytes / 2**20:.3g} MiB, --max-file-mb / max_bytes=); raise the limit if this machine "
@@ -290,9 +314,14 @@ def _read(party: str, path: Path, *, delimiter: str = ",", encoding: str = "utf-
                 raise DataError(f"party {party!r}: reading {str(path)!r} with delimiter {delimiter!r} gives a "
                                 f"single column {names[0][:40]!r}; its columns look separated by {guess!r}: pass "
                                 f"--delimiter {guess!r} (delimiter={guess!r})")
-            with _open_text(party, path, max_bytes) as fh:
+            from verticalfs.utils.progress import Ticker
+
+            size = None if suffix.endswith(".gz") else path.stat().st_size / 2**20
+            ticker = Ticker(f"party {party!r}: reading {path.name}", size, "MB")
+            with io.BufferedReader(_Counted(_open_text(party, path, max_bytes), ticker), 1 << 20) as fh:
                 df = pd.read_csv(fh, sep=delimiter, encoding=encoding, na_values=na_values,
                                  dtype={id_column: str} if id_column in names else None)
+            ticker.end(f" ({len(df):,} rows x {len(df.columns)} columns)")
     except DataError:
         raise
     except UnicodeDecodeError:

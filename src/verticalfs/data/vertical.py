@@ -312,15 +312,32 @@ def _check_stratifiable(name: str, y: np.ndarray, fraction: float, what: str) ->
             "say --task regression")
 
 
+#: rows transformed at a time by :func:`prepare_block` (progress lines between pieces)
+PREPARE_ROWS = 50_000
+
+
 def prepare_block(block: PartyBlock, idx: dict[str, np.ndarray], *, scaling: str = "minmax",
                   impute: str = "none") -> PartyData:
     """One party's block split by ``idx`` (split -> row positions), its preprocessing fitted on its
     own training rows only. A networked party runs exactly this on its own file."""
     if hasattr(block, "prepare"):  # rows in a file, prepared in pieces (data/stream.py's streamed_block)
         return block.prepare(idx, scaling=scaling, impute=impute)
+    from verticalfs.utils.progress import Ticker
+
+    ticker = Ticker(f"party {block.name!r}: preparing its rows", sum(len(idx[s]) for s in SPLITS), "rows")
     pp = PartyPreprocessor.fit(block.name, block.X.iloc[idx["train"]], block.categorical, scaling=scaling,
                                impute=impute, where=block.source, dates=block.dates)
-    X_parts = {s: pp.transform(block.X.iloc[idx[s]], where=block.source) for s in SPLITS}
+    X_parts, done = {}, 0
+    for s in SPLITS:  # in pieces of PREPARE_ROWS rows: the same floats (every step is per row), and a line
+        parts = []    # every few seconds on a large table (issue 53)
+        for a in range(0, len(idx[s]), PREPARE_ROWS):
+            rows = idx[s][a:a + PREPARE_ROWS]
+            parts.append(pp.transform(block.X.iloc[rows], where=block.source))
+            done += len(rows)
+            ticker(done)
+        X_parts[s] = np.concatenate(parts) if len(parts) > 1 else (
+            parts[0] if parts else pp.transform(block.X.iloc[idx[s]], where=block.source))
+    ticker.end(f" ({len(pp.feature_names)} features)")
     return PartyData(name=block.name, feature_names=pp.feature_names, X=X_parts, preprocessor=pp,
                      sources=pp.sources)
 
