@@ -314,6 +314,10 @@ def data_cases() -> list[Case]:
     R = RUN_FILES
     return [
         Case("--epochs 0", ["run", "--no-progress", "-m", "vfl", "-d", "wine", "-e", "0"], r"--epochs must be .*>= 1"),
+        Case("--epochs 1e20", ["run", "--no-progress", "-m", "vfl", "-d", "wine", "-e", "100000000000000000000"],
+             r"train: 100,000,000,000,000,000,000 epochs would take about .* years \(the first took .* s\), more "
+             r"than the bound of 7 days; give fewer epochs \(--epochs\), or pass --force",
+             notes="issue 53: accepted, with an ETA of millions of years"),
         Case("compare --epochs 0", [*COMPARE, "-d", "wine", "-e", "0"], r"--epochs must be .*>= 1", _extra),
         Case("--out in a read-only place", [*RUN, "-d", "wine", "--out", f"{READ_ONLY}/r.json"],
              r"--out .*cannot write in the folder '/proc'"),

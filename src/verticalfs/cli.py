@@ -88,10 +88,15 @@ OPT_EVENTS_HELP = ("Write the run's events to this file, one JSON line each as t
                    "end); the schema: docs/reference/events.md. Appended to; mode 0600.")
 
 
-def _callbacks(progress: bool, events: Path | None, stack: Any) -> list[Any]:
-    """The run's callbacks: the progress lines or bars (unless --quiet), and the --events file
-    (opened on ``stack``, closed when the command ends)."""
+def _callbacks(progress: bool, events: Path | None, stack: Any, force: bool | None = None) -> list[Any]:
+    """The run's callbacks: the progress lines or bars (unless --quiet), the --events file (opened
+    on ``stack``, closed when the command ends), and for a training command (``force`` given) the
+    bound on a phase's estimated time unless ``--force`` (:class:`EtaGuard`, issue 53)."""
     out: list[Any] = []
+    if force is False:
+        from verticalfs.training.history import EtaGuard
+
+        out.append(EtaGuard(ETA_BOUND))
     if progress:
         from verticalfs.training.history import ProgressCallback
 
@@ -371,8 +376,13 @@ OPT_NA_VALUES = O(None, "--na-values", help="With --party-file: extra strings re
 OPT_DELIMITER = O(",", "--delimiter", help="With --party-file: the CSV delimiter.")
 OPT_ENCODING = O("utf-8", "--encoding", help="With --party-file: the files' text encoding.")
 OPT_TASK = O(None, "--task", help="classification or regression (inferred when unambiguous).")
+#: a training phase estimated longer than this after its first epoch stops unless --force (7 days;
+#: as verticalfs.training.history.ETA_BOUND, repeated here so that --help does not import it)
+ETA_BOUND = 7 * 24 * 3600.0
 #: the exit code of ``run --strict`` / ``compare --strict`` when a run ended at or near chance
 EXIT_CHANCE = 3
+OPT_FORCE = O(False, "--force", help="Run even when a training phase's time, estimated after its first epoch, "
+              "exceeds 7 days (without it such a run stops there with the estimate).")
 OPT_STRICT = O(False, "--strict", help=f"Exit with code {EXIT_CHANCE} (after writing the results) when a run ends at or "
                "near chance or removes every feature (the warning says which and why).")
 OPT_DATETIME = O("refuse", "--datetime", help="With --party-file: columns holding dates or times are refused (with "
@@ -428,6 +438,7 @@ def run_cmd(
     config: str = O(None, "--config", help="A TOML file with any of these options (the command line wins); its resolved values go into the result. A deployment file (with [parties.<name>] tables) runs across machines: see README 'Deploy across machines'. Every key: docs/reference/configuration.md.", callback=_load_config, is_eager=True),
     strict: bool = OPT_STRICT,
     events: Path = O(None, "--events", help=OPT_EVENTS_HELP),
+    force: bool = OPT_FORCE,
 ) -> None:
     """Run one method on one data set and print its figures; optionally write the result JSON."""
     from verticalfs.options import check_epochs, check_out, check_seed
@@ -490,7 +501,7 @@ def run_cmd(
     shown: set[str] = set()
     stack = contextlib.ExitStack()
     try:
-        callbacks = _callbacks(progress, events, stack)
+        callbacks = _callbacks(progress, events, stack, force)
         if deployment is not None:
             from verticalfs.deploy.holder import run_deployment
 
@@ -768,6 +779,7 @@ def compare_cmd(
     quiet: bool = O(False, "--quiet", "-q", help="No progress output (the same as --no-progress)."),
     strict: bool = OPT_STRICT,
     events: Path = O(None, "--events", help=OPT_EVENTS_HELP + " The comparison's events enclose each run's."),
+    force: bool = OPT_FORCE,
 ) -> None:
     """Run several methods on the same data and seeds: a table, results.json and a plot of accuracy against MB."""
     from verticalfs.compare import compare, write_compare
@@ -810,7 +822,7 @@ def compare_cmd(
     _torch_threads()
     try:
         summary = compare(opts, names, seeds=seed_list, epochs=epochs, params=specific, common_params=common,
-                          codec=codec, reference=reference, callbacks=_callbacks(progress, events, stack),
+                          codec=codec, reference=reference, callbacks=_callbacks(progress, events, stack, force),
                           out_dir=out, resume=resume, parsed=parsed, on_start=on_start)
     except VerticalFSError as exc:
         _fail(exc)

@@ -382,6 +382,8 @@ class RunFile(_Model):
     resume: bool = Field(False, description="Continue the interrupted run in `checkpoints`.")
     strict: bool = Field(False, description="Exit with code 3 when the run ends at or near chance or removes "
                          "every feature.")
+    force: bool = Field(False, description="Run even when a training phase's time, estimated after its first "
+                        "epoch, exceeds 7 days.")
 
     #: keys read as another key (the form the command line uses)
     SYNONYMS: typing.ClassVar[dict[str, str]] = {"params": "param", "party_files": "party_file"}

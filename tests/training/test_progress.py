@@ -175,3 +175,32 @@ def test_encrypted_sffs_scoring_prints_progress(caplog, monkeypatch):
     assert any(ln.startswith("party 'party1': SFFS class sums of its 15 columns under encryption: ") and "ETA" in ln
                for ln in lines), lines
     assert any(ln.startswith("SFFS: decrypting party 'party2''s masked class sums") for ln in lines), lines
+
+
+def test_a_phase_estimated_beyond_the_bound_stops_after_its_first_epoch(monkeypatch):
+    """``--epochs 100000000000000000000`` ran with an ETA of millions of years (issue 53)."""
+    import pytest
+
+    from verticalfs.exceptions import ConfigError
+    from verticalfs.training import history
+
+    clock = iter([0.0, 2.0, 10.0, 12.0, 13.0])
+    monkeypatch.setattr(history.time, "monotonic", lambda: next(clock))
+    guard = history.EtaGuard(bound=100.0)
+    guard.on_train_begin(None, 5, "pretrain")  # 2 s an epoch x 4 left: 8 s, within the bound
+    guard.on_epoch_end(None, {})
+    guard.on_train_begin(None, 10**20, "train")
+    with pytest.raises(ConfigError, match=r"^train: 100,000,000,000,000,000,000 epochs would take about 6\.34e\+12 "
+                                          r"years \(the first took 2\.00 s\), more than the bound of 1\.67 minutes; give "
+                                          r"fewer epochs \(--epochs\), or pass --force to run anyway$"):
+        guard.on_epoch_end(None, {})
+    guard.on_epoch_end(None, {})  # checked once per phase
+
+
+def test_force_lifts_the_bound():
+    from typer.testing import CliRunner
+
+    from verticalfs.cli import app
+
+    res = CliRunner().invoke(app, ["run", "-m", "vfl", "-d", "wine", "-e", "2", "--no-progress", "--force"])
+    assert res.exit_code == 0, res.output

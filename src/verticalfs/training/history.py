@@ -230,6 +230,48 @@ class ProgressCallback(Callback):
                        f"{event.bytes_total / 1e6:.2f} MB sent")
 
 
+#: the command line refuses a training phase whose estimated time exceeds this (seconds: 7 days),
+#: after its first epoch, unless --force (issue 53: --epochs 1e20 ran with an ETA of millions of years)
+ETA_BOUND = 7 * 24 * 3600.0
+
+
+class EtaGuard(Callback):
+    """Refuses a training phase whose time, estimated after its first epoch (that epoch's time x
+    the epochs asked for), exceeds ``bound`` seconds: a :class:`~verticalfs.exceptions.ConfigError`
+    with the estimate, the epochs and the fix. Checked once per phase (a later slow epoch does not
+    stop a run that was estimated within the bound)."""
+
+    def __init__(self, bound: float = ETA_BOUND, option: str = "--epochs", force: str = "--force") -> None:
+        self.bound, self.option, self.force = float(bound), option, force
+        self._t0: float | None = None
+        self._epochs = 0
+        self._phase = ""
+
+    def on_train_begin(self, trainer: Any, epochs: int, phase: str) -> None:
+        self._t0, self._epochs, self._phase = time.monotonic(), int(epochs), phase
+
+    def on_epoch_end(self, trainer: Any, entry: dict[str, Any]) -> None:
+        if self._t0 is None:
+            return
+        first, self._t0 = time.monotonic() - self._t0, None
+        eta = first * (self._epochs - 1)
+        if eta > self.bound:
+            from verticalfs.exceptions import ConfigError
+
+            raise ConfigError(
+                f"{self._phase}: {self._epochs:,} epochs would take about {_duration(eta)} (the first took "
+                f"{first:.2f} s), more than the bound of {_duration(self.bound)}; give fewer epochs "
+                f"({self.option}), or pass {self.force} to run anyway")
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size:
+            v = seconds / size
+            return f"{v:.3g} {unit}" if v < 1e6 else f"{v:.2e} {unit}"
+    return f"{seconds:.0f} s"
+
+
 NON_METRIC_KEYS = frozenset({"epoch", "phase", "bytes", "bytes_total", "train_loss", "spurious_removed",
                              "stage", "components_open", "temperature"})
 
