@@ -365,7 +365,7 @@ OPT_PARTITION = O(None, "--partition", help="Column split: random (default) or c
                   "columns and rows by name: paper (the data set's registered layout) or sparsevfl (adult, "
                   "wine_quality, physionet2012: sparsevfl.md Tables A1 and 1).")
 OPT_ASSIGNMENT = O(None, "--assignment", help="TOML/JSON file with explicit columns per party.")
-OPT_SCALING = O("minmax", "--scaling", help="minmax, standard, robust (median and interquartile range: a few extreme values do not squash the rest) or none (fitted on each party's training rows).")
+OPT_SCALING = O("minmax", "--scaling", help="minmax, standard, robust (median and interquartile range: a few extreme values do not squash the rest), quantile (each value's rank in [0, 1]: any magnitude, 1e300 included) or none (fitted on each party's training rows).")
 OPT_IMPUTE = O("auto", "--impute", help="Missing values, per party from its own training rows: median, mean, most-frequent, none (an error), auto (the data set's default).")
 OPT_PARTY_FILE = O(None, "--party-file", help="Your own data: party=path.csv|.csv.gz|.parquet (repeatable).")
 OPT_LABEL_PARTY = O(None, "--label-party", help="With --party-file: the party whose file holds the label.")

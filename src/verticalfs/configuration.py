@@ -37,7 +37,7 @@ else:  # pragma: no cover
 
 #: the values of ``scaling`` and ``impute`` (as ``verticalfs.data.vertical.SCALINGS`` / ``IMPUTATIONS``;
 #: a test keeps them equal; repeated here so that reading a file does not import pandas)
-Scaling = Literal["minmax", "standard", "robust", "none"]
+Scaling = Literal["minmax", "standard", "robust", "quantile", "none"]
 Impute = Literal["auto", "median", "mean", "most-frequent", "none"]
 ImputeFixed = Literal["median", "mean", "most-frequent", "none"]
 #: date and time columns (as ``verticalfs.data.preprocess.DATETIME_CHOICES``)

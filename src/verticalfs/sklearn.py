@@ -50,7 +50,7 @@ class VerticalSelector(SelectorMixin, BaseEstimator):
     val_size : float
         Fraction of the rows held out as the method's validation split (0 = none; lowered to 0
         when a class has too few rows for a stratified split).
-    scaling : {"minmax", "standard", "robust", "none"}
+    scaling : {"minmax", "standard", "robust", "quantile", "none"}
         Per-party scaling fitted on the party's training rows.
     random_state : int
         Seeds the split and the method.
@@ -133,8 +133,9 @@ class VerticalSelector(SelectorMixin, BaseEstimator):
         params = dict(self.params or {})
         fields = {f.name for f in dataclasses.fields(cls.Params)}
         if "n_select" in fields:
-            default = cls.Params.__dataclass_fields__["n_select"].default
-            params["n_select"] = min(int(params.get("n_select", default)), sum(len(v) for v in assign.values()))
+            n = params.get("n_select", cls.Params.__dataclass_fields__["n_select"].default)
+            if not (isinstance(n, str) and n.strip().lower() == "auto"):
+                params["n_select"] = min(int(n), sum(len(v) for v in assign.values()))
         cols = [f"x{j}" for j in range(d)]
         frame = pd.DataFrame(X, columns=cols)
         blocks = [PartyBlock(p, frame[[cols[j] for j in idx]].reset_index(drop=True)) for p, idx in assign.items()]

@@ -148,3 +148,58 @@ def test_a_deployed_party_refuses_or_derives_its_dates(tmp_path):
     assert DeployedParty("a", files["a"], label_column="y", stream=True, datetime="drop").columns == ["x"]
     assert DeployedParty("a", files["a"], label_column="y", datetime="derive").columns == [
         "x", "when_year", "when_month", "when_day"]
+
+
+# ------------------------------------------------------- extreme magnitudes (issue 53)
+def test_a_column_collapsed_by_its_scaling_is_named_and_quantile_scaling_keeps_it():
+    """Half of a column at 1e300: min-max and robust scaling made the other half one number,
+    without a word (the min-max note looks at the middle half, which 1e300 then spans)."""
+    rng = np.random.default_rng(0)
+    bulk = rng.normal(50, 10, 100)
+    X = pd.DataFrame({"spiky": np.r_[bulk[:50], np.full(50, 1e300)], "fine": bulk})
+    for scaling in ("minmax", "robust"):
+        notes = PartyPreprocessor.fit("p", X, [], scaling=scaling).warnings
+        assert len(notes) == 1 and "column 'spiky'" in notes[0] and f"under {scaling} scaling its 51 distinct" in notes[0]
+        assert "--scaling quantile" in notes[0]
+    pp = PartyPreprocessor.fit("p", X, [], scaling="quantile")
+    assert pp.warnings == []
+    T = pp.transform(X)
+    assert len(np.unique(T[:50, 0])) == 50 and T.min() >= 0 and T.max() <= 1  # the bulk stays apart
+    few = pd.DataFrame({"x": np.r_[bulk[:95], np.full(5, 1e300)]})
+    with pytest.raises(DataError, match="--scaling quantile"):  # robust keeps 1e300 / IQR: beyond float32
+        PartyPreprocessor.fit("p", few, [], scaling="robust").transform(few)
+    assert len(np.unique(PartyPreprocessor.fit("p", few, [], scaling="quantile").transform(few))) >= 90
+
+
+def test_quantile_scaling_is_scikit_learns_quantile_transformer():
+    from sklearn.preprocessing import QuantileTransformer
+
+    rng = np.random.default_rng(2)
+    train = pd.DataFrame({"a": rng.normal(3, 2, 300), "b": rng.lognormal(0, 2, 300), "c": rng.integers(0, 4, 300)})
+    new = pd.DataFrame({"a": rng.normal(3, 4, 40), "b": rng.lognormal(0, 3, 40), "c": rng.integers(-1, 6, 40)})
+    pp = PartyPreprocessor.fit("p", train, [], scaling="quantile")
+    sk = QuantileTransformer(n_quantiles=300).fit(train.to_numpy())
+    np.testing.assert_allclose(pp.transform(new), sk.transform(new.to_numpy()).astype(np.float32), atol=1e-6)
+    again = PartyPreprocessor.from_dict(pp.to_dict())  # saved with a model
+    np.testing.assert_array_equal(again.transform(new), pp.transform(new))
+    sub, pos = pp.subset(["b"])
+    np.testing.assert_array_equal(sub.transform(new[["b"]]), pp.transform(new)[:, pos])
+
+
+def test_a_deployed_party_says_its_data_notes_on_its_own_log(tmp_path, caplog):
+    import logging
+
+    from verticalfs.deploy.party import DeployedParty
+
+    rng = np.random.default_rng(0)
+    n = 120
+    pd.DataFrame({"id": np.arange(n), "spiky": np.r_[rng.normal(size=60), np.full(60, 1e300)]}).to_csv(
+        tmp_path / "p.csv", index=False)
+    party = DeployedParty("p", tmp_path / "p.csv")
+    from verticalfs.deploy.party import Align
+
+    codes = np.r_[np.zeros(100, dtype=np.int64), np.ones(10, dtype=np.int64), np.full(10, 2, dtype=np.int64)]
+    with caplog.at_level(logging.WARNING, logger="verticalfs.data"):
+        party._align(Align(ids=np.asarray([str(i) for i in range(n)]), split=codes, scaling="minmax",
+                           impute="none"))
+    assert any("column 'spiky'" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]

@@ -17,11 +17,14 @@ A missing categorical value is never a category of its own. Categories not seen 
 encode as all zeros (:meth:`PartyPreprocessor.transform` counts them per column when asked). Scaling:
 ``minmax`` (to [0, 1] on the training rows, scikit-learn's ``MinMaxScaler`` arithmetic), ``standard``
 (zero mean, unit variance), ``robust`` (minus the median, over the interquartile range:
-scikit-learn's ``RobustScaler``; a few extreme values do not squash the rest) or ``none``.
+scikit-learn's ``RobustScaler``; a few extreme values do not squash the rest), ``quantile`` (each
+value's rank among the training values, in [0, 1]: scikit-learn's ``QuantileTransformer`` with a
+uniform output; any magnitude, a value of 1e300 included, keeps the others apart) or ``none``.
 
 Fitting notes what a user should hear about in :attr:`PartyPreprocessor.warnings` (not saved): a
-column whose extreme values squash the rest under min-max scaling, and a party whose columns are
-all constant on its training rows (no informative column).
+column whose extreme values squash the rest under min-max scaling, a column whose scaled training
+values collapse to a few numbers under any scaling (issue 53: half the rows at 1e300), and a party
+whose columns are all constant on its training rows (no informative column).
 """
 
 from __future__ import annotations
@@ -39,6 +42,15 @@ from verticalfs.exceptions import DataError
 #: range is dominated by extreme values (one 1e300 among values near 1 gives 1e-300)
 DOMINATED_SHARE = 1e-4
 from verticalfs.data.choices import PREPROCESS_IMPUTATIONS as IMPUTATIONS  # noqa: E402
+
+#: ``scaling="quantile"``: the training quantiles kept per column (scikit-learn's default
+#: ``n_quantiles``; fewer with fewer training rows)
+N_QUANTILES = 1000
+#: a column of at least this many distinct training values whose scaled values number at most
+#: :data:`SQUASHED_SHARE` of them (and at most 2 more than its large values) has been squashed
+SQUASH_MIN_DISTINCT = 20
+SQUASHED_SHARE = 0.1
+
 
 #: what a date or time column becomes with ``datetime="derive"``: one numeric column each
 DATE_PARTS: tuple[str, ...] = ("year", "month", "day")
@@ -155,6 +167,8 @@ class PartyPreprocessor:
     scale: list = field(default_factory=list)
     offset: list = field(default_factory=list)
     categories: dict = field(default_factory=dict)
+    #: ``scaling="quantile"``: per numeric column, its training quantiles (ascending)
+    quantiles: list = field(default_factory=list)
     #: date columns (and their formats) whose year, month and day are numeric columns here
     #: (``datetime="derive"``): :meth:`transform` derives them from new rows that hold the date
     #: column itself
@@ -235,9 +249,15 @@ class PartyPreprocessor:
                                 "(--impute median, mean or most-frequent; impute='median' from Python) or "
                                 "drop those rows or columns")
             A = pp._impute_numeric(A, src)
+            dominated: set[int] = set()
             if scaling == "minmax" and len(A):
-                pp.warnings += _dominated(party, num, A, src)
-            if scaling != "none" and len(A):
+                pp.warnings += _dominated(party, num, A, src, dominated)
+            if scaling == "quantile" and len(A):
+                k = max(2, min(N_QUANTILES, len(A)))
+                Q = np.quantile(A, np.linspace(0, 1, k), axis=0)  # float64: any finite magnitude
+                pp.quantiles = [Q[:, j].tolist() for j in range(len(num))]
+                pp.scale, pp.offset = [1.0] * len(num), [0.0] * len(num)
+            elif scaling != "none" and len(A):
                 from sklearn.preprocessing import MinMaxScaler, RobustScaler, StandardScaler
 
                 with np.errstate(over="ignore", invalid="ignore"):
@@ -255,10 +275,13 @@ class PartyPreprocessor:
                     bad = [c for c, x, y in zip(num, a, b, strict=True) if not (np.isfinite(x) and np.isfinite(y))]
                     bad = bad or [c for c, r in zip(num, A.max(0) - A.min(0), strict=True) if not np.isfinite(r)]
                     raise DataError(f"party {party!r}: columns {bad}{src} have values too large to scale (their "
-                                    "range overflows); rescale them (e.g. divide by a power of ten)")
+                                    "range overflows); rescale them (e.g. divide by a power of ten), or use "
+                                    "--scaling quantile (each value's rank, any magnitude)")
                 pp.scale, pp.offset = a.tolist(), b.tolist()
             elif scaling != "none":
                 pp.scale, pp.offset = [1.0] * len(num), [0.0] * len(num)
+            if scaling != "none" and len(A):
+                pp.warnings += _collapsed(party, num, A, pp._scaled(A.copy()), src, scaling, dominated)
         for c in cat:
             col = X[c]
             missing = col.isna().to_numpy()
@@ -310,6 +333,29 @@ class PartyPreprocessor:
         fills = np.array([self.fill.get(c, np.nan) for c in self.numeric], dtype=np.float64)
         return np.where(nan, fills[None, :], A)
 
+    def _scaled(self, A: np.ndarray) -> np.ndarray:
+        """``A`` (float64, imputed numeric columns) scaled; modified in place for the affine scalings."""
+        if self.scaling == "minmax":
+            A *= np.asarray(self.scale)
+            A += np.asarray(self.offset)
+        elif self.scaling in ("standard", "robust"):
+            A -= np.asarray(self.offset)
+            A /= np.asarray(self.scale)
+        elif self.scaling == "quantile":
+            out = np.empty_like(A)
+            for j, q in enumerate(self.quantiles):  # a loop over columns, each one vectorised
+                q = np.asarray(q, dtype=np.float64)
+                refs = np.linspace(0, 1, len(q))
+                x = A[:, j]
+                # scikit-learn's QuantileTransformer: interpolated up and down, averaged (ties
+                # within the quantiles map to their middle rank); clipped to the training range
+                y = 0.5 * (np.interp(x, q, refs) - np.interp(-x, -q[::-1], -refs[::-1]))
+                y[x - 1e-7 < q[0]] = 0.0  # its bounds as scikit-learn sets them (BOUNDS_THRESHOLD)
+                y[x + 1e-7 > q[-1]] = 1.0
+                out[:, j] = y
+            A = out
+        return A
+
     # -------------------------------------------------------------------------------- applying
     @property
     def feature_names(self) -> list[str]:
@@ -353,18 +399,13 @@ class PartyPreprocessor:
                                 "cannot use; replace them (e.g. by missing values and --impute) or drop the columns")
             A = self._impute_numeric(A, src)
             # scikit-learn's scaler arithmetic, in place: the same floats as MinMaxScaler/StandardScaler
-            A = np.array(A, dtype=np.float64)
-            if self.scaling == "minmax":
-                A *= np.asarray(self.scale)
-                A += np.asarray(self.offset)
-            elif self.scaling in ("standard", "robust"):
-                A -= np.asarray(self.offset)
-                A /= np.asarray(self.scale)
+            A = self._scaled(np.array(A, dtype=np.float64))
             big = ~np.isfinite(A).all(0) | (np.abs(A) > np.finfo(np.float32).max).any(0)
             if big.any():
                 bad = [c for c, m in zip(self.numeric, big, strict=True) if m]
                 raise DataError(f"party {self.party!r}: columns {bad}{src} have values too large to scale or to "
-                                "hold as float32; rescale them (e.g. divide by a power of ten)")
+                                "hold as float32; rescale them (e.g. divide by a power of ten), or use --scaling "
+                                "quantile (each value's rank, any magnitude)")
             parts.append(A)
         for c in self.categorical:
             col = X[c]
@@ -401,6 +442,7 @@ class PartyPreprocessor:
                                 fill={c: v for c, v in self.fill.items() if c in want},
                                 scale=[self.scale[j] for j in num] if self.scale else [],
                                 offset=[self.offset[j] for j in num] if self.offset else [],
+                                quantiles=[self.quantiles[j] for j in num] if self.quantiles else [],
                                 categories={c: list(self.categories[c]) for c in self.categorical if c in want},
                                 dates={c: f for c, f in self.dates.items() if set(derived_date_names(c)) & want})
         positions, at = list(num), len(self.numeric)
@@ -418,15 +460,43 @@ class PartyPreprocessor:
                 "scaling": self.scaling, "impute": self.impute, "fill": dict(self.fill),
                 "scale": [float(v) for v in self.scale], "offset": [float(v) for v in self.offset],
                 "categories": {c: list(v) for c, v in self.categories.items()},
-                **({"dates": dict(self.dates)} if self.dates else {})}
+                **({"dates": dict(self.dates)} if self.dates else {}),
+                **({"quantiles": [list(q) for q in self.quantiles]} if self.quantiles else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> PartyPreprocessor:
         return cls(**{k: d[k] for k in ("party", "numeric", "categorical", "scaling", "impute", "fill", "scale",
-                                        "offset", "categories")}, dates=dict(d.get("dates", {})))
+                                        "offset", "categories")}, dates=dict(d.get("dates", {})),
+                   quantiles=[list(q) for q in d.get("quantiles", [])])
 
 
-def _dominated(party: str, names: list[str], A: np.ndarray, src: str) -> list[str]:
+def _collapsed(party: str, names: list[str], A: np.ndarray, scaled: np.ndarray, src: str, scaling: str,
+               skip: set[int] = frozenset()) -> list[str]:  # type: ignore[assignment]
+    """Columns whose scaled training values collapse: at least :data:`SQUASH_MIN_DISTINCT`
+    distinct values before, at most :data:`SQUASHED_SHARE` of that many distinct float32 values
+    after (e.g. half the rows at 1e300: min-max and robust scaling make the other half one number;
+    issue 53). Sorted per column, vectorised over columns."""
+    if len(A) < SQUASH_MIN_DISTINCT:
+        return []
+    with np.errstate(over="ignore", invalid="ignore"):
+        S = np.asarray(scaled, dtype=np.float64).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf where float32 overflowed: counted apart
+        before = (np.diff(np.sort(A, axis=0), axis=0) != 0).sum(0) + 1
+        after = (np.diff(np.sort(S, axis=0), axis=0) != 0).sum(0) + 1
+    bad = np.flatnonzero((before >= SQUASH_MIN_DISTINCT) & (after <= SQUASHED_SHARE * before))
+    out = []
+    for j in bad:
+        if j in skip:  # already named by the min-max note
+            continue
+        big = float(np.max(np.abs(A[:, j])))
+        out.append(f"party {party!r}: column {names[j]!r}{src} has values of very different magnitudes (up to "
+                   f"{big:.3g}, median {float(np.median(A[:, j])):.3g}): under {scaling} scaling its "
+                   f"{int(before[j])} distinct training values become {int(after[j])}; use --scaling quantile (each "
+                   "value's rank, any magnitude), or clip or drop the extreme values")
+    return out
+
+
+def _dominated(party: str, names: list[str], A: np.ndarray, src: str, found: set[int] | None = None) -> list[str]:
     """Columns whose extreme values squash the others under min-max scaling: the middle half of the
     training values spans less than :data:`DOMINATED_SHARE` of the range (vectorised over columns)."""
     if len(A) < 4:
@@ -437,11 +507,13 @@ def _dominated(party: str, names: list[str], A: np.ndarray, src: str) -> list[st
         rng = hi - lo
         share = (q75 - q25) / rng
     bad = np.flatnonzero((q75 > q25) & np.isfinite(rng) & (rng > 0) & (share < DOMINATED_SHARE))
+    if found is not None:
+        found.update(int(j) for j in bad)
     out = []
     for j in bad:
         far = hi[j] if hi[j] - q50[j] >= q50[j] - lo[j] else lo[j]
         out.append(f"party {party!r}: column {names[j]!r}{src} has extreme values (up to {far:.3g}, median "
                    f"{q50[j]:.3g}) that squash its other values to ~0 under min-max scaling (its middle half spans "
-                   f"{share[j]:.1e} of its range); use --scaling robust (median and interquartile range) or "
-                   "--scaling standard, or clip or drop those values")
+                   f"{share[j]:.1e} of its range); use --scaling quantile (each value's rank, any magnitude) or "
+                   "--scaling robust (median and interquartile range), or clip or drop those values")
     return out

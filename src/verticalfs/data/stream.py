@@ -316,6 +316,7 @@ def fit_streamed(table: StreamedTable, rows: np.ndarray, cols: Sequence[str], ca
         merged.fill.update(one.fill)
         merged.scale += one.scale
         merged.offset += one.offset
+        merged.quantiles += one.quantiles
         merged.categories.update(one.categories)
         merged.warnings += one.warnings
         if c in cat_set:

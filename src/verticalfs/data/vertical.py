@@ -138,7 +138,7 @@ class VerticalDataset:
         test_size, val_size : float
             Fractions of all samples for the test and validation splits. If the data set has a
             predefined test split (Adult, USPS) it is used and ``test_size`` is ignored.
-        scaling : {"minmax", "standard", "robust", "none"}
+        scaling : {"minmax", "standard", "robust", "quantile", "none"}
             Per-column scaling fitted on the training rows only (``robust``: minus the median, over
             the interquartile range, as scikit-learn's ``RobustScaler``). Categorical columns are one-hot
             encoded (categories seen in training; unseen ones encode as all zeros).

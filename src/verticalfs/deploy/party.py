@@ -18,6 +18,7 @@ the method's protocol sends (embeddings, scores, ...), and its PSI reply; never 
 
 from __future__ import annotations
 
+import logging
 import secrets
 import shutil
 import weakref
@@ -126,6 +127,10 @@ class TrustReport:
     checks every request itself."""
 
     rules: dict[str, Any]
+
+
+#: the party's notes on its own data (extreme values, constant columns), on its host's log
+log = logging.getLogger("verticalfs.data")
 
 
 class DeployedParty(PartyRuntime):
@@ -418,6 +423,8 @@ class DeployedParty(PartyRuntime):
             prepared = prepare_block(block, idx, scaling=msg.scaling, impute=msg.impute)
             self.data = LocalData.of(prepared)
             self.preprocessor = prepared.preprocessor
+        for w in self.preprocessor.warnings:  # its own columns: said here, on its own host (issue 53)
+            log.warning(w)
         self.role, self.method = None, None
         self.aligned = True
         return Aligned(rows_in_file=self.n_rows, rows_kept=len(pos), n_features=len(self.data.feature_names))
