@@ -54,8 +54,8 @@ PARAMS: dict[str, dict] = {
     "compfs": {"epochs": 3, "batch_size": 64, "hidden": (8,), "n_learners": 3, "top_k": 4},
     "original-gate": {"epochs": 3, "batch_size": 64, "hidden": (16, 8)},
     "fedsdg-fs": {"epochs": 3, "batch_size": 64, "hidden": (16, 8), "secure": False},
-    "sffs": {"key_bits": 512, "insecure": True},
-    "ms-gini": {"key_bits": 512, "insecure": True},
+    "sffs": {"key_bits": 512, "insecure": True, "ratio": 0.5},  # the half of before issue 53's n_select="auto"
+    "ms-gini": {"key_bits": 512, "insecure": True, "ratio": 0.5},
     "icafs": {"epochs": 3, "hidden": (16, 8), "synth_steps": 3, "synth_batch": 64, "channels": 4,
               "code_dim": 8, "feature_dim": 8, "refit_epochs": 1, "max_modes": 3},
 }

@@ -55,9 +55,12 @@ def method_spec(name: str, epochs: int, extra: dict | None = None, train: dict |
     extra, train = dict(extra or {}), dict(train or {})
     if name.endswith(":alone"):  # a filter by itself: its scores and selection, no network trained
         base = name.split(":")[0]
-        return base, {**({"secure": False} if base != "random" else {}), **extra}
+        half = {"ratio": 0.5} if base != "random" and "n_select" not in extra else {}  # Table III's half
+        return base, {**({"secure": False} if base != "random" else {}), **half, **extra}
     if name in ("sffs", "ms-gini", "random"):
         p = {f"{name}.secure": False} if name != "random" else {}
+        if name != "random" and "n_select" not in extra:
+            p[f"{name}.ratio"] = 0.5  # Table III keeps half (the default since issue 53 chooses N)
         p.update({f"{name}.{k}": v for k, v in extra.items()})
         p.update({f"all-features.{k}": v for k, v in train.items()})
         p["epochs"] = epochs

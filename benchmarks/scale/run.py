@@ -220,7 +220,8 @@ def measure(n: int, root: Path, *, columns: int = 50, vfl_only: bool = False) ->
         del pred
         sampler.stage("feast")
         t = time.perf_counter()
-        res = run_deployment(dep, "feast+vfl", seed=0, params={"vfl.epochs": 1, "vfl.batch_size": 1024})
+        res = run_deployment(dep, "feast+vfl", seed=0,  # N given: "auto" would gather the kept columns
+                             params={"feast.n_select": 10, "vfl.epochs": 1, "vfl.batch_size": 1024})
         out["stages"]["feast"] = time.perf_counter() - t
         out["feast_trained_as"] = res.info.get("trained_as")
         sampler.stop()

@@ -46,7 +46,8 @@ class VerticalSelector(SelectorMixin, BaseEstimator):
         Parties of the default split (at most the number of columns).
     params : dict, optional
         The method's parameters (``verticalfs methods`` lists them). A filter method's ``n_select``
-        larger than the number of columns is lowered to it.
+        larger than the number of columns is lowered to it (``"auto"``, its default, chooses it
+        on the validation split, ``val_size``).
     val_size : float
         Fraction of the rows held out as the method's validation split (0 = none; lowered to 0
         when a class has too few rows for a stratified split).
@@ -133,9 +134,9 @@ class VerticalSelector(SelectorMixin, BaseEstimator):
         params = dict(self.params or {})
         fields = {f.name for f in dataclasses.fields(cls.Params)}
         if "n_select" in fields:
-            n = params.get("n_select", cls.Params.__dataclass_fields__["n_select"].default)
-            if not (isinstance(n, str) and n.strip().lower() == "auto"):
-                params["n_select"] = min(int(n), sum(len(v) for v in assign.values()))
+            wanted = params.get("n_select", cls.Params.__dataclass_fields__["n_select"].default)
+            if not (isinstance(wanted, str) and wanted.strip().lower() == "auto"):
+                params["n_select"] = min(int(wanted), sum(len(v) for v in assign.values()))
         cols = [f"x{j}" for j in range(d)]
         frame = pd.DataFrame(X, columns=cols)
         blocks = [PartyBlock(p, frame[[cols[j] for j in idx]].reset_index(drop=True)) for p, idx in assign.items()]

@@ -36,7 +36,7 @@ def pooled_train(data) -> np.ndarray:
 
 def fit(name, data, trace=False, **params):
     fed = Federation.in_process(data, trace=trace)
-    m = create(name, seed=0, **{**FAST, **params})
+    m = create(name, seed=0, **{**FAST, "n_select": 10, **params})  # the paper's N (the default chooses it)
     m.fit(fed)
     return m, fed
 

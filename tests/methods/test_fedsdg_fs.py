@@ -291,10 +291,10 @@ def wine():
 def test_sffs_under_paillier_computes_the_f_statistic(wine):
     from sklearn.feature_selection import f_classif
 
-    sec = create("sffs", seed=0, key_bits=512, insecure=True)
+    sec = create("sffs", seed=0, key_bits=512, insecure=True, ratio=0.5)
     fed = Federation.in_process(wine)
     sec.fit(fed)
-    clr = create("sffs", seed=0, secure=False)
+    clr = create("sffs", seed=0, secure=False, ratio=0.5)
     clr.fit(Federation.in_process(wine))
     for p in wine.party_names:
         F = f_classif(np.asarray(wine.party(p).X["train"], float), wine.labels.y["train"])[0]

@@ -35,7 +35,7 @@ from verticalfs.data.user import _labels, _read_frames, _sort_ids
 from verticalfs.data.vertical import SPLITS, LabelData, PartyData, PreparedData, split_indices
 from verticalfs.deploy.config import Deployment
 from verticalfs.deploy.party import Align, Aligned, DeployedParty, PolicyQuery, PolicyReport
-from verticalfs.exceptions import DataError, TransportError, VerticalFSError
+from verticalfs.exceptions import ConfigError, DataError, TransportError, VerticalFSError
 from verticalfs.federation import SETUP, Federation
 from verticalfs.names import LABEL_HOLDER
 
@@ -365,6 +365,18 @@ def federated_method(dep: Deployment, method: str, params: Mapping[str, Any] | N
     out = dict(params or {})
     if not issubclass(cls, Pipeline):
         out = {(k if k == "epochs" else f"{method}.{k}"): v for k, v in out.items()}
+    stages = (list(zip(cls.stage_names, cls.stage_classes, strict=True)) if issubclass(cls, Pipeline)
+              else [(method, cls)])
+    for name, stage in stages:  # n_select="auto" gathers the candidates' columns to choose N: refused here
+        if not issubclass(stage, FilterMethod) or stage.selects_all:
+            continue
+        n = out.get(f"{name}.n_select", stage.Params.__dataclass_fields__["n_select"].default)
+        if isinstance(n, str) and n.strip().lower() == "auto":
+            raise ConfigError(f"{name}: n_select='auto' (its default) chooses N on the label holder's validation rows "
+                              f"with the candidates' columns, which {', '.join(keep)} keep(s) (release_columns = "
+                              f"false); give the number of features to select (--param n_select=N"
+                              f"{'' if name == method else f', or {name}.n_select=N'}), or let the parties release "
+                              "their columns")
     why = (f"{method} trains its classifier on raw columns gathered at the label holder, and {', '.join(keep)} "
            f"keep(s) their columns (release_columns = false): the parties selected with {method}, then a split "
            f"model ({FEDERATED_TRAINER}) was trained federatedly on the selected columns")

@@ -2,7 +2,8 @@
 
 ``Pipeline`` runs its stages in order on the same federation. Every stage but the last selects
 features: a filter method (FEAST, ``mi``, FATE's ...) runs only its selection protocol (no
-gathering of columns, no evaluation classifier); any other method runs in full. Then the label
+evaluation classifier; with ``n_select="auto"``, its default, the candidates' columns of the
+training and validation rows are gathered to choose N); any other method runs in full. Then the label
 holder tells each party which of its features to keep (:class:`~verticalfs.transport.messages.KeepFeatures`,
 phase ``selection``) and the next stage ``Join``\\ s the parties that still hold features: its party
 roles are built on the kept columns only. The last stage's model, metrics and support are the
@@ -29,7 +30,7 @@ import numpy as np
 from verticalfs import method_registry as registry
 from verticalfs.exceptions import ConfigError
 from verticalfs.methods.base import Method
-from verticalfs.methods.filter import FilterMethod
+from verticalfs.methods.filter import AUTO, FilterMethod
 from verticalfs.training.history import History
 from verticalfs.transport.messages import At, KeepFeatures, SupportReport
 
@@ -165,6 +166,10 @@ class Pipeline(Method):
         """The features an earlier stage selects, as ``(party, prepared feature index)``."""
         if isinstance(stage, FilterMethod):
             stage.join_parties(fed)
+            if stage.params.n_select == AUTO and not stage.selects_all:
+                # N chosen on the validation rows: the candidates' columns are gathered for the search
+                # (phase train, on the ledger), which a party keeping its columns refuses
+                return stage.select_auto(fed)
             return [(str(p), int(j)) for p, j in stage.select(fed)]
         stage.fit(fed)
         return [(p, int(j)) for p, m in stage.get_support().items() for j in np.flatnonzero(m)]

@@ -40,6 +40,11 @@ after the last complete one. ``info_["runs"]`` lists every run's alpha, non-zero
 feast.md section 5.2, which explains FATE-Lasso's cost varying with N by the rounds the run with
 the chosen hyper-parameters needs to converge: its figures are read as the cost of that one run;
 ``selection_bytes`` / ``selection_seconds`` include the whole search.
+
+``n_select="auto"`` (the filters' default since issue 53; :meth:`FilterMethod.select_auto
+<verticalfs.methods.filter.FilterMethod.select_auto>`): one search as above for the grid's largest
+N, whose ranking by ``|w|`` gives every smaller N its first N features (ours: one bisection per N
+would repeat the encrypted training runs for each).
 """
 
 from __future__ import annotations

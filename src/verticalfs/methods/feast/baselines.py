@@ -35,8 +35,9 @@ class CFeastParams(FilterParams):
 
     Parameters
     ----------
-    n_select : int
-        N, features to select (default 10).
+    n_select : int or "auto"
+        N, features to select; ``"auto"`` (default): chosen on the label holder's validation split
+        (:meth:`~verticalfs.methods.filter.FilterMethod.select_auto`).
     classifier : str
         lr, svm, rf, xgboost or mlp.
     bins : int
@@ -222,14 +223,20 @@ class CFeast(FilterMethod):
         self.info_["rounds"] = rounds
         return selected
 
-    def gather(self, fed, selected):
+    @property
+    def nested(self) -> bool:  # type: ignore[override]
+        """``rounds="greedy"`` picks one feature per step whatever N (a ranking); ``"parties"``
+        runs FEAST's rounds, which depend on N."""
+        return self.params.rounds != "parties"
+
+    def gather(self, fed, selected, splits=("train", "val", "test")):
         """Pooled data: the columns are read directly (no messages)."""
         data = fed.pooled_data()
         X = {}
-        for s in ("train", "val", "test"):
+        for s in splits:
             cols = [data.party(q).X[s][:, [i]] for q, i in selected]
             X[s] = np.concatenate(cols, 1) if cols else np.zeros((data.n_samples(s), 0), np.float32)
-        y = {s: np.asarray(data.labels.y[s]) for s in ("train", "val", "test")}
+        y = {s: np.asarray(data.labels.y[s]) for s in splits}
         return X, y
 
 
@@ -239,8 +246,9 @@ class MIParams(FilterParams):
 
     Parameters
     ----------
-    n_select : int
-        N, features to select (default 10).
+    n_select : int or "auto"
+        N, features to select; ``"auto"`` (default): chosen on the label holder's validation split
+        (:meth:`~verticalfs.methods.filter.FilterMethod.select_auto`).
     classifier : str
         lr, svm, rf, xgboost or mlp.
     bins : int
@@ -305,8 +313,9 @@ class RandomParams(FilterParams):
 
     Parameters
     ----------
-    n_select : int
-        N, features to select (default 10).
+    n_select : int or "auto"
+        N, features to select; ``"auto"`` (default): chosen on the label holder's validation split
+        (:meth:`~verticalfs.methods.filter.FilterMethod.select_auto`).
     classifier : str
         lr, svm, rf, xgboost or mlp.
     """

@@ -86,8 +86,11 @@ class FeastParams(FilterParams):
 
     Parameters
     ----------
-    n_select : int
-        N, features to select over all parties (default 10).
+    n_select : int or "auto"
+        N, features to select over all parties; ``"auto"`` (default) = chosen by the label holder on
+        its validation split (:meth:`~verticalfs.methods.filter.FilterMethod.select_auto`: FEAST's
+        rounds depend on N, so one FEAST selection per N of the grid, each counted on the ledger).
+        The paper sets N per data set (section 5); give it to reproduce them.
     classifier : str
         Model trained on the selected columns for the metrics: lr, svm, rf, xgboost, mlp.
     bins : int
@@ -264,6 +267,8 @@ class Feast(FilterMethod):
                "stratified sampling and overlap deletion (labels of the sample go to every party).")
     paper = "feast.md section 4 (Fu et al., SIGMOD 2023)"
     Params = FeastParams
+    #: FEAST's rounds depend on N (N-hat starts at N), so n_select="auto" runs one selection per N
+    nested = False
     Role = FeastRole
     disclosures = {"columns_to_label_holder": ("Columns",), "labels_to_parties": ("FeastSetup",)}
 

@@ -53,10 +53,10 @@ from verticalfs.methods.baselines.vfl import SMALL_SPLIT, VFL, VFLParams
 from verticalfs.methods.fedsdg_fs import gini as G
 from verticalfs.methods.fedsdg_fs.method import SecureScoreParams, ask_gini, check_secure_scores
 from verticalfs.methods.fedsdg_fs.role import MAX_BINS, GiniParty
-from verticalfs.methods.filter import SELECTION, FilterMethod, FilterParams, FilterRole
+from verticalfs.methods.filter import AUTO, SELECTION, FilterMethod, FilterParams, FilterRole, resolve_n_select
 from verticalfs.methods.labels_proof import LabelChecks
 from verticalfs.methods.registry import register
-from verticalfs.params import Constraints, Interval
+from verticalfs.params import Constraints, Interval, Options
 from verticalfs.party import Context, handles
 from verticalfs.selection.blocks import row_blocks
 from verticalfs.transport.messages import message
@@ -124,19 +124,23 @@ class HalfFilterParams(FilterParams, SecureScoreParams):
 
     Parameters
     ----------
-    n_select : int
-        Features to keep over all parties; 0 (default) = ``ratio`` of them.
-    ratio : float
-        Share of the features kept when ``n_select`` is 0 (0.5, the paper's).
+    n_select : int or "auto"
+        Features to keep over all parties: ``"auto"`` (default, issue 53) = chosen on the label
+        holder's validation split (:meth:`~verticalfs.methods.filter.FilterMethod.select_auto`);
+        0 = ``ratio`` of them; N = N.
+    ratio : float or None
+        Share of the features kept (the paper's Table III keeps half: ``ratio=0.5``): given, it
+        sets N as before issue 53 (with ``n_select`` left at ``"auto"`` or 0); None (default) =
+        ``n_select`` decides, 0.5 with ``n_select=0``.
     """
 
-    n_select: int = 0
-    ratio: float = 0.5
+    n_select: int | str = "auto"
+    ratio: float | None = None
 
     #: the values each field may take (:mod:`verticalfs.params`)
     constraints: ClassVar[Constraints] = {
-        "n_select": [Interval(int, 0, None)],
-        "ratio": [Interval(float, 0, 1, closed="right")],
+        "n_select": [Interval(int, 0, None), Options(AUTO)],
+        "ratio": [Interval(float, 0, 1, closed="right"), None],
     }
 
 
@@ -155,17 +159,30 @@ class _HalfFilter(FilterMethod):
     def check_params(self, fed) -> None:
         p = self.params
         check_secure_scores(self.name, p, len(fed.labels.y["train"]) if self.gini_masks else None)
-        if not 0 < p.ratio <= 1:
+        if p.ratio is not None and not 0 < p.ratio <= 1:
             raise ConfigError(f"{self.name}: ratio must lie in (0, 1], got {p.ratio}")
         total = sum(len(v) for v in self.feature_names(fed).values())
-        self.n_keep = int(p.n_select) if int(p.n_select) > 0 else max(1, int(round(p.ratio * total)))
-        if int(p.n_select) < 0:
-            raise ConfigError(f"{self.name}: n_select must be >= 0 (0 = use ratio), got {p.n_select}")
-        saved, p.n_select = p.n_select, self.n_keep
+        p.n_select = resolve_n_select(self.name, p.n_select, allow_zero=True)
+        if p.ratio is not None and p.n_select not in (AUTO, 0):
+            raise ConfigError(f"{self.name}: give n_select={p.n_select} or ratio={p.ratio}, not both")
+        if p.ratio is not None and p.n_select == AUTO:
+            p.n_select = 0  # the ratio sets N, as before issue 53
+        self._ratio_keep = max(1, int(round((0.5 if p.ratio is None else float(p.ratio)) * total)))
+        if p.n_select != 0:  # "auto" or N: the filters' checks
+            super().check_params(fed)
+            return
+        p.n_select = self._ratio_keep  # 0 = ratio: checked as that N
         try:
             super().check_params(fed)
         finally:
-            p.n_select = saved
+            p.n_select = 0
+
+    @property
+    def n_keep(self) -> int:
+        """The features this selection keeps: ``n_select`` (a number: given, or set by
+        ``select_auto`` for each N of its grid), or ``ratio`` of them with 0."""
+        n = self.params.n_select
+        return int(n) if isinstance(n, int) and n > 0 else self._ratio_keep
 
     def rank(self, scores: dict[str, np.ndarray], lower_is_better: bool) -> list[tuple[str, int]]:
         rows = []
