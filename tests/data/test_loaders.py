@@ -18,11 +18,13 @@ from verticalfs.data.table import Table
 from verticalfs.exceptions import ConfigError, DataError
 
 ALL_NAMES = [
-    "madelon-synth", "friedman", "multiclass-synth", "breast_cancer", "digits", "wine", "madelon", "phishing", "adult",
+    "madelon-synth", "friedman", "multiclass-synth", "multiclass-wide", "digit-images", "breast_cancer", "digits",
+    "wine", "madelon",
+    "phishing", "adult",
     "wine_quality", "physionet2012", "arcene", "basehock", "relathe", "pcmac", "allaml", "tox_171",
     "usps",
 ]
-FILE_NAMES = ALL_NAMES[6:]
+FILE_NAMES = ALL_NAMES[8:]
 
 # name -> (n_samples, n_features, class counts by code) as given in each PROVENANCE.md
 EXPECTED = {

@@ -110,6 +110,10 @@ def _entries() -> list[DatasetInfo]:
             "wide many-class synthetic, 1560 x 617 (40 informative, 577 redundant), 26 classes",
         ),
         DatasetInfo(
+            "digit-images", lambda d, s: builtin.digit_images(seed=s), False, "multiclass",
+            "20 classes of 32x32 images (scikit-learn's digits, upright and turned), 1440 x 1024",
+        ),
+        DatasetInfo(
             "breast_cancer", lambda d, s: builtin.breast_cancer(), False, "binary",
             "Wisconsin breast cancer (scikit-learn), 569 x 30",
         ),
