@@ -17,7 +17,10 @@ majority rate of the test split, ``vfl``'s accuracy, each method's test accuracy
 - ``usps``: the shared USPS (VERTICALFS_DATA), a stratified sample of 3,000 of its 9,298 rows (to
   keep runs short on a loaded machine), 256 pixels, 10 classes;
 - ``wide20``: 1,440 x 1,024, 20 classes (like COIL20's shape); ``wide26``: 1,560 x 617, 26 classes
-  (like ISOLET's shape), both ``make_classification`` with half of the features informative.
+  (like ISOLET's shape), both ``make_classification`` with half of the features informative (too
+  hard to be a reference: ``vfl`` .12 on ``wide26``);
+- ``multiclass-wide`` (1,560 x 617, 26 classes) and ``digit-images`` (1,440 x 1,024, 20 classes):
+  the built-in wide sets of issue 53 (``verticalfs datasets``), on which ``vfl`` is a reference.
 
 ``--json FILE`` appends each run as one JSON line (rerun only what changed); ``--table FILE``
 prints the runs of such files as a Markdown table, one column per ``--tag`` (e.g. before / after).
@@ -34,7 +37,7 @@ import warnings
 
 import numpy as np
 
-DATA = ("digits", "synth30", "multiclass-synth", "usps", "wide20", "wide26")
+DATA = ("digits", "synth30", "multiclass-synth", "usps", "wide20", "wide26", "multiclass-wide", "digit-images")
 METHODS = ("vfl", "all-features", "vflfs", "original-gate", "fedsdg-fs", "sparsevfl", "sparsevfl-16", "compfs",
            "sefs")
 
@@ -54,8 +57,8 @@ def _synthetic(name: str, n: int, informative: int, redundant: int, useless: int
 
 def table(name: str, seed: int = 0):
     """The data set ``name`` as a :class:`~verticalfs.data.table.Table` (or a registered name)."""
-    if name in ("digits", "multiclass-synth"):
-        return name
+    if name in ("digits", "multiclass-synth", "multiclass-wide", "digit-images"):
+        return name  # registered: built in, no files
     if name == "synth30":
         return _synthetic("synth30", 3000, 50, 450, 100, 30, seed)
     if name == "wide20":
@@ -97,7 +100,8 @@ def run_one(method: str, data, params: dict) -> dict:
         warnings.simplefilter("always")
         r = verticalfs.run(method, data, seed=0, params=p)
     return {"method": method, "accuracy": float(r.metrics["accuracy"]), "kept": r.selection.get("n_kept"),
-            "features": r.selection.get("n_features"), "seconds": time.perf_counter() - t0, "params": p,
+            "features": r.selection.get("n_features"), "noise_removed": r.selection.get("spurious_removed"),
+            "seconds": time.perf_counter() - t0, "params": p,
             "warnings": [str(w.message)[:120] for w in caught if "VerticalFS" in type(w.message).__name__]}
 
 
@@ -108,7 +112,7 @@ def markdown(paths: list[str]) -> str:
     tags = list(dict.fromkeys(r["tag"] for r in runs))
     cell = {(r["data"], r["method"], r["tag"]): r for r in runs}
     rows = list(dict.fromkeys((r["data"], r["method"]) for r in runs))
-    out = ["| data | method | " + " | ".join(f"{t}: acc (kept)" for t in tags) + " | bar |",
+    out = ["| data | method | " + " | ".join(f"{t}: acc (kept, noise removed)" for t in tags) + " | bar |",
            "| --- | --- | " + " | ".join("---" for _ in tags) + " | --- |"]
     for data, method in sorted(rows, key=lambda k: (k[0], k[1] != "vfl", k[1])):
         ref = next((cell[(data, "vfl", t)]["accuracy"] for t in tags if (data, "vfl", t) in cell), None)
@@ -116,7 +120,9 @@ def markdown(paths: list[str]) -> str:
         vals = []
         for t in tags:
             r = cell.get((data, method, t))
-            vals.append("" if r is None else f"{r['accuracy']:.3f} ({r['kept']}/{r['features']})")
+            nr = r.get("noise_removed") if r is not None else None
+            vals.append("" if r is None else f"{r['accuracy']:.3f} ({r['kept']}/{r['features']}"
+                        + ("" if nr is None or r["kept"] == r["features"] else f", {nr:.0%}") + ")")
         bar = "" if ref is None else f"{maj + 0.3 * (ref - maj):.3f}"
         out.append(f"| {data} (majority {maj:.3f}) | {method} | " + " | ".join(vals) + f" | {bar} |")
     return "\n".join(out)
@@ -158,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                 ref = res["accuracy"]
             bar = "" if ref is None else f"  bar {majority + 0.3 * (ref - majority):.3f}"
             print(f"  {method:<14} acc {res['accuracy']:.3f}  kept {res['kept']}/{res['features']}  "
+                  f"noise removed {res['noise_removed'] or 0:.2f}  "
                   f"{res['seconds']:6.1f} s{bar}  {res['params'] or ''}", flush=True)
             if a.json:
                 with open(a.json, "a") as f:
