@@ -9,8 +9,9 @@ Data (3 parties, 50 % Gaussian noise columns, seed 0): scikit-learn's ``digits``
 features), the built-in ``multiclass-synth`` (30 classes, 500 informative and redundant features),
 and the shared ``usps`` (10 classes, 256 features) and ``tox_171`` (4 classes, 5,748 features).
 
-Every method runs at its defaults, except: a filter's ``n_select`` is half of the features (the
-``sffs``/``ms-gini`` rule; the default 10 is a paper's setting for tens of features), Paillier
+Every method runs at its defaults (a filter's ``n_select`` too: ``"auto"`` since issue 53, N
+chosen on the validation rows; before, this script set half of the features, as the default 10
+was a paper's setting for tens of features), except: Paillier
 keys are 1,024 bits with ``insecure=true`` (the accuracy does not depend on the key), FedSDG-FS
 runs with ``secure=false`` (the same Gini initialisation in the clear), and with
 ``--quick`` every ``epochs``-like parameter is capped at ``QUICK_EPOCHS`` and USPS is subsampled
@@ -45,8 +46,6 @@ def method_params(name: str, n_features: int, quick: bool) -> dict:
     """The settings a method runs with here (see the module docstring)."""
     fields = {f.name: f.default for f in dataclasses.fields(registry.get(name).Params)}
     out: dict = {}
-    if "n_select" in fields and fields["n_select"] not in (0, None):
-        out["n_select"] = max(1, n_features // 2)
     if "key_bits" in fields:
         out.update(key_bits=1024, insecure=True)
     if name == "fedsdg-fs" and fields.get("secure") is True:  # the same model, initialised in the clear

@@ -24,11 +24,11 @@ def test_quick_rows_name_accuracy_vfl_and_majority(capsys):
         assert acc > bar
     mi = [c.strip() for c in rows[1].split("|")]
     kept, total = (int(x) for x in mi[7].split(" / "))
-    assert kept == total // 2  # a filter keeps half of the features
+    assert 2 <= kept <= -(-total // 2)  # a filter chooses N (n_select="auto"), at most half of the features
 
 
-def test_settings_cap_epochs_and_halve_filters():
+def test_settings_cap_epochs_and_leave_the_filters_at_their_defaults():
     assert G.method_params("vfl", 96, quick=True) == {"epochs": G.QUICK_EPOCHS}
     assert G.method_params("vfl", 96, quick=False) == {}
-    assert G.method_params("mi", 96, quick=True)["n_select"] == 48
+    assert "n_select" not in G.method_params("mi", 96, quick=True)  # "auto"
     assert G.method_params("sffs", 96, quick=False) == {"key_bits": 1024, "insecure": True}
