@@ -3,7 +3,6 @@ validation rows over a small grid, the search on the ledger and in the result.""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import verticalfs

@@ -108,7 +108,7 @@ def test_a_ticker_prints_every_few_seconds_and_nothing_for_a_quick_step(caplog, 
     monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
     with caplog.at_level(logging.INFO, logger="verticalfs.progress"):
         t = progress.Ticker("scoring", 100, "columns")  # t0 = 0
-        for done, now in ((10, 1.0), (50, 6.0), (60, 7.0), (90, 12.5)):
+        for done, _now in ((10, 1.0), (50, 6.0), (60, 7.0), (90, 12.5)):
             t(done)
         t.end()  # at 13 s
     lines = [r.getMessage() for r in caplog.records]
@@ -191,8 +191,8 @@ def test_a_phase_estimated_beyond_the_bound_stops_after_its_first_epoch(monkeypa
     guard.on_epoch_end(None, {})
     guard.on_train_begin(None, 10**20, "train")
     with pytest.raises(ConfigError, match=r"^train: 100,000,000,000,000,000,000 epochs would take about 6\.34e\+12 "
-                                          r"years \(the first took 2\.00 s\), more than the bound of 1\.67 minutes; give "
-                                          r"fewer epochs \(--epochs\), or pass --force to run anyway$"):
+                                          r"years \(the first took 2\.00 s\), more than the bound of 1\.67 minutes; "
+                                          r"give fewer epochs \(--epochs\), or pass --force to run anyway$"):
         guard.on_epoch_end(None, {})
     guard.on_epoch_end(None, {})  # checked once per phase
 

@@ -146,6 +146,16 @@ class GatedEmbeddings(Embeddings):
     open: np.ndarray | None = None
 
 
+@message("fedsdg_fs.GatePenalty")
+class GatePenalty:
+    """Active -> party, phase ``train``, between epochs: the gates' penalty weight from now on
+    (``lam``, equation (4)'s lambda) and whether inputs may still be pruned during training; the
+    penalty path of many classes (:class:`~verticalfs.methods.fedsdg_fs.method.OriginalGate`)."""
+
+    lam: float
+    prune: bool = False
+
+
 @message("fedsdg_fs.CloseGates")
 class CloseGates:
     """Active -> party, phase ``selection``: remove the features whose deterministic input gate

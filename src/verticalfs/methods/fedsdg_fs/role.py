@@ -25,6 +25,7 @@ from verticalfs.methods.fedsdg_fs.messages import (
     FedSDGSpec,
     ForwardShares,
     GatedEmbeddings,
+    GatePenalty,
     GatesClosed,
     GiniLabels,
     GiniScores,
@@ -220,8 +221,31 @@ class FedSDGRole(GiniParty, SplitRole):
             with torch.no_grad():
                 self.model.mu.copy_(torch.from_numpy(gini_init(scores, float(self.spec.init_scale))).float())
 
+    #: the penalty weight and pruning set by :class:`GatePenalty` (None: the spec's)
+    lam_now: float | None = None
+    prune_now: bool | None = None
+
+    @handles(GatePenalty)
+    def on_gate_penalty(self, msg: GatePenalty, ctx: Context) -> None:
+        lam = float(msg.lam)
+        if not (np.isfinite(lam) and 0 <= lam <= 1e3):
+            raise ProtocolError(f"party {self.name!r}: GatePenalty lam must be a finite number in [0, 1000], got {lam}")
+        self.lam_now, self.prune_now = lam, bool(msg.prune)
+        return None
+
+    def on_checkpoint(self, msg, ctx: Context) -> None:
+        """The model's state, and in secure training the accumulated noise ``eps_acc`` that goes
+        with the label holder's ``W~`` (both restored together, or ``w`` would change)."""
+        super().on_checkpoint(msg, ctx)
+        if self.crypto is not None:
+            if msg.action == "save":
+                self._saved_eps = self.crypto.eps.copy()
+            elif getattr(self, "_saved_eps", None) is not None:
+                self.crypto.eps = self._saved_eps.copy()
+        return None
+
     def local_loss(self) -> torch.Tensor | None:
-        lam = float(self.spec.lam)
+        lam = float(self.spec.lam) if self.lam_now is None else self.lam_now
         if not lam:
             return None
         r = self.model.regularizer(str(self.spec.penalty))
@@ -277,7 +301,8 @@ class FedSDGRole(GiniParty, SplitRole):
         # model, W = one epoch but at least prune_steps (with one batch per epoch, one closed draw
         # of a gate at mean 0.5 has probability Phi(-1) = 16 %: an epoch alone is no evidence)
         window = max(int(self.plan.n_batches), int(self.spec.prune_steps))
-        if self.spec.prune and self.shut is not None and (self.shut >= window).any():
+        prune = self.spec.prune if self.prune_now is None else self.prune_now
+        if prune and self.shut is not None and (self.shut >= window).any():
             keep = np.flatnonzero(self.shut < window)
             self.shut = self.shut[keep]
             self.drop_inputs(keep)
