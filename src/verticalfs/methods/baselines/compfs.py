@@ -29,6 +29,13 @@ learners at least 2 x classes wide (``hidden_per_class``, ours, issue 40: 20 uni
 in ``benchmarks/icafs/README.md``, "CompFS's defaults"). ``top_k`` > 0 selects
 each learner's largest probabilities instead of the threshold, each party its share
 ``ceil(top_k d_k / d)`` (ours).
+
+After the selection (ours, issue 53, ``refit_epochs``): the gates stay as selected (each learner's
+test-time mask) and the learners train ``refit_epochs`` more epochs on them, without the
+penalties. The learners train on relaxed gates whose probabilities the penalties hold between 0
+and the threshold, and are evaluated on the threshold's hard selection, a model they never
+trained; on wide many-class data that model was far below its selection's worth (.285 on the
+20-class ``digit-images`` keeping 205 columns, where FEAST's 192 reach .927).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from torch import nn
 from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.methods.base import Method
 from verticalfs.methods.registry import register
+from verticalfs.nn.models import make_optimizer
 from verticalfs.params import Constraints, Interval, Predicate
 from verticalfs.party import handles
 from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer, TrainConfig, widths_for_classes
@@ -111,6 +119,7 @@ class GatedFirstLayers(nn.Module):
         self.temp, self.threshold, self.top_k = float(temp), float(threshold), int(top_k)
         self.n_outputs = n * h
         self.gen: torch.Generator | None = None
+        self.frozen = False  # after the selection: the test-time masks in training too (refit)
 
     def probs(self) -> torch.Tensor:
         return torch.sigmoid(self.w)
@@ -128,7 +137,7 @@ class GatedFirstLayers(nn.Module):
         return out
 
     def masks(self, rows: int) -> torch.Tensor:
-        if not self.training:
+        if not self.training or self.frozen:
             return self.hard().float()[:, None, :].expand(-1, rows, -1)
         p = self.probs()[:, None, :].expand(-1, rows, -1)
         u = torch.rand(p.shape, generator=self.gen).clamp(1e-6, 1 - 1e-6)
@@ -178,6 +187,8 @@ class CompFSRole(SplitRole):
         if self.model.training:
             p = self.model.probs()
             self._stats = (p.sum(1), p @ p.T)
+            if self.model.frozen:  # the refit: sent as before, no gradient (the gates are fixed)
+                self._stats = (self._stats[0].detach(), self._stats[1].detach())
         return out
 
     def encode_forward(self, h: torch.Tensor, train: bool):
@@ -200,7 +211,10 @@ class CompFSRole(SplitRole):
         opt = self.optimizer
         opt.zero_grad(set_to_none=True)
         (s, o), (gs, go) = self._stats, self._stat_grads
-        torch.autograd.backward([out, s, o], [g, gs, go])
+        if self.model.frozen:
+            out.backward(g)  # type: ignore[no-untyped-call]
+        else:
+            torch.autograd.backward([out, s, o], [g, gs, go])
         opt.step()
         self._stats = self._stat_grads = None
 
@@ -225,7 +239,13 @@ class CompFSRole(SplitRole):
             keep = np.flatnonzero(self.model.hard().any(0).numpy())
         self.model.drop(keep)
         self.data.keep_positions(keep)
-        self.optimizer = self.make_optimizer()
+        # the gates stay as selected: a refit (``refit_epochs``) trains the learners on the
+        # test-time masks, the model that is evaluated
+        self.model.frozen = True
+        self.model.w.requires_grad_(False)
+        self.optimizer = make_optimizer([q for q in self.model.parameters() if q.requires_grad], self.spec.optimizer,
+                                        float(self.spec.lr) * float(self.spec.lr_decay) ** self._epoch,
+                                        self.spec.weight_decay, self.spec.momentum)
         return CompFSSelected(n_features=int(len(keep)))
 
 
@@ -288,6 +308,13 @@ class CompFSParams(TrainConfig):
         given). Ours (issue 40): the authors' 20 units were sized for their synthetic sets (2
         classes); on 30 classes the 20-unit learners reached .253 where 60 units reach .540
         (``benchmarks/icafs/README.md``, "CompFS on many classes"). Up to 10 classes the width stays 20.
+    refit_epochs : int
+        Epochs after the selection that train the learners on their selection, the gates fixed
+        and the penalties off (10; 0 = the authors' procedure, evaluated as selected). Ours (issue
+        53): the selection is unchanged (the same features kept); the accuracy at the defaults,
+        seed 0, before -> after: digit-images .285 -> .906 (vfl .927), multiclass-wide .487 -> .955
+        (.910), multiclass-synth .540 -> .733 (.580), digits .853 -> .914 (.947), USPS .625 -> .882
+        (.930); ``benchmarks/icafs/README.md``, "CompFS on wide many-class data".
     """
 
     epochs: int = 35
@@ -303,6 +330,7 @@ class CompFSParams(TrainConfig):
     beta_decay: float = 0.99
     lr_decay: float = 0.99
     hidden_per_class: float = 2.0  # issue 40: width >= 2 x classes (20 up to 10 classes)
+    refit_epochs: int = 10  # issue 53: the learners trained on their selection (the test-time masks)
 
     #: the values each field may take (:mod:`verticalfs.params`)
     constraints: ClassVar[Constraints] = {
@@ -316,6 +344,7 @@ class CompFSParams(TrainConfig):
         "beta_decay": [Interval(float, 0, 1, closed="right")],
         "lr_decay": [Interval(float, 0, 1, closed="right")],
         "hidden_per_class": [Interval(float, 0, None)],
+        "refit_epochs": [Interval(int, 0, None)],
     }
 
 
@@ -333,6 +362,7 @@ class CompFSTrainer(SplitTrainer):
                          **kwargs)
         self.n, self.h = int(params.n_learners), int(params.hidden[0])
         self._decay = 1.0  # the penalties' weight in the current epoch (on_epoch_begin)
+        self.refitting = False  # after the selection: the gates are fixed, no penalty
 
     def spec_for(self, party: str) -> CompFSSpec:
         spec = super().spec_for(party)
@@ -359,7 +389,7 @@ class CompFSTrainer(SplitTrainer):
     def on_epoch_begin(self, phase: str) -> None:
         """The epoch's learning rate ``lr * lr_decay ** epoch`` and penalty weight ``beta_decay ** epoch``."""
         p = self.params
-        self._decay = float(p.beta_decay) ** self.epoch
+        self._decay = 0.0 if self.refitting else float(p.beta_decay) ** self.epoch
         for group in self.optimizer.param_groups:
             group["lr"] = float(p.lr) * float(p.lr_decay) ** self.epoch
 
@@ -411,7 +441,7 @@ class CompFS(Method):
     paper = "icafs.md section V-A (CompFS, Imrie et al. 2022)"
     Params = CompFSParams
     Role = CompFSRole
-    test_params = {"epochs": 3, "batch_size": 64, "hidden": (8,), "n_learners": 3, "top_k": 4}
+    test_params = {"epochs": 3, "batch_size": 64, "hidden": (8,), "n_learners": 3, "top_k": 4, "refit_epochs": 1}
 
     def cannot_save(self) -> str | None:
         return "its top model (an ensemble of learners) is not saved yet, so the model cannot be saved"
@@ -421,10 +451,10 @@ class CompFS(Method):
         if fed.labels.task == "regression":
             raise ConfigError(f"{self.name}: classification only (the authors' code trains with cross-entropy)")
         if (len(p.hidden) != 1 or p.n_learners < 1 or not p.temp > 0 or not 0 < p.threshold < 1 or p.top_k < 0
-                or not p.hidden_per_class >= 0):
+                or not p.hidden_per_class >= 0 or int(p.refit_epochs) < 0):
             raise ConfigError(f"{self.name}: need hidden=(h_dim,), n_learners >= 1, temp > 0, 0 < threshold < 1, "
-                              f"top_k >= 0 and hidden_per_class >= 0; got {p.hidden}, {p.n_learners}, {p.temp}, "
-                              f"{p.threshold}, {p.top_k}, {p.hidden_per_class}")
+                              f"top_k >= 0, hidden_per_class >= 0 and refit_epochs >= 0; got {p.hidden}, {p.n_learners}, "
+                              f"{p.temp}, {p.threshold}, {p.top_k}, {p.hidden_per_class}, {p.refit_epochs}")
         classes = int(fed.labels.n_classes or 0) if fed.labels.task == "multiclass" else 0
         width = learner_width(p, classes)
         if width != int(p.hidden[0]):  # many classes: wider learners (hidden_per_class)
@@ -437,6 +467,9 @@ class CompFS(Method):
         at = At("selection", trainer.epoch)
         kept = {q: int(fed.proxy(q).request(CompFSSelect(), at, expect=CompFSSelected).n_features)
                 for q in trainer.parties}
+        if int(p.refit_epochs):  # the learners on their selection, as they are evaluated
+            trainer.refitting = True
+            trainer.fit(epochs=int(p.refit_epochs), phase="train")
         return self.finish_training(fed, trainer, {"features_kept": kept, "learner_width": width})
 
 
