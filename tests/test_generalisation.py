@@ -1,35 +1,42 @@
-"""The generalisation suite (issue 40, item 2): every trained method in the registry on many-class
+"""The generalisation suite (issues 40 and 53): every trained method in the registry on many-class
 data that no paper used and that needs no files.
 
 Data (3 parties, 50 % Gaussian noise columns, seed 0):
 
 - ``digits``: scikit-learn's 8 x 8 digits, 1,797 rows x 64 features (+32 noise), 10 classes;
 - ``synth30``: the built-in ``multiclass-synth``, 1,500 rows x 500 informative and redundant
-  features (+250 noise), 30 classes.
+  features (+250 noise), 30 classes;
+- ``wide20`` (issue 53): the built-in ``digit-images``, 1,440 images x 1,024 pixels (+512 noise),
+  20 classes: COIL20's shape, on which the defaults of the last wave failed where the narrower
+  sets passed (the gated methods kept most noise columns, CompFS fell to .285, the filters kept
+  10 features).
 
 For every method (listed from the registry, filters included) and data set:
 
 - test accuracy >= majority + 0.3 x (vfl - majority), where ``vfl`` is plain VFL on the same data
   with the same budget and ``majority`` the rate of the training set's most frequent class;
-- a method that removes features is at most 10 points below ``vfl``.
+- a method that removes features is at most 10 points below ``vfl``, and removes at least
+  ``NOISE_REMOVED`` (80 %) of the injected noise columns (issue 53; ``KEEP_ALL`` lists the methods
+  that keep every feature by design, checked to keep them all; ``random`` is the filters' control
+  and removes noise at chance);
+- the filters run at their default ``n_select="auto"`` (issue 53: N chosen on the validation rows).
 
 Budget (the methods' defaults otherwise): every epoch-like parameter capped at ``EPOCHS`` (except
 for the methods of ``OWN_EPOCHS``, whose schedules are per epoch; see there), mini-
 batches of at most ``BATCH`` rows (the methods whose defaults use 1,024-row batches would otherwise
 take ``EPOCHS`` steps in all; the methods of ``OWN_EPOCHS`` train at their own epochs and batch
-size: the cap, not their defaults, kept them below the bar), a filter's ``n_select`` at half the
-features (the ``sffs``/``ms-gini`` rule), Paillier keys of 1,024 bits with ``insecure=true``
-(accuracy does not depend on the key), FedSDG-FS with ``secure=false`` (the Gini initialisation in
-the clear; its tests check that the secure path computes the same, and its speed with many classes
-is issue 40's item 5).
+size: the cap, not their defaults, kept them below the bar), Paillier keys of 1,024 bits with
+``insecure=true`` (accuracy does not depend on the key), FedSDG-FS, SFFS and MS-GINI with
+``secure=false`` (their scores in the clear: their tests check that the secure path computes the
+same scores, and encrypted SFFS on 1,536 columns took minutes).
 Binary-only methods (``fate-iv``, ``fate-lasso``) refuse multi-class labels with an error; they are
 skipped here with that error as the reason.
 
 Run one method with ``pytest tests/test_generalisation.py -k less-vfl``; the whole suite on
 digits only with ``-k digits``. ``benchmarks/generalise/run.py`` runs the same methods at their
 full defaults (and on USPS and TOX_171). Every case that takes more than a few seconds (``SLOW``,
-every ``synth30`` case, the ``HEAVY`` ones of minutes) is marked ``slow``: ``./scripts/test``
-leaves them out, ``./scripts/test --all`` and CI (``.ci/run``) run them.
+every ``synth30`` and ``wide20`` case, the ``HEAVY`` ones of minutes) is marked ``slow``:
+``./scripts/test`` leaves them out, ``./scripts/test --all`` and CI (``.ci/run``) run them.
 """
 
 from __future__ import annotations
@@ -68,7 +75,17 @@ BATCH = 64
 EPOCH_PARAMS = ("epochs", "ae_epochs", "ss_epochs", "select_epochs_m", "select_epochs_s", "refit_epochs",
                 "synth_steps", "n_estimators")
 #: the data sets of the suite: test id -> registered data set
-DATA = {"digits": "digits", "synth30": "multiclass-synth"}
+DATA = {"digits": "digits", "synth30": "multiclass-synth", "wide20": "digit-images"}
+#: methods that keep every feature by design (no selection): the noise-removal bar does not apply,
+#: and the suite checks that they do keep every feature
+KEEP_ALL = {"vfl", "all-features", "central", "raw", "dim", "original", "q8", "q16", "top-w", "sparsevfl",
+            "sparsevfl-16", "autoencoder", "pca"}
+#: the control of the filters: a random selection removes noise columns at the rate it removes any
+#: column, so the noise bar does not apply to it (its accuracy bar does)
+CHANCE_SELECTION = {"random"}
+#: every other method selects: at its defaults it removes at least this share of the injected noise
+#: columns (issue 53)
+NOISE_REMOVED = 0.8
 #: CompFS is run at its own epoch count too: its gates close on a schedule
 #: (its penalties and learning rate decay per epoch over 35 epochs); cut to 10 epochs it reached
 #: .364 on digits (.853 at its 35) and .090 on synth30 (.540 at its 35), benchmarks/icafs/README.md
@@ -105,11 +122,9 @@ def method_params(name: str, n_features: int) -> dict:
             out[k] = EPOCHS
     if isinstance(fields.get("batch_size"), int) and fields["batch_size"] > BATCH and name not in OWN_EPOCHS:
         out["batch_size"] = BATCH
-    if fields.get("n_select") not in (None, 0) and "n_select" in fields:
-        out["n_select"] = n_features // 2
     if "key_bits" in fields:
         out.update(key_bits=1024, insecure=True)
-    if name == "fedsdg-fs" and fields.get("secure") is True:  # the secure path computes the same (its tests)
+    if name in ("fedsdg-fs", "sffs", "ms-gini") and fields.get("secure") is True:  # the same scores (their tests)
         out["secure"] = False
     if "pretrain_epochs" in fields and out.get("epochs", fields.get("epochs", 0)) < fields["pretrain_epochs"]:
         out["pretrain_epochs"] = 1
@@ -120,7 +135,7 @@ def method_params(name: str, n_features: int) -> dict:
 
 def _case(method: str, data: str):
     marks = []
-    if method in SLOW or data == "synth30" or (method, data) in HEAVY:
+    if method in SLOW or data != "digits" or (method, data) in HEAVY:
         marks.append(pytest.mark.slow)
     else:  # the fast cases on one xdist worker: the other would repeat the module's data and vfl run
         marks.append(pytest.mark.xdist_group("generalisation-fast"))
@@ -164,9 +179,17 @@ def test_method_generalises_to_many_classes(method, data_name, prepared):
             raise
     acc = res.metrics["accuracy"]
     bar = majority + 0.3 * (vfl - majority)
+    sel = res.selection
+    removed = float(sel.get("spurious_removed", float("nan")))
     figures = (f"{method} on {data_name}: accuracy {acc:.3f}, vfl {vfl:.3f}, majority {majority:.3f}, kept "
-               f"{res.selection['n_kept']} of {res.selection['n_features']}")
+               f"{sel['n_kept']} of {sel['n_features']}, noise removed {removed:.2f}")
     print(figures)  # shown by pytest -rA: the figures of every method, passed or not
     assert acc >= bar, f"{figures}: below majority + 0.3 x (vfl - majority) = {bar:.3f}"
-    if res.selection["n_kept"] < res.selection["n_features"]:  # a selection: at most 10 points below vfl
-        assert acc >= vfl - 0.10, f"{figures}: a selection {vfl - acc:.3f} below vfl"
+    if method in KEEP_ALL:
+        assert sel["n_kept"] == sel["n_features"], f"{figures}: {method} is listed as keeping every feature"
+        return
+    # a selection: at most 10 points below vfl, and most of the injected noise columns gone
+    assert acc >= vfl - 0.10, f"{figures}: a selection {vfl - acc:.3f} below vfl"
+    if method not in CHANCE_SELECTION:
+        assert removed >= NOISE_REMOVED, f"{figures}: removed {removed:.0%} of the noise columns, bar " \
+                                         f"{NOISE_REMOVED:.0%}"
