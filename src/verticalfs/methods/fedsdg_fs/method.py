@@ -273,7 +273,7 @@ class OriginalGateParams(VFLParams):
     lam_classes: float = 3.0  # issue 40: lam x 3 / classes beyond 3 classes (binary data: unchanged)
     prune: bool = True
     prune_steps: int = 20
-    lam_path: tuple = (4.0, 16.0, 64.0)  # issue 53: beyond lam_classes classes, lambda chosen on the validation rows
+    lam_path: tuple[float, ...] = (4.0, 16.0, 64.0)  # issue 53: beyond lam_classes classes, chosen on val rows
     path_epochs: int = 15
     path_tol: float = 0.02
 
@@ -288,6 +288,9 @@ class OriginalGateParams(VFLParams):
         "gate_lr": [Interval(float, 0, None)],
         "lam_classes": [Interval(float, 0, None)],
         "prune_steps": [Interval(int, 1, None)],
+        "lam_path": [Interval(float, 0, None, closed="neither")],
+        "path_epochs": [Interval(int, 1, None)],
+        "path_tol": [Interval(float, 0, 1, closed="left")],
     }
 
 
