@@ -86,19 +86,20 @@ def test_quiet_silences_the_lines(monkeypatch, tmp_path):
 
 def test_an_entry_after_the_phase_is_not_one_more_epoch():
     """LESS-VFL records its selection after pre-training's last epoch: it printed "pretrain epoch
-    10/9" (issue 53); now a line of its own."""
+    10/9", then "selection epoch 2/2" (issue 53); now a line of its own."""
+    import verticalfs
+
+    data = verticalfs.build_data("breast_cancer", parties=2, seed=0)
     out = io.StringIO()
     cb = ProgressCallback("less-vfl", lines=True, min_interval=0.0, stream=out)
-    cb.on_train_begin(None, 2, "pretrain")
-    for e in range(2):
-        cb.on_epoch_end(None, {"phase": "pretrain", "bytes": 1_000_000 * (e + 1)})
-    cb.on_epoch_end(None, {"phase": "selection", "bytes": 3_000_000, "accuracy": 0.5})
+    verticalfs.run("less-vfl", data, seed=0, params={"epochs": 2, "pretrain_epochs": 2}, callbacks=[cb])
     lines = out.getvalue().splitlines()
-    assert not any("3/2" in ln for ln in lines), lines
-    assert lines[-1].startswith("[less-vfl] selection: ") and "accuracy=0.5000" in lines[-1]
+    assert "[less-vfl] pretrain epoch 2/2" in "\n".join(lines), lines
+    assert not any("3/2" in ln or "selection epoch" in ln for ln in lines), lines
+    sel = [ln for ln in lines if ln.startswith("[less-vfl] selection: ")]
+    assert len(sel) == 1 and "accuracy=" in sel[0] and sel[0].endswith(" MB sent"), lines
 
 
-# ------------------------------------------------------ steps that are not epochs (issue 53)
 def test_a_ticker_prints_every_few_seconds_and_nothing_for_a_quick_step(caplog, monkeypatch):
     import logging
 

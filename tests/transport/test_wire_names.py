@@ -95,6 +95,7 @@ GOLDEN: list[tuple[str, int]] = [
     ("fedsdg_fs.FScores", 54576),
     ("fedsdg_fs.FedSDGSpec", 37393),
     ("fedsdg_fs.ForwardShares", 4175),
+    ("fedsdg_fs.GatePenalty", 31475),
     ("fedsdg_fs.GatedEmbeddings", 62730),
     ("fedsdg_fs.GatesClosed", 41492),
     ("fedsdg_fs.GiniLabels", 18860),

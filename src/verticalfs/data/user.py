@@ -573,9 +573,10 @@ def streamed_datetimes(party: str, table: Any, schema: pd.DataFrame, path: Path,
     (``how="refuse"``) like :func:`handle_datetimes`; ``derive`` is not possible in pieces yet
     (an error saying so); ``drop``: the names to leave out."""
     from verticalfs.data.preprocess import datetime_columns
+    from verticalfs.data.stream import StreamedTable
 
     cand = [c for c in schema.columns if c not in skip]
-    column = getattr(table, "column", None)
+    column = table.column if isinstance(table, StreamedTable) else None
     probe = {c: schema[c] if column is None or pd.api.types.is_numeric_dtype(schema[c])
              or pd.api.types.is_datetime64_any_dtype(schema[c]) else column(c).head(2000) for c in cand}
     dt = datetime_columns(probe, cand)

@@ -174,7 +174,7 @@ class FilterParams(Checked):
     constraints: ClassVar[Constraints] = {
         "n_select": [Interval(int, 1, None), Options(AUTO)],
         "classifier": [Options(*CLASSIFIERS)],
-        "auto_tol": [Interval(float, 0, 1)],
+        "auto_tol": [Interval(float, 0, 1, closed="left")],
     }
 
 

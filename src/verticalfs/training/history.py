@@ -195,6 +195,12 @@ class ProgressCallback(Callback):
 
     def _step(self, event: Any) -> None:
         loop = self._open[-1] if self._open and self._open[-1].phase == event.phase else None
+        if loop is None and event.total is None:
+            # an entry of a phase without a loop of its own (LESS-VFL's selection after its
+            # pre-training): not one more epoch of anything ("pretrain epoch 10/9", issue 53)
+            if self._use_lines():
+                self._line(f"{event.phase}: {self._info(event)} sent")
+            return
         total = event.total if event.total is not None else (loop.total if loop is not None else event.index)
         if loop is not None and loop.task is not None and self._progress is not None:
             self._progress.update(loop.task, completed=event.index, info=self._info(event))

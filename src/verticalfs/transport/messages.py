@@ -65,7 +65,8 @@ else:  # typing.dataclass_transform is Python 3.11+; it only informs type checke
 # (secureboost.*)
 # 1.5: issue 50's LabelProof and TrustQuery / TrustReport (a party of 1.4 runs none of its checks and
 # answers no TrustQuery)
-PROTOCOL_VERSION: tuple[int, int] = (1, 5)
+# 1.6: the gates' penalty path (fedsdg_fs.GatePenalty)
+PROTOCOL_VERSION: tuple[int, int] = (1, 6)
 
 # message classes are typed type[Any]: their _vf_* attributes are set by @message
 _REGISTRY: dict[int, type[Any]] = {}  # kind id -> class

@@ -68,14 +68,17 @@ class Ticker:
             log.info(f"{self.what}: {self._n(self.done)}{unit}{extra} in {_clock(time.monotonic() - self.t0)}")
 
 
+class _CliHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The command line's handler of the progress lines (one at a time)."""
+
+
 def to_stderr(fmt: str = "%(message)s") -> logging.Handler:
     """Print the progress lines on standard error (the command line's choice); returns the
     handler (remove it with ``log.removeHandler``)."""
-    for h in [h for h in log.handlers if getattr(h, "_verticalfs_cli", False)]:
+    for h in [h for h in log.handlers if isinstance(h, _CliHandler)]:
         log.removeHandler(h)  # one at a time (a command run twice in one process writes once)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _CliHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(fmt))
-    handler._verticalfs_cli = True  # type: ignore[attr-defined]
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     return handler

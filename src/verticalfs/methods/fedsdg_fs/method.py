@@ -512,6 +512,9 @@ class SecureFedSDGTrainer(FedSDGTrainer):
         with torch.no_grad():
             return self.rest(torch.from_numpy(Z.astype(np.float32)) + top.input_layer.bias).numpy()
 
+    #: ``W~`` of every party at the last checkpoint (:meth:`save_checkpoint`)
+    _saved_W: dict[str, np.ndarray] | None = None
+
     def save_checkpoint(self) -> None:
         """The top model, the parties' (with their ``eps_acc``) and ``W~`` of every party, which
         go together (``w = W~ - eps_acc``)."""
@@ -520,7 +523,7 @@ class SecureFedSDGTrainer(FedSDGTrainer):
 
     def restore_checkpoint(self) -> None:
         super().restore_checkpoint()
-        for p, W in getattr(self, "_saved_W", {}).items():
+        for p, W in (self._saved_W or {}).items():
             self.server[p].W = W.copy()
 
     def true_weights(self, party: str, eps_acc: np.ndarray) -> np.ndarray:

@@ -224,6 +224,8 @@ class FedSDGRole(GiniParty, SplitRole):
     #: the penalty weight and pruning set by :class:`GatePenalty` (None: the spec's)
     lam_now: float | None = None
     prune_now: bool | None = None
+    #: ``eps_acc`` at the last checkpoint (secure training; :meth:`on_checkpoint`)
+    _saved_eps: np.ndarray | None = None
 
     @handles(GatePenalty)
     def on_gate_penalty(self, msg: GatePenalty, ctx: Context) -> None:
@@ -240,7 +242,7 @@ class FedSDGRole(GiniParty, SplitRole):
         if self.crypto is not None:
             if msg.action == "save":
                 self._saved_eps = self.crypto.eps.copy()
-            elif getattr(self, "_saved_eps", None) is not None:
+            elif self._saved_eps is not None:
                 self.crypto.eps = self._saved_eps.copy()
         return None
 
