@@ -588,7 +588,8 @@ class OriginalGate(Method):
         reached and which was kept."""
         p = self.params
         many = bool(n_classes) and float(p.lam_classes) > 0 and n_classes > p.lam_classes
-        if not (many and p.lam_path and len(fed.labels.y["val"]) and fed.labels.task != "regression"):
+        if not (many and p.lam_path and len(fed.labels.y["val"]) and fed.labels.task != "regression"
+                and trainer.history and int(p.epochs) > 0):  # (epochs=0: nothing trained, no path either)
             return
         key = "val_accuracy"
         stages = [{"lam": lam, "val_accuracy": trainer.history[-1].get(key), "epoch": trainer.epoch}]
