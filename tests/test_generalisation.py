@@ -53,9 +53,20 @@ from verticalfs.methods import registry
 
 # ---------------------------------------------------------------------------------------------
 # Cases that fail the suite's bar with the defaults on main, each with its figures, marked xfail
-# (not strict: a fixed case shows XPASS) until its method is fixed. Empty since 2026-11-26 (issue
-# 40): every trained method passes. A case added here needs an open issue naming it.
-KNOWN_SHORTFALLS: dict[tuple[str, str], str] = {}
+# (not strict: a fixed case shows XPASS) until its method is fixed. Empty from 2026-11-26 (issue
+# 40) until issue 53 added the noise-removal bar (>= 80 % of the injected noise columns removed)
+# and the wide case: the cases below meet the accuracy bars but not that one (issue 53, open).
+KNOWN_SHORTFALLS: dict[tuple[str, str], str] = {
+    ("feast", "digits"): "issue 53: n_select='auto' keeps 48 of 95 columns (.969, vfl .931), 61 % of the noise "
+                         "removed; at N = 24 .950 with 100 %, but its validation accuracy is 2.8 points lower "
+                         "(.933 against .961), beyond auto_tol 0.01 (docs/methods/feast.md, 'Choosing N')",
+    ("group-lasso", "digits"): "issue 53: lambda_m 0.5 removes none of the noise columns on digits (suite budget: "
+                               ".892, 91 of 95 kept; at its defaults .958, 0 %); 0.15 removes nothing on five "
+                               "many-class sets, 2.0 removes all the noise but costs 8-19 points (digits .850, "
+                               "digit-images .743, multiclass-synth .070): no single lambda_m, none chosen yet",
+    ("group-lasso", "wide20"): "issue 53: 5 % of the noise removed at the suite's budget (.861, vfl .917, 1,511 of "
+                               "1,535 kept), 63 % at its defaults (.830); see the digits case",
+}
 #: cases that take minutes on 2 cores (measured 2026-11-26, idle: synth30-sffs 267 s, -ms-gini
 #: 118 s, -icafs 117 s at the cap (501 s at its own defaults, not idle), -sefs 82 s, digits-sefs
 #: 57 s): marked ``slow`` like every case below that takes more than seconds, so ``./scripts/test``
