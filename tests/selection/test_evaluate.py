@@ -73,7 +73,7 @@ class Fixed(FilterMethod):
 def test_filter_method_gathers_in_selection_order():
     data = verticalfs.build_data("breast_cancer", parties=3, seed=0)
     fed = Federation.in_process(data, trace=True, roles=ROLES)
-    m = Fixed(seed=0).fit(fed)
+    m = Fixed(seed=0, n_select=3).fit(fed)  # its three features (the default, auto, would search)
     a, b = fed.party_names[:2]
     assert m.info_["selected"] == [f"{b}:{data.party(b).feature_names[2]}", f"{a}:{data.party(a).feature_names[0]}",
                                    f"{b}:{data.party(b).feature_names[0]}"]

@@ -514,6 +514,7 @@ def _dominated(party: str, names: list[str], A: np.ndarray, src: str, found: set
         far = hi[j] if hi[j] - q50[j] >= q50[j] - lo[j] else lo[j]
         out.append(f"party {party!r}: column {names[j]!r}{src} has extreme values (up to {far:.3g}, median "
                    f"{q50[j]:.3g}) that squash its other values to ~0 under min-max scaling (its middle half spans "
-                   f"{share[j]:.1e} of its range); use --scaling quantile (each value's rank, any magnitude) or "
-                   "--scaling robust (median and interquartile range), or clip or drop those values")
+                   f"{share[j]:.1e} of its range); use --scaling robust (median and interquartile range) or "
+                   "--scaling standard, or clip or drop those values; a table read into memory also takes "
+                   "--scaling quantile (each value's rank, any magnitude)")
     return out

@@ -275,5 +275,6 @@ def _dominated(party: str, num: list[str], stats: dict[str, ColumnStats], src: s
             out.append(f"party {party!r}: column {c!r}{src} has extreme values (up to {far:.3g}, median "
                        f"{q50:.3g}) that squash its other values to ~0 under min-max scaling (its middle half spans "
                        f"{share:.1e} of its range); use --scaling robust (median and interquartile range) or "
-                       "--scaling standard, or clip or drop those values")
+                       "--scaling standard, or clip or drop those values; a table read into memory also takes "
+                       "--scaling quantile (each value's rank, any magnitude)")
     return out
