@@ -30,6 +30,7 @@ import numpy as np
 
 from verticalfs import method_registry as registry
 from verticalfs.configuration import PartyPolicy
+from verticalfs.data.choices import IMPUTATIONS, SCALINGS
 from verticalfs.data.stream import DEFAULT_STREAM_ABOVE_MB, file_bytes
 from verticalfs.data.user import (
     _check_size,
@@ -39,7 +40,7 @@ from verticalfs.data.user import (
     party_block,
     streamed_datetimes,
 )
-from verticalfs.data.vertical import IMPUTATIONS, SCALINGS, SPLITS, prepare_block
+from verticalfs.data.vertical import SPLITS, prepare_block
 from verticalfs.deploy.scoring import PartyScoring, is_scoring
 from verticalfs.dispatch import Budget, Context, Handlers, Route, handles
 from verticalfs.exceptions import DataError, ProtocolError
@@ -192,7 +193,8 @@ class DeployedParty(PartyRuntime):
                              **({"na_values": na_values, "delimiter": delimiter, "encoding": encoding}
                                 if engine == "local" else {}))
             self._finalizer = weakref.finalize(self, tab.close)
-            schema, dates = tab.schema_frame(), {}
+            schema = tab.schema_frame()
+            dates: dict[str, str] = {}  # derived date columns (none in pieces: refused or dropped)
             skip = {id_column, label_column, *([] if auto else categorical)}
             schema = schema.drop(columns=streamed_datetimes(name, tab, schema, path, skip=skip, how=datetime))
             cols, cats = feature_columns(name, schema, path, id_column=id_column,

@@ -126,7 +126,7 @@ def auto_grid(total: int) -> list[int]:
     return sorted(set(grid))
 
 
-def resolve_n_select(name: str, value, allow_zero: bool = False) -> int | str:
+def resolve_n_select(name: str, value: Any, allow_zero: bool = False) -> int | str:
     """``n_select`` as given (an int, a numeric string from ``--param``, or ``"auto"``), checked."""
     if isinstance(value, str):
         v = value.strip().lower()
@@ -200,7 +200,8 @@ def _cv_folds(y: np.ndarray, task: str, seed: int) -> list[tuple[np.ndarray, np.
     return [(a, b) for a, b in cv.split(np.zeros(len(y)), y if strat else None)]
 
 
-def _hold_out(X: np.ndarray, y: np.ndarray, task: str, seed: int):
+def _hold_out(X: np.ndarray, y: np.ndarray, task: str, seed: int
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(X_fit, y_fit, X_held, y_held)``: a fifth of the rows held out (stratified for a
     classification when every class has two rows), seeded."""
     from sklearn.model_selection import train_test_split
