@@ -109,7 +109,7 @@ DATA = {"digits": "digits", "synth30": "multiclass-synth", "wide20": "digit-imag
 #: methods that keep every feature by design (no selection): the noise-removal bar does not apply,
 #: and the suite checks that they do keep every feature
 KEEP_ALL = {"vfl", "all-features", "central", "raw", "dim", "original", "q8", "q16", "top-w", "sparsevfl",
-            "sparsevfl-16", "autoencoder", "pca"}
+            "sparsevfl-16", "autoencoder", "pca", "secureboost"}  # (secureboost's selection is sbt-filter)
 #: the control of the filters: a random selection removes noise columns at the rate it removes any
 #: column, so the noise bar does not apply to it (its accuracy bar does)
 CHANCE_SELECTION = {"random"}

@@ -124,6 +124,12 @@ def test_a_stopped_party_is_reported_by_name_within_15_seconds(site, servers):
     proc = servers["insurer"]
     try:
         os.kill(proc.pid, signal.SIGSTOP)
+        # the signal is delivered asynchronously: wait until the kernel shows the process stopped, so that
+        # no request slips through before it (CI once saw this request answered: "DID NOT RAISE")
+        stat = Path(f"/proc/{proc.pid}/stat")
+        deadline = time.monotonic() + 5
+        while stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
         t = time.perf_counter()
         with pytest.raises(TransportError, match=r"party 'insurer' at 127\.0\.0\.1:\d+ stopped answering"):
             conn.federation.proxy("insurer").request(HelloRequest(), SETUP, expect=Hello)  # no deadline: keep-alive

@@ -89,6 +89,11 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> Any:
 
     if not address and "ray" not in sys.modules:  # a single-host instance: reached on 127.0.0.1 only
         os.environ.setdefault(LOOPBACK_ENV, "0")
+    if not address:
+        # the instance it starts: Ray waits 30 s for its GCS server's port file by default, which a
+        # loaded host exceeded in CI ("Timed out waiting for file ... gcs_server_port_..."); 120 s,
+        # Ray's own wait for its RocksDB back end (the operator's setting wins)
+        os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
     ray = _ray()
     logging.getLogger("ray.data").setLevel(logging.WARNING)  # a line per job otherwise, on the party's stderr
     if not ray.is_initialized():
