@@ -13,9 +13,6 @@ The insurer gives every column (R^2 > 0.999); telecom refuses the linear model n
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,11 +23,10 @@ pytest.importorskip("cryptography")
 
 from tests.attacks.harness import CATEGORICAL, SELECTION, r2, table  # noqa: E402
 from tests.attacks.test_split_models import solve, spec  # noqa: E402
-from tests.deploy.test_deployment import _free_port, _stop  # noqa: E402
+from tests.deploy.test_deployment import _free_port, _listening, _start, _stop  # noqa: E402
 from verticalfs.exceptions import PolicyError  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("attacks_grpc")]
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
 PARTIES = ("telecom", "insurer")
 
 
@@ -60,13 +56,10 @@ def site(tmp_path_factory):
 @pytest.fixture(scope="module")
 def servers(site):
     extra = {"telecom": [], "insurer": ["--policy", "old_path.toml"]}
-    procs = {p: subprocess.Popen([sys.executable, "-m", "verticalfs", "party", "serve", "--config",
-                                  str(site / "deployment.toml"), "--name", p, *extra[p]], cwd=site, env=ENV,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for p in PARTIES}
+    procs = {p: _start(site, p, *extra[p]) for p in PARTIES}  # started together: each imports torch
     try:
         for p, proc in procs.items():
-            line = proc.stdout.readline()
-            assert f"party {p} serves" in line, line + proc.stdout.read()
+            _listening(proc, p)
         yield procs
     finally:
         for proc in procs.values():

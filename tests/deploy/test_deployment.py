@@ -100,10 +100,11 @@ def site(tmp_path_factory):
                                                           'allow_findings = ["secureboost-gradients"]'])
 
 
-def _start(site: Path, name: str) -> subprocess.Popen:
+def _start(site: Path, name: str, *args: str) -> subprocess.Popen:
+    """``party serve`` of ``name`` over the site's deployment file (``args``: more options, e.g. ``--policy``)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     return subprocess.Popen([sys.executable, "-m", "verticalfs", "party", "serve", "--config",
-                             str(site / "deployment.toml"), "--name", name], cwd=site, env=env,
+                             str(site / "deployment.toml"), "--name", name, *args], cwd=site, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -12,10 +12,6 @@ after them gets every party's columns).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -23,13 +19,12 @@ import pytest
 pytest.importorskip("grpc")
 pytest.importorskip("cryptography")
 
-from tests.deploy.test_deployment import _free_port, _stop  # noqa: E402
+from tests.deploy.test_deployment import _free_port, _listening, _start, _stop  # noqa: E402
 from verticalfs.exceptions import PolicyError  # noqa: E402
 from verticalfs.methods import available, registry  # noqa: E402
 from verticalfs.methods.deployable import default_status  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("deploy_every_method")]
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
 PARTIES = ("telecom", "insurer")
 N, WIDTH = 260, 24
 #: parameters that shape the model or the mode (the verdict's inputs): the defaults are what is checked
@@ -63,13 +58,10 @@ def site(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def servers(site):
-    procs = {p: subprocess.Popen([sys.executable, "-m", "verticalfs", "party", "serve", "--config",
-                                  str(site / "deployment.toml"), "--name", p], cwd=site, env=ENV,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for p in PARTIES}
+    procs = {p: _start(site, p) for p in PARTIES}  # started together: each imports torch
     try:
         for p, proc in procs.items():
-            line = proc.stdout.readline()
-            assert f"party {p} serves" in line, line + proc.stdout.read()
+            _listening(proc, p)
         yield procs
     finally:
         for proc in procs.values():
