@@ -63,6 +63,7 @@ GOLDEN: list[tuple[str, int]] = [
     ("baselines.CompFSSelect", 11980),
     ("baselines.CompFSSelected", 1490),
     ("baselines.CompFSSpec", 11399),
+    ("baselines.GroupLassoPenalty", 8062),
     ("baselines.GroupLassoSpec", 57925),
     ("baselines.SEFSPretrain", 5041),
     ("baselines.SEFSPretrained", 15684),

@@ -66,7 +66,8 @@ else:  # typing.dataclass_transform is Python 3.11+; it only informs type checke
 # 1.5: issue 50's LabelProof and TrustQuery / TrustReport (a party of 1.4 runs none of its checks and
 # answers no TrustQuery)
 # 1.6: the gates' penalty path (fedsdg_fs.GatePenalty)
-PROTOCOL_VERSION: tuple[int, int] = (1, 6)
+# 1.7: group lasso's penalty path (baselines.GroupLassoPenalty)
+PROTOCOL_VERSION: tuple[int, int] = (1, 7)
 
 # message classes are typed type[Any]: their _vf_* attributes are set by @message
 _REGISTRY: dict[int, type[Any]] = {}  # kind id -> class

@@ -25,6 +25,7 @@ benchmarks/less_vfl/README.md.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from dataclasses import dataclass
 from typing import ClassVar
@@ -33,12 +34,15 @@ import numpy as np
 import torch
 
 from verticalfs.evaluation.targets import target_figure
-from verticalfs.methods.baselines.vfl import SMALL_SPLIT, VFL, VFLParams
+from verticalfs.exceptions import ProtocolError
+from verticalfs.methods.baselines.vfl import SMALL_SPLIT, VFL, VFLParams, class_count
 from verticalfs.methods.registry import register
 from verticalfs.nn.prox import prox_l21, zero_groups
 from verticalfs.params import Constraints, Interval
+from verticalfs.party import Context, handles
 from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer
-from verticalfs.transport.messages import message
+from verticalfs.transport.messages import At, Checkpoint, message
+from verticalfs.transport.node import send_all
 
 
 @message("baselines.GroupLassoSpec")
@@ -48,6 +52,14 @@ class GroupLassoSpec(SplitSpec):
     lam: float = 0.0
     eta: float = 0.01
     center: bool = True
+
+
+@message("baselines.GroupLassoPenalty")
+class GroupLassoPenalty:
+    """Label holder -> party, one-way, phase ``train`` between epochs: the prox uses ``lam`` from
+    now on (the penalty path of many classes, :class:`GroupLassoParams` ``lam_path``)."""
+
+    lam: float
 
 
 class GroupLassoRole(SplitRole):
@@ -60,13 +72,44 @@ class GroupLassoRole(SplitRole):
         super().__init__(data, spec, ctx)
         self.mu = self.data.X("train").mean(0) if "train" in self.data.splits else None  # none when predicting
         self.steps = 0
+        #: the penalty set by :class:`GroupLassoPenalty` (None: the spec's ``lam``)
+        self.lam_now: float | None = None
+        #: the features in use at the last checkpoint (a restore puts them back)
+        self.saved_kept: np.ndarray | None = None
+        self.saved_model = None
+
+    @handles(GroupLassoPenalty)
+    def on_penalty(self, msg: GroupLassoPenalty, ctx: Context) -> None:
+        lam = float(msg.lam)
+        if not (np.isfinite(lam) and 0 <= lam <= 1e4):
+            raise ProtocolError(f"party {self.name!r}: GroupLassoPenalty lam must be a finite number in "
+                                f"[0, 10000], got {msg.lam!r}")
+        self.lam_now = lam
+        return None
+
+    def on_checkpoint(self, msg: Checkpoint, ctx: Context) -> None:
+        """The model and the features in use: features pruned after a save come back with a
+        restore (the penalty path restores the stage it keeps)."""
+        if msg.action == "save":
+            self.saved_kept = np.array(self.data.kept, copy=True)
+            self.saved_model = copy.deepcopy(self.model)
+            return super().on_checkpoint(msg, ctx)
+        if msg.action == "restore" and self.saved_kept is not None:
+            self.model = copy.deepcopy(self.saved_model)
+            self.data.keep(self.saved_kept)
+            self.optimizer = self.make_optimizer()
+            self.pending = None
+            self.mu = self.data.X("train").mean(0)
+            return None
+        return super().on_checkpoint(msg, ctx)
 
     def post_step(self) -> None:
         spec = self.spec
         layer = self.model.input_layer
+        lam = float(spec.lam) if self.lam_now is None else self.lam_now
         with torch.no_grad():
             W_old = layer.weight.detach().clone()
-            layer.weight.copy_(prox_l21(W_old, float(spec.lam), float(spec.eta)))
+            layer.weight.copy_(prox_l21(W_old, lam, float(spec.eta)))
             if spec.center:
                 # prox in the centred parametrisation W (x - mu) + (b + W mu): the bias keeps
                 # W mu fixed, so shrinking a group does not also move the unit's offset (same
@@ -108,11 +151,19 @@ class GroupLassoParams(VFLParams):
     lambda_m: float = 0.5
     center: bool = True
     target_accuracy: float | None = None
+    lam_classes: float = 3.0
+    lam_path: tuple[float, ...] = (1.5, 2.0, 3.0, 4.0)
+    path_epochs: int = 15
+    path_tol: float = 0.02
 
     #: the values each field may take (:mod:`verticalfs.params`)
     constraints: ClassVar[Constraints] = {
         "lambda_m": [Interval(float, 0, None)],
         "target_accuracy": [Interval(float, 0, 1), None],
+        "lam_classes": [Interval(float, 0, None)],
+        "lam_path": [Interval(float, 0, None, closed="neither")],
+        "path_epochs": [Interval(int, 1, None)],
+        "path_tol": [Interval(float, 0, 1, closed="left")],
     }
 
 
@@ -133,9 +184,50 @@ class GroupLasso(VFL):
                                checkpoints=self.checkpoints)
         trainer.setup()
         trainer.fit(phase="train")
+        lam = self.penalty_path(fed, trainer, float(p.lambda_m), class_count(fed))
         self.finish_training(fed, trainer)
-        info = {"lambda_m": p.lambda_m, "bytes_by_phase": fed.ledger.by("phase"),
+        info = {"lambda_m": lam, "bytes_by_phase": fed.ledger.by("phase"),
                 "features_kept": {q: int(m.sum()) for q, m in self.support_.items()}}
         info.update(target_figure(trainer.history, p.target_accuracy, fed.task))
         self.info_.update(info)
         return self
+
+    def penalty_path(self, fed, trainer: SplitTrainer, lam: float, n_classes: int | None) -> float:
+        """Beyond ``lam_classes`` classes, with validation rows: training goes on ``path_epochs``
+        epochs at each multiple of ``lam_path`` of ``lambda_m`` in turn (no pruning on the way, so
+        that a saved model can be restored), the model saved after each stage whose validation
+        accuracy is at most ``path_tol`` below the best stage's; the last saved is kept and its
+        zeroed features leave. Returns the lambda_m kept; ``info_["lam_path"]`` says what each
+        stage reached. (The rule of the gates, :meth:`OriginalGate.penalty_path`.)"""
+        p = self.params
+        many = bool(n_classes) and float(p.lam_classes) > 0 and n_classes > p.lam_classes
+        if not (many and p.lam_path and len(fed.labels.y["val"]) and fed.labels.task != "regression"
+                and trainer.history and int(p.epochs) > 0):
+            return lam
+        key = "val_accuracy"
+        stages = [{"lam": lam, key: trainer.history[-1].get(key), "epoch": trainer.epoch,
+                   "spurious_removed": trainer.history[-1].get("spurious_removed")}]
+        if stages[0][key] is None:
+            return lam
+        trainer.save_checkpoint()
+        best, kept = stages[0][key], 0
+        for k, f in enumerate(p.lam_path, 1):
+            lam_k = lam * float(f)
+            send_all([(fed.proxy(q), GroupLassoPenalty(lam=lam_k)) for q in trainer.parties],
+                     At("train", trainer.epoch))
+            trainer.fit(int(p.path_epochs), phase="train")
+            acc = trainer.history[-1].get(key)
+            stages.append({"lam": lam_k, key: acc, "epoch": trainer.epoch,
+                           "spurious_removed": trainer.history[-1].get("spurious_removed")})
+            if acc is None:
+                break
+            best = max(best, acc)
+            if acc >= best - float(p.path_tol):
+                trainer.save_checkpoint()
+                kept = k
+        if kept != len(stages) - 1:
+            trainer.restore_checkpoint()
+        lam_kept = float(stages[kept]["lam"])
+        trainer.record("selection", None)  # the kept, pruned model: the run's result
+        self.info_["lam_path"] = {"stages": stages, "kept": kept, "lambda_m": lam_kept, "tol": float(p.path_tol)}
+        return lam_kept
