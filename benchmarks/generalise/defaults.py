@@ -81,9 +81,9 @@ def table(name: str, seed: int = 0):
 def parse_params(items: list[str]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for item in items:
-        key, _, value = item.partition("=")
+        key, eq, value = item.partition("=")
         method, _, k = key.partition(".")
-        if not k or not value:
+        if not k or not eq:  # (an empty value is one: group-lasso.lam_path= is the empty path)
             raise SystemExit(f"--param wants method.key=value, got {item!r}")
         out.setdefault(method, {})[k] = value
     return out

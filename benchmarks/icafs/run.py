@@ -122,6 +122,8 @@ def run_one(job: dict, reuse: bool = False) -> dict:
     if job["method"] == "random-half":
         return _random_half(job, data)
     params = dict(job.get("params", {}))
+    if job["method"] == "group-lasso":  # the papers' group lasso: one lambda_m, no penalty path on
+        params.setdefault("lam_path", ())  # USPS's 10 and TOX_171's 4 classes (the default since issue 53)
     if job["method"] == "icafs" and job.get("synth_steps") is not None:
         params["synth_steps"] = job["synth_steps"]
     cache = None

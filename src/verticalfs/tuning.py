@@ -97,6 +97,8 @@ def grid_search(
         for lam_m, lam_s, pre in itertools.product(lambdas_m, lambdas_s, pretrain_epochs):
             p = dict(base)
             p["lambda_m"] = float(lam_m)
+            if method == "group-lasso":  # the grid's lambda_m as the paper's, not group lasso's
+                p.setdefault("lam_path", ())  # penalty path beyond 3 classes (issue 53)
             if lam_s is not None:
                 p["lambda_s"] = float(lam_s)
             if pre is not None:
