@@ -1,7 +1,7 @@
 """Group lasso's penalty path beyond three classes (issue 53): after ``epochs`` epochs at
-``lambda_m``, stages at 1.5, 2, 3 and 4 times it, each kept if the validation accuracy stays within
-``path_tol`` of the best stage's; the last kept is the result, features pruned on a refused stage
-come back with the restore."""
+``lambda_m``, stages at 1.5, 2, 3 and 4 times it, each followed by ``path_refit`` epochs without
+penalty and kept if the validation accuracy stays within ``path_tol`` of the best stage's; the last
+kept is the result, features pruned on a refused stage come back with the restore."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from verticalfs.federation import Federation
 from verticalfs.methods import create
 from verticalfs.methods.baselines.group_lasso import GroupLassoPenalty
 
-SMALL = dict(epochs=2, batch_size=64, hidden=(16, 8), path_epochs=1)
+SMALL = dict(epochs=2, batch_size=64, hidden=(16, 8), path_epochs=1, path_refit=1)
 
 
 @pytest.fixture(scope="module")
@@ -50,16 +50,19 @@ def test_the_path_keeps_the_largest_penalty_the_validation_rows_accept(four):
         if s["val_accuracy"] >= best - path["tol"]:
             kept = k
     assert path["kept"] == kept and m.info_["lambda_m"] == stages[kept]["lam"]
-    assert m.trainer_.epoch == 2 + 4  # 4 stages of path_epochs = 1
+    assert m.trainer_.epoch == 2 + 1 + 4 * (1 + 1)  # a refit epoch after each of 5 stages
     sent = [r for r in fed.ledger.records() if r.kind == "GroupLassoPenalty"]
-    assert len(sent) == 4 * len(four.party_names) and all(r.phase == "train" for r in sent)
-    assert m.trainer_.history[-1]["phase"] == "selection"  # the kept model, evaluated
+    # per party: the refit's 0 after the first stage, then each stage's penalty and its refit's 0
+    assert len(sent) == (1 + 2 * 4) * len(four.party_names) and all(r.phase == "train" for r in sent)
+    last = m.trainer_.history[-1]
+    assert last["phase"] == "selection"  # the kept stage's model (restored if a later one was refused)
+    assert last["val_accuracy"] == pytest.approx(stages[kept]["val_accuracy"])
 
 
 def test_a_stage_the_validation_rows_refuse_is_undone_features_included(four):
     """A penalty 1,000 times too strong zeroes every group: its stage is refused, and the model
     and the features of the stage before come back: exactly the run without the path."""
-    kw = dict(SMALL, epochs=3, lam_path=(1000.0,), path_epochs=2, path_tol=0.0)
+    kw = dict(SMALL, epochs=3, lam_path=(1000.0,), path_epochs=2, path_refit=0, path_tol=0.0)
     ref = create("group-lasso", seed=0, **{**kw, "lam_path": ()}).fit(Federation.in_process(four))
     m = create("group-lasso", seed=0, **kw).fit(Federation.in_process(four))
     stages = m.info_["lam_path"]["stages"]
