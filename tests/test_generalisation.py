@@ -121,9 +121,10 @@ NOISE_REMOVED = 0.8
 #: short pre-training leaves a model whose validation accuracy every larger lambda_m candidate
 #: lowers by more than tol_val, so the label holder takes 0.03-0.05 (at 50 epochs of 64 rows
 #: less-vfl .670 / local-lasso .633, still 32 % / 33 %; at 10 epochs of 256 rows .270 / .293,
-#: 0 % / 67 %: 5 epochs of 5 steps of pre-training). At their defaults (50 epochs of 256 rows) synth30 .657 / .660 with 100 % of the noise
-#: removed, digits .947 / .956 (100 %), wide20 .944 / .944 (97 %) (2026-11-28, seed 0,
-#: benchmarks/less_vfl/README.md "The generalisation suite's budget (issue 53)")
+#: 0 % / 67 %: 5 epochs of 5 steps of pre-training). At their defaults (50 epochs of 256 rows)
+#: synth30 .657 / .660 with 100 % of the noise removed, digits .947 / .956 (100 %), wide20 .944 /
+#: .944 (97 %) (2026-11-28, seed 0, benchmarks/less_vfl/README.md "The generalisation suite's
+#: budget (issue 53)")
 OWN_EPOCHS = {"fedsdg-fs", "original-gate", "vflfs", "compfs", "icafs", "less-vfl", "local-lasso"}
 #: SecureBoost's trees: a party returns a ciphertext per (feature, bin) and group of classes, each
 #: re-randomised (the dearest Paillier operation), so K classes cost K times the bytes and time of one:
