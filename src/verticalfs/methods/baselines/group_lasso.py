@@ -165,9 +165,9 @@ class GroupLassoParams(VFLParams):
         baseline; the paper benchmarks pass it). Ours (issue 53): no single lambda_m works on many
         classes. Our reading of why: under Adam the prox weighs ``lambda_m`` against the size of
         Adam's normalised steps, not against the loss gradient, so a noise column's group wanders
-        about as far as a weak real one's. Measured: 0.5 (tuned on phishing) removed no noise column of digits and 5 % of
-        digit-images' at the generalisation suite's budget; 2.0 from the start removed all of it
-        but cost 8-19 points (digits .850, digit-images .743, multiclass-synth .070); digits keeps
+        about as far as a weak real one's. Measured: 0.5 (tuned on phishing) removed no noise
+        column of digits and 5 % of digit-images' at the generalisation suite's budget; 2.0 from
+        the start removed all of it but cost 8-19 points (digits .850, digit-images .743, multiclass-synth .070); digits keeps
         1.5-2.0 on the path, multiclass-wide 1.0, multiclass-synth 0.75. Measured at the
         defaults, seed 0 (before / after; test accuracy, noise columns removed; ``vfl``): digits
         .958, 0 % / .942, 100 % (.947); usps .928, 20 % / .932, 100 % (.930); digit-images .830,
