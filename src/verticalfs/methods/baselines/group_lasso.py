@@ -158,24 +158,24 @@ class GroupLassoParams(VFLParams):
         ``lambda_m``, training goes on ``path_epochs`` epochs at each of these multiples of it in
         turn (1.5, 2, 3, 4; zeroed features leave at each epoch's end as before), every stage (the
         first too) followed by ``path_refit`` epochs without penalty on the features it kept; the
-        model is saved after each stage whose validation accuracy is at most ``path_tol`` below
-        the best stage's, and the last saved (its features included) is the result: the largest
-        penalty the label holder's held-out rows accept (the gates' rule; LESS-VFL chooses
-        ``lambda_m`` on validation rows too). ``()`` = no path (one fixed lambda_m, the paper's
-        baseline; the paper benchmarks pass it). Ours (issue 53): no single lambda_m works on many
-        classes. Our reading of why: under Adam the prox weighs ``lambda_m`` against the size of
-        Adam's normalised steps, not against the loss gradient, so a noise column's group wanders
-        about as far as a weak real one's. Measured: 0.5 (tuned on phishing) removed no noise
-        column of digits and 5 % of digit-images' at the generalisation suite's budget; 2.0 from
-        the start removed all of it but cost 8-19 points (digits .850, digit-images .743, multiclass-synth .070); digits keeps
-        1.5-2.0 on the path, multiclass-wide 1.0, multiclass-synth 0.75. Measured at the
-        defaults, seed 0 (before / after; test accuracy, noise columns removed; ``vfl``): digits
-        .958, 0 % / .942, 100 % (.947); usps .928, 20 % / .932, 100 % (.930); digit-images .830,
-        63 % / .941, 100 % (.927); multiclass-wide .721, 99 % / .942, 100 % (.910);
-        multiclass-synth .477, 100 % / .490, 100 % (.580); binary sets unchanged (no path); the
-        whole table, the suite's budget and seed 1: docs/methods/less-vfl.md, "Group lasso on
-        many classes". Stages of 4x (the gates' multiples) were too coarse: the
-        stage at 2.0 fell to .706 validation accuracy on digits and .681 on digit-images.
+        model is saved after each stage whose validation accuracy is at most ``path_tol`` below the
+        best stage's, and the last saved (its features included) is the result: the largest penalty
+        the label holder's held-out rows accept (the gates' rule; LESS-VFL chooses ``lambda_m`` on
+        validation rows too). ``()`` = no path (one fixed lambda_m, the paper's baseline; the paper
+        benchmarks pass it). Ours (issue 53): no single lambda_m works on many classes. Our reading
+        of why: under Adam the prox weighs ``lambda_m`` against the size of Adam's normalised steps,
+        not against the loss gradient, so a noise column's group wanders about as far as a weak real
+        one's. Measured: 0.5 (tuned on phishing) removed no noise column of digits and 5 % of
+        digit-images' at the generalisation suite's budget; 2.0 from the start removed all of it but
+        cost 8-19 points (digits .850, digit-images .743, multiclass-synth .070); digits keeps
+        1.5-2.0 on the path, multiclass-wide 1.0, multiclass-synth 0.75. Measured at the defaults,
+        seed 0 (before / after; test accuracy, noise columns removed; ``vfl``): digits .958, 0 % /
+        .942, 100 % (.947); usps .928, 20 % / .932, 100 % (.930); digit-images .830, 63 % / .941,
+        100 % (.927); multiclass-wide .721, 99 % / .942, 100 % (.910); multiclass-synth .477, 100 %
+        / .490, 100 % (.580); binary sets unchanged (no path); the whole table, the suite's budget
+        and seed 1: docs/methods/less-vfl.md, "Group lasso on many classes". Stages of 4x (the
+        gates' multiples) were too coarse: the stage at 2.0 fell to .706 validation accuracy on
+        digits and .681 on digit-images.
     path_epochs : int
         Epochs of each stage of ``lam_path`` at its penalty (15; with 10 and no refit, the suite's
         digits kept 1.0 with 74 % of the noise removed).
