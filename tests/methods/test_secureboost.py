@@ -232,3 +232,19 @@ def test_hide_own_splits_is_lossless_and_tells_the_other_parties_no_instance_spa
     sent = {(r.receiver, r.kind) for r in fed.ledger.records() if r.sender == "active"}
     assert {(q, "HiddenHistogramRequest") for q in names[1:]} <= sent
     assert (own, "HiddenHistogramRequest") not in sent and (own, "HiddenSplitRequest") not in sent
+
+
+def test_sbt_filter_auto_searches_only_the_features_the_trees_split_on(cancer):
+    """``n_select="auto"`` (issue 53): the features no tree split on tie at importance 0 and would be
+    taken in party and column order, so the search's grid stops at the features split on; an
+    explicit N still keeps N features."""
+    small = {"n_estimators": 2, "max_depth": 2, "n_bins": 8, **KEY}
+    m = create("sbt-filter", seed=0, **small).fit(Federation.in_process(cancer))
+    splits = m.booster_.importance_splits
+    used = sum(int((v > 0).sum()) for v in splits.values())
+    a = m.info_["auto"]
+    assert 0 < used <= 6 and m.n_ranked_ == used  # two trees of depth 2: at most 6 splits
+    assert a["grid"][-1] == used and all(n <= used for n in a["grid"])
+    assert all(splits[q][i] > 0 for q, i in m.selected_)
+    fixed = create("sbt-filter", seed=0, n_select=12, **small).fit(Federation.in_process(cancer))
+    assert len(fixed.selected_) == 12 and "auto" not in fixed.info_

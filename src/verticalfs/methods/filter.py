@@ -300,6 +300,13 @@ class FilterMethod(Method):
     #: ``n_select="auto"`` selects once, at the grid's largest N; False (``feast``, whose rounds
     #: depend on N) selects once per N of the grid
     nested: bool = True
+    #: how many features the last selection's scores rank ahead of the others, which tie among
+    #: themselves (``None``: every feature is ranked); ``n_select="auto"`` searches no N beyond it.
+    #: sbt-filter's trees split on a few features only: the rest tie at importance 0 in party and
+    #: column order, so an N beyond them adds columns by their position in a party's table (issue 53:
+    #: on the generalisation suite's 20-class set 28 features were split on and N = 384 was chosen,
+    #: 356 of them by position)
+    n_ranked_: int | None = None
 
     def select_auto(self, fed: Federation) -> list[tuple[str, int]]:
         """``n_select="auto"``: the label holder's choice of N on its validation split.
@@ -323,6 +330,8 @@ class FilterMethod(Method):
             if self.nested:
                 p.n_select = grid[-1]
                 order = [(str(q), int(i)) for q, i in self.select(fed)]
+                if self.n_ranked_ is not None and 0 < self.n_ranked_ < grid[-1]:
+                    grid = sorted({n for n in grid if n < self.n_ranked_} | {self.n_ranked_})
                 candidates = {n: order[:n] for n in grid}
             else:
                 for n in grid:
