@@ -75,7 +75,11 @@ def table(name: str, seed: int = 0):
         idx, _ = train_test_split(np.arange(len(t.y)), train_size=3000, stratify=t.y, random_state=seed)
         idx = np.sort(idx)
         return Table(name="usps3000", X=t.X.iloc[idx].reset_index(drop=True), y=t.y[idx], task="multiclass")
-    raise SystemExit(f"unknown data set {name!r}; choose from {DATA}")
+    from verticalfs.data.registry import DATASETS
+
+    if name in DATASETS:
+        return name  # any other registered set (breast_cancer, madelon-synth, ...; files from VERTICALFS_DATA)
+    raise SystemExit(f"unknown data set {name!r}; choose from {DATA} or a registered one ({', '.join(DATASETS)})")
 
 
 def parse_params(items: list[str]) -> dict[str, dict]:
