@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import verticalfs
-from verticalfs.exceptions import ConfigError, PolicyError, ProtocolError
+from verticalfs.exceptions import ConfigError, PolicyError, ProtocolError, VerticalFSWarning
 from verticalfs.federation import Federation
 from verticalfs.methods import create
 from verticalfs.methods.secureboost import SecureBoostParams
@@ -246,5 +246,7 @@ def test_sbt_filter_auto_searches_only_the_features_the_trees_split_on(cancer):
     assert 0 < used <= 6 and m.n_ranked_ == used  # two trees of depth 2: at most 6 splits
     assert a["grid"][-1] == used and all(n <= used for n in a["grid"])
     assert all(splits[q][i] > 0 for q, i in m.selected_)
-    fixed = create("sbt-filter", seed=0, n_select=12, **small).fit(Federation.in_process(cancer))
+    with pytest.warns(VerticalFSWarning, match=rf"trees split on {used} features; the other {12 - used} of "
+                                                r"n_select=12 tie at importance 0"):
+        fixed = create("sbt-filter", seed=0, n_select=12, **small).fit(Federation.in_process(cancer))
     assert len(fixed.selected_) == 12 and "auto" not in fixed.info_

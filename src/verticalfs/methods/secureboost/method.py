@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,7 @@ import numpy as np
 from verticalfs.crypto import HIDING_FLOOR, EncryptedArray, generate_keypair
 from verticalfs.crypto.params import check_crypto_params
 from verticalfs.evaluation.metrics import prediction_metrics
-from verticalfs.exceptions import ConfigError, ProtocolError
+from verticalfs.exceptions import ConfigError, ProtocolError, VerticalFSWarning
 from verticalfs.histogram.gradients import (
     MAX_PRECISION,
     GradientLayout,
@@ -826,7 +827,8 @@ class SBTFilterParams(FilterParams, SecureBoostParams):
     order, not by anything the trees measured (issue 53: on the generalisation suite's 20-class set,
     10 trees of depth 2 split on 28 of 1,535 features and the search chose N = 384, 356 of them by
     position, which passed its noise bar only because the noise columns come last in each party).
-    An explicit ``n_select`` keeps N features, the ties in that order, as FATE's ``top_k`` does.
+    An explicit ``n_select`` keeps N features, the ties in that order, as FATE's ``top_k`` does,
+    with a warning saying how many were split on.
     """
 
     importance: str = "gain"
@@ -847,6 +849,16 @@ class SBTFilter(FilterMethod):
         if self.params.importance not in ("gain", "split"):
             raise ConfigError(f"{self.name}: importance must be 'gain' or 'split', got {self.params.importance!r}")
         check_boost_params(self.name, self.params, fed)
+
+    #: True while ``n_select="auto"`` searches (its selection at the grid's largest N warns of nothing)
+    _searching: bool = False
+
+    def select_auto(self, fed) -> list[tuple[str, int]]:
+        self._searching = True
+        try:
+            return super().select_auto(fed)
+        finally:
+            self._searching = False
 
     def join_parties(self, fed) -> None:
         self.feature_names(fed)
@@ -871,6 +883,12 @@ class SBTFilter(FilterMethod):
             self.record_scores(q, np.arange(len(gain[q])), first[q])
         # the features the trees split on come first in ``ranked`` (a split's gain is >= 0, its count >= 1)
         self.n_ranked_ = int(sum((split[q] > 0).sum() for q in fed.party_names)) or None
+        n = int(self.params.n_select)
+        if not self._searching and n > (self.n_ranked_ or 0):
+            warnings.warn(f"{self.name}: the trees split on {self.n_ranked_ or 0} features; the other "
+                          f"{n - (self.n_ranked_ or 0)} of n_select={n} tie at importance 0 and are taken in party "
+                          "and column order (more trees, deeper trees or a smaller n_select avoid it; "
+                          "n_select='auto' searches only the features split on)", VerticalFSWarning, stacklevel=2)
         self.info_.update({k: v for k, v in _info(booster, 0.0).items() if k != "seconds"})
         self.info_["importance"] = self.params.importance
         return [(q, int(j)) for *_, j, q in ranked[: int(self.params.n_select)]]
