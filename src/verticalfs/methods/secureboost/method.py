@@ -816,19 +816,19 @@ class SBTFilterParams(FilterParams, SecureBoostParams):
     """sbt-filter: the features of largest total split gain in SecureBoost trees (FATE's
     ``hetero_sbt`` filter).
 
-    Parameters
-    ----------
-    importance : str
-        ``gain`` (total gain of a feature's splits, default) or ``split`` (how many splits use it);
-        ties go to the other measure, then party order and column.
-
     ``n_select="auto"`` (the filters' default) searches N only up to the number of features the
     trees split on: the others tie at importance 0 and would be taken by their party and column
     order, not by anything the trees measured (issue 53: on the generalisation suite's 20-class set,
     10 trees of depth 2 split on 28 of 1,535 features and the search chose N = 384, 356 of them by
     position, which passed its noise bar only because the noise columns come last in each party).
-    An explicit ``n_select`` keeps N features, the ties in that order, as FATE's ``top_k`` does,
-    with a warning saying how many were split on.
+    An explicit ``n_select`` keeps N features, the ties in that order, with a warning saying how
+    many were split on. Before/after on six sets: docs/methods/secureboost.md, "sbt-filter's N".
+
+    Parameters
+    ----------
+    importance : str
+        ``gain`` (total gain of a feature's splits, default) or ``split`` (how many splits use it);
+        ties go to the other measure, then party order and column.
     """
 
     importance: str = "gain"
