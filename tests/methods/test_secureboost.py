@@ -243,7 +243,7 @@ def test_sbt_filter_auto_searches_only_the_features_the_trees_split_on(cancer):
     splits = m.booster_.importance_splits
     used = sum(int((v > 0).sum()) for v in splits.values())
     a = m.info_["auto"]
-    assert 0 < used <= 6 and m.n_ranked_ == used  # two trees of depth 2: at most 6 splits
+    assert 0 < used <= 6 and m.n_ranked_ == used == m.info_["features_split_on"]  # 2 trees of depth 2: <= 6 splits
     assert a["grid"][-1] == used and all(n <= used for n in a["grid"])
     assert all(splits[q][i] > 0 for q, i in m.selected_)
     with pytest.warns(VerticalFSWarning, match=rf"trees split on {used} features; the other {12 - used} of "

@@ -891,4 +891,5 @@ class SBTFilter(FilterMethod):
                           "n_select='auto' searches only the features split on)", VerticalFSWarning, stacklevel=2)
         self.info_.update({k: v for k, v in _info(booster, 0.0).items() if k != "seconds"})
         self.info_["importance"] = self.params.importance
+        self.info_["features_split_on"] = self.n_ranked_ or 0
         return [(q, int(j)) for *_, j, q in ranked[: int(self.params.n_select)]]
