@@ -37,7 +37,6 @@ cluster is inside the party's trust boundary (docs/scale.md).
 from __future__ import annotations
 
 import os
-import pickle
 import secrets
 import shutil
 import sys
@@ -203,7 +202,33 @@ class SortedIds:
         return out
 
 
-def _id_widths(batch, id_column: str):
+def _fixed_width(col, width: int) -> np.ndarray:
+    """A pyarrow column of ids (text, or anything castable to text) as a numpy ``S{width}`` array
+    (UTF-8 bytes, NUL-padded), built from the Arrow buffers without a Python object per id."""
+    import pyarrow as pa
+
+    b = col.cast(pa.string()).cast(pa.large_binary())
+    if isinstance(b, pa.ChunkedArray):
+        b = b.combine_chunks()
+    n = len(b)
+    out = np.zeros(n, dtype=f"S{max(1, width)}")
+    if not n:
+        return out
+    _, off_buf, data_buf = b.buffers()
+    off = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=b.offset * 8)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    lens = np.diff(off)
+    if lens.size and int(lens.max()) > width:
+        raise DataError(f"an id is {int(lens.max())} bytes long where the widest is {width}")
+    total = int(off[-1] - off[0])
+    if total:
+        row = np.repeat(np.arange(n, dtype=np.int64), lens)
+        within = np.arange(total, dtype=np.int64) - np.repeat(off[:-1] - off[0], lens)
+        out.view(np.uint8).reshape(n, max(1, width))[row, within] = data[off[0]:off[-1]]
+    return out
+
+
+def _id_widths(batch, id_column: str) -> dict:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -211,44 +236,77 @@ def _id_widths(batch, id_column: str):
     nulls = col.null_count
     b = col.cast(pa.string()).cast(pa.binary())
     width = pc.max(pc.binary_length(b)).as_py() if len(b) - nulls else 0
-    return pa.table({"rows": [len(col)], "nulls": [nulls], "width": [int(width or 0)]})
+    return {"rows": len(col), "nulls": nulls, "width": int(width or 0)}
 
 
-def _id_bytes(batch, id_column: str, width: int):
-    import pyarrow as pa
-
-    b = batch.column(id_column).cast(pa.string()).cast(pa.binary())
-    arr = np.asarray(b.to_numpy(zero_copy_only=False), dtype=f"S{width}")
-    return pa.table({"ids": pa.array([arr.tobytes()], pa.binary())})
+def _id_bytes(batch, id_column: str, width: int) -> np.ndarray:
+    return _fixed_width(batch.column(id_column), width)
 
 
-def _join(join: dict, ids_col) -> tuple[np.ndarray, np.ndarray]:
-    """Each id of a block (a pyarrow column) -> (split code or -1, destination row), from the alignment files."""
-    import pyarrow as pa
-
+def _ranks(join: dict, unit: int, ids_col) -> np.ndarray:
+    """The rank among the sorted ids of each id of a unit (-1: not there), computed once per unit
+    and kept in the working folder (``join["ranks"]``): every later pass and every later alignment
+    gathers from it instead of searching the sorted ids again. Written atomically (a retried or a
+    repeated task writes the same bytes)."""
+    f = Path(join["ranks"], f"{unit}.npy")
+    try:
+        r = np.load(f)
+        if len(r) == len(ids_col):
+            return r
+    except (OSError, ValueError):
+        pass
+    if not join["n"]:
+        return np.full(len(ids_col), -1, dtype=np.int64)
     s = np.memmap(join["ids"], dtype=f"S{join['width']}", mode="r", shape=(join["n"],))
-    q = np.asarray(ids_col.cast(pa.string()).cast(pa.binary()).to_numpy(zero_copy_only=False),
-                   dtype=f"S{join['width']}")
+    q = _fixed_width(ids_col, join["width"])
     j = np.minimum(np.searchsorted(s, q), join["n"] - 1)
-    held = s[j] == q
+    r = np.where(s[j] == q, j, -1).astype(np.int64)
+    del s
+    tmp = f.with_name(f"{unit}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
+    with open(tmp, "wb") as fh:
+        np.save(fh, r)
+    os.replace(tmp, f)
+    return r
+
+
+def _join(join: dict, unit: int, ids_col) -> tuple[np.ndarray, np.ndarray]:
+    """Each id of a unit (a pyarrow column) -> (split code or -1, destination row), from the alignment files."""
+    r = _ranks(join, unit, ids_col)
+    held = r >= 0
+    j = np.where(held, r, 0)
     split = np.memmap(join["split"], dtype=np.int8, mode="r", shape=(join["n"],))[j]
     dest = np.memmap(join["dest"], dtype=np.int64, mode="r", shape=(join["n"],))[j]
-    split = np.where(held, split, -1).astype(np.int8)
-    return split, dest
+    return np.where(held, split, -1).astype(np.int8), dest
 
 
-def _frame(batch, cols: Sequence[str], cats: set, rows: np.ndarray) -> pd.DataFrame:
-    from verticalfs.data.stream import _typed
-
-    X = batch.select(list(cols)).take(rows).to_pandas() if len(cols) else pd.DataFrame(index=range(len(rows)))
-    for c in cols:
-        X[c] = _typed(X[c], c in cats)
-    return X
-
-
-def _check_block(batch, cols: Sequence[str]):
+def _frame(batch, cols: Sequence[str], cats: set, rows: np.ndarray) -> dict[str, Any]:
+    """The columns ``cols`` of the rows ``rows`` of a unit, typed as the local engine types them
+    (:func:`~verticalfs.data.stream._typed`): float64 arrays straight from Arrow for integer and
+    floating columns (the same floats as pandas' conversion), text series through pandas otherwise."""
     import pyarrow as pa
 
+    from verticalfs.data.stream import _typed
+
+    out: dict[str, Any] = {}
+    idx = pa.array(rows, pa.int64())
+    for c in cols:
+        col = batch.column(c)
+        t = col.type
+        if c not in cats and (pa.types.is_floating(t) or pa.types.is_integer(t)):
+            a = col.take(idx).to_numpy(zero_copy_only=False)  # (nulls: NaN, as pandas')
+            out[c] = np.asarray(a, dtype=np.float64)
+        else:
+            out[c] = _typed(col.take(idx).to_pandas(), c in cats)
+    return out
+
+
+def _matrix(frame: dict[str, Any], cols: Sequence[str], rows: int) -> pd.DataFrame:
+    """``frame`` as the data frame :meth:`PartyPreprocessor.transform` takes."""
+    return pd.DataFrame({c: frame[c] for c in cols}, index=pd.RangeIndex(rows), copy=False) if len(cols) else \
+        pd.DataFrame(index=range(rows))
+
+
+def _check_block(batch, cols: Sequence[str]) -> dict:
     out = {}
     for c in cols:
         a = batch.column(c).to_numpy(zero_copy_only=False).astype(np.float64)
@@ -256,18 +314,17 @@ def _check_block(batch, cols: Sequence[str]):
             inf = bool(np.isinf(a).any())
             ok = a[np.isfinite(a)]
         out[c] = (inf, float(ok.min()) if len(ok) else np.inf, float(ok.max()) if len(ok) else -np.inf)
-    return pa.table({"check": pa.array([pickle.dumps(out)], pa.binary())})
+    return out
 
 
-def _fit_block(batch, id_column: str, join: dict, cols: Sequence[str], cats: Sequence[str], counts_numeric: bool):
-    import pyarrow as pa
-
+def _fit_block(batch, unit: int, id_column: str, join: dict, cols: Sequence[str], cats: Sequence[str],
+               counts_numeric: bool) -> tuple[dict, int]:
     from verticalfs.engine.stats import block_stats
 
-    split, _ = _join(join, batch.column(id_column))
+    split, _ = _join(join, unit, batch.column(id_column))
     train = np.flatnonzero(split == 0)
     st = block_stats(_frame(batch, cols, set(cats), train), set(cats), counts_numeric=counts_numeric)
-    return pa.table({"stats": pa.array([pickle.dumps(st)], pa.binary()), "rows": [len(train)]})
+    return st, len(train)
 
 
 def _fault_point() -> None:
@@ -287,18 +344,18 @@ def _fault_point() -> None:
     time.sleep(5)  # killed here (the test kills this process after writing `killed`)
 
 
-def _transform_block(batch, id_column: str, join: dict, pp: dict, cols: Sequence[str], cats: Sequence[str],
-                     outputs: list, where: str):
-    import pyarrow as pa
-
+def _transform_block(batch, unit: int, id_column: str, join: dict, pp: dict, cols: Sequence[str],
+                     cats: Sequence[str], outputs: list, where: str) -> list[int]:
     from verticalfs.data.preprocess import PartyPreprocessor
 
     _fault_point()
-    split, dest = _join(join, batch.column(id_column))
+    split, dest = _join(join, unit, batch.column(id_column))
     keep = np.flatnonzero(split >= 0)
     written = [0] * len(outputs)
     if len(keep):
-        A = PartyPreprocessor.from_dict(pp).transform(_frame(batch, cols, set(cats), keep), where=where)
+        X = _matrix(_frame(batch, cols, set(cats), keep), cols, len(keep))
+        A = PartyPreprocessor.from_dict(pp).transform(X, where=where)
+        del X
         ks, rows_all = split[keep], dest[keep]
         for k, (path, rows, d) in enumerate(outputs):
             m = np.flatnonzero(ks == k)
@@ -314,7 +371,35 @@ def _transform_block(batch, id_column: str, join: dict, pp: dict, cols: Sequence
             out.flush()
             del out
             written[k] = len(m)
-    return pa.table({"written": [written]})
+    return written
+
+
+def _unit_task(fs, path: str, row_groups: Sequence[int], columns: Sequence[str], fn, kw: dict) -> tuple[Any, float]:
+    """One unit of a pass, on a worker: its row groups of ``path`` (columns ``columns``) read with
+    pyarrow on one thread (a task is one CPU), then ``fn(table, **kw)``; with the worker's CPU seconds."""
+    import pyarrow.parquet as pq
+
+    c0 = time.process_time()
+    with fs.open_input_file(path) as f:
+        table = pq.ParquetFile(f).read_row_groups(list(row_groups), columns=list(columns), use_threads=False)
+    out = fn(table, **kw)
+    return out, time.process_time() - c0
+
+
+_unit_remote: Any = None
+
+
+def _remote(ray) -> Any:
+    """:func:`_unit_task` as a Ray remote function (one CPU, retried after its worker's death)."""
+    global _unit_remote
+    if _unit_remote is None:
+        _unit_remote = ray.remote(_unit_task).options(max_retries=RETRIES, num_cpus=1)
+    return _unit_remote
+
+
+#: rows a unit of work (a Ray task) reads at most, where a file's row groups allow (adjacent row
+#: groups of a file are put together up to it; a row group is never split)
+UNIT_ROWS = 1 << 18
 
 
 class RayTable:
@@ -334,7 +419,8 @@ class RayTable:
         The party's working folder (the sorted ids, the alignment, the prepared matrices): shared
         with the workers. Default: a new temporary folder, removed by :meth:`close`.
     blocks : int, optional
-        Blocks Ray Data reads the table in (default: Ray Data's choice, about one per file).
+        About how many units (Ray tasks) a pass over the table makes (default: units of up to
+        :data:`UNIT_ROWS` rows; a unit is a file's row groups, never part of one).
     """
 
     def __init__(self, party: str, path: str | Path, *, id_column: str = "id", address: str | None = None,
@@ -359,21 +445,58 @@ class RayTable:
                          else Path(work_dir))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._ids: SortedIds | None = None
+        self._units: list[tuple[str, tuple[int, ...], int]] | None = None
+        self._ranks_dir: Path | None = None  # each unit's ranks among the sorted ids (see _ranks)
+        self.cpu_s = 0.0  # the workers' CPU seconds of the passes run so far
         self.last_pass: dict[str, Any] = {}  # what the latest preparation did (blocks, approximate columns)
 
     # ------------------------------------------------------------------ reads
-    def _read(self, columns: Sequence[str]):
-        ray = self._ray
-        kw: dict[str, Any] = {"filesystem": self.fs}
-        if self.blocks:
-            kw["override_num_blocks"] = int(self.blocks)
-        return ray.data.read_parquet(self._root, **kw).select_columns(list(columns))
+    def units(self) -> list[tuple[str, tuple[int, ...], int]]:
+        """The table's units of work: ``(file, row groups, rows)``, adjacent row groups of a file
+        together up to :data:`UNIT_ROWS` rows (or ``n_rows / blocks`` with ``blocks``); from the
+        files' footers, read once."""
+        if self._units is None:
+            target = -(-self.n_rows // int(self.blocks)) if self.blocks else UNIT_ROWS
+            units: list[tuple[str, tuple[int, ...], int]] = []
+            for frag in self.dataset.get_fragments():
+                frag.ensure_complete_metadata()
+                cur: list[int] = []
+                rows = 0
+                for rg in frag.row_groups:
+                    if cur and rows + rg.num_rows > target:
+                        units.append((frag.path, tuple(cur), rows))
+                        cur, rows = [], 0
+                    cur.append(rg.id)
+                    rows += rg.num_rows
+                if cur:
+                    units.append((frag.path, tuple(cur), rows))
+            self._units = units
+        return self._units
 
     def _map(self, columns: Sequence[str], fn, **fn_kwargs):
-        """``fn(block, **fn_kwargs)`` over the table's blocks (columns ``columns``), as Ray tasks
-        retried after a worker's death; its one-row outputs, as pyarrow tables."""
-        ds = self._read(columns).map_batches(fn, batch_format="pyarrow", batch_size=None, fn_kwargs=fn_kwargs)
-        return list(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
+        """``fn(table, unit=k, **fn_kwargs)`` (``unit=`` if ``fn`` takes it) over the table's units
+        (columns ``columns``), each a Ray task retried after its worker's death: yields ``(k,
+        output)`` as the tasks finish (a few results held at a time); adds the workers' CPU seconds
+        to ``self.cpu_s``. Tasks still running when the caller stops are cancelled."""
+        ray = self._ray
+        remote = _remote(ray)
+        units = self.units()
+        with_unit = "unit" in fn.__code__.co_varnames[:fn.__code__.co_argcount]
+        refs = {}
+        for k, (path, rgs, _rows) in enumerate(units):
+            kw = dict(fn_kwargs, unit=k) if with_unit else fn_kwargs
+            refs[remote.remote(self.fs, path, rgs, list(columns), fn, kw)] = k
+        pending = list(refs)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for r in done:
+                    out, cpu = ray.get(r)
+                    self.cpu_s += cpu
+                    yield refs[r], out
+        finally:
+            for r in pending:
+                ray.cancel(r, force=False)
 
     def schema_frame(self) -> pd.DataFrame:
         return self.dataset.schema.empty_table().to_pandas()
@@ -384,11 +507,10 @@ class RayTable:
         if not num:
             return
         merged: dict[str, list] = {}
-        for t in self._map(num, _check_block, cols=num):
-            for blob in t.column("check").to_pylist():
-                for c, (inf, lo, hi) in pickle.loads(blob).items():
-                    m = merged.setdefault(c, [False, np.inf, -np.inf])
-                    m[0], m[1], m[2] = m[0] or inf, min(m[1], lo), max(m[2], hi)
+        for _k, out in self._map(num, _check_block, cols=num):
+            for c, (inf, lo, hi) in out.items():
+                m = merged.setdefault(c, [False, np.inf, -np.inf])
+                m[0], m[1], m[2] = m[0] or inf, min(m[1], lo), max(m[2], hi)
         where = f" in {str(self.path)}"
         bad = [c for c in num if merged.get(c, [False])[0]]
         if bad:
@@ -406,26 +528,31 @@ class RayTable:
         module docstring); read once."""
         if self._ids is not None:
             return self._ids
-        stats = self._map([self.id_column], _id_widths, id_column=self.id_column)
-        n = sum(sum(t.column("rows").to_pylist()) for t in stats)
-        nulls = sum(sum(t.column("nulls").to_pylist()) for t in stats)
-        width = max([1] + [max(t.column("width").to_pylist() or [0]) for t in stats])
+        units = self.units()
+        stats = dict(self._map([self.id_column], _id_widths, id_column=self.id_column))
+        n = sum(st["rows"] for st in stats.values())
+        nulls = sum(st["nulls"] for st in stats.values())
+        width = max([1] + [st["width"] for st in stats.values()])
         if nulls:
             raise DataError(f"party {self.party!r}: {nulls} rows of {str(self.path)!r} have no id in column "
                             f"{self.id_column!r}; give every row an id")
-        path = self.work_dir / f"ids-{secrets.token_hex(4)}.S{width}"
+        if n != sum(u[2] for u in units) or any(stats[k]["rows"] != u[2] for k, u in enumerate(units)):
+            raise DataError(f"party {self.party!r}: {str(self.path)!r} changed while it was read")
+        token = secrets.token_hex(4)
+        path = self.work_dir / f"ids-{token}.S{width}"
+        self._ranks_dir = self.work_dir / f"ranks-{token}"
+        self._ranks_dir.mkdir()
         mm = np.memmap(path, dtype=f"S{width}", mode="w+", shape=(n,)) if n else np.zeros(0, f"S{width}")
+        starts = np.concatenate([[0], np.cumsum([u[2] for u in units])]).astype(np.int64)
         at = 0
-        ds = self._read([self.id_column]).map_batches(_id_bytes, batch_format="pyarrow", batch_size=None,
-                                                      fn_kwargs={"id_column": self.id_column, "width": width})
-        for t in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-            for blob in t.column("ids").to_pylist():
-                k = len(blob) // width
-                if at + k > n:
-                    raise DataError(f"party {self.party!r}: {str(self.path)!r} changed while it was read")
-                mm[at:at + k] = np.frombuffer(blob, dtype=f"S{width}")
-                release_pages(mm, at, at + k)
-                at += k
+        for k, arr in self._map([self.id_column], _id_bytes, id_column=self.id_column, width=width):
+            if len(arr) != units[k][2]:
+                raise DataError(f"party {self.party!r}: {str(self.path)!r} changed while it was read")
+            a = int(starts[k])
+            mm[a:a + len(arr)] = arr  # (the unit's place: the order of the units, whatever order they finish in)
+            release_pages(mm, a, a + len(arr))
+            at += len(arr)
+            del arr
         if at != n:
             raise DataError(f"party {self.party!r}: {str(self.path)!r} changed while it was read ({at} ids of {n})")
         if n:
@@ -476,17 +603,18 @@ class RayTable:
         release_pages(split)  # (written: the pages stay in the page cache, not in this process)
         release_pages(dest)
         del split, dest
-        join = {"ids": str(ids.path), "width": ids.width, "n": n, "split": str(split_f), "dest": str(dest_f)}
+        join = {"ids": str(ids.path), "width": ids.width, "n": n, "split": str(split_f), "dest": str(dest_f),
+                "ranks": str(self._ranks_dir)}
         cols, cats = list(cols), list(cats)
         where = str(self.path)
         t0 = time.perf_counter()
         stats: dict = {}
         train_rows = 0
-        for t in self._map([self.id_column, *cols], _fit_block, id_column=self.id_column, join=join, cols=cols,
-                           cats=cats, counts_numeric=impute == "most-frequent"):
-            for blob, r in zip(t.column("stats").to_pylist(), t.column("rows").to_pylist(), strict=True):
-                merge(stats, pickle.loads(blob))
-                train_rows += r
+        cpu0 = self.cpu_s
+        for _k, (st, r) in self._map([self.id_column, *cols], _fit_block, id_column=self.id_column, join=join,
+                                     cols=cols, cats=cats, counts_numeric=impute == "most-frequent"):
+            merge(stats, st)
+            train_rows += r
         if train_rows != sizes[0]:
             raise DataError(f"party {self.party!r}: the fit saw {train_rows} training rows of {sizes[0]} aligned; "
                             f"{where!r} changed while it was read")
@@ -504,11 +632,11 @@ class RayTable:
                 np.memmap(f, dtype=np.float32, mode="w+", shape=(rows, d)).flush()
             outputs.append((str(f), rows, d))
         t1 = time.perf_counter()
+        cpu1 = self.cpu_s
         written = np.zeros(len(splits), dtype=np.int64)
-        for t in self._map([self.id_column, *cols], _transform_block, id_column=self.id_column, join=join,
-                           pp=pp.to_dict(), cols=cols, cats=cats, outputs=outputs, where=where):
-            for w in t.column("written").to_pylist():
-                written += np.asarray(w, dtype=np.int64)
+        for _k, w in self._map([self.id_column, *cols], _transform_block, id_column=self.id_column, join=join,
+                               pp=pp.to_dict(), cols=cols, cats=cats, outputs=outputs, where=where):
+            written += np.asarray(w, dtype=np.int64)
         if written.tolist() != sizes:
             raise DataError(f"party {self.party!r}: the transform wrote {written.tolist()} rows per split where "
                             f"{sizes} are aligned; {where!r} changed while it was read")
@@ -521,7 +649,8 @@ class RayTable:
                 maps[s] = m
             else:
                 maps[s] = np.zeros((rows, d), dtype=np.float32)
-        self.last_pass = {"fit_s": fit_s, "transform_s": time.perf_counter() - t1,
+        self.last_pass = {"fit_s": fit_s, "transform_s": time.perf_counter() - t1, "units": len(self.units()),
+                          "fit_cpu_s": cpu1 - cpu0, "transform_cpu_s": self.cpu_s - cpu1,
                           "approximate": sorted(c for c, st in stats.items() if not st.categorical and approximate(st)
                                                 and (impute == "median" or scaling == "robust"))}
         return pp, maps
