@@ -140,12 +140,13 @@ def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out) -> None:
         msg = Align(ids=ids, split=rng.choice(3, len(ids), p=[0.7, 0.1, 0.2]).astype(np.int64), scaling="minmax",
                     impute="none")
         del ids  # (held by the message only, as in a party that decoded it)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         party.handle(LABEL_HOLDER, msg, None, None)  # (as a label holder's Align arrives)
         res["stages"]["prepare"] = time.perf_counter() - t
+        res["prepare_coordinator_cpu_s"] = time.process_time() - c
         res["rss_after_prepare_mb"] = _hwm_mb()
         del msg
-        res["fit_s"], res["transform_s"] = party.table.last_pass["fit_s"], party.table.last_pass["transform_s"]
+        res.update({k: v for k, v in party.table.last_pass.items() if k.endswith("_s") or k == "units"})
         maps = {s: party.data.X_all(s).numpy() for s in SPLITS}
         res["stages"]["epoch"] = _epoch(maps)
         res["peak_rss_mb"] = _hwm_mb()

@@ -41,6 +41,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future
@@ -71,7 +72,6 @@ _temp_dir: str | None = None
 def _ray():
     try:
         import ray
-        import ray.data  # noqa: F401
     except ImportError:
         raise ConfigError("the ray engine needs Ray: pip install 'verticalfs[ray]'") from None
     return ray
@@ -83,7 +83,6 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> Any:
     starts on this host, on the loopback address only, its files in a temporary folder of its own
     (both stopped and removed by :func:`disconnect`). Idempotent."""
     global _started_here, _temp_dir
-    import logging
     import sys
 
     if not address and "ray" not in sys.modules:  # a single-host instance: reached on 127.0.0.1 only
@@ -94,7 +93,6 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> Any:
         # Ray's own wait for its RocksDB back end (the operator's setting wins)
         os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
     ray = _ray()
-    logging.getLogger("ray.data").setLevel(logging.WARNING)  # a line per job otherwise, on the party's stderr
     if not ray.is_initialized():
         kw: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False,
                               "configure_logging": False}
@@ -104,9 +102,6 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> Any:
             _temp_dir = tempfile.mkdtemp(prefix="vfsray-")  # (short: Ray's socket paths must fit 107 bytes)
             ray.init(num_cpus=num_cpus, _temp_dir=_temp_dir, **kw)
             _started_here = True
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
-        ctx.enable_operator_progress_bars = False
     return ray
 
 
@@ -160,6 +155,30 @@ def _filesystem(path: str | Path):
     return pafs.LocalFileSystem(), str(Path(s).resolve())
 
 
+def _utf8(a: np.ndarray) -> np.ndarray:
+    """A numpy text array as UTF-8 bytes (``S`` dtype): when every character is ASCII (the usual
+    ids), a cast of the code points to bytes (no Python object per id), else ``np.char.encode``."""
+    a = np.asarray(a)
+    if a.dtype.kind != "U":
+        a = a.astype(str)
+    k = a.dtype.itemsize // 4
+    if k and a.ndim == 1:
+        u = np.ascontiguousarray(a).view(np.uint32).reshape(len(a), k)
+        if not (u >= 128).any():
+            return u.astype(np.uint8).view(f"S{k}").reshape(len(a))
+    return np.char.encode(a, "utf-8")
+
+
+def _u64(a: np.ndarray, width: int = 8) -> np.ndarray:
+    """Byte strings (``S`` dtype) of at most 8 bytes, their first ``width`` bytes, as the unsigned
+    integers of their NUL-padded big-endian bytes (the same order as the strings)."""
+    k = a.dtype.itemsize
+    b = np.zeros((len(a), 8), dtype=np.uint8)
+    m = min(k, width, 8)
+    b[:, :m] = a.view(np.uint8).reshape(len(a), k)[:, :m]
+    return b.view(">u8").reshape(len(a)).astype(np.uint64)
+
+
 class SortedIds:
     """A party's ids as fixed-width UTF-8 bytes, sorted, in a memory-mapped file (``w`` bytes an
     id, ``w`` the widest id's length): an id's row is its rank. ``sorted`` is the array (numpy
@@ -169,6 +188,23 @@ class SortedIds:
         self.path, self.width = Path(path), int(width)
         self.sorted = (np.memmap(self.path, dtype=f"S{self.width}", mode="r+", shape=(n,)) if n
                        else np.zeros(0, dtype=f"S{self.width}"))
+        self._keys: np.ndarray | None = None
+
+    def keys(self) -> np.ndarray | None:
+        """Ids of at most 8 bytes as unsigned integers (big-endian bytes, NUL-padded: the same
+        order as the bytes), in a memory-mapped file beside the ids: a search among integers is
+        several times faster than among byte strings. None for wider ids."""
+        if self._keys is None and 0 < self.width <= 8 and len(self.sorted):
+            f = self.path.with_name(self.path.name + ".u64")
+            k = np.memmap(f, dtype=np.uint64, mode="w+", shape=(len(self.sorted),))
+            for a in range(0, len(k), BATCH_ROWS):
+                k[a:a + BATCH_ROWS] = _u64(self.sorted[a:a + BATCH_ROWS])
+                release_pages(self.sorted, a, a + BATCH_ROWS)
+                release_pages(k, a, a + BATCH_ROWS)
+            k.flush()
+            keep_pages_released(k)
+            self._keys = k
+        return self._keys
 
     def __len__(self) -> int:
         return len(self.sorted)
@@ -191,14 +227,26 @@ class SortedIds:
         s = self.sorted
         if not len(s) or not len(q):
             return out
+        keys = self.keys()
         for a in range(0, len(q), BATCH_ROWS):
             part = q[a:a + BATCH_ROWS]
-            part = part if part.dtype.kind == "S" else np.char.encode(part.astype(str), "utf-8")
-            j = np.searchsorted(s, part)
-            j[j == len(s)] = 0
-            hit = s[j] == part
+            part = part if part.dtype.kind == "S" else _utf8(part)
+            if keys is not None:  # as integers: an id longer than the widest held is not held
+                k = part.dtype.itemsize
+                longer = (part.view(np.uint8).reshape(len(part), k)[:, self.width:].any(1) if k > self.width
+                          else np.zeros(len(part), dtype=bool))
+                qk = _u64(part, self.width)
+                j = np.searchsorted(keys, qk)
+                j[j == len(s)] = 0
+                hit = (keys[j] == qk) & ~longer
+            else:
+                j = np.searchsorted(s, part)
+                j[j == len(s)] = 0
+                hit = s[j] == part
             out[a:a + BATCH_ROWS][hit] = j[hit]
         release_pages(s)
+        if keys is not None:
+            release_pages(keys)
         return out
 
 
@@ -279,8 +327,8 @@ def _join(join: dict, unit: int, ids_col) -> tuple[np.ndarray, np.ndarray]:
     return np.where(held, split, -1).astype(np.int8), dest
 
 
-def _frame(batch, cols: Sequence[str], cats: set, rows: np.ndarray) -> dict[str, Any]:
-    """The columns ``cols`` of the rows ``rows`` of a unit, typed as the local engine types them
+def _frame(batch, cols: Sequence[str], cats: set, rows: np.ndarray | None) -> dict[str, Any]:
+    """The columns ``cols`` of the rows ``rows`` (None: all) of a unit, typed as the local engine types them
     (:func:`~verticalfs.data.stream._typed`): float64 arrays straight from Arrow for integer and
     floating columns (the same floats as pandas' conversion), text series through pandas otherwise."""
     import pyarrow as pa
@@ -288,15 +336,14 @@ def _frame(batch, cols: Sequence[str], cats: set, rows: np.ndarray) -> dict[str,
     from verticalfs.data.stream import _typed
 
     out: dict[str, Any] = {}
-    idx = pa.array(rows, pa.int64())
+    idx = None if rows is None else pa.array(rows, pa.int64())
     for c in cols:
-        col = batch.column(c)
+        col = batch.column(c) if idx is None else batch.column(c).take(idx)
         t = col.type
         if c not in cats and (pa.types.is_floating(t) or pa.types.is_integer(t)):
-            a = col.take(idx).to_numpy(zero_copy_only=False)  # (nulls: NaN, as pandas')
-            out[c] = np.asarray(a, dtype=np.float64)
+            out[c] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)  # (nulls: NaN, as pandas')
         else:
-            out[c] = _typed(col.take(idx).to_pandas(), c in cats)
+            out[c] = _typed(col.to_pandas(), c in cats)
     return out
 
 
@@ -318,13 +365,20 @@ def _check_block(batch, cols: Sequence[str]) -> dict:
 
 
 def _fit_block(batch, unit: int, id_column: str, join: dict, cols: Sequence[str], cats: Sequence[str],
-               counts_numeric: bool) -> tuple[dict, int]:
+               counts_numeric: bool, handoff: bool = False):
+    """A unit's statistics of its training rows and their number; with ``handoff``, also its
+    aligned rows (their columns as read, their split and destination row), left in the object
+    store for the transform (no second read)."""
     from verticalfs.engine.stats import block_stats
 
-    split, _ = _join(join, unit, batch.column(id_column))
+    split, dest = _join(join, unit, batch.column(id_column))
     train = np.flatnonzero(split == 0)
     st = block_stats(_frame(batch, cols, set(cats), train), set(cats), counts_numeric=counts_numeric)
-    return st, len(train)
+    if not handoff:
+        return st, len(train)
+    keep = np.flatnonzero(split >= 0)
+    rows = {"table": batch.select(list(cols)).take(keep), "split": split[keep], "dest": dest[keep]}
+    return (st, len(train)), rows
 
 
 def _fault_point() -> None:
@@ -346,17 +400,24 @@ def _fault_point() -> None:
 
 def _transform_block(batch, unit: int, id_column: str, join: dict, pp: dict, cols: Sequence[str],
                      cats: Sequence[str], outputs: list, where: str) -> list[int]:
+    split, dest = _join(join, unit, batch.column(id_column))
+    keep = np.flatnonzero(split >= 0)
+    return _write_prepared(batch, keep, split[keep], dest[keep], pp, cols, cats, outputs, where)
+
+
+def _write_prepared(batch, keep: np.ndarray | None, ks: np.ndarray, rows_all: np.ndarray, pp: dict, cols: Sequence[str],
+                    cats: Sequence[str], outputs: list, where: str) -> list[int]:
+    """The rows ``keep`` (None: all) of ``batch`` prepared by ``pp`` and written into the split ``ks[i]``'s
+    matrix at row ``rows_all[i]``; the rows written per split."""
     from verticalfs.data.preprocess import PartyPreprocessor
 
     _fault_point()
-    split, dest = _join(join, unit, batch.column(id_column))
-    keep = np.flatnonzero(split >= 0)
     written = [0] * len(outputs)
-    if len(keep):
-        X = _matrix(_frame(batch, cols, set(cats), keep), cols, len(keep))
+    n = batch.num_rows if keep is None else len(keep)
+    if n:
+        X = _matrix(_frame(batch, cols, set(cats), keep), cols, n)
         A = PartyPreprocessor.from_dict(pp).transform(X, where=where)
         del X
-        ks, rows_all = split[keep], dest[keep]
         for k, (path, rows, d) in enumerate(outputs):
             m = np.flatnonzero(ks == k)
             if not len(m) or not rows or not d:
@@ -374,32 +435,57 @@ def _transform_block(batch, unit: int, id_column: str, join: dict, pp: dict, col
     return written
 
 
-def _unit_task(fs, path: str, row_groups: Sequence[int], columns: Sequence[str], fn, kw: dict) -> tuple[Any, float]:
+def _handed_task(rows: dict, kw: dict) -> tuple[list[int], float]:
+    """The transform of a unit's aligned rows that its fit task left in the object store."""
+    c0, w0 = time.process_time(), time.time()
+    t = rows["table"]
+    out = _write_prepared(t, None, rows["split"], rows["dest"], **kw)
+    return out, (time.process_time() - c0, w0, time.time())
+
+
+def _unit_task(fs, path: str, row_groups: Sequence[int], columns: Sequence[str], fn, kw: dict) -> Any:
     """One unit of a pass, on a worker: its row groups of ``path`` (columns ``columns``) read with
-    pyarrow on one thread (a task is one CPU), then ``fn(table, **kw)``; with the worker's CPU seconds."""
+    pyarrow on one thread (a task is one CPU), then ``fn(table, **kw)``; with the worker's CPU
+    seconds. With ``kw["handoff"]``, ``fn`` gives ``(output, rows)`` and the task two results: the
+    second, ``rows``, stays in the object store for a later task."""
     import pyarrow.parquet as pq
 
-    c0 = time.process_time()
+    c0, w0 = time.process_time(), time.time()
     with fs.open_input_file(path) as f:
         table = pq.ParquetFile(f).read_row_groups(list(row_groups), columns=list(columns), use_threads=False)
+    if kw.get("handoff"):
+        out, rows = fn(table, **kw)
+        return (out, (time.process_time() - c0, w0, time.time())), rows
     out = fn(table, **kw)
-    return out, time.process_time() - c0
+    return out, (time.process_time() - c0, w0, time.time())
 
 
-_unit_remote: Any = None
+_remotes: dict[Any, Any] = {}
 
 
-def _remote(ray) -> Any:
-    """:func:`_unit_task` as a Ray remote function (one CPU, retried after its worker's death)."""
-    global _unit_remote
-    if _unit_remote is None:
-        _unit_remote = ray.remote(_unit_task).options(max_retries=RETRIES, num_cpus=1)
-    return _unit_remote
+def _remote(ray, fn: Any = None, num_returns: int = 1) -> Any:
+    """``fn`` (default :func:`_unit_task`) as a Ray remote function (one CPU, retried after its
+    worker's death; a lost result in the object store is made again by running its task again)."""
+    fn = fn or _unit_task
+    r = _remotes.get((fn, num_returns))
+    if r is None:
+        r = _remotes[fn, num_returns] = ray.remote(fn).options(max_retries=RETRIES, num_cpus=1,
+                                                                num_returns=num_returns)
+    return r
 
 
 #: rows a unit of work (a Ray task) reads at most, where a file's row groups allow (adjacent row
 #: groups of a file are put together up to it; a row group is never split)
 UNIT_ROWS = 1 << 18
+
+
+def _load_fit_code() -> None:
+    try:
+        import sklearn.preprocessing  # noqa: F401
+
+        import verticalfs.engine.stats  # noqa: F401
+    except ImportError:  # (said where it is needed)
+        pass
 
 
 class RayTable:
@@ -424,7 +510,8 @@ class RayTable:
     """
 
     def __init__(self, party: str, path: str | Path, *, id_column: str = "id", address: str | None = None,
-                 work_dir: str | Path | None = None, blocks: int | None = None, num_cpus: int | None = None) -> None:
+                 work_dir: str | Path | None = None, blocks: int | None = None, num_cpus: int | None = None,
+                 handoff: bool = True) -> None:
         import pyarrow.dataset as pads
 
         self.party, self.path, self.id_column, self.blocks = party, path, id_column, blocks
@@ -440,6 +527,9 @@ class RayTable:
         if id_column not in self.columns:
             raise DataError(f"party {party!r}: {str(path)!r} has no id column {id_column!r}; its columns are "
                             f"{self.columns}")
+        # scikit-learn's scalers fit the preprocessor on the coordinator (engine.stats): loaded now,
+        # beside the reads, not when the first alignment waits for it (~1 s of imports)
+        threading.Thread(target=_load_fit_code, name="verticalfs-ray-imports", daemon=True).start()
         self._own_dir = work_dir is None
         self.work_dir = (Path(tempfile.mkdtemp(prefix=f"verticalfs-{party}-ray-")) if work_dir is None
                          else Path(work_dir))
@@ -448,6 +538,8 @@ class RayTable:
         self._units: list[tuple[str, tuple[int, ...], int]] | None = None
         self._ranks_dir: Path | None = None  # each unit's ranks among the sorted ids (see _ranks)
         self.cpu_s = 0.0  # the workers' CPU seconds of the passes run so far
+        self.tasks: list[tuple[float, float, float]] = []  # each task's (CPU seconds, start, end), the latest pass's
+        self.handoff = handoff
         self.last_pass: dict[str, Any] = {}  # what the latest preparation did (blocks, approximate columns)
 
     # ------------------------------------------------------------------ reads
@@ -479,21 +571,51 @@ class RayTable:
         output)`` as the tasks finish (a few results held at a time); adds the workers' CPU seconds
         to ``self.cpu_s``. Tasks still running when the caller stops are cancelled."""
         ray = self._ray
-        remote = _remote(ray)
+        handoff = bool(fn_kwargs.get("handoff"))
+        remote = _remote(ray, num_returns=2 if handoff else 1)
         units = self.units()
         with_unit = "unit" in fn.__code__.co_varnames[:fn.__code__.co_argcount]
-        refs = {}
+        refs, kept = {}, {}
         for k, (path, rgs, _rows) in enumerate(units):
             kw = dict(fn_kwargs, unit=k) if with_unit else fn_kwargs
-            refs[remote.remote(self.fs, path, rgs, list(columns), fn, kw)] = k
+            r = remote.remote(self.fs, path, rgs, list(columns), fn, kw)
+            if handoff:
+                r, kept[k] = r
+            refs[r] = k
         pending = list(refs)
         try:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 for r in done:
-                    out, cpu = ray.get(r)
-                    self.cpu_s += cpu
-                    yield refs[r], out
+                    out, took = ray.get(r)
+                    self._took(took)
+                    k = refs[r]
+                    yield (k, out, kept.pop(k)) if handoff else (k, out)
+        finally:
+            for r in pending:
+                ray.cancel(r, force=False)
+
+    def _took(self, took: tuple[float, float, float]) -> None:
+        """A task's (CPU seconds, wall-clock start, end) added up (``cpu_s``, ``tasks``)."""
+        self.cpu_s += took[0]
+        self.tasks.append(took)
+
+    def _handed(self, rows: dict, **kw):
+        """:func:`_write_prepared` over the aligned rows each unit's fit left in the object store
+        (``{unit: ref}``, emptied as the tasks finish, so that the store frees them): yields each
+        task's output."""
+        ray = self._ray
+        remote = _remote(ray, _handed_task)
+        refs = {remote.remote(ref, kw): k for k, ref in rows.items()}
+        pending = list(refs)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for r in done:
+                    out, took = ray.get(r)
+                    self._took(took)
+                    rows.pop(refs[r], None)
+                    yield out
         finally:
             for r in pending:
                 ray.cancel(r, force=False)
@@ -581,6 +703,7 @@ class RayTable:
         from verticalfs.engine.stats import approximate, merge, preprocessor
 
         ids = self.id_lookup()
+        start, self.tasks = time.time(), []
         n = len(ids)
         pos = np.asarray(pos, dtype=np.int64)
         codes = np.asarray(codes, dtype=np.int64)
@@ -608,13 +731,18 @@ class RayTable:
         cols, cats = list(cols), list(cats)
         where = str(self.path)
         t0 = time.perf_counter()
+        marks = {"aligned": time.time() - start}
         stats: dict = {}
         train_rows = 0
         cpu0 = self.cpu_s
-        for _k, (st, r) in self._map([self.id_column, *cols], _fit_block, id_column=self.id_column, join=join,
-                                     cols=cols, cats=cats, counts_numeric=impute == "most-frequent"):
+        handed: dict[int, Any] = {}
+        for k, (st, r), *rows in self._map([self.id_column, *cols], _fit_block, id_column=self.id_column, join=join,
+                                           cols=cols, cats=cats, counts_numeric=impute == "most-frequent",
+                                           handoff=self.handoff):
             merge(stats, st)
             train_rows += r
+            if rows:
+                handed[k] = rows[0]
         if train_rows != sizes[0]:
             raise DataError(f"party {self.party!r}: the fit saw {train_rows} training rows of {sizes[0]} aligned; "
                             f"{where!r} changed while it was read")
@@ -622,8 +750,10 @@ class RayTable:
             from verticalfs.engine.stats import ColumnStats
 
             stats = {c: ColumnStats(c in set(cats)) for c in cols}
+        marks["fitted"] = time.time() - start
         pp = preprocessor(self.party, cols, cats, stats, scaling=scaling, impute=impute, where=where)
         fit_s = time.perf_counter() - t0
+        marks["preprocessor"] = time.time() - start
         d = len(pp.feature_names)
         outputs = []
         for s, rows in zip(splits, sizes, strict=True):
@@ -634,8 +764,11 @@ class RayTable:
         t1 = time.perf_counter()
         cpu1 = self.cpu_s
         written = np.zeros(len(splits), dtype=np.int64)
-        for _k, w in self._map([self.id_column, *cols], _transform_block, id_column=self.id_column, join=join,
-                               pp=pp.to_dict(), cols=cols, cats=cats, outputs=outputs, where=where):
+        kw = {"pp": pp.to_dict(), "cols": cols, "cats": cats, "outputs": outputs, "where": where}
+        passes = (self._handed(handed, **kw) if self.handoff else
+                  (w for _k, w in self._map([self.id_column, *cols], _transform_block, id_column=self.id_column,
+                                            join=join, **kw)))
+        for w in passes:
             written += np.asarray(w, dtype=np.int64)
         if written.tolist() != sizes:
             raise DataError(f"party {self.party!r}: the transform wrote {written.tolist()} rows per split where "
@@ -649,7 +782,9 @@ class RayTable:
                 maps[s] = m
             else:
                 maps[s] = np.zeros((rows, d), dtype=np.float32)
+        marks["written"] = time.time() - start
         self.last_pass = {"fit_s": fit_s, "transform_s": time.perf_counter() - t1, "units": len(self.units()),
+                          "marks": marks, "tasks": [(c, a - start, b - start) for c, a, b in self.tasks],
                           "fit_cpu_s": cpu1 - cpu0, "transform_cpu_s": self.cpu_s - cpu1,
                           "approximate": sorted(c for c, st in stats.items() if not st.categorical and approximate(st)
                                                 and (impute == "median" or scaling == "robust"))}
