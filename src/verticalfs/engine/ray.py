@@ -311,8 +311,11 @@ def _ranks(join: dict, unit: int, ids_col) -> np.ndarray:
         pass
     if not join["n"]:
         return np.full(len(ids_col), -1, dtype=np.int64)
-    s = np.memmap(join["ids"], dtype=f"S{join['width']}", mode="r", shape=(join["n"],))
     q = _fixed_width(ids_col, join["width"])
+    if join.get("keys"):  # the ids as 8-byte integers (SortedIds.keys): the same ranks, found faster
+        s, q = np.memmap(join["keys"], dtype=np.uint64, mode="r", shape=(join["n"],)), _u64(q, join["width"])
+    else:
+        s = np.memmap(join["ids"], dtype=f"S{join['width']}", mode="r", shape=(join["n"],))
     j = np.minimum(np.searchsorted(s, q), join["n"] - 1)
     r = np.where(s[j] == q, j, -1).astype(np.int64)
     del s
@@ -732,8 +735,9 @@ class RayTable:
         release_pages(split)  # (written: the pages stay in the page cache, not in this process)
         release_pages(dest)
         del split, dest
+        keys = ids.keys()
         join = {"ids": str(ids.path), "width": ids.width, "n": n, "split": str(split_f), "dest": str(dest_f),
-                "ranks": str(self._ranks_dir)}
+                "ranks": str(self._ranks_dir), "keys": str(keys.filename) if keys is not None else None}
         cols, cats = list(cols), list(cats)
         where = str(self.path)
         t0 = time.perf_counter()
