@@ -65,10 +65,13 @@ def test_units_are_a_files_row_groups_up_to_a_size(tmp_path, monkeypatch):
         def __init__(self, blocks):
             import pyarrow.dataset as pads
 
-            self.dataset, self.n_rows, self.blocks, self._units = pads.dataset(folder), 1250, blocks, None
+            self.dataset, self.n_rows, self.blocks = pads.dataset(folder), 1250, blocks
+            self._units, self._sizes = None, {}
 
     monkeypatch.setattr(engine, "UNIT_ROWS", 300)
-    units = Table(None).units()
+    t = Table(None)
+    units = t.units()
+    assert set(t._sizes) == {"id", "v"} and t._sizes["v"] >= 1250 * 8  # uncompressed bytes, from the footers
     assert [(u[0].rsplit("/", 1)[1], u[1], u[2]) for u in units] == [
         ("p0.parquet", (0, 1, 2), 300), ("p0.parquet", (3, 4, 5), 300), ("p0.parquet", (6, 7, 8), 300),
         ("p0.parquet", (9,), 100), ("p1.parquet", (0, 1, 2), 250)]

@@ -538,7 +538,7 @@ class RayTable:
 
     def __init__(self, party: str, path: str | Path, *, id_column: str = "id", address: str | None = None,
                  work_dir: str | Path | None = None, blocks: int | None = None, num_cpus: int | None = None,
-                 handoff: bool = True) -> None:
+                 handoff: bool | None = None) -> None:
         import pyarrow.dataset as pads
 
         self.party, self.path, self.id_column, self.blocks = party, path, id_column, blocks
@@ -564,9 +564,10 @@ class RayTable:
         self._ids: SortedIds | None = None
         self._units: list[tuple[str, tuple[int, ...], int]] | None = None
         self._ranks_dir: Path | None = None  # each unit's ranks among the sorted ids (see _ranks)
+        self._sizes: dict[str, int] = {}  # each column's uncompressed bytes (from the footers, with the units)
         self.cpu_s = 0.0  # the workers' CPU seconds of the passes run so far
         self.tasks: list[tuple[float, float, float]] = []  # each task's (CPU seconds, start, end), the latest pass's
-        self.handoff = handoff
+        self.handoff = handoff  # None: when the aligned rows fit in half the object store (_hand_off)
         self.last_pass: dict[str, Any] = {}  # what the latest preparation did (blocks, approximate columns)
 
     # ------------------------------------------------------------------ reads
@@ -577,8 +578,15 @@ class RayTable:
         if self._units is None:
             target = -(-self.n_rows // int(self.blocks)) if self.blocks else UNIT_ROWS
             units: list[tuple[str, tuple[int, ...], int]] = []
+            sizes: dict[str, int] = {}
             for frag in self.dataset.get_fragments():
                 frag.ensure_complete_metadata()
+                md = frag.metadata
+                for g in range(md.num_row_groups):  # each column's bytes, uncompressed (the hand-off's size)
+                    rg = md.row_group(g)
+                    for i in range(rg.num_columns):
+                        c = rg.column(i).path_in_schema.split(".")[0]
+                        sizes[c] = sizes.get(c, 0) + int(rg.column(i).total_uncompressed_size)
                 cur: list[int] = []
                 rows = 0
                 for rg in frag.row_groups:
@@ -589,7 +597,7 @@ class RayTable:
                     rows += rg.num_rows
                 if cur:
                     units.append((frag.path, tuple(cur), rows))
-            self._units = units
+            self._units, self._sizes = units, sizes
         return self._units
 
     def _map(self, columns: Sequence[str], fn, **fn_kwargs):
@@ -621,6 +629,19 @@ class RayTable:
         finally:
             for r in pending:
                 ray.cancel(r, force=False)
+
+    def _hand_off(self, columns: Sequence[str], aligned: int) -> bool:
+        """Whether the fit leaves the aligned rows in the object store for the transform (one read
+        of the table) or the transform reads the table again: ``handoff`` if given, else whether
+        the aligned rows' columns (estimated from the Parquet footers' uncompressed sizes) fit in
+        half the cluster's object store (beyond, Ray would spill them to disk and read them back:
+        a second read of the table costs no more)."""
+        if self.handoff is not None:
+            return bool(self.handoff)
+        self.units()
+        size = sum(self._sizes.get(c, 0) for c in set(columns)) * aligned / max(1, self.n_rows)
+        store = float(self._ray.cluster_resources().get("object_store_memory", 0))
+        return size <= 0.5 * store
 
     def _took(self, took: tuple[float, float, float]) -> None:
         """A task's (CPU seconds, wall-clock start, end) added up (``cpu_s``, ``tasks``)."""
@@ -764,9 +785,10 @@ class RayTable:
         train_rows = 0
         cpu0 = self.cpu_s
         handed: dict[int, Any] = {}
+        handoff = self._hand_off([self.id_column, *cols], sum(sizes))
         for k, (st, r), *rows in self._map([self.id_column, *cols], _fit_block, id_column=self.id_column, join=join,
                                            cols=cols, cats=cats, counts_numeric=impute == "most-frequent",
-                                           handoff=self.handoff):
+                                           handoff=handoff):
             merge(stats, st)
             train_rows += r
             if rows:
@@ -793,7 +815,7 @@ class RayTable:
         cpu1 = self.cpu_s
         written = np.zeros(len(splits), dtype=np.int64)
         kw = {"pp": pp.to_dict(), "cols": cols, "cats": cats, "outputs": outputs, "where": where}
-        passes = (self._handed(handed, **kw) if self.handoff else
+        passes = (self._handed(handed, **kw) if handoff else
                   (w for _k, w in self._map([self.id_column, *cols], _transform_block, id_column=self.id_column,
                                             join=join, **kw)))
         for w in passes:
@@ -811,7 +833,8 @@ class RayTable:
             else:
                 maps[s] = np.zeros((rows, d), dtype=np.float32)
         marks["written"] = time.time() - start
-        self.last_pass = {"fit_s": fit_s, "transform_s": time.perf_counter() - t1, "units": len(self.units()),
+        self.last_pass = {"handoff": handoff, "fit_s": fit_s, "transform_s": time.perf_counter() - t1,
+                          "units": len(self.units()),
                           "marks": marks, "tasks": [(c, a - start, b - start) for c, a, b in self.tasks],
                           "fit_cpu_s": cpu1 - cpu0, "transform_cpu_s": self.cpu_s - cpu1,
                           "approximate": sorted(c for c, st in stats.items() if not st.categorical and approximate(st)
