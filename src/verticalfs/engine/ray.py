@@ -426,16 +426,18 @@ def _fault_point() -> None:
 
 
 def _transform_block(batch, unit: int, id_column: str, join: dict, pp: dict, cols: Sequence[str],
-                     cats: Sequence[str], outputs: list, where: str) -> list[int]:
+                     cats: Sequence[str], outputs: list, where: str, node: str | None = None) -> list[int]:
     split, dest = _join(join, unit, batch.column(id_column))
     keep = np.flatnonzero(split >= 0)
-    return _write_prepared(batch, keep, split[keep], dest[keep], pp, cols, cats, outputs, where)
+    return _write_prepared(batch, keep, split[keep], dest[keep], pp, cols, cats, outputs, where, node)
 
 
 def _write_prepared(batch, keep: np.ndarray | None, ks: np.ndarray, rows_all: np.ndarray, pp: dict, cols: Sequence[str],
-                    cats: Sequence[str], outputs: list, where: str) -> list[int]:
-    """The rows ``keep`` (None: all) of ``batch`` prepared by ``pp`` and written into the split ``ks[i]``'s
-    matrix at row ``rows_all[i]``; the rows written per split."""
+                    cats: Sequence[str], outputs: list, where: str, node: str | None = None) -> list[int]:
+    """The rows ``keep`` (None: all) of ``batch`` prepared by ``pp`` and written into the split
+    ``ks[i]``'s matrix at row ``rows_all[i]``; the rows written per split. The matrices are written
+    to their files (``msync``) only where this worker is not on the coordinator's node ``node``
+    (a shared filesystem); on its node the page cache they are written to is the coordinator's."""
     from verticalfs.data.preprocess import PartyPreprocessor
 
     _fault_point()
@@ -456,10 +458,20 @@ def _write_prepared(batch, keep: np.ndarray | None, ks: np.ndarray, rows_all: np
             for a in range(0, len(r), WRITE_ROWS):  # ascending, a few thousand rows at a time, pages released
                 out[r[a:a + WRITE_ROWS]] = A[m[a:a + WRITE_ROWS]]
                 release_pages(out, int(r[a]), int(r[min(len(r), a + WRITE_ROWS) - 1]) + 1)
-            out.flush()
+            if node is None or _node_id() != node:
+                out.flush()
             del out
             written[k] = len(m)
     return written
+
+
+def _node_id() -> str | None:
+    try:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+    except Exception:  # noqa: BLE001 - not in a Ray process: write the files through
+        return None
 
 
 def _handed_task(rows: dict, kw: dict) -> tuple[list[int], float]:
@@ -814,7 +826,8 @@ class RayTable:
         t1 = time.perf_counter()
         cpu1 = self.cpu_s
         written = np.zeros(len(splits), dtype=np.int64)
-        kw = {"pp": pp.to_dict(), "cols": cols, "cats": cats, "outputs": outputs, "where": where}
+        kw = {"pp": pp.to_dict(), "cols": cols, "cats": cats, "outputs": outputs, "where": where,
+              "node": _node_id()}
         passes = (self._handed(handed, **kw) if handoff else
                   (w for _k, w in self._map([self.id_column, *cols], _transform_block, id_column=self.id_column,
                                             join=join, **kw)))
