@@ -5,14 +5,17 @@ has blocks to spread; a lake table is such a folder), then, for each worker coun
 own (so that its ``VmHWM`` is that configuration's exact peak) is the party's coordinator:
 
 - ``read``: it starts a Ray instance with that many worker CPUs (on 127.0.0.1) and reads the table:
-  the values checked and the ids sorted into a memory-mapped file (three Ray jobs);
+  the values checked and the ids sorted into a memory-mapped file (three passes of Ray tasks over
+  the table's units);
 - ``psi``: the party's whole side of a streamed ristretto255 PSI with a label holder of as many ids
   (half shared): its own ids hashed and blinded, the label holder's re-blinded, every scalar
   multiplication a Ray task over a shard of a chunk; the label holder's side is replayed (its
   chunks are valid group elements computed once before the clock starts), so the seconds are the
   party's alone;
 - ``prepare``: an ``Align`` of 90 % of its ids in a random order (train/val/test 70/10/20): the fit
-  and the transform as Ray jobs into the memory-mapped matrices;
+  and the transform as Ray tasks over the table's units (row groups) into the memory-mapped matrices
+  (the workers' CPU seconds of each pass and the coordinator's are printed beside: on a shared
+  machine the wall-clock speedup measures the other processes too);
 - ``epoch``: one epoch of a bottom model (50 -> 16 linear layer, forward and backward) over the
   training rows in shuffled mini-batches of 1,024 read from the prepared matrices.
 
@@ -23,6 +26,7 @@ log(seconds) against log(rows), and a 100M-row projection from those slopes, lab
     python benchmarks/scale/ray_engine.py                          # 1M, 3M, 10M rows; 1 and 2 workers
     python benchmarks/scale/ray_engine.py --sizes 100000,300000    # a check on a busy machine
     python benchmarks/scale/ray_engine.py --sizes 10000000 --workers 2 --no-psi   # the 10M coordinator's RSS
+    python benchmarks/scale/ray_engine.py --one-worker-sizes 1000000,3000000     # ~30 min: no 1-worker 10M run
 
 Goals (issue 55): speedup >= 1.6x from 1 to 2 workers on PSI and preparation (on an idle machine:
 the speedup of a busy one measures the other sessions); a 10M-row party's coordinator below 1.5 GiB.
@@ -140,16 +144,18 @@ def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out) -> None:
         msg = Align(ids=ids, split=rng.choice(3, len(ids), p=[0.7, 0.1, 0.2]).astype(np.int64), scaling="minmax",
                     impute="none")
         del ids  # (held by the message only, as in a party that decoded it)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         party.handle(LABEL_HOLDER, msg, None, None)  # (as a label holder's Align arrives)
         res["stages"]["prepare"] = time.perf_counter() - t
+        res["prepare_coordinator_cpu_s"] = time.process_time() - c
         res["rss_after_prepare_mb"] = _hwm_mb()
         del msg
-        res["fit_s"], res["transform_s"] = party.table.last_pass["fit_s"], party.table.last_pass["transform_s"]
+        res.update({k: v for k, v in party.table.last_pass.items() if k.endswith("_s") or k == "units"})
         maps = {s: party.data.X_all(s).numpy() for s in SPLITS}
         res["stages"]["epoch"] = _epoch(maps)
         res["peak_rss_mb"] = _hwm_mb()
         res["load"] = os.getloadavg()[0]
+        res["load3"] = os.getloadavg()
         del party, maps
     except Exception as exc:  # noqa: BLE001 - reported by the parent
         res["error"] = f"{type(exc).__name__}: {exc}"
@@ -180,16 +186,26 @@ def slope(rows: list[int], secs: list[float]) -> float:
 
 def fmt(r: dict) -> str:
     st = "  ".join(f"{k} {v:8.1f} s" for k, v in r["stages"].items())
+    cpu = (f", workers' CPU {r['fit_cpu_s']:.1f} + {r['transform_cpu_s']:.1f} s over {r['units']} units, coordinator's "
+           f"CPU {r['prepare_coordinator_cpu_s']:.1f} s" if "fit_cpu_s" in r else "")
     return (f"{r['rows']:>12,} rows, {r['workers']} worker{'s' if r['workers'] > 1 else ' '}: {st}   "
             f"coordinator peak RSS {r['peak_rss_mb']:6.0f} MB (after reading {r['rss_after_read_mb']:.0f}, "
             f"preparing {r['rss_after_prepare_mb']:.0f})"
-            f"  [fit {r['fit_s']:.1f} s, transform {r['transform_s']:.1f} s; load {r['load']:.1f}]")
+            f"  [fit {r['fit_s']:.1f} s, transform {r['transform_s']:.1f} s{cpu}; load {_load(r['load3'])}]")
+
+
+def _load(avg) -> str:
+    """The load averages (1, 5, 15 minutes), as ``uptime`` prints them."""
+    return "/".join(f"{x:.2f}" for x in avg)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="1000000,3000000,10000000", help="rows of the party's table, comma-separated")
     ap.add_argument("--workers", default="1,2", help="Ray worker CPUs to compare, comma-separated")
+    ap.add_argument("--one-worker-sizes", default=None,
+                    help="run the 1-worker configuration only at these sizes (comma-separated; default: every "
+                         "size): e.g. 1000000,3000000 leaves out the 1-worker 10M run (no speedup printed there)")
     ap.add_argument("--columns", type=int, default=50)
     ap.add_argument("--files", type=int, default=8, help="Parquet files the table is written as")
     ap.add_argument("--no-psi", action="store_true", help="leave out the PSI stage (e.g. for the 10M RSS alone)")
@@ -198,10 +214,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     a = ap.parse_args(argv)
     sizes = [int(s) for s in a.sizes.split(",") if s]
     workers = [int(w) for w in a.workers.split(",") if w]
+    one_sizes = None if a.one_worker_sizes is None else {int(s) for s in a.one_worker_sizes.split(",") if s}
     print(f"ray engine of a party: {a.columns} float32 columns, tables as {a.files} Parquet files; stages: read "
-          "(check + ids), psi (the party's side, on Ray tasks), prepare (fit + transform, Ray jobs), epoch "
+          "(check + ids), psi (the party's side, on Ray tasks), prepare (fit + transform, Ray tasks), epoch "
           f"(bottom model, batches from the prepared shards); {os.cpu_count()} cores, load "
-          f"{os.getloadavg()[0]:.1f} at start", flush=True)
+          f"{_load(os.getloadavg())} at start (1/5/15 min)", flush=True)
+    if one_sizes is not None:
+        print(f"1 worker only at {sorted(one_sizes)} rows (--one-worker-sizes): no 1 -> 2 speedup at "
+              f"{[n for n in sizes if n not in one_sizes]}", flush=True)
     results: list[dict] = []
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"vfs-ray-{n}-") as d:
@@ -209,6 +229,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             table = generate(Path(d) / "table", n, columns=a.columns, files=a.files)
             print(f"{n:>12,} rows: table written in {time.perf_counter() - t:.1f} s", flush=True)
             for w in workers:
+                if w == 1 and one_sizes is not None and n not in one_sizes:
+                    print(f"{n:>12,} rows, 1 worker : left out (--one-worker-sizes)", flush=True)
+                    continue
                 r = run_one(table, n, w, psi=not a.no_psi, chunk=a.chunk)
                 results.append(r)
                 print(fmt(r), flush=True)
@@ -217,7 +240,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
             sp = {k: mine[1]["stages"][k] / mine[2]["stages"][k] for k in mine[2]["stages"]}
             print(f"{'':12s} speedup 1 -> 2 workers: " + "  ".join(
                 f"{k} {v:.2f}x" + (f" (goal >= {GOAL_SPEEDUP}x {'met' if v >= GOAL_SPEEDUP else 'NOT met'})"
-                                   if k in ("psi", "prepare") else "") for k, v in sp.items()), flush=True)
+                                   if k in ("psi", "prepare") else "") for k, v in sp.items())
+                + (f"  [fit {mine[1]['fit_s'] / mine[2]['fit_s']:.2f}x, transform "
+                   f"{mine[1]['transform_s'] / mine[2]['transform_s']:.2f}x]" if mine[2].get("fit_s") else ""),
+                flush=True)
     for w in workers:
         rs = [r for r in results if r["workers"] == w]
         if len(rs) >= 2:
@@ -239,7 +265,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         peak = max(r["peak_rss_mb"] for r in top)
         print(f"10M-row party's coordinator: peak RSS {peak:.0f} MB (goal < {GOAL_RSS_MB:.0f} MB "
               f"{'met' if peak < GOAL_RSS_MB else 'NOT met'})")
-    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f}")
+    print(f"load average at the end (1/5/15 min): {_load(os.getloadavg())}")
     if a.json:
         a.json.write_text(json.dumps(results, indent=1))
     return results

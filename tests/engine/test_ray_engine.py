@@ -168,3 +168,24 @@ def test_a_worker_killed_during_the_preparation_is_retried_with_the_same_result(
         os.kill(pid, 0)  # it is gone: its block was prepared again by another worker
     for s in SPLITS:
         assert np.array_equal(out["got"][s], ref[s])
+
+
+def test_the_transform_reading_again_and_the_fits_handoff_prepare_the_same_rows(cluster, tmp_path):
+    """The fit leaves each unit's aligned rows in the object store (the default where they fit in
+    half of it); without it the transform reads the table again: the same rows. A second alignment
+    on the same table reuses each unit's ranks among the ids (kept in the working folder) and is the
+    local engine's too."""
+    folder, one, df = _table(tmp_path, n=2500, files=2)
+    memory = DeployedParty("telecom", one, categorical=["c"], stream=False)
+    parties = [DeployedParty("telecom", folder, categorical=["c"], engine="ray") for _ in range(2)]
+    parties[1].table.handoff = False
+    for seed in (1, 2):
+        msg = _align_msg(df, "robust", "most-frequent", seed=seed)
+        ref = _prepared(memory, msg)
+        for p in parties:
+            got = _prepared(p, msg)
+            assert all(np.array_equal(got[s], ref[s]) for s in SPLITS)
+            assert p.table.last_pass["units"] == 2 and p.table.last_pass["fit_cpu_s"] > 0
+            assert p.table.last_pass["handoff"] is (p is parties[0])  # (by default: the rows fit in the store)
+    ranks = list(parties[0].table.work_dir.glob("ranks-*/*.npy"))
+    assert len(ranks) == 2  # one file per unit, written by the first alignment's fit

@@ -5,27 +5,33 @@ party's table of the deployment file) keeps the party's coordinator where it was
 the TLS identity, the policy, the bottom model and the mini-batch loop) and hands its table to a Ray
 cluster (the ``ray`` extra: ``pip install 'verticalfs[ray]'``; Ray is Apache-2.0):
 
-- **reading**: Ray Data reads the party's Parquet table where it lives (a file, a folder of
-  files, or a URI such as ``s3://bucket/table/`` through pyarrow's filesystems); the coordinator
-  reads only the metadata (schema, row count);
-- **ids**: a Ray job checks the id column (no missing, the widest id) and streams the ids, as
+- **reading**: every pass over the table is one plain Ray task per *unit* (a file's adjacent row
+  groups, up to :data:`UNIT_ROWS` rows), which reads its row groups with pyarrow where the table
+  lives (a file, a folder of files, or a URI such as ``s3://bucket/table/`` through pyarrow's
+  filesystems); the coordinator reads only the metadata (schema, row count, row groups). (Ray Data
+  jobs did this in verticalfs 0.7.0: each job spent 1-2.5 s before its first block's function ran
+  and made three uneven blocks of eight files; a task starts in milliseconds.);
+- **ids**: a pass checks the id column (no missing, the widest id) and one streams the ids, as
   fixed-width UTF-8 bytes, into one memory-mapped file on the coordinator, sorted in place
   (:class:`SortedIds`): ``w`` bytes an id (``w`` the widest id's UTF-8 length), in the page cache,
   not in the coordinator's resident memory. An id's *row* is its rank in that order;
 - **PSI**: the party's blinding (one scalar multiplication per id and per id of the label
   holder) runs as Ray tasks over shards of each chunk (:class:`RayExecutor`), the messages
   unchanged;
-- **preparation**, two Ray jobs over the table's blocks, each joining its rows to the alignment by
-  id (the sorted ids and, per rank, the aligned row and split: three memory-mapped files the
-  workers open read-only): the **fit** sends each block's per-column statistics of its training
-  rows (:mod:`verticalfs.engine.stats`: min/max, counts and categories exact; mean and variance
-  merged; quartiles from sketches, exact while a block holds at most 4,096 training values of a
-  column), merged on the coordinator into the party's preprocessor; the **transform** prepares
-  each block's aligned rows with it and writes them into one float32 memory-mapped file per split
-  at their aligned rows (the shards training reads mini-batches from, as the local engine's);
-- **faults**: each block is a Ray task; a worker that dies is retried by Ray (a block's writes are
-  idempotent: the same rows get the same values), and the coordinator checks that every aligned
-  row was written exactly once per pass.
+- **preparation**, two passes of tasks, each unit's rows joined to the alignment (per rank of the
+  sorted ids, the aligned row and split: memory-mapped files the workers open read-only) through
+  the unit's ranks among the sorted ids (searched once, at the first alignment, and kept in the
+  working folder): the **fit** reads each unit once and sends the per-column statistics of its
+  training rows (:mod:`verticalfs.engine.stats`: min/max, counts and categories exact; mean and
+  variance merged; quartiles from sketches, exact while a unit holds at most 4,096 training
+  values of a column), merged on the coordinator into the party's preprocessor; its aligned rows
+  stay in Ray's object store; the **transform** prepares each unit's aligned rows with it and
+  writes them into one float32 memory-mapped file per split at their aligned rows (the shards
+  training reads mini-batches from, as the local engine's);
+- **faults**: each unit is a Ray task; a worker that dies is retried by Ray (a unit's writes are
+  idempotent: the same rows get the same values; an object lost from the store is made again by
+  running its task again), and the coordinator checks that every aligned row was written exactly
+  once per pass.
 
 The workers must reach the table and the party's working folder (``work_dir``, where the
 alignment files and the prepared matrices are): on one host, any folder; across hosts, a shared
@@ -37,11 +43,11 @@ cluster is inside the party's trust boundary (docs/scale.md).
 from __future__ import annotations
 
 import os
-import pickle
 import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future
@@ -72,7 +78,6 @@ _temp_dir: str | None = None
 def _ray():
     try:
         import ray
-        import ray.data  # noqa: F401
     except ImportError:
         raise ConfigError("the ray engine needs Ray: pip install 'verticalfs[ray]'") from None
     return ray
@@ -84,7 +89,6 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> Any:
     starts on this host, on the loopback address only, its files in a temporary folder of its own
     (both stopped and removed by :func:`disconnect`). Idempotent."""
     global _started_here, _temp_dir
-    import logging
     import sys
 
     if not address and "ray" not in sys.modules:  # a single-host instance: reached on 127.0.0.1 only
@@ -95,7 +99,6 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> Any:
         # Ray's own wait for its RocksDB back end (the operator's setting wins)
         os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
     ray = _ray()
-    logging.getLogger("ray.data").setLevel(logging.WARNING)  # a line per job otherwise, on the party's stderr
     if not ray.is_initialized():
         kw: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False,
                               "configure_logging": False}
@@ -105,9 +108,6 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> Any:
             _temp_dir = tempfile.mkdtemp(prefix="vfsray-")  # (short: Ray's socket paths must fit 107 bytes)
             ray.init(num_cpus=num_cpus, _temp_dir=_temp_dir, **kw)
             _started_here = True
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
-        ctx.enable_operator_progress_bars = False
     return ray
 
 
@@ -161,6 +161,47 @@ def _filesystem(path: str | Path):
     return pafs.LocalFileSystem(), str(Path(s).resolve())
 
 
+def _utf8(a: np.ndarray) -> np.ndarray:
+    """A numpy text array as UTF-8 bytes (``S`` dtype): when every character is ASCII (the usual
+    ids), a cast of the code points to bytes (no Python object per id), else ``np.char.encode``."""
+    a = np.asarray(a)
+    if a.dtype.kind != "U":
+        a = a.astype(str)
+    k = a.dtype.itemsize // 4
+    if k and a.ndim == 1:
+        u = np.ascontiguousarray(a).view(np.uint32).reshape(len(a), k)
+        if not (u >= 128).any():
+            return u.astype(np.uint8).view(f"S{k}").reshape(len(a))
+    return np.char.encode(a, "utf-8")
+
+
+#: queries searched among the sorted ids at a time (sorted first: see :func:`_search`)
+SEARCH_ROWS = 1 << 20
+
+
+def _search(sorted_: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(sorted_, q)``, the queries visited in their sorted order: numpy's binary
+    search then starts from the previous answer, and the reads of a large sorted array (ids of
+    millions of rows, memory-mapped) follow each other instead of missing the CPU's caches at
+    random (8x less CPU for 250,000 queries among 10M integers)."""
+    if len(q) < 2:
+        return np.searchsorted(sorted_, q)
+    o = np.argsort(q, kind="stable")
+    j = np.empty(len(q), dtype=np.intp)
+    j[o] = np.searchsorted(sorted_, q[o])
+    return j
+
+
+def _u64(a: np.ndarray, width: int = 8) -> np.ndarray:
+    """Byte strings (``S`` dtype) of at most 8 bytes, their first ``width`` bytes, as the unsigned
+    integers of their NUL-padded big-endian bytes (the same order as the strings)."""
+    k = a.dtype.itemsize
+    b = np.zeros((len(a), 8), dtype=np.uint8)
+    m = min(k, width, 8)
+    b[:, :m] = a.view(np.uint8).reshape(len(a), k)[:, :m]
+    return b.view(">u8").reshape(len(a)).astype(np.uint64)
+
+
 class SortedIds:
     """A party's ids as fixed-width UTF-8 bytes, sorted, in a memory-mapped file (``w`` bytes an
     id, ``w`` the widest id's length): an id's row is its rank. ``sorted`` is the array (numpy
@@ -170,6 +211,23 @@ class SortedIds:
         self.path, self.width = Path(path), int(width)
         self.sorted = (np.memmap(self.path, dtype=f"S{self.width}", mode="r+", shape=(n,)) if n
                        else np.zeros(0, dtype=f"S{self.width}"))
+        self._keys: np.ndarray | None = None
+
+    def keys(self) -> np.ndarray | None:
+        """Ids of at most 8 bytes as unsigned integers (big-endian bytes, NUL-padded: the same
+        order as the bytes), in a memory-mapped file beside the ids: a search among integers is
+        several times faster than among byte strings. None for wider ids."""
+        if self._keys is None and 0 < self.width <= 8 and len(self.sorted):
+            f = self.path.with_name(self.path.name + ".u64")
+            k = np.memmap(f, dtype=np.uint64, mode="w+", shape=(len(self.sorted),))
+            for a in range(0, len(k), BATCH_ROWS):
+                k[a:a + BATCH_ROWS] = _u64(self.sorted[a:a + BATCH_ROWS])
+                release_pages(self.sorted, a, a + BATCH_ROWS)
+                release_pages(k, a, a + BATCH_ROWS)
+            k.flush()
+            keep_pages_released(k)
+            self._keys = k
+        return self._keys
 
     def __len__(self) -> int:
         return len(self.sorted)
@@ -192,18 +250,57 @@ class SortedIds:
         s = self.sorted
         if not len(s) or not len(q):
             return out
-        for a in range(0, len(q), BATCH_ROWS):
-            part = q[a:a + BATCH_ROWS]
-            part = part if part.dtype.kind == "S" else np.char.encode(part.astype(str), "utf-8")
-            j = np.searchsorted(s, part)
-            j[j == len(s)] = 0
-            hit = s[j] == part
-            out[a:a + BATCH_ROWS][hit] = j[hit]
+        keys = self.keys()
+        step = SEARCH_ROWS
+        for a in range(0, len(q), step):
+            part = q[a:a + step]
+            part = part if part.dtype.kind == "S" else _utf8(part)
+            if keys is not None:  # as integers: an id longer than the widest held is not held
+                k = part.dtype.itemsize
+                longer = (part.view(np.uint8).reshape(len(part), k)[:, self.width:].any(1) if k > self.width
+                          else np.zeros(len(part), dtype=bool))
+                qk = _u64(part, self.width)
+                j = _search(keys, qk)
+                j[j == len(s)] = 0
+                hit = (keys[j] == qk) & ~longer
+            else:
+                j = _search(s, part)
+                j[j == len(s)] = 0
+                hit = s[j] == part
+            out[a:a + step][hit] = j[hit]
         release_pages(s)
+        if keys is not None:
+            release_pages(keys)
         return out
 
 
-def _id_widths(batch, id_column: str):
+def _fixed_width(col, width: int) -> np.ndarray:
+    """A pyarrow column of ids (text, or anything castable to text) as a numpy ``S{width}`` array
+    (UTF-8 bytes, NUL-padded), built from the Arrow buffers without a Python object per id."""
+    import pyarrow as pa
+
+    b = col.cast(pa.string()).cast(pa.large_binary())
+    if isinstance(b, pa.ChunkedArray):
+        b = b.combine_chunks()
+    n = len(b)
+    out = np.zeros(n, dtype=f"S{max(1, width)}")
+    if not n:
+        return out
+    _, off_buf, data_buf = b.buffers()
+    off = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=b.offset * 8)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    lens = np.diff(off)
+    if lens.size and int(lens.max()) > width:
+        raise DataError(f"an id is {int(lens.max())} bytes long where the widest is {width}")
+    total = int(off[-1] - off[0])
+    if total:
+        row = np.repeat(np.arange(n, dtype=np.int64), lens)
+        within = np.arange(total, dtype=np.int64) - np.repeat(off[:-1] - off[0], lens)
+        out.view(np.uint8).reshape(n, max(1, width))[row, within] = data[off[0]:off[-1]]
+    return out
+
+
+def _id_widths(batch, id_column: str) -> dict:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -211,44 +308,79 @@ def _id_widths(batch, id_column: str):
     nulls = col.null_count
     b = col.cast(pa.string()).cast(pa.binary())
     width = pc.max(pc.binary_length(b)).as_py() if len(b) - nulls else 0
-    return pa.table({"rows": [len(col)], "nulls": [nulls], "width": [int(width or 0)]})
+    return {"rows": len(col), "nulls": nulls, "width": int(width or 0)}
 
 
-def _id_bytes(batch, id_column: str, width: int):
-    import pyarrow as pa
-
-    b = batch.column(id_column).cast(pa.string()).cast(pa.binary())
-    arr = np.asarray(b.to_numpy(zero_copy_only=False), dtype=f"S{width}")
-    return pa.table({"ids": pa.array([arr.tobytes()], pa.binary())})
+def _id_bytes(batch, id_column: str, width: int) -> np.ndarray:
+    return _fixed_width(batch.column(id_column), width)
 
 
-def _join(join: dict, ids_col) -> tuple[np.ndarray, np.ndarray]:
-    """Each id of a block (a pyarrow column) -> (split code or -1, destination row), from the alignment files."""
-    import pyarrow as pa
+def _ranks(join: dict, unit: int, ids_col) -> np.ndarray:
+    """The rank among the sorted ids of each id of a unit (-1: not there), computed once per unit
+    and kept in the working folder (``join["ranks"]``): every later pass and every later alignment
+    gathers from it instead of searching the sorted ids again. Written atomically (a retried or a
+    repeated task writes the same bytes)."""
+    f = Path(join["ranks"], f"{unit}.npy")
+    try:
+        r = np.load(f)
+        if len(r) == len(ids_col):
+            return r
+    except (OSError, ValueError):
+        pass
+    if not join["n"]:
+        return np.full(len(ids_col), -1, dtype=np.int64)
+    q = _fixed_width(ids_col, join["width"])
+    if join.get("keys"):  # the ids as 8-byte integers (SortedIds.keys): the same ranks, found faster
+        s, q = np.memmap(join["keys"], dtype=np.uint64, mode="r", shape=(join["n"],)), _u64(q, join["width"])
+    else:
+        s = np.memmap(join["ids"], dtype=f"S{join['width']}", mode="r", shape=(join["n"],))
+    j = np.minimum(_search(s, q), join["n"] - 1)
+    r = np.where(s[j] == q, j, -1).astype(np.int64)
+    del s
+    tmp = f.with_name(f"{unit}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
+    with open(tmp, "wb") as fh:
+        np.save(fh, r)
+    os.replace(tmp, f)
+    return r
 
-    s = np.memmap(join["ids"], dtype=f"S{join['width']}", mode="r", shape=(join["n"],))
-    q = np.asarray(ids_col.cast(pa.string()).cast(pa.binary()).to_numpy(zero_copy_only=False),
-                   dtype=f"S{join['width']}")
-    j = np.minimum(np.searchsorted(s, q), join["n"] - 1)
-    held = s[j] == q
+
+def _join(join: dict, unit: int, ids_col) -> tuple[np.ndarray, np.ndarray]:
+    """Each id of a unit (a pyarrow column) -> (split code or -1, destination row), from the alignment files."""
+    r = _ranks(join, unit, ids_col)
+    held = r >= 0
+    j = np.where(held, r, 0)
     split = np.memmap(join["split"], dtype=np.int8, mode="r", shape=(join["n"],))[j]
     dest = np.memmap(join["dest"], dtype=np.int64, mode="r", shape=(join["n"],))[j]
-    split = np.where(held, split, -1).astype(np.int8)
-    return split, dest
+    return np.where(held, split, -1).astype(np.int8), dest
 
 
-def _frame(batch, cols: Sequence[str], cats: set, rows: np.ndarray) -> pd.DataFrame:
-    from verticalfs.data.stream import _typed
-
-    X = batch.select(list(cols)).take(rows).to_pandas() if len(cols) else pd.DataFrame(index=range(len(rows)))
-    for c in cols:
-        X[c] = _typed(X[c], c in cats)
-    return X
-
-
-def _check_block(batch, cols: Sequence[str]):
+def _frame(batch, cols: Sequence[str], cats: set, rows: np.ndarray | None) -> dict[str, Any]:
+    """The columns ``cols`` of the rows ``rows`` (None: all) of a unit, typed as the local engine types them
+    (:func:`~verticalfs.data.stream._typed`): float64 arrays straight from Arrow for integer and
+    floating columns (the same floats as pandas' conversion), text series through pandas otherwise."""
     import pyarrow as pa
 
+    from verticalfs.data.stream import _typed
+
+    out: dict[str, Any] = {}
+    idx = None if rows is None else pa.array(rows, pa.int64())
+    for c in cols:
+        col = batch.column(c) if idx is None else batch.column(c).take(idx)
+        t = col.type
+        if c not in cats and (pa.types.is_floating(t) or pa.types.is_integer(t)):
+            out[c] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)  # (nulls: NaN, as pandas')
+        else:
+            out[c] = _typed(col.to_pandas(), c in cats)
+    return out
+
+
+def _matrix(frame: dict[str, Any], cols: Sequence[str], rows: int) -> pd.DataFrame:
+    """``frame`` as the data frame :meth:`PartyPreprocessor.transform` takes."""
+    return pd.DataFrame({c: frame[c] for c in cols}, index=pd.RangeIndex(rows), copy=False) if len(cols) else \
+        pd.DataFrame(index=range(rows))
+
+
+def _check_block(batch, cols: Sequence[str]) -> dict:
     out = {}
     for c in cols:
         a = batch.column(c).to_numpy(zero_copy_only=False).astype(np.float64)
@@ -256,18 +388,24 @@ def _check_block(batch, cols: Sequence[str]):
             inf = bool(np.isinf(a).any())
             ok = a[np.isfinite(a)]
         out[c] = (inf, float(ok.min()) if len(ok) else np.inf, float(ok.max()) if len(ok) else -np.inf)
-    return pa.table({"check": pa.array([pickle.dumps(out)], pa.binary())})
+    return out
 
 
-def _fit_block(batch, id_column: str, join: dict, cols: Sequence[str], cats: Sequence[str], counts_numeric: bool):
-    import pyarrow as pa
-
+def _fit_block(batch, unit: int, id_column: str, join: dict, cols: Sequence[str], cats: Sequence[str],
+               counts_numeric: bool, handoff: bool = False):
+    """A unit's statistics of its training rows and their number; with ``handoff``, also its
+    aligned rows (their columns as read, their split and destination row), left in the object
+    store for the transform (no second read)."""
     from verticalfs.engine.stats import block_stats
 
-    split, _ = _join(join, batch.column(id_column))
+    split, dest = _join(join, unit, batch.column(id_column))
     train = np.flatnonzero(split == 0)
     st = block_stats(_frame(batch, cols, set(cats), train), set(cats), counts_numeric=counts_numeric)
-    return pa.table({"stats": pa.array([pickle.dumps(st)], pa.binary()), "rows": [len(train)]})
+    if not handoff:
+        return st, len(train)
+    keep = np.flatnonzero(split >= 0)
+    rows = {"table": batch.select(list(cols)).take(keep), "split": split[keep], "dest": dest[keep]}
+    return (st, len(train)), rows
 
 
 def _fault_point() -> None:
@@ -287,19 +425,28 @@ def _fault_point() -> None:
     time.sleep(5)  # killed here (the test kills this process after writing `killed`)
 
 
-def _transform_block(batch, id_column: str, join: dict, pp: dict, cols: Sequence[str], cats: Sequence[str],
-                     outputs: list, where: str):
-    import pyarrow as pa
+def _transform_block(batch, unit: int, id_column: str, join: dict, pp: dict, cols: Sequence[str],
+                     cats: Sequence[str], outputs: list, where: str, node: str | None = None) -> list[int]:
+    split, dest = _join(join, unit, batch.column(id_column))
+    keep = np.flatnonzero(split >= 0)
+    return _write_prepared(batch, keep, split[keep], dest[keep], pp, cols, cats, outputs, where, node)
 
+
+def _write_prepared(batch, keep: np.ndarray | None, ks: np.ndarray, rows_all: np.ndarray, pp: dict, cols: Sequence[str],
+                    cats: Sequence[str], outputs: list, where: str, node: str | None = None) -> list[int]:
+    """The rows ``keep`` (None: all) of ``batch`` prepared by ``pp`` and written into the split
+    ``ks[i]``'s matrix at row ``rows_all[i]``; the rows written per split. The matrices are written
+    to their files (``msync``) only where this worker is not on the coordinator's node ``node``
+    (a shared filesystem); on its node the page cache they are written to is the coordinator's."""
     from verticalfs.data.preprocess import PartyPreprocessor
 
     _fault_point()
-    split, dest = _join(join, batch.column(id_column))
-    keep = np.flatnonzero(split >= 0)
     written = [0] * len(outputs)
-    if len(keep):
-        A = PartyPreprocessor.from_dict(pp).transform(_frame(batch, cols, set(cats), keep), where=where)
-        ks, rows_all = split[keep], dest[keep]
+    n = batch.num_rows if keep is None else len(keep)
+    if n:
+        X = _matrix(_frame(batch, cols, set(cats), keep), cols, n)
+        A = PartyPreprocessor.from_dict(pp).transform(X, where=where)
+        del X
         for k, (path, rows, d) in enumerate(outputs):
             m = np.flatnonzero(ks == k)
             if not len(m) or not rows or not d:
@@ -311,10 +458,91 @@ def _transform_block(batch, id_column: str, join: dict, pp: dict, cols: Sequence
             for a in range(0, len(r), WRITE_ROWS):  # ascending, a few thousand rows at a time, pages released
                 out[r[a:a + WRITE_ROWS]] = A[m[a:a + WRITE_ROWS]]
                 release_pages(out, int(r[a]), int(r[min(len(r), a + WRITE_ROWS) - 1]) + 1)
-            out.flush()
+            if node is None or _node_id() != node:
+                out.flush()
             del out
             written[k] = len(m)
-    return pa.table({"written": [written]})
+    return written
+
+
+#: bytes of a matrix's file one zero-filling task writes at least (see RayTable._zero_fill)
+ZERO_BYTES = 1 << 24
+
+
+def _zero_task(path: str, start: int, stop: int) -> tuple[float, float, float]:
+    """Zeros written over bytes ``start``..``stop`` of ``path`` (idempotent; see RayTable._zero_fill)."""
+    c0, w0 = time.process_time(), time.time()
+    zeros = bytes(min(1 << 22, stop - start))
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        at = start
+        while at < stop:
+            at += os.pwrite(fd, zeros[:min(len(zeros), stop - at)], at)
+    finally:
+        os.close(fd)
+    return time.process_time() - c0, w0, time.time()
+
+
+def _node_id() -> str | None:
+    try:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+    except Exception:  # noqa: BLE001 - not in a Ray process: write the files through
+        return None
+
+
+def _handed_task(rows: dict, kw: dict) -> tuple[list[int], float]:
+    """The transform of a unit's aligned rows that its fit task left in the object store."""
+    c0, w0 = time.process_time(), time.time()
+    t = rows["table"]
+    out = _write_prepared(t, None, rows["split"], rows["dest"], **kw)
+    return out, (time.process_time() - c0, w0, time.time())
+
+
+def _unit_task(fs, path: str, row_groups: Sequence[int], columns: Sequence[str], fn, kw: dict) -> Any:
+    """One unit of a pass, on a worker: its row groups of ``path`` (columns ``columns``) read with
+    pyarrow on one thread (a task is one CPU), then ``fn(table, **kw)``; with the worker's CPU
+    seconds. With ``kw["handoff"]``, ``fn`` gives ``(output, rows)`` and the task two results: the
+    second, ``rows``, stays in the object store for a later task."""
+    import pyarrow.parquet as pq
+
+    c0, w0 = time.process_time(), time.time()
+    with fs.open_input_file(path) as f:
+        table = pq.ParquetFile(f).read_row_groups(list(row_groups), columns=list(columns), use_threads=False)
+    if kw.get("handoff"):
+        out, rows = fn(table, **kw)
+        return (out, (time.process_time() - c0, w0, time.time())), rows
+    out = fn(table, **kw)
+    return out, (time.process_time() - c0, w0, time.time())
+
+
+_remotes: dict[Any, Any] = {}
+
+
+def _remote(ray, fn: Any = None, num_returns: int = 1) -> Any:
+    """``fn`` (default :func:`_unit_task`) as a Ray remote function (one CPU, retried after its
+    worker's death; a lost result in the object store is made again by running its task again)."""
+    fn = fn or _unit_task
+    r = _remotes.get((fn, num_returns))
+    if r is None:
+        r = _remotes[fn, num_returns] = ray.remote(fn).options(max_retries=RETRIES, num_cpus=1,
+                                                                num_returns=num_returns)
+    return r
+
+
+#: rows a unit of work (a Ray task) reads at most, where a file's row groups allow (adjacent row
+#: groups of a file are put together up to it; a row group is never split)
+UNIT_ROWS = 1 << 18
+
+
+def _load_fit_code() -> None:
+    try:
+        import sklearn.preprocessing  # noqa: F401
+
+        import verticalfs.engine.stats  # noqa: F401
+    except ImportError:  # (said where it is needed)
+        pass
 
 
 class RayTable:
@@ -334,11 +562,13 @@ class RayTable:
         The party's working folder (the sorted ids, the alignment, the prepared matrices): shared
         with the workers. Default: a new temporary folder, removed by :meth:`close`.
     blocks : int, optional
-        Blocks Ray Data reads the table in (default: Ray Data's choice, about one per file).
+        About how many units (Ray tasks) a pass over the table makes (default: units of up to
+        :data:`UNIT_ROWS` rows; a unit is a file's row groups, never part of one).
     """
 
     def __init__(self, party: str, path: str | Path, *, id_column: str = "id", address: str | None = None,
-                 work_dir: str | Path | None = None, blocks: int | None = None, num_cpus: int | None = None) -> None:
+                 work_dir: str | Path | None = None, blocks: int | None = None, num_cpus: int | None = None,
+                 handoff: bool | None = None) -> None:
         import pyarrow.dataset as pads
 
         self.party, self.path, self.id_column, self.blocks = party, path, id_column, blocks
@@ -354,26 +584,139 @@ class RayTable:
         if id_column not in self.columns:
             raise DataError(f"party {party!r}: {str(path)!r} has no id column {id_column!r}; its columns are "
                             f"{self.columns}")
+        # scikit-learn's scalers fit the preprocessor on the coordinator (engine.stats): loaded now,
+        # beside the reads, not when the first alignment waits for it (~1 s of imports)
+        threading.Thread(target=_load_fit_code, name="verticalfs-ray-imports", daemon=True).start()
         self._own_dir = work_dir is None
         self.work_dir = (Path(tempfile.mkdtemp(prefix=f"verticalfs-{party}-ray-")) if work_dir is None
                          else Path(work_dir))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._ids: SortedIds | None = None
+        self._units: list[tuple[str, tuple[int, ...], int]] | None = None
+        self._ranks_dir: Path | None = None  # each unit's ranks among the sorted ids (see _ranks)
+        self._sizes: dict[str, int] = {}  # each column's uncompressed bytes (from the footers, with the units)
+        self.cpu_s = 0.0  # the workers' CPU seconds of the passes run so far
+        self.tasks: list[tuple[float, float, float]] = []  # each task's (CPU seconds, start, end), the latest pass's
+        self.handoff = handoff  # None: when the aligned rows fit in half the object store (_hand_off)
         self.last_pass: dict[str, Any] = {}  # what the latest preparation did (blocks, approximate columns)
 
     # ------------------------------------------------------------------ reads
-    def _read(self, columns: Sequence[str]):
-        ray = self._ray
-        kw: dict[str, Any] = {"filesystem": self.fs}
-        if self.blocks:
-            kw["override_num_blocks"] = int(self.blocks)
-        return ray.data.read_parquet(self._root, **kw).select_columns(list(columns))
+    def units(self) -> list[tuple[str, tuple[int, ...], int]]:
+        """The table's units of work: ``(file, row groups, rows)``, adjacent row groups of a file
+        together up to :data:`UNIT_ROWS` rows (or ``n_rows / blocks`` with ``blocks``); from the
+        files' footers, read once."""
+        if self._units is None:
+            target = -(-self.n_rows // int(self.blocks)) if self.blocks else UNIT_ROWS
+            units: list[tuple[str, tuple[int, ...], int]] = []
+            sizes: dict[str, int] = {}
+            for frag in self.dataset.get_fragments():
+                frag.ensure_complete_metadata()
+                md = frag.metadata
+                for g in range(md.num_row_groups):  # each column's bytes, uncompressed (the hand-off's size)
+                    rg = md.row_group(g)
+                    for i in range(rg.num_columns):
+                        c = rg.column(i).path_in_schema.split(".")[0]
+                        sizes[c] = sizes.get(c, 0) + int(rg.column(i).total_uncompressed_size)
+                cur: list[int] = []
+                rows = 0
+                for rg in frag.row_groups:
+                    if cur and rows + rg.num_rows > target:
+                        units.append((frag.path, tuple(cur), rows))
+                        cur, rows = [], 0
+                    cur.append(rg.id)
+                    rows += rg.num_rows
+                if cur:
+                    units.append((frag.path, tuple(cur), rows))
+            self._units, self._sizes = units, sizes
+        return self._units
 
     def _map(self, columns: Sequence[str], fn, **fn_kwargs):
-        """``fn(block, **fn_kwargs)`` over the table's blocks (columns ``columns``), as Ray tasks
-        retried after a worker's death; its one-row outputs, as pyarrow tables."""
-        ds = self._read(columns).map_batches(fn, batch_format="pyarrow", batch_size=None, fn_kwargs=fn_kwargs)
-        return list(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
+        """``fn(table, unit=k, **fn_kwargs)`` (``unit=`` if ``fn`` takes it) over the table's units
+        (columns ``columns``), each a Ray task retried after its worker's death: yields ``(k,
+        output)`` as the tasks finish (a few results held at a time); adds the workers' CPU seconds
+        to ``self.cpu_s``. Tasks still running when the caller stops are cancelled."""
+        ray = self._ray
+        handoff = bool(fn_kwargs.get("handoff"))
+        remote = _remote(ray, num_returns=2 if handoff else 1)
+        units = self.units()
+        with_unit = "unit" in fn.__code__.co_varnames[:fn.__code__.co_argcount]
+        refs, kept = {}, {}
+        for k, (path, rgs, _rows) in enumerate(units):
+            kw = dict(fn_kwargs, unit=k) if with_unit else fn_kwargs
+            r = remote.remote(self.fs, path, rgs, list(columns), fn, kw)
+            if handoff:
+                r, kept[k] = r
+            refs[r] = k
+        pending = list(refs)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for r in done:
+                    out, took = ray.get(r)
+                    self._took(took)
+                    k = refs[r]
+                    yield (k, out, kept.pop(k)) if handoff else (k, out)
+        finally:
+            for r in pending:
+                ray.cancel(r, force=False)
+
+    def _hand_off(self, columns: Sequence[str], aligned: int) -> bool:
+        """Whether the fit leaves the aligned rows in the object store for the transform (one read
+        of the table) or the transform reads the table again: ``handoff`` if given, else whether
+        the aligned rows' columns (estimated from the Parquet footers' uncompressed sizes) fit in
+        half the cluster's object store (beyond, Ray would spill them to disk and read them back:
+        a second read of the table costs no more)."""
+        if self.handoff is not None:
+            return bool(self.handoff)
+        self.units()
+        size = sum(self._sizes.get(c, 0) for c in set(columns)) * aligned / max(1, self.n_rows)
+        store = float(self._ray.cluster_resources().get("object_store_memory", 0))
+        return size <= 0.5 * store
+
+    def _zero_fill(self, outputs: list) -> None:
+        """The new matrices' files written with zeros, in contiguous pieces, one Ray task each: the
+        transform's writes land at scattered rows, and a page's first write into a file's hole
+        costs its allocation (several times the write itself, and serialised between processes
+        writing the same file: measured, the transform did not speed up from 1 to 2 workers);
+        written sequentially beforehand, those pages exist and the scattered writes only fill them."""
+        ray = self._ray
+        remote = _remote(ray, _zero_task)
+        pieces = []
+        for path, rows, d in outputs:
+            size = rows * d * 4
+            if not size:
+                continue
+            k = max(1, min(len(self.units()), -(-size // ZERO_BYTES)))
+            cuts = [0] + [(size * i // k) // 4096 * 4096 for i in range(1, k)] + [size]
+            pieces += [(path, a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+        refs = [remote.remote(p, a, b) for p, a, b in pieces]
+        for took in ray.get(refs):
+            self._took(took)
+
+    def _took(self, took: tuple[float, float, float]) -> None:
+        """A task's (CPU seconds, wall-clock start, end) added up (``cpu_s``, ``tasks``)."""
+        self.cpu_s += took[0]
+        self.tasks.append(took)
+
+    def _handed(self, rows: dict, **kw):
+        """:func:`_write_prepared` over the aligned rows each unit's fit left in the object store
+        (``{unit: ref}``, emptied as the tasks finish, so that the store frees them): yields each
+        task's output."""
+        ray = self._ray
+        remote = _remote(ray, _handed_task)
+        refs = {remote.remote(ref, kw): k for k, ref in rows.items()}
+        pending = list(refs)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for r in done:
+                    out, took = ray.get(r)
+                    self._took(took)
+                    rows.pop(refs[r], None)
+                    yield out
+        finally:
+            for r in pending:
+                ray.cancel(r, force=False)
 
     def schema_frame(self) -> pd.DataFrame:
         return self.dataset.schema.empty_table().to_pandas()
@@ -384,11 +727,10 @@ class RayTable:
         if not num:
             return
         merged: dict[str, list] = {}
-        for t in self._map(num, _check_block, cols=num):
-            for blob in t.column("check").to_pylist():
-                for c, (inf, lo, hi) in pickle.loads(blob).items():
-                    m = merged.setdefault(c, [False, np.inf, -np.inf])
-                    m[0], m[1], m[2] = m[0] or inf, min(m[1], lo), max(m[2], hi)
+        for _k, out in self._map(num, _check_block, cols=num):
+            for c, (inf, lo, hi) in out.items():
+                m = merged.setdefault(c, [False, np.inf, -np.inf])
+                m[0], m[1], m[2] = m[0] or inf, min(m[1], lo), max(m[2], hi)
         where = f" in {str(self.path)}"
         bad = [c for c in num if merged.get(c, [False])[0]]
         if bad:
@@ -406,26 +748,31 @@ class RayTable:
         module docstring); read once."""
         if self._ids is not None:
             return self._ids
-        stats = self._map([self.id_column], _id_widths, id_column=self.id_column)
-        n = sum(sum(t.column("rows").to_pylist()) for t in stats)
-        nulls = sum(sum(t.column("nulls").to_pylist()) for t in stats)
-        width = max([1] + [max(t.column("width").to_pylist() or [0]) for t in stats])
+        units = self.units()
+        stats = dict(self._map([self.id_column], _id_widths, id_column=self.id_column))
+        n = sum(st["rows"] for st in stats.values())
+        nulls = sum(st["nulls"] for st in stats.values())
+        width = max([1] + [st["width"] for st in stats.values()])
         if nulls:
             raise DataError(f"party {self.party!r}: {nulls} rows of {str(self.path)!r} have no id in column "
                             f"{self.id_column!r}; give every row an id")
-        path = self.work_dir / f"ids-{secrets.token_hex(4)}.S{width}"
+        if n != sum(u[2] for u in units) or any(stats[k]["rows"] != u[2] for k, u in enumerate(units)):
+            raise DataError(f"party {self.party!r}: {str(self.path)!r} changed while it was read")
+        token = secrets.token_hex(4)
+        path = self.work_dir / f"ids-{token}.S{width}"
+        self._ranks_dir = self.work_dir / f"ranks-{token}"
+        self._ranks_dir.mkdir()
         mm = np.memmap(path, dtype=f"S{width}", mode="w+", shape=(n,)) if n else np.zeros(0, f"S{width}")
+        starts = np.concatenate([[0], np.cumsum([u[2] for u in units])]).astype(np.int64)
         at = 0
-        ds = self._read([self.id_column]).map_batches(_id_bytes, batch_format="pyarrow", batch_size=None,
-                                                      fn_kwargs={"id_column": self.id_column, "width": width})
-        for t in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-            for blob in t.column("ids").to_pylist():
-                k = len(blob) // width
-                if at + k > n:
-                    raise DataError(f"party {self.party!r}: {str(self.path)!r} changed while it was read")
-                mm[at:at + k] = np.frombuffer(blob, dtype=f"S{width}")
-                release_pages(mm, at, at + k)
-                at += k
+        for k, arr in self._map([self.id_column], _id_bytes, id_column=self.id_column, width=width):
+            if len(arr) != units[k][2]:
+                raise DataError(f"party {self.party!r}: {str(self.path)!r} changed while it was read")
+            a = int(starts[k])
+            mm[a:a + len(arr)] = arr  # (the unit's place: the order of the units, whatever order they finish in)
+            release_pages(mm, a, a + len(arr))
+            at += len(arr)
+            del arr
         if at != n:
             raise DataError(f"party {self.party!r}: {str(self.path)!r} changed while it was read ({at} ids of {n})")
         if n:
@@ -454,6 +801,7 @@ class RayTable:
         from verticalfs.engine.stats import approximate, merge, preprocessor
 
         ids = self.id_lookup()
+        start, self.tasks = time.time(), []
         n = len(ids)
         pos = np.asarray(pos, dtype=np.int64)
         codes = np.asarray(codes, dtype=np.int64)
@@ -476,17 +824,25 @@ class RayTable:
         release_pages(split)  # (written: the pages stay in the page cache, not in this process)
         release_pages(dest)
         del split, dest
-        join = {"ids": str(ids.path), "width": ids.width, "n": n, "split": str(split_f), "dest": str(dest_f)}
+        keys = ids.keys()
+        join = {"ids": str(ids.path), "width": ids.width, "n": n, "split": str(split_f), "dest": str(dest_f),
+                "ranks": str(self._ranks_dir), "keys": str(keys.filename) if keys is not None else None}
         cols, cats = list(cols), list(cats)
         where = str(self.path)
         t0 = time.perf_counter()
+        marks = {"aligned": time.time() - start}
         stats: dict = {}
         train_rows = 0
-        for t in self._map([self.id_column, *cols], _fit_block, id_column=self.id_column, join=join, cols=cols,
-                           cats=cats, counts_numeric=impute == "most-frequent"):
-            for blob, r in zip(t.column("stats").to_pylist(), t.column("rows").to_pylist(), strict=True):
-                merge(stats, pickle.loads(blob))
-                train_rows += r
+        cpu0 = self.cpu_s
+        handed: dict[int, Any] = {}
+        handoff = self._hand_off([self.id_column, *cols], sum(sizes))
+        for k, (st, r), *rows in self._map([self.id_column, *cols], _fit_block, id_column=self.id_column, join=join,
+                                           cols=cols, cats=cats, counts_numeric=impute == "most-frequent",
+                                           handoff=handoff):
+            merge(stats, st)
+            train_rows += r
+            if rows:
+                handed[k] = rows[0]
         if train_rows != sizes[0]:
             raise DataError(f"party {self.party!r}: the fit saw {train_rows} training rows of {sizes[0]} aligned; "
                             f"{where!r} changed while it was read")
@@ -494,8 +850,10 @@ class RayTable:
             from verticalfs.engine.stats import ColumnStats
 
             stats = {c: ColumnStats(c in set(cats)) for c in cols}
+        marks["fitted"] = time.time() - start
         pp = preprocessor(self.party, cols, cats, stats, scaling=scaling, impute=impute, where=where)
         fit_s = time.perf_counter() - t0
+        marks["preprocessor"] = time.time() - start
         d = len(pp.feature_names)
         outputs = []
         for s, rows in zip(splits, sizes, strict=True):
@@ -504,11 +862,16 @@ class RayTable:
                 np.memmap(f, dtype=np.float32, mode="w+", shape=(rows, d)).flush()
             outputs.append((str(f), rows, d))
         t1 = time.perf_counter()
+        cpu1 = self.cpu_s
+        self._zero_fill(outputs)
         written = np.zeros(len(splits), dtype=np.int64)
-        for t in self._map([self.id_column, *cols], _transform_block, id_column=self.id_column, join=join,
-                           pp=pp.to_dict(), cols=cols, cats=cats, outputs=outputs, where=where):
-            for w in t.column("written").to_pylist():
-                written += np.asarray(w, dtype=np.int64)
+        kw = {"pp": pp.to_dict(), "cols": cols, "cats": cats, "outputs": outputs, "where": where,
+              "node": _node_id()}
+        passes = (self._handed(handed, **kw) if handoff else
+                  (w for _k, w in self._map([self.id_column, *cols], _transform_block, id_column=self.id_column,
+                                            join=join, **kw)))
+        for w in passes:
+            written += np.asarray(w, dtype=np.int64)
         if written.tolist() != sizes:
             raise DataError(f"party {self.party!r}: the transform wrote {written.tolist()} rows per split where "
                             f"{sizes} are aligned; {where!r} changed while it was read")
@@ -521,7 +884,11 @@ class RayTable:
                 maps[s] = m
             else:
                 maps[s] = np.zeros((rows, d), dtype=np.float32)
-        self.last_pass = {"fit_s": fit_s, "transform_s": time.perf_counter() - t1,
+        marks["written"] = time.time() - start
+        self.last_pass = {"handoff": handoff, "fit_s": fit_s, "transform_s": time.perf_counter() - t1,
+                          "units": len(self.units()),
+                          "marks": marks, "tasks": [(c, a - start, b - start) for c, a, b in self.tasks],
+                          "fit_cpu_s": cpu1 - cpu0, "transform_cpu_s": self.cpu_s - cpu1,
                           "approximate": sorted(c for c, st in stats.items() if not st.categorical and approximate(st)
                                                 and (impute == "median" or scaling == "robust"))}
         return pp, maps

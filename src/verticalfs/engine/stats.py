@@ -28,6 +28,7 @@ What is exact and what is not:
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,19 +70,20 @@ def _sketch(v: np.ndarray) -> tuple[np.ndarray, float]:
     return s[at], len(s) / SKETCH
 
 
-def block_stats(frame: pd.DataFrame, cats: set, *, counts_numeric: bool) -> dict[str, ColumnStats]:
+def block_stats(frame: pd.DataFrame | Mapping[str, Any], cats: set, *, counts_numeric: bool) -> dict[str, ColumnStats]:
     """Each column's statistics over ``frame`` (a block's training rows, columns typed as
-    :func:`~verticalfs.data.stream._typed` types them: text or float64). ``counts_numeric``: keep
-    the numeric columns' value counts too (most-frequent imputation)."""
+    :func:`~verticalfs.data.stream._typed` types them: text or float64; a data frame, or a mapping
+    of column to series or float64 array). ``counts_numeric``: keep the numeric columns' value
+    counts too (most-frequent imputation)."""
     out = {}
-    for c in frame.columns:
+    for c in (list(frame.columns) if isinstance(frame, pd.DataFrame) else list(frame)):
         s = frame[c]
         if c in cats:
             miss = s.isna().to_numpy()
             vals = s[~miss].astype(str)
             out[c] = ColumnStats(True, n=len(s), missing=int(miss.sum()), counts=vals.value_counts().to_dict())
             continue
-        a = s.to_numpy(dtype=np.float64)
+        a = np.asarray(s, dtype=np.float64)
         present = a[~np.isnan(a)]
         st = ColumnStats(False, n=len(a), missing=int(len(a) - len(present)))
         if len(present):
