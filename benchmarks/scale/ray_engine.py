@@ -211,6 +211,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--no-psi", action="store_true", help="leave out the PSI stage (e.g. for the 10M RSS alone)")
     ap.add_argument("--chunk", type=int, default=16_384)
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--full-psi", type=int, default=1_000_000,
+                    help="first, a whole PSI of this many ids a side with the fastest engine (ristretto255: the "
+                         "label holder and the party each in a process of its own, benchmarks/scale/psi.py); 0: "
+                         "leave it out")
     a = ap.parse_args(argv)
     sizes = [int(s) for s in a.sizes.split(",") if s]
     workers = [int(w) for w in a.workers.split(",") if w]
@@ -223,6 +227,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(f"1 worker only at {sorted(one_sizes)} rows (--one-worker-sizes): no 1 -> 2 speedup at "
               f"{[n for n in sizes if n not in one_sizes]}", flush=True)
     results: list[dict] = []
+    if a.full_psi:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import psi as psi_bench  # benchmarks/scale/psi.py
+
+        r = psi_bench.run_one("ristretto255", a.full_psi)
+        print("whole PSI, both sides (the fastest engine of verticalfs; SecretFlow's RR22 is measured by "
+              "psi_secretflow.py in its own environment): " + psi_bench._fmt(r)
+              + f"  [load {_load(os.getloadavg())}]", flush=True)
+        results.append({"full_psi": r})
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"vfs-ray-{n}-") as d:
             t = time.perf_counter()
@@ -235,7 +248,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 r = run_one(table, n, w, psi=not a.no_psi, chunk=a.chunk)
                 results.append(r)
                 print(fmt(r), flush=True)
-        mine = {r["workers"]: r for r in results if r["rows"] == n}
+        mine = {r["workers"]: r for r in results if r.get("rows") == n}
         if 1 in mine and 2 in mine:
             sp = {k: mine[1]["stages"][k] / mine[2]["stages"][k] for k in mine[2]["stages"]}
             print(f"{'':12s} speedup 1 -> 2 workers: " + "  ".join(
@@ -245,7 +258,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    f"{mine[1]['transform_s'] / mine[2]['transform_s']:.2f}x]" if mine[2].get("fit_s") else ""),
                 flush=True)
     for w in workers:
-        rs = [r for r in results if r["workers"] == w]
+        rs = [r for r in results if r.get("workers") == w]
         if len(rs) >= 2:
             rows = [r["rows"] for r in rs]
             sl = {k: slope(rows, [r["stages"][k] for r in rs]) for k in rs[0]["stages"]}
@@ -260,7 +273,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"  100,000,000 rows, {w} worker(s) (PROJECTION from the slopes, at least linear for psi and "
                   "prepare; not measured): " + "  ".join(f"{k} {v:9.0f} s" for k, v in proj.items())
                   + f"   coordinator RSS {rss:.0f} MB ({per_row:.0f} bytes a row beyond {rs[0]['rows']:,})")
-    top = [r for r in results if r["rows"] >= 10_000_000]
+    top = [r for r in results if r.get("rows", 0) >= 10_000_000]
     if top:
         peak = max(r["peak_rss_mb"] for r in top)
         print(f"10M-row party's coordinator: peak RSS {peak:.0f} MB (goal < {GOAL_RSS_MB:.0f} MB "

@@ -15,11 +15,15 @@ import ray_engine as bench  # noqa: E402
 
 @pytest.mark.slow
 def test_every_stage_on_one_and_two_workers(capsys):
-    rows = bench.main(["--sizes", "1500,3000", "--columns", "3", "--files", "2", "--chunk", "500"])
+    rows = bench.main(["--sizes", "1500,3000", "--columns", "3", "--files", "2", "--chunk", "500",
+                       "--full-psi", "2000"])
+    psi = rows.pop(0)["full_psi"]  # the whole PSI first, both sides, half the ids shared
+    assert psi["n"] == 2000 and psi["correct"] and psi["seconds"] > 0
     assert [(r["rows"], r["workers"]) for r in rows] == [(1500, 1), (1500, 2), (3000, 1), (3000, 2)]
     assert all(set(r["stages"]) == set(bench.STAGES) and all(v > 0 for v in r["stages"].values()) for r in rows)
     assert all(r["peak_rss_mb"] > 100 for r in rows)
     out = capsys.readouterr().out
+    assert "whole PSI, both sides" in out
     assert out.count("speedup 1 -> 2 workers") == 2 and "PROJECTION" in out and "not measured" in out
 
 
