@@ -98,6 +98,12 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> Any:
         # loaded host exceeded in CI ("Timed out waiting for file ... gcs_server_port_..."); 120 s,
         # Ray's own wait for its RocksDB back end (the operator's setting wins)
         os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
+        # its workers do the party's own work (the passes over its table, its PSI blinding) for a
+        # coordinator that runs at the party's priority: Ray starts workers at niceness 15 (meant
+        # for a cluster's spare capacity), under which any other process of the host took their
+        # cores (seen 2026-11-28: the workers of benchmarks/scale/ray_engine.py at niceness 15 beside
+        # two training runs at 0, its 1 -> 2 worker speedups 0.9-1.3x). The operator's setting wins.
+        os.environ.setdefault("RAY_worker_niceness", "0")
     ray = _ray()
     if not ray.is_initialized():
         kw: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False,
