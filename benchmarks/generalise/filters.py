@@ -64,13 +64,28 @@ def fixed(method: str) -> dict:
     return {}
 
 
+#: parameters given with ``--params`` (JSON), passed to every method that has them (e.g.
+#: ``{"estimator": "plugin"}`` for the MI filters' estimator before issue 53's change)
+EXTRA: dict = {}
+
+
+def extra(method: str) -> dict:
+    """The ``--params`` that ``method`` takes."""
+    import dataclasses
+
+    from verticalfs.methods import registry
+
+    names = {f.name for f in dataclasses.fields(registry.get(method).Params)}
+    return {k: v for k, v in EXTRA.items() if k in names}
+
+
 def run_one(method: str, data, n_select, seed: int = 0) -> tuple[dict, object]:
     import verticalfs
 
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = verticalfs.run(method, data, seed=seed, params={**fixed(method), "n_select": n_select})
+        r = verticalfs.run(method, data, seed=seed, params={**fixed(method), **extra(method), "n_select": n_select})
     h = r.history[-1] if r.history else {}
     sel = r.selection
     return ({"method": method, "n_select": n_select, "accuracy": float(r.metrics.get("accuracy", np.nan)),
@@ -171,7 +186,11 @@ def main(argv: list[str] | None = None) -> int:
                     "(FEAST's per-N runs on 1,536 columns take long)")
     ap.add_argument("--table", nargs="+", default=None, help="print these JSON-line files as a Markdown table")
     ap.add_argument("--rules", nargs="+", default=None, help="the choice of several tolerances, from the files")
+    ap.add_argument("--params", default="{}", help="JSON parameters for every method that has them, e.g. "
+                    "'{\"estimator\": \"plugin\"}'")
+    ap.add_argument("--tag", default="", help="appended to each method's name in the JSON lines (e.g. '[plugin]')")
     a = ap.parse_args(argv)
+    EXTRA.update(json.loads(a.params))
     if a.table:
         print(markdown(a.table))
         return 0
@@ -190,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{row.get('val_accuracy') or float('nan'):.3f} kept {row.get('kept')} noise removed "
               f"{row.get('noise_removed') or 0:.2f} {row['seconds']:.1f} s", flush=True)
         if a.json:
+            if a.tag and row["method"] != "vfl":
+                row = {**row, "method": row["method"] + a.tag}
             with open(a.json, "a") as f:
                 f.write(json.dumps(row) + "\n")
 

@@ -148,7 +148,8 @@ def column_cmi_terms(C, y, v) -> dict[str, np.ndarray]:
     """The entropies of feast.md equations 11-12 for every column ``F_i = C[:, i]`` given ``V_j = v``.
 
     Returns ``cmi`` = ``I(Y; F_i | V_j)``, ``norm`` = ``H(Y, V_j) + H(V_j, F_i) - H(V_j)`` and
-    ``support`` = ``|Y, F_i, V_j|``, the number of distinct observed ``(y, f_i, v_j)`` triples.
+    ``support`` = ``|Y, F_i, V_j|``, the number of distinct observed ``(y, f_i, v_j)`` triples,
+    ``h_yvf`` = ``H(Y, F_i, V_j)``.
     """
     h_yv = entropy(y, v)
     h_v = entropy(v)
@@ -158,10 +159,68 @@ def column_cmi_terms(C, y, v) -> dict[str, np.ndarray]:
     support = (counts > 0).sum(1)
     norm = h_yv + h_vf - h_v
     cmi = np.maximum(0.0, norm - h_yvf)
-    return {"cmi": cmi, "norm": norm, "support": support}
+    return {"cmi": cmi, "norm": norm, "support": support, "h_yvf": h_yvf}
 
 
-def normalised_cmi(C, y, v, score: str = "su") -> np.ndarray:
+#: the estimators of ``I(Y; F)`` and ``I(Y; F | V)`` (:func:`column_mutual_info`, :func:`normalised_cmi`):
+#: ``plugin`` = empirical probabilities (feast.md equations 1-4, the paper's); ``adjusted`` = the
+#: plug-in value minus its mean under a permutation null (:func:`null_joint_entropy`)
+ESTIMATORS: tuple[str, ...] = ("plugin", "adjusted")
+#: permutations of the labels whose mean makes the ``adjusted`` estimator's chance baseline
+NULL_DRAWS = 8
+
+
+def check_estimator(estimator: str) -> str:
+    """``estimator`` if it is one of :data:`ESTIMATORS`, else :class:`DataError` naming them."""
+    if estimator not in ESTIMATORS:
+        raise DataError(f"unknown mutual-information estimator {estimator!r}; use one of {ESTIMATORS}")
+    return estimator
+
+
+def permute_within(y, v, rng: np.random.Generator) -> np.ndarray:
+    """``y`` shuffled within each stratum of ``v`` (all rows one stratum when ``v`` is None): every
+    stratum keeps its multiset of labels, so ``H(Y, V)`` is unchanged and ``Y`` is independent of
+    any column given ``V``. No loop over rows: one lexsort by (stratum, random key)."""
+    y = np.asarray(y)
+    n = len(y)
+    s = np.zeros(n, dtype=np.int64) if v is None else dense(v)
+    by_stratum = np.lexsort((np.arange(n), s))  # rows stratum by stratum, in row order
+    shuffled = np.lexsort((rng.random(n), s))  # the same strata, rows in random order
+    out = np.empty_like(y)
+    out[by_stratum] = y[shuffled]
+    return out
+
+
+def null_joint_entropy(C, y, v, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """The mean over ``draws`` label permutations within the strata of ``v`` (:func:`permute_within`)
+    of ``H(Y*, V, C[:, i])`` for every column, bits.
+
+    Of the entropies of ``I(Y; F | V) = H(Y, V) + H(V, F) - H(V) - H(Y, F, V)`` only the last changes
+    under such a permutation, so ``plug-in - mean null = mean H(Y*, F, V) - H(Y, F, V)``: the
+    plug-in estimate with its expected value under conditional independence taken off (the
+    permutation model of Romano et al. 2016, feast.md's reference [49], sampled instead of summed).
+    A column independent of ``Y`` given ``V`` scores about 0 however many bins it fills; one that
+    determines ``Y`` keeps nearly all of its plug-in value. ``v`` None: ``I(Y; F)``."""
+    total = np.zeros(np.asarray(C).shape[1])
+    for _ in range(int(draws)):  # a handful of draws, each one bincount over every column
+        yp = permute_within(y, v, rng)
+        counts, n = column_counts(C, yp if v is None else joint_codes(yp, v))
+        total += _entropy_from_counts(counts, np.full(counts.shape[0], n))
+    out: np.ndarray = total / max(int(draws), 1)
+    return out
+
+
+def adjusted_mutual_info(C, y, rng: np.random.Generator, draws: int = NULL_DRAWS) -> np.ndarray:
+    """``I(Y; C[:, i])`` minus its mean under label permutation, bits (may be slightly negative for a
+    column independent of ``Y``; see :func:`null_joint_entropy`)."""
+    counts, n = column_counts(C, y)
+    h_yf = _entropy_from_counts(counts, np.full(counts.shape[0], n))
+    out: np.ndarray = null_joint_entropy(C, y, None, draws, rng) - h_yf
+    return out
+
+
+def normalised_cmi(C, y, v, score: str = "su", estimator: str = "plugin", rng: np.random.Generator | None = None,
+                   draws: int = NULL_DRAWS) -> np.ndarray:
     """feast.md equation 12 for every column: ``I(Y; F_i | V_j) / (alpha [H(Y,V_j) + H(V_j,F_i) - H(V_j)])``.
 
     ``alpha = sqrt(|Y, F_i, V_j|)``, read as the number of distinct ``(y, f_i, v_j)`` combinations
@@ -170,20 +229,27 @@ def normalised_cmi(C, y, v, score: str = "su") -> np.ndarray:
     ablations of feast.md section 5.4.2. A zero normaliser (Y and F_i determined by V_j) gives 0.
     """
     t = column_cmi_terms(C, y, v)
+    if check_estimator(estimator) == "adjusted":
+        # the plug-in CMI less its mean under conditional independence (null_joint_entropy); the
+        # normaliser of equation 12 (entropies and alpha) is the paper's
+        null = null_joint_entropy(C, y, v, draws, rng if rng is not None else np.random.default_rng(0))
+        t["cmi"] = np.maximum(0.0, null - t["h_yvf"])
     if score == "cmi":
         return t["cmi"]
     den = t["norm"] * (np.sqrt(t["support"]) if score == "su" else 1.0)
     return np.divide(t["cmi"], den, out=np.zeros_like(t["cmi"]), where=den > 0)
 
 
-def binned_mutual_info(X, edges: np.ndarray, y, rows: np.ndarray | None = None) -> np.ndarray:
+def binned_mutual_info(X, edges: np.ndarray, y, rows: np.ndarray | None = None, estimator: str = "plugin",
+                       rng: np.random.Generator | None = None, draws: int = NULL_DRAWS) -> np.ndarray:
     """``column_mutual_info(apply_bins(X, edges, rows), y)`` without the code matrix: the counts of
     every (column, label, code) are summed over row blocks of ``X`` (issue 39; a memory-mapped
     table is never copied whole), then laid out exactly as :func:`column_counts` lays them out, so
     the entropies are those of :func:`column_mutual_info` to the bit.
 
     ``X`` (n, d) float, ``edges`` its cut points ``(d, K)``, ``y`` the labels of the rows (all rows
-    of ``X``, or ``rows``)."""
+    of ``X``, or ``rows``). ``estimator="adjusted"``: :func:`adjusted_mutual_info`'s value (the
+    counts of ``draws`` permutations of ``y`` from ``rng`` summed in the same pass)."""
     from verticalfs.selection.discretize import coded_blocks
 
     X = np.asarray(X)
@@ -198,17 +264,28 @@ def binned_mutual_info(X, edges: np.ndarray, y, rows: np.ndarray | None = None) 
         return np.zeros(0)
     nb = int(b.max()) + 1 if n else 1
     width = E.shape[1] + 1  # codes lie in 0 .. K
-    counts = np.zeros(d * nb * width, dtype=np.int64)
+    # the labels, then (estimator "adjusted") each permutation of them: one count table each
+    labelings = [b]
+    if check_estimator(estimator) == "adjusted":
+        g = rng if rng is not None else np.random.default_rng(0)
+        labelings += [permute_within(b, None, g) for _ in range(int(draws))]
+    counts = [np.zeros(d * nb * width, dtype=np.int64) for _ in labelings]
     top = 0
     cols = (np.arange(d, dtype=np.int64) * nb * width)[None, :]
     for s, e, codes in coded_blocks(X, E, rows):
         if codes.size:
             top = max(top, int(codes.max()))
-        flat = b[s:e, None] * width + cols  # cell (column, label, code), one int64 block
-        flat += codes
-        counts += np.bincount(flat.ravel(), minlength=counts.size)
+        for lab, cnt in zip(labelings, counts, strict=True):
+            flat = lab[s:e, None] * width + cols  # cell (column, label, code), one int64 block
+            flat += codes
+            cnt += np.bincount(flat.ravel(), minlength=cnt.size)
     K = top + 1
-    by_label = counts.reshape(d, nb, width)[:, :, :K]
-    h_c = _entropy_from_counts(by_label.sum(1), np.full(d, n))
-    h_cy = _entropy_from_counts(by_label.reshape(d, nb * K), np.full(d, n))
-    return np.maximum(0.0, h_c + hy - h_cy)
+    h = []
+    for cnt in counts:
+        by_label = cnt.reshape(d, nb, width)[:, :, :K]
+        h.append(_entropy_from_counts(by_label.reshape(d, nb * K), np.full(d, n)))
+    if len(h) > 1:  # adjusted: mean H(Y*, F) over the permutations less H(Y, F)
+        out: np.ndarray = np.mean(h[1:], axis=0) - h[0]
+        return out
+    h_c = _entropy_from_counts(counts[0].reshape(d, nb, width)[:, :, :K].sum(1), np.full(d, n))
+    return np.maximum(0.0, h_c + hy - h[0])

@@ -24,7 +24,7 @@ from verticalfs.methods.feast.role import MIRole
 from verticalfs.methods.filter import ColumnsOnlyRole, FilterMethod, FilterParams
 from verticalfs.methods.registry import register
 from verticalfs.params import Constraints, Interval, Options
-from verticalfs.selection.info import column_mutual_info, normalised_cmi
+from verticalfs.selection.info import ESTIMATORS, adjusted_mutual_info, column_mutual_info, normalised_cmi
 from verticalfs.training.history import derive_seed
 from verticalfs.transport.messages import At
 
@@ -65,6 +65,8 @@ class CFeastParams(FilterParams):
         the top N-hat pruned each round (default 0 = off).
     n_hat : int
         ``rounds="parties"`` only: FEAST's window, 0 = the paper's N-hat (features still to select).
+    estimator : str
+        ``plugin`` or ``adjusted``: as ``feast``'s (:class:`~verticalfs.methods.feast.method.FeastParams`).
     """
 
     bins: int = 8
@@ -77,6 +79,7 @@ class CFeastParams(FilterParams):
     rounds: str = "greedy"
     tail_delete: float = 0.0
     n_hat: int = 0
+    estimator: str = "plugin"
 
     #: the values each field may take (:mod:`verticalfs.params`)
     constraints: ClassVar[Constraints] = {
@@ -89,6 +92,7 @@ class CFeastParams(FilterParams):
         "rounds": [Options("greedy", "parties")],
         "tail_delete": [Interval(float, 0, 100, closed="left")],
         "n_hat": [Interval(int, 0, None)],
+        "estimator": [Options(*ESTIMATORS)],
     }
 
 
@@ -174,13 +178,15 @@ class CFeast(FilterMethod):
         total = np.zeros(d)
         low = np.full(d, np.inf)
         picked: list[int] = []
-        first = column_mutual_info(C, labels)
+        adjusted = p.estimator == "adjusted"
+        rng = np.random.default_rng(derive_seed(self.seed, "cfeast-null"))
+        first = adjusted_mutual_info(C, labels, rng) if adjusted else column_mutual_info(C, labels)
         score = first
         for step in range(int(p.n_select)):
             idx = np.flatnonzero(cand)
             if step > 0:
                 j = picked[-1]
-                su = normalised_cmi(C[:, idx], labels, C[:, j], p.score)
+                su = normalised_cmi(C[:, idx], labels, C[:, j], p.score, p.estimator, rng)
                 total[idx] += su
                 low[idx] = np.minimum(low[idx], su)
                 if p.overlap_delete:
@@ -201,7 +207,7 @@ class CFeast(FilterMethod):
         """``rounds="parties"``: FEAST's rounds (section 4.4) on the pooled party blocks, ``V_j = F_j``."""
         p = self.params
         # one FEAST scoring state per party block, held here (pooled data, no messages)
-        states = {q: FeastPartyState(codes[q], labels) for q in names}
+        states = {q: FeastPartyState(codes[q], labels, seed=derive_seed(self.seed, "cfeast-null", q)) for q in names}
 
         def share(t: int, q: str, chosen: list[int], receivers: tuple[str, ...]) -> None:
             # section 5.1: the selected features F_j themselves, one V_j each, instead of FEAST's
@@ -212,7 +218,7 @@ class CFeast(FilterMethod):
                 states[r].receive(F)
 
         def score(t: int, q: str, top: int) -> tuple[np.ndarray, np.ndarray, int]:
-            idx, s, n_del = states[q].score(p.score, bool(p.overlap_delete), float(p.overlap_ratio))
+            idx, s, n_del = states[q].score(p.score, bool(p.overlap_delete), float(p.overlap_ratio), p.estimator)
             return (idx, s, n_del) if top < 0 else (idx[:top], s[:top], n_del)
 
         def drop(q: str, idx: list[int]) -> None:
@@ -260,18 +266,22 @@ class MIParams(FilterParams):
     sample_size : int
         Rows whose labels are sent: -1 = all training rows (default), 0 = FEAST's rule with m = 3,
         otherwise that many (stratified).
+    estimator : str
+        ``plugin`` or ``adjusted``: as ``feast``'s (:class:`~verticalfs.methods.feast.method.FeastParams`).
     """
 
     bins: int = 8
     discretizer: str = "equal-frequency"
     supervised_bins: bool = False
     sample_size: int = -1
+    estimator: str = "plugin"
 
     #: the values each field may take (:mod:`verticalfs.params`)
     constraints: ClassVar[Constraints] = {
         "bins": [Interval(int, 2, None)],
         "discretizer": [DISCRETIZER],
         "sample_size": [Interval(int, -1, None)],
+        "estimator": [Options(*ESTIMATORS)],
     }
 
 
@@ -300,7 +310,8 @@ class MutualInfo(FilterMethod):
         for q in fed.party_names:
             rep = fed.proxy(q).request(LabelScoresRequest(
                 rows=sent_rows, labels=labels, bins=int(p.bins), discretizer=p.discretizer,
-                supervised_bins=bool(p.supervised_bins), top=int(p.n_select)), At("selection"), expect=FeatureScores)
+                supervised_bins=bool(p.supervised_bins), top=int(p.n_select), estimator=str(p.estimator),
+                seed=int(self.seed)), At("selection"), expect=FeatureScores)
             reports[q] = (np.asarray(rep.indices, dtype=np.int64), np.asarray(rep.scores, dtype=np.float64))
             self.record_scores(q, *reports[q])
         _, _, ranking = rank_and_pick(reports, list(fed.party_names), int(p.n_select))

@@ -43,13 +43,15 @@ class FeastSetup:
 
 @message("feast.ScoreRequest")
 class ScoreRequest:
-    """Active -> candidate party: score the remaining candidates; report the best ``top`` (-1 = all)."""
+    """Active -> candidate party: score the remaining candidates; report the best ``top`` (-1 = all);
+    ``estimator`` of the mutual information: ``plugin`` (the paper's) or ``adjusted`` (issue 53)."""
 
     round: int
     top: int
     score: str = "su"
     overlap_delete: bool = True
     overlap_ratio: float = 0.1
+    estimator: str = "plugin"
 
 
 @message("feast.FeatureScores")
@@ -90,7 +92,8 @@ class DropCandidates:
 @message("feast.LabelScoresRequest")
 class LabelScoresRequest:
     """Active -> party (the ``mi`` baseline): labels of ``rows`` (``None`` = all training rows),
-    binning settings; reply the party's ``top`` features by ``I(Y; F_i)``."""
+    binning settings; reply the party's ``top`` features by ``I(Y; F_i)``, estimated by ``estimator``
+    (``plugin`` or ``adjusted``: its permutations drawn from the party's own seed derived from ``seed``)."""
 
     rows: np.ndarray | None
     labels: np.ndarray
@@ -98,3 +101,5 @@ class LabelScoresRequest:
     discretizer: str
     supervised_bins: bool
     top: int
+    estimator: str = "plugin"
+    seed: int = 0

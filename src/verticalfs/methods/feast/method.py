@@ -63,6 +63,7 @@ from verticalfs.methods.filter import FilterMethod, FilterParams
 from verticalfs.methods.registry import register
 from verticalfs.params import Constraints, Interval, Options, Predicate
 from verticalfs.selection.discretize import canonical_discretizer
+from verticalfs.selection.info import ESTIMATORS
 from verticalfs.selection.sampling import resolve_sample_size, stratified_sample
 from verticalfs.training.history import derive_seed
 from verticalfs.transport.messages import At
@@ -131,6 +132,7 @@ class FeastParams(FilterParams):
     overlap_ratio: float = 0.1
     n_hat: int = 0
     score: str = "su"
+    estimator: str = "plugin"
 
     #: the values each field may take (:mod:`verticalfs.params`)
     constraints: ClassVar[Constraints] = {
@@ -142,6 +144,7 @@ class FeastParams(FilterParams):
         "overlap_ratio": [Interval(float, 0, 1, closed="left")],
         "n_hat": [Interval(int, 0, None)],
         "score": [Options(*SCORES)],
+        "estimator": [Options(*ESTIMATORS)],
     }
 
 
@@ -290,7 +293,8 @@ class Feast(FilterMethod):
         def score(t: int, q: str, top: int) -> tuple[np.ndarray, np.ndarray, int]:
             rep = fed.proxy(q).request(ScoreRequest(round=t, top=top, score=p.score,
                                                     overlap_delete=bool(p.overlap_delete),
-                                                    overlap_ratio=float(p.overlap_ratio)),
+                                                    overlap_ratio=float(p.overlap_ratio),
+                                                    estimator=str(p.estimator)),
                                        At("selection", t), expect=FeatureScores)
             self.record_scores(q, rep.indices, rep.scores)
             return rep.indices, rep.scores, rep.n_deleted

@@ -14,7 +14,7 @@ import numpy as np
 
 from verticalfs.exceptions import ConfigError
 from verticalfs.selection.discretize import SUPERVISED, apply_bins, check_discretizer, fit_bins_blocked
-from verticalfs.selection.info import column_mutual_info, normalised_cmi
+from verticalfs.selection.info import ESTIMATORS, adjusted_mutual_info, column_mutual_info, normalised_cmi
 
 SCORES: tuple[str, ...] = ("su", "su-noalpha", "cmi")
 #: an SU value at or below this counts as 0 (identical feature), absorbing rounding in the entropies
@@ -72,6 +72,8 @@ class FeastPartyState:
         self.codes = np.asarray(codes, dtype=np.int32)
         self.labels = np.asarray(labels, dtype=np.int64)
         self.seed = int(seed)
+        #: the permutations of the ``adjusted`` estimator: the party's own stream, apart from its groups'
+        self.null_rng = np.random.default_rng([self.seed, 0x6E756C6C])
         d = self.codes.shape[1]
         self.candidate = np.ones(d, dtype=bool)
         self.sum_score = np.zeros(d)
@@ -88,8 +90,8 @@ class FeastPartyState:
         V = np.asarray(V)
         self.pending.append(V.reshape(len(V), -1))
 
-    def score(self, score: str = "su", overlap_delete: bool = True, overlap_ratio: float = 0.1
-              ) -> tuple[np.ndarray, np.ndarray, int]:
+    def score(self, score: str = "su", overlap_delete: bool = True, overlap_ratio: float = 0.1,
+              estimator: str = "plugin") -> tuple[np.ndarray, np.ndarray, int]:
         """Scores of the remaining candidates, best first: ``(indices, scores, n_deleted)``.
 
         Without statistical variables (round 1) the score is ``I(Y; F_i)`` (feast.md equation 3).
@@ -102,18 +104,30 @@ class FeastPartyState:
         is taken over the party's candidates of each candidate's smallest SU value, as in the
         public FEAST implementation (which divides by 100 where the paper says a tenth; we follow
         the paper).
+
+        ``estimator``: ``plugin`` (the paper's empirical probabilities) or ``adjusted`` (each
+        ``I(Y; F_i)`` and ``I(Y; F_i | V_j)`` less its mean under label permutation, drawn from the
+        party's own seed: :func:`~verticalfs.selection.info.null_joint_entropy`).
         """
         if score not in SCORES:
             raise ConfigError(f"unknown FEAST score {score!r}; use one of {SCORES}")
+        if estimator not in ESTIMATORS:
+            raise ConfigError(f"unknown FEAST estimator {estimator!r}; use one of {ESTIMATORS}")
         idx = np.flatnonzero(self.candidate)
         n_del = 0
         if self.n_v == 0 and not self.pending:
-            s = column_mutual_info(self.codes[:, idx], self.labels) if idx.size else np.zeros(0)
+            C = self.codes[:, idx]
+            if not idx.size:
+                s = np.zeros(0)
+            elif estimator == "adjusted":
+                s = adjusted_mutual_info(C, self.labels, self.null_rng)
+            else:
+                s = column_mutual_info(C, self.labels)
         else:
             for V in self.pending:
                 for v in V.T:
                     if idx.size:
-                        su = normalised_cmi(self.codes[:, idx], self.labels, v, score)
+                        su = normalised_cmi(self.codes[:, idx], self.labels, v, score, estimator, self.null_rng)
                         self.sum_score[idx] += su
                         self.min_score[idx] = np.minimum(self.min_score[idx], su)
                     self.n_v += 1

@@ -26,7 +26,7 @@ from verticalfs.methods.feast.party import FeastPartyState, discretize_party, pa
 from verticalfs.methods.feast.statvar import random_groups, statistical_variables
 from verticalfs.methods.filter import FilterRole
 from verticalfs.party import Context, handles
-from verticalfs.selection.info import binned_mutual_info
+from verticalfs.selection.info import ESTIMATORS, binned_mutual_info
 from verticalfs.training.history import derive_seed
 
 
@@ -57,7 +57,10 @@ class FeastRole(FilterRole):
 
     @handles(ScoreRequest)
     def on_score(self, msg: ScoreRequest, ctx: Context) -> FeatureScores:
-        idx, s, n_del = self._state().score(msg.score, msg.overlap_delete, msg.overlap_ratio)
+        if msg.estimator not in ESTIMATORS:
+            raise ProtocolError(f"party {self.name!r}: ScoreRequest.estimator must be one of {ESTIMATORS}, got "
+                                f"{msg.estimator!r}")
+        idx, s, n_del = self._state().score(msg.score, msg.overlap_delete, msg.overlap_ratio, str(msg.estimator))
         if msg.top >= 0:
             idx, s = idx[: msg.top], s[: msg.top]
         return FeatureScores(indices=idx.astype(np.int32), scores=s.astype(np.float64), n_deleted=n_del)
@@ -95,10 +98,15 @@ class MIRole(FilterRole):
 
     @handles(LabelScoresRequest, policy="accept_labels")
     def on_label_scores(self, msg: LabelScoresRequest, ctx: Context) -> FeatureScores:
+        if msg.estimator not in ESTIMATORS:
+            raise ProtocolError(f"party {self.name!r}: LabelScoresRequest.estimator must be one of {ESTIMATORS}, "
+                                f"got {msg.estimator!r}")
         labels = np.asarray(msg.labels)
         X, rows = self.columns("train"), _rows(msg.rows)
         edges = party_edges(X, rows, labels, msg.discretizer, msg.bins, msg.supervised_bins, self.name)
-        s = binned_mutual_info(X, edges, labels, rows)  # counts over row blocks, no code matrix
+        # counts over row blocks, no code matrix; the permutations of "adjusted" from the party's own seed
+        rng = np.random.default_rng(derive_seed(int(msg.seed), "mi-null", self.name))
+        s = binned_mutual_info(X, edges, labels, rows, str(msg.estimator), rng)
         order = np.lexsort((np.arange(len(s)), -s))
         if msg.top >= 0:
             order = order[: msg.top]
