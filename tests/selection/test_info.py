@@ -127,3 +127,74 @@ def test_joint_codes_dense_and_no_overflow():
 def test_rejects_non_integer_codes():
     with pytest.raises(DataError, match="integer codes"):
         entropy(np.array([0.5, 1.0]))
+
+
+class TestAdjustedEstimator:
+    """``estimator="adjusted"`` (issue 53): the plug-in MI / CMI less its mean under label
+    permutation, so that a column with many occupied bins but no information about the labels
+    scores about 0 instead of its plug-in bias, (B - 1)(|Y| - 1) / (2 n ln 2) bits and more given
+    a many-valued V."""
+
+    def test_permute_within_keeps_each_stratum(self):
+        from verticalfs.selection.info import permute_within
+
+        rng = np.random.default_rng(0)
+        y = rng.integers(0, 5, 300)
+        v = rng.integers(0, 7, 300)
+        yp = permute_within(y, v, rng)
+        assert not np.array_equal(yp, y)
+        for s in range(7):  # every stratum keeps its multiset of labels
+            assert sorted(yp[v == s].tolist()) == sorted(y[v == s].tolist())
+        assert sorted(permute_within(y, None, rng).tolist()) == sorted(y.tolist())
+
+    def test_noise_scores_about_zero_where_plugin_is_biased(self):
+        from verticalfs.selection.info import adjusted_mutual_info
+
+        rng = np.random.default_rng(1)
+        n, k = 600, 10
+        y = rng.integers(0, k, n)
+        noise = rng.integers(0, 8, (n, 20))  # 8 occupied bins, independent of y
+        weak = np.where(rng.random(n) < 0.1, y % 2, 0)[:, None]  # two values, a little about y
+        C = np.concatenate([noise, weak], 1)
+        plug = column_mutual_info(C, y)
+        adj = adjusted_mutual_info(C, y, np.random.default_rng(2))
+        bias = 7 * (k - 1) / (2 * n * LN2)
+        assert plug[:20].mean() == pytest.approx(bias, rel=0.25)  # the plug-in bias of the noise
+        assert plug[:20].min() > plug[20]  # plug-in: every noise column outranks the weak real one
+        assert np.abs(adj[:20]).max() < 0.25 * bias  # adjusted: the noise about 0 ...
+        assert adj[20] > adj[:20].max()  # ... and below the weak real column
+        # a column that is the label keeps nearly all of its plug-in value
+        full = adjusted_mutual_info(y[:, None], y, np.random.default_rng(3))[0]
+        assert full == pytest.approx(column_mutual_info(y[:, None], y)[0], rel=0.05)
+
+    def test_conditional_noise_given_many_valued_v(self):
+        rng = np.random.default_rng(4)
+        n = 800
+        y = rng.integers(0, 4, n)
+        v = rng.integers(0, 60, n)  # a merged statistical variable of many values
+        noise = rng.integers(0, 8, (n, 10))
+        info = np.where(rng.random(n) < 0.5, y, rng.integers(0, 4, n))[:, None]
+        C = np.concatenate([noise, info], 1)
+        plug = normalised_cmi(C, y, v, "cmi")
+        adj = normalised_cmi(C, y, v, "cmi", "adjusted", np.random.default_rng(5))
+        assert plug[:10].min() > 0.3  # the plug-in CMI of noise given 60 strata: large
+        assert adj[:10].max() < 0.1 * plug[:10].min()
+        assert adj[10] > 5 * adj[:10].max()
+        su = normalised_cmi(C, y, v, "su", "adjusted", np.random.default_rng(5))
+        assert su[10] > su[:10].max()
+
+    def test_binned_matches_codes_and_unknown_estimator(self):
+        from verticalfs.selection.discretize import apply_bins, fit_bins
+        from verticalfs.selection.info import adjusted_mutual_info, binned_mutual_info
+
+        rng = np.random.default_rng(6)
+        X = rng.normal(size=(400, 6))
+        y = (X[:, 0] > 0).astype(np.int64) + 2 * (rng.random(400) < 0.3)
+        E = fit_bins(X, "equal-frequency", 8)
+        got = binned_mutual_info(X, E, y, None, "adjusted", np.random.default_rng(7))
+        want = adjusted_mutual_info(apply_bins(X, E), y, np.random.default_rng(7))
+        np.testing.assert_allclose(got, want, atol=1e-12)
+        with pytest.raises(DataError, match="estimator"):
+            binned_mutual_info(X, E, y, None, "miller")
+        with pytest.raises(DataError, match="estimator"):
+            normalised_cmi(apply_bins(X, E), y, y, "su", "miller")

@@ -227,17 +227,32 @@ def normalised_cmi(C, y, v, score: str = "su", estimator: str = "plugin", rng: n
     observed (the public FEAST implementation counts the non-empty cells of the contingency table).
     ``score="su-noalpha"`` drops alpha, ``score="cmi"`` returns the raw CMI (equation 4): the two
     ablations of feast.md section 5.4.2. A zero normaliser (Y and F_i determined by V_j) gives 0.
+    ``estimator="adjusted"``: the CMI of the numerator less its mean under conditional independence
+    (:func:`null_joint_entropy`, ``draws`` permutations from ``rng``), not clipped at 0 (a mean over
+    several ``V_j`` of clipped values would keep a positive bias); the normaliser is the paper's.
     """
+    return normalised_cmi_pair(C, y, v, score, estimator, rng, draws)[0]
+
+
+def normalised_cmi_pair(C, y, v, score: str = "su", estimator: str = "plugin",
+                        rng: np.random.Generator | None = None, draws: int = NULL_DRAWS
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """``(normalised_cmi with estimator, the same with the plug-in estimator)`` from one count:
+    FEAST ranks by the first and deletes overlapping features by the second (the paper's test of
+    an identical or similar feature, section 4.3, is about plug-in values of exactly or nearly 0)."""
     t = column_cmi_terms(C, y, v)
-    if check_estimator(estimator) == "adjusted":
-        # the plug-in CMI less its mean under conditional independence (null_joint_entropy); the
-        # normaliser of equation 12 (entropies and alpha) is the paper's
-        null = null_joint_entropy(C, y, v, draws, rng if rng is not None else np.random.default_rng(0))
-        t["cmi"] = np.maximum(0.0, null - t["h_yvf"])
-    if score == "cmi":
-        return t["cmi"]
-    den = t["norm"] * (np.sqrt(t["support"]) if score == "su" else 1.0)
-    return np.divide(t["cmi"], den, out=np.zeros_like(t["cmi"]), where=den > 0)
+    den = t["norm"] * (np.sqrt(t["support"]) if score == "su" else 1.0) if score != "cmi" else None
+
+    def norm(cmi: np.ndarray) -> np.ndarray:
+        if den is None:
+            return cmi
+        return np.divide(cmi, den, out=np.zeros_like(cmi), where=den > 0)
+
+    plugin = norm(t["cmi"])
+    if check_estimator(estimator) == "plugin":
+        return plugin, plugin
+    null = null_joint_entropy(C, y, v, draws, rng if rng is not None else np.random.default_rng(0))
+    return norm(null - t["h_yvf"]), plugin
 
 
 def binned_mutual_info(X, edges: np.ndarray, y, rows: np.ndarray | None = None, estimator: str = "plugin",

@@ -24,7 +24,7 @@ from verticalfs.methods.feast.role import MIRole
 from verticalfs.methods.filter import ColumnsOnlyRole, FilterMethod, FilterParams
 from verticalfs.methods.registry import register
 from verticalfs.params import Constraints, Interval, Options
-from verticalfs.selection.info import ESTIMATORS, adjusted_mutual_info, column_mutual_info, normalised_cmi
+from verticalfs.selection.info import ESTIMATORS, adjusted_mutual_info, column_mutual_info, normalised_cmi_pair
 from verticalfs.training.history import derive_seed
 from verticalfs.transport.messages import At
 
@@ -186,9 +186,9 @@ class CFeast(FilterMethod):
             idx = np.flatnonzero(cand)
             if step > 0:
                 j = picked[-1]
-                su = normalised_cmi(C[:, idx], labels, C[:, j], p.score, p.estimator, rng)
+                su, plugin = normalised_cmi_pair(C[:, idx], labels, C[:, j], p.score, p.estimator, rng)
                 total[idx] += su
-                low[idx] = np.minimum(low[idx], su)
+                low[idx] = np.minimum(low[idx], plugin)  # overlap deletion on the paper's values (FEAST's)
                 if p.overlap_delete:
                     med = float(np.median(low[idx]))
                     drop = (low[idx] <= ZERO) | (low[idx] < float(p.overlap_ratio) * med)
