@@ -71,7 +71,8 @@ def main(argv=None) -> None:
         for name in methods:
             for n in (ns if name != "raw" else [0]):
                 fed = Federation.in_process(data)
-                m = create(name, seed=seed, n_select=max(n, 1), classifier=clfs[0]).fit(fed)
+                paper = {"estimator": "plugin"} if name == "feast" else {}  # the paper's (feast.md 3.1)
+                m = create(name, seed=seed, n_select=max(n, 1), classifier=clfs[0], **paper).fit(fed)
                 sel = m.selected_
                 sel_bytes = fed.ledger.bytes_where(phase="selection")
                 X = {s: pooled(data, sel, s) for s in ("train", "val", "test")}
