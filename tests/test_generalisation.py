@@ -72,9 +72,6 @@ from verticalfs.methods import registry
 # (vfl .527), 30 of 751 kept, 100 %, 270 s at load 11-15 (before the fix: .833 keeping 94);
 # secureboost .543, 85 s at load 7.
 KNOWN_SHORTFALLS: dict[tuple[str, str], str] = {
-    ("feast", "digits"): "issue 53: n_select='auto' keeps 48 of 95 columns (.969, vfl .931), 61 % of the noise "
-                         "removed; at N = 24 .950 with 100 %, but its validation accuracy is 2.8 points lower "
-                         "(.933 against .961), beyond auto_tol 0.01 (docs/methods/feast.md, 'Choosing N')",
     ("icafs", "wide20"): "issue 53: keeps half of each party's columns (select_ratio 0.5, the paper's), 768 of "
                          "1,535, at .899 (vfl .917) with 79 % of the noise removed (2026-11-28, load 8-10); "
                          "its selection's rule was not reworked in issue 53",

@@ -289,6 +289,46 @@ def test_score_ablations_and_params(cancer):
         fit("feast", cancer, tail_delete=100.0)
 
 
+def test_estimator_ranks_the_noise_columns_last():
+    """Issue 53: the plug-in CMI of a Gaussian noise column (all B bins filled) given a statistical
+    variable of hundreds of values is large, a pixel column's (few values) small: on digits with
+    50 % noise columns FEAST's paper estimator puts noise columns among the 48 it keeps; the
+    default ``adjusted`` estimator (plug-in less its permutation mean) keeps none of them."""
+    data = verticalfs.build_data("digits", parties=3, noise=0.5, seed=0)
+
+    def noise_kept(m):
+        return sum(bool(data.ground_truth[p][data.party(p).feature_names.index(f)]) for p, f in selected(m))
+
+    adjusted, _ = fit("feast", data, n_select=48)
+    assert adjusted.params.estimator == "adjusted"
+    plugin, _ = fit("feast", data, n_select=48, estimator="plugin")
+    assert len(selected(adjusted)) == len(selected(plugin)) == 48
+    assert noise_kept(adjusted) == 0
+    assert noise_kept(plugin) >= 6  # 12 of the 31 when measured (2026-11-28)
+
+
+def test_estimator_param_and_a_party_checks_it(cancer):
+    from verticalfs.exceptions import ProtocolError
+    from verticalfs.methods.feast.messages import LabelScoresRequest, ScoreRequest
+
+    for name in ("feast", "cfeast", "mi"):
+        with pytest.raises(ConfigError, match="estimator"):
+            fit(name, cancer, estimator="miller-madow")
+        m, _ = fit(name, cancer, n_select=5, estimator="adjusted")
+        assert len(selected(m)) == 5
+    # a party decodes the estimator from the label holder's message: an unknown one is refused
+    m, fed = fit("feast", cancer, n_select=5)
+    role = fed.local_runtime("party1").role
+    with pytest.raises(ProtocolError, match="estimator"):
+        role.on_score(ScoreRequest(round=2, top=-1, estimator="exact"), None)
+    m, fed = fit("mi", cancer, n_select=5)
+    role = fed.local_runtime("party1").role
+    with pytest.raises(ProtocolError, match="estimator"):
+        role.on_label_scores(LabelScoresRequest(rows=None, labels=np.zeros(3, np.uint8), bins=8,
+                                                discretizer="equal-frequency", supervised_bins=False, top=1,
+                                                estimator="exact"), None)
+
+
 def test_n_hat_window(cancer):
     # at most 2 per round and each of the 3 parties selected once: at most 6 of the 9
     with pytest.warns(UserWarning, match="stopped early"):
