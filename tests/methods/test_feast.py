@@ -289,6 +289,7 @@ def test_score_ablations_and_params(cancer):
         fit("feast", cancer, tail_delete=100.0)
 
 
+@pytest.mark.slow  # two FEAST selections of 48 on digits (the fast suite's digits-feast case checks the default)
 def test_estimator_ranks_the_noise_columns_last():
     """Issue 53: the plug-in CMI of a Gaussian noise column (all B bins filled) given a statistical
     variable of hundreds of values is large, a pixel column's (few values) small: on digits with

@@ -132,7 +132,7 @@ class FeastParams(FilterParams):
         given a ``V_j`` of hundreds of merged values is large (Example 1 of section 4.3), so on
         digits with 50 % noise columns FEAST ranked 9 noise columns among the 16 of round 2 and
         kept 12 of 31 at N = 48 (61 % removed, .969; vfl .947) where the adjusted estimate keeps
-        none (.967). Measured on five sets (benchmarks/generalise/filters.py, docs/methods/feast.md
+        none (.967). Measured on six sets (benchmarks/generalise/filters.py, docs/methods/feast.md
         "The estimator"). The paper benchmarks (benchmarks/feast/) pass ``plugin``.
     """
 
