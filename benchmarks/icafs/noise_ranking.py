@@ -1,7 +1,7 @@
 """Diagnostic (issue 53): how well does ICAFS's feature ranking put the injected noise columns
 last? One ``icafs`` run at its defaults on a built-in set with 50 % Gaussian noise columns (3
-parties, seed 0); each party's path scores of *all* its inputs are recorded when it selects (the
-handler is wrapped to read them; nothing it does changes), then the share of the noise columns each
+parties, seed 0, in one process); each party's path scores of *all* its inputs when it selected
+(``ICAFSRole.ranking_scores``), then the share of the noise columns each
 ``select_ratio`` would remove from that one ranking, and the mean rank percentile of the noise and
 of the real columns per party (0.5 each for a random ranking).
 
@@ -16,6 +16,7 @@ ratio alone buys noise removal with real columns.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import warnings
@@ -27,31 +28,27 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="multiclass-synth")
     ap.add_argument("--ratios", default="0.5,0.4,0.3,0.25,0.2,0.15,0.1")
+    ap.add_argument("--params", default="{}", help="JSON parameters of icafs (default: its defaults)")
     a = ap.parse_args(argv)
     import torch
 
     import verticalfs
-    from verticalfs.methods.icafs import role as R
+    from verticalfs.federation import Federation
+    from verticalfs.methods import create
 
     torch.set_num_threads(1)
     data = verticalfs.build_data(a.data, parties=3, noise=0.5, seed=0)
     noise = {p.name: np.asarray(data.ground_truth[p.name], dtype=bool) for p in data.parties}
-    scores: dict[str, np.ndarray] = {}
-    handler = R.ICAFSRole.on_select_features
-
-    def recording(self, msg, ctx):  # the same path scores the handler computes, kept whole
-        comp = np.asarray(msg.components)
-        scores[self.name] = R.path_scores(self.model, comp if comp.any() else np.ones(int(self.model.n_outputs), bool))
-        return handler(self, msg, ctx)
-
-    R.ICAFSRole.on_select_features = recording
+    fed = Federation.in_process(data)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = verticalfs.run("icafs", data, seed=0)
-    sel = r.selection
-    print(f"icafs on {a.data}: accuracy {r.metrics['accuracy']:.3f}, kept {sel['n_kept']} of {sel['n_features']}, "
-          f"noise removed {sel['spurious_removed']:.2f}, {time.perf_counter() - t0:.0f} s", flush=True)
+        m = create("icafs", seed=0, **json.loads(a.params)).fit(fed)
+    # each party's path scores of all its inputs when it selected (ICAFSRole.ranking_scores)
+    scores = {q: np.asarray(fed.local_runtime(q).role.ranking_scores) for q in data.party_names}
+    ratio0 = float(m.params.select_ratio)
+    print(f"icafs on {a.data}: accuracy {m.metrics_['accuracy']:.3f} at select_ratio {ratio0}, "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
     total = sum(int(v.sum()) for v in noise.values())
     for ratio in (float(x) for x in a.ratios.split(",")):
         kept = kept_noise = 0

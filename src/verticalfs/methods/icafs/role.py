@@ -66,6 +66,8 @@ class ICAFSRole(SplitRole):
         self.synthetic: torch.Tensor | None = None
         self.synth_plan: BatchPlan | None = None
         self.scores: np.ndarray | None = None
+        #: the path scores of all of the party's inputs when it selected (its ranking; None before)
+        self.ranking_scores: np.ndarray | None = None
         self._split = "train"
         self.dp_optimizer = None
         #: noisy steps the party's own accountant allows (its policy's max_epsilon; None: no limit)
@@ -198,6 +200,7 @@ class ICAFSRole(SplitRole):
         if not 0 < ratio <= 1:
             raise ProtocolError(f"party {self.name!r}: SelectFeatures.ratio must lie in (0, 1], got {ratio}")
         scores = path_scores(self.model, comp if comp.any() else np.ones(width, dtype=bool))
+        self.ranking_scores = scores  # of every input, before the selection (benchmarks/icafs/noise_ranking.py)
         d = len(scores)
         k = max(1, int(round(ratio * d)))
         keep = np.sort(np.argsort(-scores, kind="stable")[:k])
