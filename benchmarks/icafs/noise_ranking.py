@@ -44,11 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         m = create("icafs", seed=0, **json.loads(a.params)).fit(fed)
-    # each party's path scores of all its inputs when it selected (ICAFSRole.ranking_scores)
-    scores = {q: np.asarray(fed.local_runtime(q).role.ranking_scores) for q in data.party_names}
     ratio0 = float(m.params.select_ratio)
     print(f"icafs on {a.data}: accuracy {m.metrics_['accuracy']:.3f} at select_ratio {ratio0}, "
           f"{time.perf_counter() - t0:.0f} s", flush=True)
+    # each party's path scores of all its inputs when it selected (ICAFSRole.ranking_scores)
+    scores = {q: np.asarray(fed.local_runtime(q).role.ranking_scores) for q in data.party_names}
     total = sum(int(v.sum()) for v in noise.values())
     for ratio in (float(x) for x in a.ratios.split(",")):
         kept = kept_noise = 0
