@@ -163,7 +163,8 @@ def extrapolate(rows: list[dict], n: int) -> dict:
     return out
 
 
-def _fmt(r: dict) -> str:
+def fmt(r: dict) -> str:
+    """One measured (or extrapolated) PSI as the line this script prints."""
     n, s = r["n"], r["seconds"]
     goal = GOAL_S.get(n)
     goal_s = f"goal <= {goal:>5.0f} s {'met' if s <= goal else 'NOT met'}" if goal else ""
@@ -206,11 +207,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for n in sizes:
             r = run_one(engine, n, chunk=args.chunk, workers=args.workers, parallel=args.parallel)
             mine.append(r)
-            print(_fmt(r), flush=True)
+            print(fmt(r), flush=True)
         if 10_000_000 not in sizes:
             r = extrapolate(mine, 10_000_000)
             mine.append(r)
-            print(_fmt(r), flush=True)
+            print(fmt(r), flush=True)
         rows += mine
     if not args.no_ops and installed("ristretto255"):
         ops = per_op()

@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
         r = psi_bench.run_one("ristretto255", a.full_psi)
         print("whole PSI, both sides (the fastest engine of verticalfs; SecretFlow's RR22 is measured by "
-              "psi_secretflow.py in its own environment): " + psi_bench._fmt(r)
+              "psi_secretflow.py in its own environment): " + psi_bench.fmt(r)
               + f"  [load {_load(os.getloadavg())}]", flush=True)
         results.append({"full_psi": r})
     for n in sizes:
