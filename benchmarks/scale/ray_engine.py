@@ -93,18 +93,18 @@ def _psi(party_ids, n_holder: int, workers: int, chunk: int) -> float:
     return time.perf_counter() - t
 
 
-def _epoch(maps: dict, batch: int = 1024, seed: int = 0) -> float:
+def _epoch(data, batch: int = 1024, seed: int = 0) -> float:
+    """One epoch over the party's training rows in shuffled mini-batches, each read as a party's
+    training step reads it (``LocalData.batch``: from the memory-mapped split, its pages released)."""
     import torch
 
-    from verticalfs.data.stream import read_rows
-
-    X = maps["train"]
-    model = torch.nn.Linear(X.shape[1], 16)
+    n, d = data.X_all("train").shape
+    model = torch.nn.Linear(d, 16)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    order = np.random.default_rng(seed).permutation(len(X))
+    order = np.random.default_rng(seed).permutation(n)
     t = time.perf_counter()
     for a in range(0, len(order), batch):
-        xb = torch.from_numpy(read_rows(X, order[a:a + batch]))
+        xb = data.batch("train", order[a:a + batch])
         loss = model(xb).pow(2).mean()
         opt.zero_grad()
         loss.backward()
@@ -116,7 +116,6 @@ def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out) -> None:
     """One configuration, in a process of its own (its VmHWM is the configuration's peak)."""
     import torch
 
-    from verticalfs.data.vertical import SPLITS
     from verticalfs.deploy.party import Align, DeployedParty
     from verticalfs.engine.ray import connect, disconnect
     from verticalfs.names import LABEL_HOLDER
@@ -151,12 +150,11 @@ def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out) -> None:
         res["rss_after_prepare_mb"] = _hwm_mb()
         del msg
         res.update({k: v for k, v in party.table.last_pass.items() if k.endswith("_s") or k == "units"})
-        maps = {s: party.data.X_all(s).numpy() for s in SPLITS}
-        res["stages"]["epoch"] = _epoch(maps)
+        res["stages"]["epoch"] = _epoch(party.data)
         res["peak_rss_mb"] = _hwm_mb()
         res["load"] = os.getloadavg()[0]
         res["load3"] = os.getloadavg()
-        del party, maps
+        del party
     except Exception as exc:  # noqa: BLE001 - reported by the parent
         res["error"] = f"{type(exc).__name__}: {exc}"
     finally:
