@@ -653,6 +653,15 @@ class RayTable:
             if handoff:
                 r, kept[k] = r
             refs[r] = k
+        for r, out in self._as_finished(refs):
+            k = refs[r]
+            yield (k, out, kept.pop(k)) if handoff else (k, out)
+
+    def _as_finished(self, refs):
+        """``(ref, output)`` of each task of ``refs`` (returning ``(output, took)``) as it finishes,
+        its CPU seconds added up (:meth:`_took`); the tasks still running when the caller stops
+        are cancelled."""
+        ray = self._ray
         pending = list(refs)
         try:
             while pending:
@@ -660,8 +669,7 @@ class RayTable:
                 for r in done:
                     out, took = ray.get(r)
                     self._took(took)
-                    k = refs[r]
-                    yield (k, out, kept.pop(k)) if handoff else (k, out)
+                    yield r, out
         finally:
             for r in pending:
                 ray.cancel(r, force=False)
@@ -711,18 +719,9 @@ class RayTable:
         ray = self._ray
         remote = _remote(ray, _handed_task)
         refs = {remote.remote(ref, kw): k for k, ref in rows.items()}
-        pending = list(refs)
-        try:
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                for r in done:
-                    out, took = ray.get(r)
-                    self._took(took)
-                    rows.pop(refs[r], None)
-                    yield out
-        finally:
-            for r in pending:
-                ray.cancel(r, force=False)
+        for r, out in self._as_finished(refs):
+            rows.pop(refs[r], None)
+            yield out
 
     def schema_frame(self) -> pd.DataFrame:
         return self.dataset.schema.empty_table().to_pandas()

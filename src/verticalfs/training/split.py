@@ -190,6 +190,40 @@ def widths_for_classes(widths: Sequence[int], n_classes: int | None, per_class: 
     return tuple(max(int(w), floor) for w in widths)
 
 
+def penalty_path_applies(params: Any, fed: Any, trainer: Any, n_classes: int | None) -> bool:
+    """Whether a validated penalty path runs (the gates' and group lasso's rule on many classes):
+    more than ``params.lam_classes`` classes, a non-empty ``params.lam_path``, validation rows,
+    a classification task, and a trained model with its validation accuracy recorded."""
+    many = bool(n_classes) and float(params.lam_classes) > 0 and n_classes > params.lam_classes
+    return bool(many and params.lam_path and len(fed.labels.y["val"]) and fed.labels.task != "regression"
+                and trainer.history and int(params.epochs) > 0
+                and trainer.history[-1].get("val_accuracy") is not None)
+
+
+def walk_penalty_path(trainer: Any, first: dict[str, Any], lams: Sequence[float], tol: float,
+                      stage: Callable[[float], dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """A penalty path chosen on the validation rows: ``first`` is the trained model's stage (its
+    ``val_accuracy``); ``stage(lam)`` trains the next stage at ``lam`` and returns its record. The
+    model is saved after each stage whose validation accuracy is at most ``tol`` below the best
+    stage's so far, and the last saved is restored at the end. Returns the stages and the index of
+    the one kept (the walk stops at a stage without a validation accuracy)."""
+    stages = [first]
+    trainer.save_checkpoint()
+    best, kept = first["val_accuracy"], 0
+    for k, lam in enumerate(lams, 1):
+        stages.append(stage(float(lam)))
+        acc = stages[-1]["val_accuracy"]
+        if acc is None:
+            break
+        best = max(best, acc)
+        if acc >= best - tol:
+            trainer.save_checkpoint()
+            kept = k
+    if kept != len(stages) - 1:
+        trainer.restore_checkpoint()
+    return stages, kept
+
+
 def lr_for_classes(lr: float, n_classes: int | None, lr_classes: float) -> float:
     """``lr`` times ``lr_classes / n_classes`` when there are more than ``lr_classes`` classes.
 

@@ -46,7 +46,7 @@ from verticalfs.methods.registry import register
 from verticalfs.nn.prox import prox_l21, zero_groups
 from verticalfs.params import Constraints, Interval
 from verticalfs.party import Context, handles
-from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer
+from verticalfs.training.split import SplitRole, SplitSpec, SplitTrainer, penalty_path_applies, walk_penalty_path
 from verticalfs.transport.messages import At, Checkpoint, message
 from verticalfs.transport.node import send_all
 
@@ -249,13 +249,9 @@ class GroupLasso(VFL):
         ``info_["lam_path"]`` says what each stage reached. (The rule of the gates,
         :meth:`OriginalGate.penalty_path`.)"""
         p = self.params
-        many = bool(n_classes) and float(p.lam_classes) > 0 and n_classes > p.lam_classes
-        if not (many and p.lam_path and len(fed.labels.y["val"]) and fed.labels.task != "regression"
-                and trainer.history and int(p.epochs) > 0):
+        if not penalty_path_applies(p, fed, trainer, n_classes):
             return lam
         key = "val_accuracy"
-        if trainer.history[-1].get(key) is None:
-            return lam
 
         def penalty(v: float) -> None:
             send_all([(fed.proxy(q), GroupLassoPenalty(lam=v)) for q in trainer.parties], At("train", trainer.epoch))
@@ -268,23 +264,13 @@ class GroupLasso(VFL):
             return {"lam": lam_k, key: last.get(key), "epoch": trainer.epoch,
                     "spurious_removed": last.get("spurious_removed")}
 
-        stages = [refit(lam)]
-        trainer.save_checkpoint()
-        best, kept = stages[0][key], 0
-        for k, f in enumerate(p.lam_path, 1):
-            lam_k = lam * float(f)
+        def stage(lam_k: float) -> dict:
             penalty(lam_k)
             trainer.fit(int(p.path_epochs), phase="train")
-            stages.append(refit(lam_k))
-            acc = stages[-1][key]
-            if acc is None:
-                break
-            best = max(best, acc)
-            if acc >= best - float(p.path_tol):
-                trainer.save_checkpoint()
-                kept = k
-        if kept != len(stages) - 1:
-            trainer.restore_checkpoint()
+            return refit(lam_k)
+
+        stages, kept = walk_penalty_path(trainer, refit(lam), [lam * float(f) for f in p.lam_path],
+                                         float(p.path_tol), stage)
         lam_kept = float(stages[kept]["lam"])
         trainer.record("selection", None)  # the kept, pruned model: the run's result
         self.info_["lam_path"] = {"stages": stages, "kept": kept, "lambda_m": lam_kept, "tol": float(p.path_tol),

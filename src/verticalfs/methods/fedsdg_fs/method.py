@@ -70,7 +70,14 @@ from verticalfs.methods.fedsdg_fs.secure import (
 from verticalfs.methods.registry import register
 from verticalfs.nn.models import make_optimizer
 from verticalfs.params import Constraints, Interval, Options
-from verticalfs.training.split import SplitTrainer, TrainConfig, lr_for_classes, scaled_config
+from verticalfs.training.split import (
+    SplitTrainer,
+    TrainConfig,
+    lr_for_classes,
+    penalty_path_applies,
+    scaled_config,
+    walk_penalty_path,
+)
 from verticalfs.transport.messages import At, EmbedRequest, Gradients, coded
 
 PRETRAIN = At("pretrain")
@@ -587,31 +594,19 @@ class OriginalGate(Method):
         ``lam_path`` (see :class:`OriginalGateParams`); ``info_["lam_path"]`` says what each stage
         reached and which was kept."""
         p = self.params
-        many = bool(n_classes) and float(p.lam_classes) > 0 and n_classes > p.lam_classes
-        if not (many and p.lam_path and len(fed.labels.y["val"]) and fed.labels.task != "regression"
-                and trainer.history and int(p.epochs) > 0):  # (epochs=0: nothing trained, no path either)
+        if not penalty_path_applies(p, fed, trainer, n_classes):  # (epochs=0: nothing trained, no path either)
             return
         key = "val_accuracy"
-        stages = [{"lam": lam, "val_accuracy": trainer.history[-1].get(key), "epoch": trainer.epoch}]
-        if stages[0][key] is None:
-            return
-        trainer.save_checkpoint()
-        best, kept = stages[0][key], 0
-        for k, f in enumerate(p.lam_path, 1):
-            lam_k = lam * float(f)
+
+        def stage(lam_k: float) -> dict:
             for q in trainer.parties:
                 fed.proxy(q).send(GatePenalty(lam=lam_k, prune=False), At("train", trainer.epoch))
             trainer.fit(int(p.path_epochs), phase="train")
-            acc = trainer.history[-1].get(key)
-            stages.append({"lam": lam_k, "val_accuracy": acc, "epoch": trainer.epoch})
-            if acc is None:
-                break
-            best = max(best, acc)
-            if acc >= best - float(p.path_tol):
-                trainer.save_checkpoint()
-                kept = k
-        if kept != len(stages) - 1:
-            trainer.restore_checkpoint()
+            return {"lam": lam_k, key: trainer.history[-1].get(key), "epoch": trainer.epoch}
+
+        first = {"lam": lam, key: trainer.history[-1].get(key), "epoch": trainer.epoch}
+        stages, kept = walk_penalty_path(trainer, first, [lam * float(f) for f in p.lam_path], float(p.path_tol),
+                                         stage)
         self.info_["lam_path"] = {"stages": stages, "kept": kept, "lam": stages[kept]["lam"], "tol": float(p.path_tol)}
         self.info_["lam"] = stages[kept]["lam"]  # a line of the run's table
 
