@@ -93,7 +93,9 @@ class DropCandidates:
 class LabelScoresRequest:
     """Active -> party (the ``mi`` baseline): labels of ``rows`` (``None`` = all training rows),
     binning settings; reply the party's ``top`` features by ``I(Y; F_i)``, estimated by ``estimator``
-    (``plugin`` or ``adjusted``: its permutations drawn from the party's own seed derived from ``seed``)."""
+    (``plugin`` or ``adjusted``: its permutations drawn from ``seed`` and the party's name, so the
+    label holder could compute them; an adjusted score is a mean over 8 permutations of labels it
+    chose, less than what 8 requests with those permuted labels, which it may send, would tell it)."""
 
     rows: np.ndarray | None
     labels: np.ndarray

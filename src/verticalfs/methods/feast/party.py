@@ -72,7 +72,8 @@ class FeastPartyState:
         self.codes = np.asarray(codes, dtype=np.int32)
         self.labels = np.asarray(labels, dtype=np.int64)
         self.seed = int(seed)
-        #: the permutations of the ``adjusted`` estimator: the party's own stream, apart from its groups'
+        #: the permutations of the ``adjusted`` estimator: a stream of its own beside its groups' (from
+        #: ``seed``, which the label holder derives: it could compute them, see ``LabelScoresRequest``)
         self.null_rng = np.random.default_rng([self.seed, 0x6E756C6C])
         d = self.codes.shape[1]
         self.candidate = np.ones(d, dtype=bool)
@@ -107,7 +108,7 @@ class FeastPartyState:
 
         ``estimator``: ``plugin`` (the paper's empirical probabilities) or ``adjusted`` (each
         ``I(Y; F_i)`` and ``I(Y; F_i | V_j)`` of the ranking less its mean under label permutation,
-        drawn from the party's own seed: :func:`~verticalfs.selection.info.null_joint_entropy`).
+        drawn from the state's ``seed``: :func:`~verticalfs.selection.info.null_joint_entropy`).
         Overlap deletion tests the plug-in SU values either way: the paper's "identical" (0) and
         "similar" (under a tenth of the median) are statements about them, and an adjusted value
         of about 0 means "no information beyond chance given this V_j", which would delete most

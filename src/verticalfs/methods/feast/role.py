@@ -104,7 +104,7 @@ class MIRole(FilterRole):
         labels = np.asarray(msg.labels)
         X, rows = self.columns("train"), _rows(msg.rows)
         edges = party_edges(X, rows, labels, msg.discretizer, msg.bins, msg.supervised_bins, self.name)
-        # counts over row blocks, no code matrix; the permutations of "adjusted" from the party's own seed
+        # counts over row blocks, no code matrix; the permutations of "adjusted" from the run's seed and its name
         rng = np.random.default_rng(derive_seed(int(msg.seed), "mi-null", self.name))
         s = binned_mutual_info(X, edges, labels, rows, str(msg.estimator), rng)
         order = np.lexsort((np.arange(len(s)), -s))
