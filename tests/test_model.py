@@ -75,6 +75,28 @@ def test_saved_model_predicts_what_the_fitted_one_does(files, tmp_path, method, 
         assert met[k] == pytest.approx(m.metrics_[k], abs=1e-9), k
 
 
+def test_a_party_an_earlier_stage_left_without_features_is_not_in_the_saved_model(files, tmp_path):
+    """random keeps one feature, so one of the two parties keeps none and never joins vfl: it saves
+    no part (it has none; asking it failed before), the manifest names it, and inference needs
+    only the other party's file (a file for it is refused, naming it)."""
+    import json
+
+    data, test = files
+    res = verticalfs.run("random+vfl", data, seed=0, params={"random.n_select": 1, "vfl.epochs": 2,
+                                                              "vfl.hidden": (4,)}, save_model=tmp_path / "m")
+    m, fed = res.method_obj, res.federation
+    (left,) = m.info_["random"]["parties_left"]
+    (kept,) = [p for p in data.party_names if p != left]
+    man = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    assert list(man["parties"]) == [kept] and man["parties_left_out"] == [left]
+    assert not (tmp_path / "m" / f"{left}.pt").exists()
+    out = predict(tmp_path / "m", {kept: test[kept]})
+    got = pd.DataFrame(out["probabilities"], index=out["ids"]).loc[data.ids["test"]].to_numpy()
+    np.testing.assert_allclose(got, m.predict_proba(fed.restrict([kept]), "test"), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ConfigError, match=f"party '{left}' takes no part in the model.*leave its --party-file out"):
+        predict(tmp_path / "m", test)
+
+
 def test_a_model_that_cannot_be_saved_is_refused_before_training(files, tmp_path):
     data, _ = files
     m = registry.create("fate-iv", classifier="rf")

@@ -81,10 +81,13 @@ def save_model(method: Method, fed: Federation, directory: str | Path, *,
     names = fed.feature_names()
     # parties of a deployment save under the model's name in their own folder (their policy's model_dir)
     where = directory.resolve().name if fed.model_names_only else str(directory)
-    for p in fed.party_names:
+    in_model = method.parties_in_model(fed)
+    for p in in_model:
         rep = fed.proxy(p).request(SaveModel(directory=where), at, expect=ModelSaved)
         confined(directory, rep.file, f"party {p!r}'s reply to SaveModel")
         parties[p] = {"file": rep.file, "sha256": rep.sha256, "feature_names": names[p]}
+    # a party an earlier stage left without a feature takes no part: no file, and none asked at inference
+    left_out = [p for p in fed.party_names if p not in in_model]
     labels = fed.labels
     data = dump({"method": method.name, "task": labels.task, "n_classes": int(labels.n_classes),
                  "class_names": [str(c) for c in (labels.class_names or [])], "holder": holder})
@@ -95,6 +98,8 @@ def save_model(method: Method, fed: Federation, directory: str | Path, *,
         "task": labels.task, "class_names": [str(c) for c in (labels.class_names or [])],
         "parties": parties, "label_holder": {"file": f"{LABEL_HOLDER}.pt", "sha256": sha256(data)},
     }
+    if left_out:
+        manifest["parties_left_out"] = left_out
     return write_json_atomic(directory / MANIFEST, manifest)
 
 
@@ -181,6 +186,11 @@ def _predict(model_dir: Path, files: Mapping[str, str | Path], events: Any, *, i
     parties = man["parties"]
     missing = [p for p in parties if p not in files]
     extra = [p for p in files if p not in parties]
+    left_out = [p for p in extra if p in (man.get("parties_left_out") or [])]
+    if left_out:
+        raise ConfigError(f"party {left_out[0]!r} takes no part in the model: training kept none of its features "
+                          f"(the manifest's parties_left_out); leave its --party-file out (the model's parties "
+                          f"are {list(parties)})")
     if missing or extra:
         raise ConfigError(f"the model was trained with parties {list(parties)}; give one --party-file for each "
                           f"(missing {missing}, not in the model {extra})")

@@ -181,6 +181,13 @@ class Method(ABC):
         return self
 
     # --------------------------------------------------------- saved models
+    def parties_in_model(self, fed: FederationView) -> list[str]:
+        """The parties the fitted model asks at inference, in ``fed``'s order: those that save a
+        part (``SaveModel``) and that :func:`~verticalfs.model.predict` needs a file from. Default:
+        every party of ``fed``; a pipeline leaves out those its earlier stages left without a
+        feature (they never joined its last stage)."""
+        return list(fed.party_names)
+
     def cannot_save(self) -> str | None:
         """Why a run with these parameters could not save its model, or ``None`` if it can.
 

@@ -108,6 +108,7 @@ class Pipeline(Method):
         last = self.stages[-1]
         last.entry_hook, last.checkpoints = self.entry_hook, self.checkpoints
         sub = fed.restrict(names) if names != list(fed.party_names) else fed
+        self.model_parties_ = list(sub.party_names)
         last.fit(sub)
         for e in last.history_:
             history.append(e)
@@ -147,6 +148,12 @@ class Pipeline(Method):
         return names
 
     # --------------------------------------------------------- saved models: the last stage's
+    def parties_in_model(self, fed) -> list[str]:
+        """The parties of the last stage: a party the earlier stages left without a feature never
+        joined it, holds no trained part and is not asked at inference."""
+        kept = set(getattr(self, "model_parties_", fed.party_names))
+        return [p for p in fed.party_names if p in kept]
+
     def cannot_save(self) -> str | None:
         return self.stages[-1].cannot_save()
 
