@@ -67,6 +67,8 @@ class Pipeline(Method):
     stage_classes: ClassVar[tuple[type[Method], ...]] = ()
     Params = PipelineParams
     Role = None
+    #: the parties of the last stage, set by :meth:`fit` (those the earlier stages left a feature)
+    model_parties_: list[str] | None = None
 
     def __init__(self, *, seed: int = 0, callbacks=(), codec: str | None = None, **params: Any) -> None:
         per: dict[str, dict] = {s: {} for s in self.stage_names}
@@ -151,7 +153,7 @@ class Pipeline(Method):
     def parties_in_model(self, fed) -> list[str]:
         """The parties of the last stage: a party the earlier stages left without a feature never
         joined it, holds no trained part and is not asked at inference."""
-        kept = set(getattr(self, "model_parties_", fed.party_names))
+        kept = set(fed.party_names if self.model_parties_ is None else self.model_parties_)
         return [p for p in fed.party_names if p in kept]
 
     def cannot_save(self) -> str | None:
