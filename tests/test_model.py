@@ -97,6 +97,22 @@ def test_a_party_an_earlier_stage_left_without_features_is_not_in_the_saved_mode
         predict(tmp_path / "m", test)
 
 
+def test_the_parties_in_a_split_model_are_its_trainers(files):
+    """A split-trained method's model asks the parties its top model takes embeddings from (e.g.
+    less-vfl's stage 3 drops a party with no significant component from the trainer): only they
+    save a part."""
+    import types
+
+    data, _ = files
+    res = verticalfs.run("vfl", data, seed=0, params={"epochs": 1, "hidden": (4,)})
+    m, fed = res.method_obj, res.federation
+    assert m.parties_in_model(fed) == list(data.party_names)
+    m.trainer_ = types.SimpleNamespace(parties=[data.party_names[-1]])
+    assert m.parties_in_model(fed) == [data.party_names[-1]]
+    m.trainer_ = None  # no split model (a filter's own classifier, trees): every party
+    assert m.parties_in_model(fed) == list(data.party_names)
+
+
 def test_a_model_that_cannot_be_saved_is_refused_before_training(files, tmp_path):
     data, _ = files
     m = registry.create("fate-iv", classifier="rf")

@@ -184,9 +184,14 @@ class Method(ABC):
     def parties_in_model(self, fed: FederationView) -> list[str]:
         """The parties the fitted model asks at inference, in ``fed``'s order: those that save a
         part (``SaveModel``) and that :func:`~verticalfs.model.predict` needs a file from. Default:
-        every party of ``fed``; a pipeline leaves out those its earlier stages left without a
-        feature (they never joined its last stage)."""
-        return list(fed.party_names)
+        every party of ``fed`` that the split model takes embeddings from (:attr:`trainer_`'s
+        parties, e.g. less-vfl's stage 3 leaves out a party with no significant component), or
+        every party for a method without one; a pipeline leaves out those its earlier stages left
+        without a feature (they never joined its last stage)."""
+        if self.trainer_ is None:
+            return list(fed.party_names)
+        used = set(self.trainer_.parties)
+        return [p for p in fed.party_names if p in used]
 
     def cannot_save(self) -> str | None:
         """Why a run with these parameters could not save its model, or ``None`` if it can.
