@@ -149,7 +149,7 @@ def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out) -> None:
         res["prepare_coordinator_cpu_s"] = time.process_time() - c
         res["rss_after_prepare_mb"] = _hwm_mb()
         del msg
-        res.update({k: v for k, v in party.table.last_pass.items() if k.endswith("_s") or k == "units"})
+        res.update({k: v for k, v in party.table.last_pass.items() if k.endswith("_s") or k in ("units", "writer")})
         res["stages"]["epoch"] = _epoch(party.data)
         res["peak_rss_mb"] = _hwm_mb()
         res["load"] = os.getloadavg()[0]
@@ -185,7 +185,7 @@ def slope(rows: list[int], secs: list[float]) -> float:
 def fmt(r: dict) -> str:
     st = "  ".join(f"{k} {v:8.1f} s" for k, v in r["stages"].items())
     cpu = (f", workers' CPU {r['fit_cpu_s']:.1f} + {r['transform_cpu_s']:.1f} s over {r['units']} units, coordinator's "
-           f"CPU {r['prepare_coordinator_cpu_s']:.1f} s" if "fit_cpu_s" in r else "")
+           f"CPU {r['prepare_coordinator_cpu_s']:.1f} s, writer {r.get('writer')}" if "fit_cpu_s" in r else "")
     return (f"{r['rows']:>12,} rows, {r['workers']} worker{'s' if r['workers'] > 1 else ' '}: {st}   "
             f"coordinator peak RSS {r['peak_rss_mb']:6.0f} MB (after reading {r['rss_after_read_mb']:.0f}, "
             f"preparing {r['rss_after_prepare_mb']:.0f})"

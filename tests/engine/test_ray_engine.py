@@ -87,6 +87,25 @@ def test_prepared_rows_are_the_local_engines(cluster, tmp_path, scaling, impute,
     del ray_party
 
 
+def test_ranges_of_the_matrices_written_by_many_writers_from_files_of_different_types(cluster, tmp_path):
+    """The transform's writers each prepare one contiguous range of a split's matrix from every
+    unit's rows: with many ranges (a range's rows from several units, a split cut in several
+    ranges) and files whose column types differ (integers in one, floats in another), the rows are
+    the in-memory party's."""
+    folder, one, df = _table(tmp_path, n=2000, files=4)
+    part = folder / "part-1.parquet"
+    pd.read_parquet(part).astype({"b": "int64"}).to_parquet(part, index=False)  # (the others: float64)
+    memory = DeployedParty("telecom", one, categorical=["c"], stream=False)
+    party = DeployedParty("telecom", folder, categorical=["c"], engine="ray")
+    party.table.pieces = 11
+    msg = _align_msg(df, "minmax", "median")
+    got, ref = _prepared(party, msg), _prepared(memory, msg)
+    assert party.table.last_pass["writer"] == "ranges"
+    assert len(party.table.tasks) >= 4 + 11  # the fit's units, then the writers (a piece more per split at most)
+    for s in SPLITS:
+        assert got[s].shape[0] > 0 and np.array_equal(got[s], ref[s])
+
+
 def test_ids_sorted_in_a_memory_mapped_file_and_read_through_a_uri(cluster, tmp_path):
     folder, _, df = _table(tmp_path, n=500, files=2)
     t = engine.RayTable("telecom", folder.resolve().as_uri())  # file://...: pyarrow's filesystems
