@@ -112,7 +112,7 @@ def _epoch(data, batch: int = 1024, seed: int = 0) -> float:
     return time.perf_counter() - t
 
 
-def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out) -> None:
+def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out, writer: str = "ranges") -> None:
     """One configuration, in a process of its own (its VmHWM is the configuration's peak)."""
     import torch
 
@@ -126,6 +126,7 @@ def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out) -> None:
         t = time.perf_counter()
         ray = connect(num_cpus=workers)  # a Ray instance of this many worker CPUs on 127.0.0.1
         party = DeployedParty("telecom", Path(table), engine="ray")
+        party.table.writer = writer
 
         if int(ray.cluster_resources().get("CPU", 0)) != workers:
             raise RuntimeError(f"the Ray instance has {ray.cluster_resources().get('CPU')} CPUs, not {workers}")
@@ -162,10 +163,11 @@ def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out) -> None:
     out.send(res)
 
 
-def run_one(table: Path, n: int, workers: int, *, psi: bool = True, chunk: int = 16_384) -> dict:
+def run_one(table: Path, n: int, workers: int, *, psi: bool = True, chunk: int = 16_384,
+            writer: str = "ranges") -> dict:
     ctx = mp.get_context("spawn")
     a, b = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_one, args=(str(table), n, workers, psi, chunk, b))
+    p = ctx.Process(target=_one, args=(str(table), n, workers, psi, chunk, b, writer))
     p.start()
     res = a.recv()
     p.join(120)
@@ -208,6 +210,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--files", type=int, default=8, help="Parquet files the table is written as")
     ap.add_argument("--no-psi", action="store_true", help="leave out the PSI stage (e.g. for the 10M RSS alone)")
     ap.add_argument("--chunk", type=int, default=16_384)
+    ap.add_argument("--writer", choices=("ranges", "units"), default="ranges",
+                    help="how the transform writes the prepared matrices: ranges (a writer task per contiguous range "
+                         "of rows, the default) or units (verticalfs 0.8: each unit's rows at their aligned rows "
+                         "through a memory map; to compare)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     ap.add_argument("--full-psi", type=int, default=1_000_000,
                     help="first, a whole PSI of this many ids a side with the fastest engine (ristretto255: the "
@@ -243,7 +249,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 if w == 1 and one_sizes is not None and n not in one_sizes:
                     print(f"{n:>12,} rows, 1 worker : left out (--one-worker-sizes)", flush=True)
                     continue
-                r = run_one(table, n, w, psi=not a.no_psi, chunk=a.chunk)
+                r = run_one(table, n, w, psi=not a.no_psi, chunk=a.chunk, writer=a.writer)
                 results.append(r)
                 print(fmt(r), flush=True)
         mine = {r["workers"]: r for r in results if r.get("rows") == n}
@@ -253,7 +259,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 f"{k} {v:.2f}x" + (f" (goal >= {GOAL_SPEEDUP}x {'met' if v >= GOAL_SPEEDUP else 'NOT met'})"
                                    if k in ("psi", "prepare") else "") for k, v in sp.items())
                 + (f"  [fit {mine[1]['fit_s'] / mine[2]['fit_s']:.2f}x, transform "
-                   f"{mine[1]['transform_s'] / mine[2]['transform_s']:.2f}x]" if mine[2].get("fit_s") else ""),
+                   f"{mine[1]['transform_s'] / mine[2]['transform_s']:.2f}x; workers' CPU 1 -> 2 workers: fit "
+                   f"{mine[1]['fit_cpu_s']:.2f} -> {mine[2]['fit_cpu_s']:.2f} s, transform "
+                   f"{mine[1]['transform_cpu_s']:.2f} -> {mine[2]['transform_cpu_s']:.2f} s (not growing: the "
+                   "second worker's time is all speedup)]" if mine[2].get("fit_s") else ""),
                 flush=True)
     for w in workers:
         rs = [r for r in results if r.get("workers") == w]

@@ -196,8 +196,9 @@ def test_the_transform_reading_again_and_the_fits_handoff_prepare_the_same_rows(
     local engine's too."""
     folder, one, df = _table(tmp_path, n=2500, files=2)
     memory = DeployedParty("telecom", one, categorical=["c"], stream=False)
-    parties = [DeployedParty("telecom", folder, categorical=["c"], engine="ray") for _ in range(2)]
+    parties = [DeployedParty("telecom", folder, categorical=["c"], engine="ray") for _ in range(3)]
     parties[1].table.handoff = False
+    parties[2].table.writer = "units"  # (verticalfs 0.8's writes of the handed-off rows, kept to compare)
     for seed in (1, 2):
         msg = _align_msg(df, "robust", "most-frequent", seed=seed)
         ref = _prepared(memory, msg)
@@ -205,6 +206,7 @@ def test_the_transform_reading_again_and_the_fits_handoff_prepare_the_same_rows(
             got = _prepared(p, msg)
             assert all(np.array_equal(got[s], ref[s]) for s in SPLITS)
             assert p.table.last_pass["units"] == 2 and p.table.last_pass["fit_cpu_s"] > 0
-            assert p.table.last_pass["handoff"] is (p is parties[0])  # (by default: the rows fit in the store)
+            assert p.table.last_pass["handoff"] is (p is not parties[1])  # (by default: the rows fit in the store)
+            assert p.table.last_pass["writer"] == ["ranges", "units (the table read again)", "units"][parties.index(p)]
     ranks = list(parties[0].table.work_dir.glob("ranks-*/*.npy"))
     assert len(ranks) == 2  # one file per unit, written by the first alignment's fit

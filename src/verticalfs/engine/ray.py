@@ -480,7 +480,7 @@ ZERO_BYTES = 1 << 24
 def _zero_task(path: str, start: int, stop: int) -> tuple[float, float, float]:
     """Zeros written over bytes ``start``..``stop`` of ``path`` (idempotent; see RayTable._zero_fill)."""
     c0, w0 = time.process_time(), time.time()
-    zeros = bytes(min(1 << 22, stop - start))
+    zeros = bytes(min(FOLIO_BYTES, stop - start))  # (small folios: see FOLIO_BYTES)
     fd = os.open(path, os.O_WRONLY)
     try:
         at = start
@@ -506,6 +506,15 @@ def _handed_task(rows: dict, kw: dict) -> tuple[list[int], float]:
     t = rows["table"]
     out = _write_prepared(t, None, rows["split"], rows["dest"], **kw)
     return out, (time.process_time() - c0, w0, time.time())
+
+
+#: bytes a ``pwrite`` into a prepared matrix's file writes at most: the kernel's page cache (Linux
+#: 6.18 here, ext4) keeps a write's pages as one *folio* up to the write's size (2 MB at most), and a
+#: read fault on a memory map maps the faulting page's whole folio: training's random mini-batch
+#: rows then mapped 1.8 MB each (64 KB after writes of 64 KB: the fault-around window the kernel
+#: maps anyway), and the 10M-row coordinator's epoch peaked at 1,731 MB (1,220 MB before it; load
+#: 7-8). Writing 64 KB at a time costs no more CPU than larger writes (400 MB: 0.09 s, 0.12 s).
+FOLIO_BYTES = 64 << 10
 
 
 #: rows a writer task (:func:`_range_task`) transforms at a time: 32k rows of 50 columns are 13 MB
@@ -569,8 +578,8 @@ def _range_task(piece: tuple[int, int, int], kw: dict, *units: dict) -> tuple[tu
     fd = os.open(path, os.O_WRONLY)
     try:
         done = 0
-        while done < len(view):
-            done += os.pwrite(fd, view[done:], at + done)
+        while done < len(view):  # (in pieces of FOLIO_BYTES: see there)
+            done += os.pwrite(fd, view[done:done + FOLIO_BYTES], at + done)
         node = kw.get("node")
         if node is None or _node_id() != node:
             os.fsync(fd)  # (a shared filesystem: the coordinator's node reads it; on its own node, its page cache)
@@ -676,7 +685,10 @@ class RayTable:
         self._sizes: dict[str, int] = {}  # each column's uncompressed bytes (from the footers, with the units)
         self.cpu_s = 0.0  # the workers' CPU seconds of the passes run so far
         self.tasks: list[tuple[float, float, float]] = []  # each task's (CPU seconds, start, end), the latest pass's
-        self.writer = os.environ.get("VERTICALFS_RAY_WRITER", "ranges")  # (A/B while measuring)
+        # how the transform writes the matrices from the fit's hand-off: "ranges" (a writer task per
+        # contiguous range, _write_ranges) or "units" (verticalfs 0.8: each unit's task writes its
+        # rows at their aligned rows through a memory map; kept to compare, benchmarks/scale)
+        self.writer = "ranges"
         self.pieces: int | None = None  # ranges of the matrices the transform writes (None: as many as units)
         self.handoff = handoff  # None: when the aligned rows fit in half the object store (_hand_off)
         self.last_pass: dict[str, Any] = {}  # what the latest preparation did (blocks, approximate columns)
@@ -1009,7 +1021,8 @@ class RayTable:
             else:
                 maps[s] = np.zeros((rows, d), dtype=np.float32)
         marks["written"] = time.time() - start
-        self.last_pass = {"handoff": handoff, "writer": "ranges" if ranged else "units",
+        writer = "ranges" if ranged else "units" if handoff else "units (the table read again)"
+        self.last_pass = {"handoff": handoff, "writer": writer,
                           "fit_s": fit_s, "transform_s": time.perf_counter() - t1,
                           "units": len(self.units()),
                           "marks": marks, "tasks": [(c, a - start, b - start) for c, a, b in self.tasks],
