@@ -147,3 +147,21 @@ def test_a_streamed_party_keeps_its_selected_columns_in_memory_mapped_files(file
     assert len(second) == len(first) and not set(first) & set(second)  # the first selection's files are gone
     for s in SPLITS:
         assert np.array_equal(data.X(s).numpy(), full[s][:, [5, 0]]), s
+
+
+@pytest.mark.parametrize("folios", [1, 3, 64])
+def test_rows_read_from_a_memory_map_in_pieces_are_the_rows(tmp_path, monkeypatch, folios):
+    """``read_rows`` reads in pieces of rows within a few 2 MB regions of the file (its pages
+    released after each): any rows (unsorted, repeated, sequential, none) in the order asked."""
+    from verticalfs.data import stream
+
+    monkeypatch.setattr(stream, "READ_FOLIOS", folios)
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(60_000, 40)).astype(np.float32)  # 9.6 MB: 5 regions of 2 MB
+    m = np.memmap(tmp_path / "m.f32", dtype=np.float32, mode="w+", shape=a.shape)
+    m[:] = a
+    m.flush()
+    for rows in (rng.integers(0, len(a), 5000), np.arange(1000, 40_000), np.array([59_999, 0, 0, 31_000]),
+                 np.zeros(0, dtype=np.int64)):
+        got = stream.read_rows(m, rows)
+        assert got.dtype == np.float32 and np.array_equal(got, a[rows])

@@ -25,10 +25,13 @@ cluster (the ``ray`` extra: ``pip install 'verticalfs[ray]'``; Ray is Apache-2.0
   training rows (:mod:`verticalfs.engine.stats`: min/max, counts and categories exact; mean and
   variance merged; quartiles from sketches, exact while a unit holds at most 4,096 training
   values of a column), merged on the coordinator into the party's preprocessor; its aligned rows
-  stay in Ray's object store; the **transform** prepares each unit's aligned rows with it and
-  writes them into one float32 memory-mapped file per split at their aligned rows (the shards
-  training reads mini-batches from, as the local engine's);
-- **faults**: each unit is a Ray task; a worker that dies is retried by Ray (a unit's writes are
+  stay in Ray's object store, sorted by split and aligned row; the **transform** writes one float32
+  file per split (the shards training reads mini-batches from, memory-mapped, as the local
+  engine's): one writer task per contiguous range of a file's rows takes that range's rows from
+  every unit's aligned rows, prepares them and writes the range (:meth:`RayTable._write_ranges`;
+  where the aligned rows would not fit in half the object store, each unit is read again and its
+  rows written at their aligned rows through a memory map);
+- **faults**: each unit and each range is a Ray task; a worker that dies is retried by Ray (a task's writes are
   idempotent: the same rows get the same values; an object lost from the store is made again by
   running its task again), and the coordinator checks that every aligned row was written exactly
   once per pass.
@@ -480,7 +483,7 @@ ZERO_BYTES = 1 << 24
 def _zero_task(path: str, start: int, stop: int) -> tuple[float, float, float]:
     """Zeros written over bytes ``start``..``stop`` of ``path`` (idempotent; see RayTable._zero_fill)."""
     c0, w0 = time.process_time(), time.time()
-    zeros = bytes(min(FOLIO_BYTES, stop - start))  # (small folios: see FOLIO_BYTES)
+    zeros = bytes(min(1 << 22, stop - start))
     fd = os.open(path, os.O_WRONLY)
     try:
         at = start
@@ -508,15 +511,6 @@ def _handed_task(rows: dict, kw: dict) -> tuple[list[int], float]:
     return out, (time.process_time() - c0, w0, time.time())
 
 
-#: bytes a ``pwrite`` into a prepared matrix's file writes at most: the kernel's page cache (Linux
-#: 6.18 here, ext4) keeps a write's pages as one *folio* up to the write's size (2 MB at most), and a
-#: read fault on a memory map maps the faulting page's whole folio: training's random mini-batch
-#: rows then mapped 1.8 MB each (64 KB after writes of 64 KB: the fault-around window the kernel
-#: maps anyway), and the 10M-row coordinator's epoch peaked at 1,731 MB (1,220 MB before it; load
-#: 7-8). Writing 64 KB at a time costs no more CPU than larger writes (400 MB: 0.09 s, 0.12 s).
-FOLIO_BYTES = 64 << 10
-
-
 #: rows a writer task (:func:`_range_task`) transforms at a time: 32k rows of 50 columns are 13 MB
 #: of float64, and the transform makes a few such copies; a piece's 110k rows at once cost 1.5x the
 #: CPU (1M rows, 50 columns: new pages for every copy, out of the caches)
@@ -535,7 +529,7 @@ def _range_task(piece: tuple[int, int, int], kw: dict, *units: dict) -> tuple[tu
     aligned rows that the fit left in the object store (``units``, each sorted by split and
     destination row: a slice of each, no copy), transformed together, placed in a buffer of the
     range and written with ``pwrite`` (no memory map: no page faults, no released pages, no
-    page shared with another writer but a boundary one). Idempotent (a retried task writes the
+    page shared with another writer but a range's first and last). Idempotent (a retried task writes the
     same bytes). Gives ``((rows, whether every row of the range came exactly once), took)``."""
     import pyarrow as pa
 
@@ -578,8 +572,8 @@ def _range_task(piece: tuple[int, int, int], kw: dict, *units: dict) -> tuple[tu
     fd = os.open(path, os.O_WRONLY)
     try:
         done = 0
-        while done < len(view):  # (in pieces of FOLIO_BYTES: see there)
-            done += os.pwrite(fd, view[done:done + FOLIO_BYTES], at + done)
+        while done < len(view):
+            done += os.pwrite(fd, view[done:], at + done)
         node = kw.get("node")
         if node is None or _node_id() != node:
             os.fsync(fd)  # (a shared filesystem: the coordinator's node reads it; on its own node, its page cache)
@@ -825,8 +819,8 @@ class RayTable:
         """The transform from the aligned rows each unit's fit left in the object store (``{unit:
         ref}``, emptied once the writers are submitted: the store frees them when the writers are
         done): one writer task per contiguous range of a matrix (:meth:`_pieces`,
-        :func:`_range_task`); the rows written per split. Each range is written by one process, in
-        one ``pwrite`` of its bytes: the transform's tasks of units (verticalfs 0.8) wrote each
+        :func:`_range_task`); the rows written per split. Each range is written by one process,
+        sequentially with ``pwrite``: the transform's tasks of units (verticalfs 0.8) wrote each
         unit's rows at their aligned rows, scattered over the whole of every matrix, so every
         task faulted in and released pages of the whole file, shared with the other workers' (its
         workers' CPU seconds grew by half with a second worker)."""
