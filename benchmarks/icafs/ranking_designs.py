@@ -1,0 +1,157 @@
+"""Diagnostic (issue 53): candidate per-input-feature rankings of an ICAFS party, side by side, from
+one trained model. ICAFS (stages 1-3 at its defaults, 3 parties, seed 0, in one process) is trained
+up to its selection; then, with the model of that moment, each party's input features are ranked
+by each candidate and the script prints the noise columns' mean rank percentile (chance .5; lower
+is better for the noise... printed as the share of the noise each ranking's top ``select_ratio``
+would remove, and the percentiles of the noise and of the real columns; 0 = ranked first).
+
+Candidates (``G``: the gradient of the real-row loss (7) under indicator gates with respect to the
+party's embeddings, its components outside the kept ones zeroed; ``J``: the party's encoder's
+Jacobian, row by row; ``x - mu``: the row's feature minus its training mean):
+
+- ``path``: the path scores of the weights (``role.path_scores``, the rule until issue 53);
+- ``gxi-train`` / ``gxi-val``: ``sum_rows |G J (x - mu)|`` (gradient x input) on the training /
+  validation rows;
+- ``sens-train`` / ``sens-val``: ``sum_rows (G J)^2 var(x)``;
+- ``taylor-val``: ``-sum_rows G J (x - mu)``: the first-order estimate of the loss increase when
+  the column is replaced by its mean (signed);
+- ``occl-train`` / ``occl-val``: that increase measured (the column set to its mean, the loss
+  evaluated again): the reference a ranking would want to match, which a party cannot compute alone.
+
+    python benchmarks/icafs/ranking_designs.py --data multiclass-synth
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+
+import numpy as np
+
+
+def percentiles(s: np.ndarray) -> np.ndarray:
+    pct = np.empty(len(s))
+    pct[np.argsort(-s, kind="stable")] = np.arange(len(s)) / len(s)
+    return pct
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="multiclass-synth")
+    ap.add_argument("--ratios", default="0.5,0.4,0.3")
+    ap.add_argument("--save", default=None, help="save the trained parties' encoders and the rankings here")
+    ap.add_argument("--params", default="{}", help="JSON parameters of icafs (default: its defaults)")
+    a = ap.parse_args(argv)
+    import torch
+    import torch.nn.functional as F
+
+    import verticalfs
+    from verticalfs.federation import Federation
+    from verticalfs.methods import create
+    from verticalfs.methods.icafs.method import ICAFSTrainer
+    from verticalfs.methods.icafs.role import path_scores
+
+    torch.set_num_threads(1)
+    data = verticalfs.build_data(a.data, parties=3, noise=0.5, seed=0)
+    noise = {p.name: np.asarray(data.ground_truth[p.name], dtype=bool) for p in data.parties}
+    fed = Federation.in_process(data)
+    t0 = time.perf_counter()
+    m = create("icafs", seed=0, **json.loads(a.params))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m.check(fed)
+        tr = ICAFSTrainer(fed, m.name, m.params, seed=0, codec="float32")
+        tr.setup()
+        tr.synthesize()
+        tr.fit(phase="train")
+    print(f"icafs on {a.data}: trained to the selection in {time.perf_counter() - t0:.0f} s, "
+          f"accuracy {tr.history[-1].get('accuracy', float('nan')):.3f}", flush=True)
+    kept = tr.kept_components()
+    top = tr.top
+    top.eval()
+    y = {s: torch.from_numpy(tr.labels.y[s].astype(np.int64)) for s in ("train", "val")}
+    H = {s: torch.from_numpy(tr.embeddings(s)) for s in ("train", "val")}
+
+    def loss_of(Hs: torch.Tensor, s: str) -> torch.Tensor:
+        return F.cross_entropy(top(Hs, hard=True)[0], y[s], reduction="sum")
+
+    G = {}
+    for s in ("train", "val"):
+        Hs = H[s].clone().requires_grad_(True)
+        loss_of(Hs, s).backward()
+        G[s] = Hs.grad * torch.from_numpy(kept.astype(np.float32))
+    base = {s: float(loss_of(H[s], s)) for s in ("train", "val")}
+    start = 0
+    results: dict[str, dict[str, np.ndarray]] = {}
+    for q in tr.parties:
+        d = tr.embedding_dims[q]
+        role = fed.local_runtime(q).role
+        model = role.model
+        model.eval()
+        comp = kept[start:start + d]
+        sl = slice(start, start + d)
+        start += d
+        mu = role.data.X("train").mean(0)
+        var = role.data.X("train").var(0)
+        cand = {"path": path_scores(model, comp if comp.any() else np.ones(d, dtype=bool))}
+        for s in ("train", "val"):
+            with torch.no_grad():
+                Xs = role.data.X(s).double()
+                Hk = model(role.data.X(s)).double()
+                for tag, cols in (("kept", comp if comp.any() else np.ones(d, dtype=bool)), ("all", np.ones(d, dtype=bool))):
+                    Hc = Hk[:, torch.from_numpy(cols)]
+                    Hc = Hc - Hc.mean(0)
+                    Q, _ = torch.linalg.qr(Hc)
+                    Xc = Xs - Xs.mean(0)
+                    num = ((Q.T @ Xc) ** 2).sum(0)
+                    den = (Xc ** 2).sum(0)
+                    cand[f"r2{tag}-{s}"] = torch.where(den > 0, num / den.clamp_min(1e-30), 0.0).numpy()
+        for s in ("train", "val"):
+            X = role.data.X(s).clone().requires_grad_(True)
+            out = model(X)
+            (gx,) = torch.autograd.grad(out, X, G[s][:, sl])  # rows x features: G J
+            gx = gx.detach()
+            Xc = X.detach() - mu
+            cand[f"gxi-{s}"] = (gx * Xc).abs().sum(0).numpy()
+            cand[f"sens-{s}"] = ((gx ** 2).sum(0) * var).numpy()
+            if s == "val":
+                cand["taylor-val"] = (-(gx * Xc).sum(0)).numpy()
+            # measured occlusion: the column set to its training mean
+            Xd = X.detach()
+            occ = np.empty(Xd.shape[1])
+            with torch.no_grad():
+                for j in range(Xd.shape[1]):
+                    Xj = Xd.clone()
+                    Xj[:, j] = mu[j]
+                    Hj = H[s].clone()
+                    Hj[:, sl] = model(Xj)
+                    occ[j] = float(loss_of(Hj, s)) - base[s]
+            cand[f"occl-{s}"] = occ
+        results[q] = {k: np.asarray(v, dtype=np.float64) for k, v in cand.items()}
+    if a.save:
+        torch.save({"results": results, "noise": noise, "kept": kept,
+                    "models": {q: fed.local_runtime(q).role.model for q in tr.parties}, "top": top}, a.save)
+    total = sum(int(v.sum()) for v in noise.values())
+    names = list(next(iter(results.values())))
+    for name in names:
+        line = [f"{name:>11}"]
+        for ratio in (float(x) for x in a.ratios.split(",")):
+            kept_noise = 0
+            for q, c in results.items():
+                s = c[name]
+                topk = np.argsort(-s, kind="stable")[: max(1, int(round(ratio * len(s))))]
+                kept_noise += int(noise[q][topk].sum())
+            line.append(f"{ratio}: {1 - kept_noise / total:4.0%} removed")
+        pn = np.concatenate([percentiles(c[name])[noise[q]] for q, c in results.items()]).mean()
+        pr = np.concatenate([percentiles(c[name])[~noise[q]] for q, c in results.items()]).mean()
+        line.append(f"rank percentile noise {pn:.2f} real {pr:.2f}")
+        print("  ".join(line), flush=True)
+    print(f"{time.perf_counter() - t0:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
