@@ -1,13 +1,14 @@
 """Diagnostic (issue 53): how well does ICAFS's feature ranking put the injected noise columns
 last? One ``icafs`` run at its defaults on a built-in set with 50 % Gaussian noise columns (3
-parties, seed 0, in one process); each party's path scores of *all* its inputs when it selected
-(``ICAFSRole.ranking_scores``), then the share of the noise columns each
+parties, seed 0, in one process); each party's ranking scores of *all* its inputs when it selected
+(``ICAFSRole.ranking_scores``: the share of variance explained by the kept components since issue
+53, the path scores with ``--params '{"rank": "path"}'``), then the share of the noise columns each
 ``select_ratio`` would remove from that one ranking, and the mean rank percentile of the noise and
 of the real columns per party (0.5 each for a random ranking).
 
     python benchmarks/icafs/noise_ranking.py --data multiclass-synth
 
-Measured 2026-11-28 (multiclass-synth, 2,706 s at load 8-14): .640 (vfl .527), 376 of 751 kept,
+Measured 2026-11-28 with ``rank="path"`` (multiclass-synth, 2,706 s at load 8-14): .640 (vfl .527), 376 of 751 kept,
 63 % of the noise removed at 0.5; 0.3 would remove 81 % (225 kept), 0.2 88 % (150); mean rank
 percentile noise .57-.60, real .44-.46: the ranking is only a little better than chance, so the
 ratio alone buys noise removal with real columns.
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio0 = float(m.params.select_ratio)
     print(f"icafs on {a.data}: accuracy {m.metrics_['accuracy']:.3f} at select_ratio {ratio0}, "
           f"{time.perf_counter() - t0:.0f} s", flush=True)
-    # each party's path scores of all its inputs when it selected (ICAFSRole.ranking_scores)
+    # each party's ranking scores of all its inputs when it selected (ICAFSRole.ranking_scores)
     scores = {q: np.asarray(fed.local_runtime(q).role.ranking_scores) for q in data.party_names}
     total = sum(int(v.sum()) for v in noise.values())
     for ratio in (float(x) for x in a.ratios.split(",")):

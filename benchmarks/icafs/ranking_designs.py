@@ -1,9 +1,9 @@
 """Diagnostic (issue 53): candidate per-input-feature rankings of an ICAFS party, side by side, from
 one trained model. ICAFS (stages 1-3 at its defaults, 3 parties, seed 0, in one process) is trained
 up to its selection; then, with the model of that moment, each party's input features are ranked
-by each candidate and the script prints the noise columns' mean rank percentile (chance .5; lower
-is better for the noise... printed as the share of the noise each ranking's top ``select_ratio``
-would remove, and the percentiles of the noise and of the real columns; 0 = ranked first).
+by each candidate, and the script prints, per candidate, the share of the injected noise columns
+its top ``select_ratio`` would remove and the mean rank percentile of the noise and of the real
+columns (0 = ranked first; .5 each at random: a good ranking puts the noise high).
 
 Candidates (``G``: the gradient of the real-row loss (7) under indicator gates with respect to the
 party's embeddings, its components outside the kept ones zeroed; ``J``: the party's encoder's
@@ -15,6 +15,9 @@ Jacobian, row by row; ``x - mu``: the row's feature minus its training mean):
 - ``sens-train`` / ``sens-val``: ``sum_rows (G J)^2 var(x)``;
 - ``taylor-val``: ``-sum_rows G J (x - mu)``: the first-order estimate of the loss increase when
   the column is replaced by its mean (signed);
+- ``explained-train`` / ``explained-val``: the share of the column's variance the kept
+  components explain without its own first-order contribution (``role.explained_scores``, the rule
+  since issue 53); ``r2-train`` / ``r2-val``: the same with it (the plain R^2);
 - ``occl-train`` / ``occl-val``: that increase measured (the column set to its mean, the loss
   evaluated again): the reference a ranking would want to match, which a party cannot compute alone.
 
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from verticalfs.federation import Federation
     from verticalfs.methods import create
     from verticalfs.methods.icafs.method import ICAFSTrainer
-    from verticalfs.methods.icafs.role import path_scores
+    from verticalfs.methods.icafs.role import explained_scores, path_scores
 
     torch.set_num_threads(1)
     data = verticalfs.build_data(a.data, parties=3, noise=0.5, seed=0)
@@ -83,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         Hs = H[s].clone().requires_grad_(True)
         loss_of(Hs, s).backward()
         G[s] = Hs.grad * torch.from_numpy(kept.astype(np.float32))
-    base = {s: float(loss_of(H[s], s)) for s in ("train", "val")}
+    with torch.no_grad():
+        base = {s: float(loss_of(H[s], s)) for s in ("train", "val")}
     start = 0
     results: dict[str, dict[str, np.ndarray]] = {}
     for q in tr.parties:
@@ -97,18 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         mu = role.data.X("train").mean(0)
         var = role.data.X("train").var(0)
         cand = {"path": path_scores(model, comp if comp.any() else np.ones(d, dtype=bool))}
+        used = comp if comp.any() else np.ones(d, dtype=bool)
         for s in ("train", "val"):
-            with torch.no_grad():
-                Xs = role.data.X(s).double()
-                Hk = model(role.data.X(s)).double()
-                for tag, cols in (("kept", comp if comp.any() else np.ones(d, dtype=bool)), ("all", np.ones(d, dtype=bool))):
-                    Hc = Hk[:, torch.from_numpy(cols)]
-                    Hc = Hc - Hc.mean(0)
-                    Q, _ = torch.linalg.qr(Hc)
-                    Xc = Xs - Xs.mean(0)
-                    num = ((Q.T @ Xc) ** 2).sum(0)
-                    den = (Xc ** 2).sum(0)
-                    cand[f"r2{tag}-{s}"] = torch.where(den > 0, num / den.clamp_min(1e-30), 0.0).numpy()
+            cand[f"explained-{s}"] = explained_scores(model, role.data.X(s), used)
+            cand[f"r2-{s}"] = explained_scores(model, role.data.X(s), used, own=True)
         for s in ("train", "val"):
             X = role.data.X(s).clone().requires_grad_(True)
             out = model(X)

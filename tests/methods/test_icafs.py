@@ -14,7 +14,7 @@ from verticalfs.exceptions import ConfigError, ProtocolError
 from verticalfs.federation import Federation
 from verticalfs.methods import create, get
 from verticalfs.methods.icafs import messages as M
-from verticalfs.methods.icafs.role import path_scores
+from verticalfs.methods.icafs.role import explained_scores, path_scores
 from verticalfs.names import LABEL_HOLDER
 
 SMALL = dict(get("icafs").test_params)
@@ -137,6 +137,91 @@ def test_path_scores_by_hand():
     np.testing.assert_allclose(path_scores(model, comp), np.linalg.norm(A, axis=0), rtol=1e-5)
 
 
+def test_explained_scores_by_hand():
+    """With ``own=True`` each feature's share is the R^2 of its least squares fit on the kept
+    components (with an intercept); a constant feature scores 0; the blocks change nothing."""
+    from verticalfs.nn.models import MLP
+
+    torch.manual_seed(0)
+    model = MLP(6, (8, 8), 4, "relu")
+    X = torch.randn(300, 6)
+    X[:, 5] = 0.25  # constant
+    comp = np.array([True, False, True, True])
+    with torch.no_grad():
+        H = model(X).numpy()[:, comp].astype(np.float64)
+    A = np.column_stack([H, np.ones(len(H))])
+    want = []
+    for j in range(6):
+        x = X[:, j].numpy().astype(np.float64)
+        if x.std() == 0:
+            want.append(0.0)
+            continue
+        res = x - A @ np.linalg.lstsq(A, x, rcond=None)[0]
+        want.append(1 - (res @ res) / ((x - x.mean()) @ (x - x.mean())))
+    got = explained_scores(model, X, comp, own=True)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    np.testing.assert_allclose(explained_scores(model, X, comp, own=True, block=7), got, atol=1e-7)
+    np.testing.assert_allclose(explained_scores(model, X, comp, block=7), explained_scores(model, X, comp), atol=1e-7)
+    assert model.training  # left as it was
+
+
+def test_explained_scores_take_out_the_features_own_contribution():
+    """For a linear encoder ``H = X W' + b`` the share without the feature's own contribution is
+    exactly ``c' C^+ c / var`` with ``c = cov(H, x_j) - W[:, j] var_j``: by hand, and an
+    independent column with a large weight scores ~0 while its plain R^2 is large."""
+    from verticalfs.nn.models import MLP
+
+    rng = np.random.default_rng(1)
+    n = 4000
+    z = rng.normal(size=(n, 1))
+    X = np.hstack([z + 0.3 * rng.normal(size=(n, 3)), rng.normal(size=(n, 1))])
+    model = MLP(4, (), 2, "relu")
+    with torch.no_grad():
+        model.input_layer.weight[:] = torch.tensor([[0.3, 0.3, 0.0, 2.0], [0.0, 0.2, 0.4, 0.0]])
+    H = X @ model.input_layer.weight.detach().numpy().T.astype(np.float64)
+    Xc, Hc = X - X.mean(0), H - H.mean(0)
+    C = Hc.T @ Hc / n
+    want = []
+    for j in range(4):
+        var = Xc[:, j] @ Xc[:, j] / n
+        c = Hc.T @ Xc[:, j] / n - model.input_layer.weight.detach().numpy()[:, j] * var
+        want.append(c @ np.linalg.solve(C, c) / var)
+    got = explained_scores(model, torch.from_numpy(X.astype(np.float32)), np.ones(2, dtype=bool))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert got[3] < 0.01 < 0.5 < explained_scores(model, torch.from_numpy(X.astype(np.float32)),
+                                                   np.ones(2, dtype=bool), own=True)[3]
+    assert got[:3].min() > 0.1
+
+
+def test_explained_ranking_puts_noise_below_signal_where_weights_do_not():
+    """The case the rule is for (issue 53): twenty real columns are noisy mixtures of two latent
+    factors, forty noise columns are independent, and the encoder (a random ReLU network) carries
+    *larger* weights on every noise column than on any real one (as Adam leaves the weights of
+    columns an encoder used to fit its training rows). The weights' paths rank every noise column
+    first; the plain R^2 on the components cannot tell them apart either; the share without the
+    feature's own contribution ranks every real column above every noise column."""
+    from verticalfs.nn.models import MLP
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    z = rng.normal(size=(n, 2))
+    L = rng.choice([-1.0, 1.0], size=(2, 20)) * rng.uniform(0.5, 1.5, size=(2, 20))
+    X = torch.from_numpy(np.hstack([z @ L + 0.5 * rng.normal(size=(n, 20)), rng.normal(size=(n, 40))]).astype(np.float32))
+    torch.manual_seed(0)
+    model = MLP(60, (16, 16), 4, "relu")
+    with torch.no_grad():
+        W = model.input_layer.weight
+        W[:, :20] *= 0.5
+        W[:, 20:] *= 3.0
+    comp = np.ones(4, dtype=bool)
+    p = path_scores(model, comp)
+    assert p[20:].min() > p[:20].max()  # the weights alone keep the noise
+    plain = explained_scores(model, X, comp, own=True)
+    assert plain[20:].max() > plain[:20].min()
+    s = explained_scores(model, X, comp)
+    assert s[:20].min() > 1.5 * s[20:].max()
+
+
 @SHARED_TRACED
 def test_selection_keeps_the_ratio_for_real(traced, data):
     m, fed = traced
@@ -209,12 +294,34 @@ def test_saved_model_predicts_what_the_trained_one_does(traced, tmp_path):
     ({"gamma": 0.5}, "gamma"),
     ({"critic_norm": "batch"}, "critic_norm"),
     ({"aux_weight": -1.0}, "aux_weight"),
+    ({"rank": "gradient"}, "rank"),
 ])
 def test_bad_settings_fail_before_work(data, bad, match):
     fed = Federation.in_process(data)
     with pytest.raises(ConfigError, match=match):
         create("icafs", **{**SMALL, **bad}).fit(fed)
     assert fed.ledger.total_bytes == 0
+
+
+def test_party_refuses_an_unknown_ranking_rule(data):
+    """``ICAFSSpec.rank`` comes from the label holder: a party refuses a rule it does not know when
+    asked to select, before it changes its inputs."""
+    import dataclasses
+
+    from verticalfs.dispatch import Context
+    from verticalfs.methods.icafs.role import ICAFSRole
+    from verticalfs.party import LocalData
+    from verticalfs.transport.messages import At
+
+    spec = dataclasses.replace(M.ICAFSSpec(hidden=(8, 8), embedding_dim=4, activation="relu", optimizer="adam",
+                                           lr=0.01, weight_decay=0.0, seed=0, batch_size=32, shuffle_seed=0),
+                               rank="oracle")
+    ctx = Context(None, At("selection", 0), LABEL_HOLDER)
+    role = ICAFSRole(LocalData.of(data.parties[0]), spec, ctx)
+    before = role.model.input_layer.weight.shape
+    with pytest.raises(ProtocolError, match="rank"):
+        role.on_select_features(M.SelectFeatures(components=np.ones(4, dtype=bool), ratio=0.5), ctx)
+    assert role.model.input_layer.weight.shape == before
 
 
 def test_regression_target_refused():

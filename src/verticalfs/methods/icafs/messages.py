@@ -17,7 +17,9 @@ Stages 2 and 3 (Algorithm 2, phase ``train``) use the core :class:`EmbedRequest`
 :class:`Gradients` on the party's ``synthetic`` split (Algorithm 2 lines 4-10) and on ``train``
 (lines 12-16). At the end, ``SelectFeatures`` (phase ``selection``) tells each party which of its
 embedding components the gates kept; it ranks its input features through its encoder (ours:
-icafs.md selects components only) and keeps its top ``ratio``.
+icafs.md selects components only; by the share of each feature's variance those components explain,
+``ICAFSSpec.rank``) and keeps its top ``ratio``. The ranking uses the party's own rows and encoder
+only: no message is added for it, and the reply is the count of features kept.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ class ICAFSSpec(SplitSpec):
     ``dp_noise`` > 0: DP-SGD (Opacus) on the encoder's steps on real rows with this noise
     multiplier and per-sample clipping at ``dp_clip``, the real rows' batches then Poisson
     samples from ``shuffle_seed`` (:class:`~.dp.PoissonPlan`, on both sides) and the noise keyed
-    by the party's own OS entropy (:mod:`.dp`).
+    by the party's own OS entropy (:mod:`.dp`); ``rank``: how the party ranks its input features
+    at :class:`SelectFeatures`, ``explained`` (:func:`~.role.explained_scores`) or ``path``
+    (:func:`~.role.path_scores`).
     """
 
     code_dim: int = 64
@@ -56,6 +60,7 @@ class ICAFSSpec(SplitSpec):
     synth_shuffle_seed: int = 0
     dp_noise: float = 0.0
     dp_clip: float = 1.0
+    rank: str = "explained"
 
 
 @message("icafs.CriticRequest")
@@ -124,8 +129,8 @@ class Synthesized:
 @message("icafs.SelectFeatures")
 class SelectFeatures:
     """Holder -> party, phase ``selection``: ``components`` (bool, one per embedding component of
-    the party) are the ones the gates kept; keep the top ``ratio`` of your input features by their
-    weight to those components, for real."""
+    the party) are the ones the gates kept; keep the top ``ratio`` of your input features ranked
+    through your encoder against those components (``ICAFSSpec.rank``), for real."""
 
     components: np.ndarray
     ratio: float

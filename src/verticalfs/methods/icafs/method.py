@@ -11,10 +11,29 @@ label leaves it.
 
 Which features (issue item 3; the mapping is ours): a component is kept when in at least half of
 the real training rows some selector's indicator gate is open; each party then ranks its input
-features by the weights of their paths to its kept components
-(:func:`~.role.path_scores`) and keeps its top ``select_ratio`` for real (phase ``selection``);
-``refit_epochs`` more epochs of stage 3 train on those features alone, and the metrics reported
-are of that model (section V-B evaluates the selected features by training on them).
+features against its kept components and keeps its top ``select_ratio`` for real (phase
+``selection``); ``refit_epochs`` more epochs of stage 3 train on those features alone, and the
+metrics reported are of that model (section V-B evaluates the selected features by training on
+them).
+
+The ranking (``rank``; issue 53, ours): by default (``explained``) the share of each feature's
+variance, over the party's training rows, that its kept components explain linearly once the
+feature's own first-order contribution to them is taken out (:func:`~.role.explained_scores`):
+whether the *other* features make the components carry what this one carries. An independent
+noise column scores ~0 whatever its weights. Until issue 53 (``path``) the weights of each
+feature's paths to the kept components (:func:`~.role.path_scores`): with Adam every weight moves
+by about the learning rate, and the encoder uses noise columns to fit its training rows, so on
+``multiclass-synth`` the path scores put the injected noise at a mean rank percentile of .57-.60
+against .44-.46 for the real columns (chance .5). Measured before choosing, from one trained model
+per set (``benchmarks/icafs/ranking_designs.py``; noise removed at ``select_ratio`` 0.5):
+gradient x input and gradient sensitivity of the loss under indicator gates, on training or on
+validation rows (the latter would need the label holder to send gradients of validation rows: a
+new message), the first-order and the measured loss increase when a column is set to its mean,
+and the plain R^2 on the components were no better than the path scores on ``multiclass-synth``
+(see ``benchmarks/icafs/README.md``, "Which input features (issue 53)", for the table). The rule
+needs no message beyond :class:`~.messages.SelectFeatures` and the party's own rows: what the
+party tells the label holder is, as before, the count it keeps (and, in the run's report, which
+features and their scores).
 
 Ablations (Table VI, ``variant``): ``fixed-temp`` (``tau = 1``), ``embedding`` (an MLP on the
 embeddings instead of the gates, trained like the gates on synthetic then real rows), ``no-fs``
@@ -99,6 +118,12 @@ class ICAFSParams(TrainConfig):
     select_ratio : float
         Share of each party's input features kept at the end (0.5, as the FedSDG-FS and VFLFS
         baselines keep).
+    rank : str
+        How each party ranks its input features against the kept components (ours; icafs.md
+        selects components only): ``explained`` (the default since issue 53: the share of each
+        feature's variance the kept components explain, :func:`~.role.explained_scores`) or
+        ``path`` (the weights of its paths to them, :func:`~.role.path_scores`, the rule until
+        then). Measured in the module docstring.
     refit_epochs : int
         Epochs of stage 3 on the selected features alone after the selection (10).
     synth_steps : int
@@ -157,6 +182,7 @@ class ICAFSParams(TrainConfig):
     gamma: float = 200.0
     variant: str = "icafs"
     select_ratio: float = 0.5
+    rank: str = "explained"
     refit_epochs: int = 10
     synth_steps: int = 250
     synth_batch: int = 500
@@ -181,6 +207,7 @@ class ICAFSParams(TrainConfig):
         "gamma": [Interval(float, 1, None)],
         "variant": [Options(*VARIANTS)],
         "select_ratio": [Interval(float, 0, 1, closed="right")],
+        "rank": [Options("explained", "path")],
         "refit_epochs": [Interval(int, 0, None)],
         "synth_steps": [Interval(int, 0, None)],
         "synth_batch": [Interval(int, 1, None)],
@@ -221,7 +248,8 @@ class ICAFSTrainer(SplitTrainer):
                                      "gan_lr": float(params.gan_lr), "max_modes": int(params.max_modes),
                                      "critic_norm": str(params.critic_norm),
                                      "synth_shuffle_seed": derive_seed(seed, "synthetic batches"),
-                                     "dp_noise": float(dp_noise), "dp_clip": float(params.dp_clip)}, **kwargs)
+                                     "dp_noise": float(dp_noise), "dp_clip": float(params.dp_clip),
+                                     "rank": str(params.rank)}, **kwargs)
         self.use_synthetic = params.variant != "no-fs"
         self.y_syn: torch.Tensor | None = None
         self.synth_plan: BatchPlan | None = None
@@ -467,6 +495,8 @@ class ICAFS(Method):
                               "(use a classification target)")
         if p.variant not in VARIANTS:
             raise ConfigError(f"{self.name}: variant must be one of {VARIANTS}, got {p.variant!r}")
+        if p.rank not in ("explained", "path"):
+            raise ConfigError(f"{self.name}: rank must be 'explained' or 'path', got {p.rank!r}")
         if p.arch not in ("conv", "conv-full", "mlp"):
             raise ConfigError(f"{self.name}: arch must be 'conv', 'conv-full' or 'mlp', got {p.arch!r}")
         if p.critic_norm not in ("layernorm", "spectral"):

@@ -50,6 +50,73 @@ def path_scores(model, components: np.ndarray) -> np.ndarray:
         return torch.linalg.vector_norm(A, dim=0).numpy().astype(np.float64)
 
 
+def explained_scores(model, X: torch.Tensor, components: np.ndarray, own: bool = False,
+                     block: int = 1 << 14) -> np.ndarray:
+    """Per input feature ``j``, the share of its variance over the rows ``X`` that the kept
+    embedding ``components`` explain linearly once the feature's own contribution to them is taken
+    out: ``c_j' C_HH^+ c_j / var_j``, with ``C_HH`` the covariance of the kept components of
+    ``model(X)``, ``var_j`` the feature's variance (0 for a constant feature) and ``c_j`` the
+    components' covariance with the feature minus, to first order, the part that runs through the
+    feature itself: ``cov(H, x_j) - mean_r(dH_r/dx_rj (x_rj - mean_j)^2)``. ``own=True`` keeps that
+    part (the plain R^2 of the feature on the components). icafs.md ranks embedding components only;
+    this mapping to input features is ours (issue 53; why this rule, and what was measured against
+    it, in :mod:`.method`).
+
+    What it measures: whether the feature carries the signal the label holder's gates kept,
+    judged by the *other* features. A feature the components are built from, or one that shares
+    variance with what they carry (a redundant copy, a neighbouring pixel, another feature whose
+    mean follows the class), keeps a large share. An independent noise column is independent of
+    everything else the components are made of, so its share is ~0 (of the order ``k / n``) however
+    large its weights: the weights (:func:`path_scores`) and the gradients say little here, because
+    Adam moves every weight by about the learning rate whatever its gradient and the encoder uses
+    noise columns to fit its training rows. A feature that alone carries a signal no other feature
+    shares scores low too: the rule trades that case for noise columns.
+
+    Two passes over ``X`` in blocks of ``block`` rows (means, then sums of products in float64, the
+    Jacobian's diagonal terms by one backward pass per kept component), so a party of millions of
+    rows (a memory-mapped split) holds one block's activations at a time."""
+    cols = torch.from_numpy(np.flatnonzero(components))
+    n, d, k = X.shape[0], X.shape[1], len(cols)
+    if n < 2 or k == 0:
+        return np.zeros(d)
+    mx = torch.zeros(d, dtype=torch.float64)
+    for a in range(0, n, block):
+        mx += X[a:a + block].double().sum(0)
+    mx /= n
+    sxx = torch.zeros(d, dtype=torch.float64)
+    sh, shh, shx = (torch.zeros(k, dtype=torch.float64), torch.zeros(k, k, dtype=torch.float64),
+                    torch.zeros(k, d, dtype=torch.float64))
+    through = torch.zeros(k, d, dtype=torch.float64)  # sum_r dH_rc/dx_rj (x_rj - mean_j)^2
+    was_training = model.training
+    model.eval()
+    try:
+        for a in range(0, n, block):
+            Xb = X[a:a + block].detach().clone().requires_grad_(not own)
+            with torch.set_grad_enabled(not own):
+                Hb = model(Xb).index_select(1, cols)
+            Xc = Xb.detach().double() - mx
+            if not own:
+                for c in range(k):
+                    (g,) = torch.autograd.grad(Hb[:, c].sum(), Xb, retain_graph=c < k - 1)
+                    through[c] += (g.double() * Xc * Xc).sum(0)
+            Hd = Hb.detach().double()
+            sxx += (Xc * Xc).sum(0)
+            sh += Hd.sum(0)
+            shh += Hd.T @ Hd
+            shx += Hd.T @ Xc
+    finally:
+        model.train(was_training)
+    mh = sh / n
+    var = sxx / n
+    chh = shh / n - torch.outer(mh, mh)
+    chx = shx / n - through / n  # (X is centred: the components' mean drops out)
+    explained = (chx * (torch.linalg.pinv(chh, hermitian=True, rtol=1e-10) @ chx)).sum(0)
+    # a constant feature (variance 0 up to rounding) explains nothing and is explained by nothing
+    live = var > 1e-12 * torch.clamp(var.max(), min=1e-300)
+    share = torch.where(live, explained / torch.where(live, var, torch.ones_like(var)), torch.zeros_like(var))
+    return share.clamp(0.0, 1.0).numpy()
+
+
 class ICAFSRole(SplitRole):
     """A party of ``icafs`` (and of its ablations)."""
 
@@ -199,7 +266,21 @@ class ICAFSRole(SplitRole):
         ratio = float(msg.ratio)
         if not 0 < ratio <= 1:
             raise ProtocolError(f"party {self.name!r}: SelectFeatures.ratio must lie in (0, 1], got {ratio}")
-        scores = path_scores(self.model, comp if comp.any() else np.ones(width, dtype=bool))
+        comp = comp if comp.any() else np.ones(width, dtype=bool)
+        rank = str(self.spec.rank)
+        if rank == "explained":  # the default since issue 53 (ours): explained_scores
+            dpm = self.dp_module
+            if dpm is not None:  # DP-SGD's per-sample hooks: not for the scoring's backward passes
+                dpm.disable_hooks()
+            try:
+                scores = explained_scores(self.model, self.data.X("train"), comp)
+            finally:
+                if dpm is not None:
+                    dpm.enable_hooks()
+        elif rank == "path":  # the rule until then: the weights' paths
+            scores = path_scores(self.model, comp)
+        else:
+            raise ProtocolError(f"party {self.name!r}: ICAFSSpec.rank must be 'explained' or 'path', got {rank!r}")
         self.ranking_scores = scores  # of every input, before the selection (benchmarks/icafs/noise_ranking.py)
         d = len(scores)
         k = max(1, int(round(ratio * d)))
@@ -213,5 +294,6 @@ class ICAFSRole(SplitRole):
         return FeaturesSelected(n_features=int(len(keep)))
 
     def feature_scores(self) -> np.ndarray | None:
-        """The path scores of the kept features (:func:`path_scores`), once the party has selected."""
+        """The ranking scores of the kept features (:func:`explained_scores`, or :func:`path_scores`
+        with ``rank="path"``), once the party has selected."""
         return self.scores
