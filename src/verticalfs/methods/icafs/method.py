@@ -21,16 +21,16 @@ variance, over the party's training rows, that its kept components explain linea
 feature's own first-order contribution to them is taken out (:func:`~.role.explained_scores`):
 whether the *other* features make the components carry what this one carries. An independent
 noise column scores ~0 whatever its weights. Until issue 53 (``path``) the weights of each
-feature's paths to the kept components (:func:`~.role.path_scores`): with Adam every weight moves
-by about the learning rate, and the encoder uses noise columns to fit its training rows, so on
-``multiclass-synth`` the path scores put the injected noise at a mean rank percentile of .57-.60
-against .44-.46 for the real columns (chance .5). Measured before choosing, from one trained model
-per set (``benchmarks/icafs/ranking_designs.py``; noise removed at ``select_ratio`` 0.5):
-gradient x input and gradient sensitivity of the loss under indicator gates, on training or on
-validation rows (the latter would need the label holder to send gradients of validation rows: a
-new message), the first-order and the measured loss increase when a column is set to its mean,
-and the plain R^2 on the components were no better than the path scores on ``multiclass-synth``
-(see ``benchmarks/icafs/README.md``, "Which input features (issue 53)", for the table). The rule
+feature's paths to the kept components (:func:`~.role.path_scores`): on ``multiclass-synth`` they
+put the injected noise at a mean rank percentile of .57-.60 against .44-.46 for the real columns
+(chance .5). A likely cause (not isolated): Adam moves every weight by about the learning rate
+whatever its gradient, and the encoder uses noise columns to fit its training rows. Measured
+against the rule from the same trained models (``benchmarks/icafs/ranking_designs.py``; the table
+in ``benchmarks/icafs/README.md``, "Which input features (issue 53)"): gradient x input and
+gradient sensitivity of the loss under indicator gates, on training or on validation rows (the
+latter would need the label holder to send the gradients of validation rows: a new message), the
+first-order and the measured loss increase when a column is set to its mean, and the plain R^2 on
+the components. The rule
 needs no message beyond :class:`~.messages.SelectFeatures` and the party's own rows: what the
 party tells the label holder is, as before, the count it keeps (and, in the run's report, which
 features and their scores).
