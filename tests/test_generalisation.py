@@ -71,15 +71,12 @@ from verticalfs.methods import registry
 # secureboost .830, 115 s at load 3-7; autoencoder .698, 17 s at load 7. synth30: sbt-filter .767
 # (vfl .527), 30 of 751 kept, 100 %, 270 s at load 11-15 (before the fix: .833 keeping 94);
 # secureboost .543, 85 s at load 7.
-# ICAFS's synth30 case (issue 53): its input features ranked by the share of their variance the kept
-# components explain (rank="explained"; the path scores kept 37 % of the noise): .677 (vfl .527),
-# 376 of 751 kept, 100 % of the noise removed (2026-11-28, 2,170 s at load 5-10, one pytest process)
+# ICAFS's two cases (issue 53) pass since each party ranks its input features by the share of their
+# variance the kept components explain (rank="explained"; the path scores removed 63 % / 79 % of the
+# noise): synth30 .677 (vfl .527), 376 of 751 kept, 100 % of the noise removed; wide20 .917 (vfl
+# .917), 768 of 1,535 kept, 100 % (2026-11-28, 2,170 s and 2,179 s at load 5-10, one pytest process
+# a case, both at once)
 KNOWN_SHORTFALLS: dict[tuple[str, str], str] = {
-    ("icafs", "wide20"): "issue 53: keeps half of each party's columns (select_ratio 0.5, the paper's), 768 of "
-                         "1,535, at .899 (vfl .917) with 79 % of the noise removed (2026-11-28, load 8-10); "
-                         "its selection's rule was not reworked in issue 53. At select_ratio 0.3: .917, 460 "
-                         "kept, 95 % removed (695 s at load 2-5; benchmarks/icafs/noise_ranking.py): not "
-                         "yet measured on other sets, so not the default",
 }
 #: cases that take minutes on 2 cores (measured 2026-11-26, idle: synth30-sffs 267 s, -ms-gini
 #: 118 s, -icafs 117 s at the cap (501 s at its own defaults, not idle), -sefs 82 s, digits-sefs
