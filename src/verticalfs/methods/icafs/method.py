@@ -30,10 +30,9 @@ in ``benchmarks/icafs/README.md``, "Which input features (issue 53)"): gradient 
 gradient sensitivity of the loss under indicator gates, on training or on validation rows (the
 latter would need the label holder to send the gradients of validation rows: a new message), the
 first-order and the measured loss increase when a column is set to its mean, and the plain R^2 on
-the components. The rule
-needs no message beyond :class:`~.messages.SelectFeatures` and the party's own rows: what the
-party tells the label holder is, as before, the count it keeps (and, in the run's report, which
-features and their scores).
+the components. The rule needs no message beyond :class:`~.messages.SelectFeatures` and the
+party's own rows: what the party tells the label holder is, as before, the count it keeps (and,
+in the run's report, which features and their scores).
 
 Ablations (Table VI, ``variant``): ``fixed-temp`` (``tau = 1``), ``embedding`` (an MLP on the
 embeddings instead of the gates, trained like the gates on synthetic then real rows), ``no-fs``

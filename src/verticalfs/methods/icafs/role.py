@@ -69,8 +69,9 @@ def explained_scores(model, X: torch.Tensor, components: np.ndarray, own: bool =
     everything else the components are made of, so its share is ~0 (of the order ``k / n``) however
     large its weights. The weights (:func:`path_scores`) ranked noise columns near chance on
     ``multiclass-synth`` (likely because Adam moves every weight by about the learning rate whatever
-    its gradient, and the encoder uses noise columns to fit its training rows). A feature that alone carries a signal no other feature
-    shares scores low too: the rule trades that case for noise columns.
+    its gradient, and the encoder uses noise columns to fit its training rows). A feature that
+    alone carries a signal no other feature shares scores low too: the rule trades that case for
+    noise columns.
 
     Two passes over ``X`` in blocks of ``block`` rows (means, then sums of products in float64, the
     Jacobian's diagonal terms by one backward pass per kept component), so a party of millions of
