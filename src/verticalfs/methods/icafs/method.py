@@ -30,7 +30,11 @@ in ``benchmarks/icafs/README.md``, "Which input features (issue 53)"): gradient 
 gradient sensitivity of the loss under indicator gates, on training or on validation rows (the
 latter would need the label holder to send the gradients of validation rows: a new message), the
 first-order and the measured loss increase when a column is set to its mean, and the plain R^2 on
-the components. The rule needs no message beyond :class:`~.messages.SelectFeatures` and the
+the components. At the defaults, seed 0, 3 parties, +50 % noise columns, before (``path``) ->
+after (accuracy, share of the noise removed; vfl): breast cancer .982, 80 % -> .947, 100 % (.956);
+digits .939, 100 % -> .922, 94 % (.947); USPS (3,000 rows) .928, 96 % -> .933, 100 % (.930);
+``multiclass-synth`` .640, 63 % -> .677, 100 % (.527); ``digit-images`` .899, 79 % -> .917, 100 %
+(.917) (docs/methods/icafs.md says how each was run). The rule needs no message beyond :class:`~.messages.SelectFeatures` and the
 party's own rows: what the party tells the label holder is, as before, the count it keeps (and,
 in the run's report, which features and their scores).
 
