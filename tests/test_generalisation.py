@@ -57,7 +57,7 @@ from verticalfs.methods import registry
 # Cases that fail the suite's bar with the defaults on main, each with its figures, marked xfail
 # (not strict: a fixed case shows XPASS) until its method is fixed. Empty from 2026-11-26 (issue
 # 40) until issue 53 added the noise-removal bar (>= 80 % of the injected noise columns removed)
-# and the wide case: the cases below meet the accuracy bars but not that one (issue 53, open).
+# and the wide case; the last two cases short of that bar (ICAFS's, below) pass since 2026-11-28.
 # Measured in the suite itself (2026-11-28, `pytest tests/test_generalisation.py -m "slow or not
 # slow" -k <case>`, one process, load 7-12): every other selecting case run of digits, wide20 and
 # synth30 passed, the gates (.948 / .938, 91 % / 90 % of the noise removed on wide20) and CompFS
@@ -118,7 +118,7 @@ NOISE_REMOVED = 0.8
 #: 510 s and digits .939 in 234 s (vfl .931; eleventh sitting, load ~2, one pytest process); in CI
 #: under xdist beside the other worker's cases 1,234 s and 282 s (fresh clone at 900de69), 1,256 s
 #: and 259 s (CI's own run of a6509d1), 586 s and 608 s (fresh clone at fcdb4b7): which cases share
-#: the other worker decides it
+#: the other worker decides it; with rank="explained" (issue 53) .677 with 100 % of the noise removed
 #: LESS-VFL and local lasso too (issue 53): at the cap on synth30 their stage 3 kept 32-33 % of the
 #: noise columns (less-vfl .490, local-lasso .513; vfl .527): with 64-row batches and 10 epochs the
 #: short pre-training leaves a model whose validation accuracy every larger lambda_m candidate
