@@ -67,7 +67,10 @@ else:  # typing.dataclass_transform is Python 3.11+; it only informs type checke
 # answers no TrustQuery)
 # 1.6: the gates' penalty path (fedsdg_fs.GatePenalty)
 # 1.7: group lasso's penalty path (baselines.GroupLassoPenalty)
-PROTOCOL_VERSION: tuple[int, int] = (1, 7)
+# 2.0: fields added to existing kinds, which a 1.x peer would misread (fields are positional):
+# the MI filters' ``estimator`` (feast.ScoreRequest, feast.LabelScoresRequest), ICAFS's ``rank`` (ICAFSSpec);
+# a 1.x peer is refused by version instead of failing inside a decode
+PROTOCOL_VERSION: tuple[int, int] = (2, 0)
 
 # message classes are typed type[Any]: their _vf_* attributes are set by @message
 _REGISTRY: dict[int, type[Any]] = {}  # kind id -> class
