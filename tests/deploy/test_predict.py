@@ -37,8 +37,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("deploy_predict")]
 METHODS = {
     "vfl": {"epochs": 2, "batch_size": 64, "hidden": (16, 8)},
     "sparsevfl-16": {"epochs": 2, "batch_size": 64},
-    # lambdas small enough that every party keeps features (see the report: a saved less-vfl model in which a
-    # party kept none cannot be restored, in-process or not)
+    # lambdas small enough that every party keeps features, so every party's saved part is exercised (a party
+    # less-vfl's stage 3 drops takes no part in the saved model: Method.parties_in_model, tests/test_model.py)
     "less-vfl": {"epochs": 2, "batch_size": 64, "hidden": (16, 8), "pretrain_epochs": 1, "select_epochs_m": 1,
                  "select_epochs_s": 1, "lambda_m": 0.05, "lambda_s": 0.0002},
     "feast": {"n_select": 6},
