@@ -25,22 +25,53 @@ import warnings
 import numpy as np
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(ratios: str) -> argparse.ArgumentParser:
+    """The options of this diagnostic and of ``ranking_designs.py`` beside it."""
+    ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="multiclass-synth")
-    ap.add_argument("--ratios", default="0.5,0.4,0.3,0.25,0.2,0.15,0.1")
+    ap.add_argument("--ratios", default=ratios)
     ap.add_argument("--params", default="{}", help="JSON parameters of icafs (default: its defaults)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def case(name: str):
+    """``name`` built as both diagnostics use it (3 parties, +50 % Gaussian noise columns, seed 0,
+    one thread): the data, each party's noise-column mask and an in-process federation."""
     import torch
 
     import verticalfs
     from verticalfs.federation import Federation
-    from verticalfs.methods import create
 
     torch.set_num_threads(1)
-    data = verticalfs.build_data(a.data, parties=3, noise=0.5, seed=0)
+    data = verticalfs.build_data(name, parties=3, noise=0.5, seed=0)
     noise = {p.name: np.asarray(data.ground_truth[p.name], dtype=bool) for p in data.parties}
-    fed = Federation.in_process(data)
+    return data, noise, Federation.in_process(data)
+
+
+def percentiles(s: np.ndarray) -> np.ndarray:
+    """Each column's rank percentile under scores ``s`` (0 = ranked first)."""
+    pct = np.empty(len(s))
+    pct[np.argsort(-s, kind="stable")] = np.arange(len(s)) / len(s)
+    return pct
+
+
+def top_share(scores: dict, noise: dict, ratio: float) -> tuple[int, int]:
+    """Columns kept and noise columns among them when each party keeps its top ``ratio`` by ``scores``."""
+    kept = kept_noise = 0
+    for q, s in scores.items():
+        top = np.argsort(-s, kind="stable")[: max(1, int(round(ratio * len(s))))]
+        kept += len(top)
+        kept_noise += int(noise[q][top].sum())
+    return kept, kept_noise
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = arguments("0.5,0.4,0.3,0.25,0.2,0.15,0.1")
+    ap.description = __doc__.splitlines()[0]
+    a = ap.parse_args(argv)
+    from verticalfs.methods import create
+
+    data, noise, fed = case(a.data)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -52,16 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     scores = {q: np.asarray(fed.local_runtime(q).role.ranking_scores) for q in data.party_names}
     total = sum(int(v.sum()) for v in noise.values())
     for ratio in (float(x) for x in a.ratios.split(",")):
-        kept = kept_noise = 0
-        for q, s in scores.items():
-            top = np.argsort(-s, kind="stable")[: max(1, int(round(ratio * len(s))))]
-            kept += len(top)
-            kept_noise += int(noise[q][top].sum())
+        kept, kept_noise = top_share(scores, noise, ratio)
         print(f"select_ratio {ratio}: {kept} kept, {kept_noise} of {total} noise columns among them, "
               f"{1 - kept_noise / total:.0%} removed")
     for q, s in scores.items():
-        pct = np.empty(len(s))
-        pct[np.argsort(-s, kind="stable")] = np.arange(len(s)) / len(s)
+        pct = percentiles(s)
         print(f"{q}: mean rank percentile of the noise {pct[noise[q]].mean():.2f}, of the real columns "
               f"{pct[~noise[q]].mean():.2f}")
     return 0

@@ -26,41 +26,31 @@ Jacobian, row by row; ``x - mu``: the row's feature minus its training mean):
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
 
-def percentiles(s: np.ndarray) -> np.ndarray:
-    pct = np.empty(len(s))
-    pct[np.argsort(-s, kind="stable")] = np.arange(len(s)) / len(s)
-    return pct
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="multiclass-synth")
-    ap.add_argument("--ratios", default="0.5,0.4,0.3")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # noise_ranking beside this script
+    from noise_ranking import arguments, case, percentiles, top_share
+
+    ap = arguments("0.5,0.4,0.3")
+    ap.description = __doc__.splitlines()[0]
     ap.add_argument("--save", default=None, help="save the trained parties' encoders and the rankings here")
-    ap.add_argument("--params", default="{}", help="JSON parameters of icafs (default: its defaults)")
     a = ap.parse_args(argv)
     import torch
     import torch.nn.functional as F
 
-    import verticalfs
-    from verticalfs.federation import Federation
     from verticalfs.methods import create
     from verticalfs.methods.icafs.method import ICAFSTrainer
     from verticalfs.methods.icafs.role import explained_scores, path_scores
 
-    torch.set_num_threads(1)
-    data = verticalfs.build_data(a.data, parties=3, noise=0.5, seed=0)
-    noise = {p.name: np.asarray(data.ground_truth[p.name], dtype=bool) for p in data.parties}
-    fed = Federation.in_process(data)
+    data, noise, fed = case(a.data)
     t0 = time.perf_counter()
     m = create("icafs", seed=0, **json.loads(a.params))
     with warnings.catch_warnings():
@@ -135,11 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         line = [f"{name:>11}"]
         for ratio in (float(x) for x in a.ratios.split(",")):
-            kept_noise = 0
-            for q, c in results.items():
-                s = c[name]
-                topk = np.argsort(-s, kind="stable")[: max(1, int(round(ratio * len(s))))]
-                kept_noise += int(noise[q][topk].sum())
+            _, kept_noise = top_share({q: c[name] for q, c in results.items()}, noise, ratio)
             line.append(f"{ratio}: {1 - kept_noise / total:4.0%} removed")
         pn = np.concatenate([percentiles(c[name])[noise[q]] for q, c in results.items()]).mean()
         pr = np.concatenate([percentiles(c[name])[~noise[q]] for q, c in results.items()]).mean()
