@@ -37,12 +37,16 @@ def cluster(tmp_path_factory):
     os.environ.pop(engine.FAULT_DIR_ENV, None)
 
 
-def _table(root: Path, n: int = 3000, files: int = 3, seed: int = 0) -> tuple[Path, Path, pd.DataFrame]:
-    """A party's table as a folder of ``files`` Parquet files and as one file (the local engines')."""
+def _table(root: Path, n: int = 3000, files: int = 3, seed: int = 0,
+           extreme: bool = False) -> tuple[Path, Path, pd.DataFrame]:
+    """A party's table as a folder of ``files`` Parquet files and as one file (the local engines');
+    ``extreme``: a value of column ``d`` that squashes the others under min-max scaling."""
     rng = np.random.default_rng(seed)
     df = pd.DataFrame({"id": [f"c{i}" for i in rng.permutation(n)], "a": rng.normal(2, 3, n),
                        "b": rng.integers(0, 6, n).astype(float), "c": rng.choice(["x", "y", "z"], n),
                        "d": rng.exponential(1.0, n)})
+    if extreme:
+        df.loc[:, "d"] = np.where(np.arange(n) % 97 == 0, 1e9, df["d"])  # (in the training rows too)
     df.loc[rng.random(n) < 0.05, "a"] = np.nan
     df.loc[rng.random(n) < 0.05, "c"] = None
     folder = root / "table"
@@ -91,8 +95,9 @@ def test_ranges_of_the_matrices_written_by_many_writers_from_files_of_different_
     """The transform's writers each prepare one contiguous range of a split's matrix from every
     unit's rows: with many ranges (a range's rows from several units, a split cut in several
     ranges) and files whose column types differ (integers in one, floats in another), the rows are
-    the in-memory party's."""
-    folder, one, df = _table(tmp_path, n=2000, files=4)
+    the in-memory party's; so are its warnings (those of squashed columns are made while the
+    writers run)."""
+    folder, one, df = _table(tmp_path, n=2000, files=4, extreme=True)
     part = folder / "part-1.parquet"
     pd.read_parquet(part).astype({"b": "int64"}).to_parquet(part, index=False)  # (the others: float64)
     memory = DeployedParty("telecom", one, categorical=["c"], stream=False)
@@ -101,9 +106,11 @@ def test_ranges_of_the_matrices_written_by_many_writers_from_files_of_different_
     msg = _align_msg(df, "minmax", "median")
     got, ref = _prepared(party, msg), _prepared(memory, msg)
     assert party.table.last_pass["writer"] == "ranges"
-    assert len(party.table.tasks) >= 4 + 11  # the fit's units, then the writers (a piece more per split at most)
+    assert len(party.table.tasks) == 4 + 11  # the fit's units, then the writers
     for s in SPLITS:
         assert got[s].shape[0] > 0 and np.array_equal(got[s], ref[s])
+    assert party.preprocessor.warnings == [w.replace(str(one), str(folder)) for w in memory.preprocessor.warnings]
+    assert any("extreme values" in w and "'d'" in w for w in party.preprocessor.warnings)
 
 
 def test_ids_sorted_in_a_memory_mapped_file_and_read_through_a_uri(cluster, tmp_path):

@@ -1,6 +1,7 @@
 """The ray engine's id handling without a cluster: ids as fixed-width bytes from Arrow's buffers,
 text to UTF-8 without a Python object per id, the search among the sorted ids as integers (ids of
-at most 8 bytes) or as bytes, and the table's units of work (a file's row groups)."""
+at most 8 bytes) or as bytes, the table's units of work (a file's row groups) and the writers'
+ranges of the prepared matrices."""
 
 from __future__ import annotations
 
@@ -76,3 +77,31 @@ def test_units_are_a_files_row_groups_up_to_a_size(tmp_path, monkeypatch):
         ("p0.parquet", (0, 1, 2), 300), ("p0.parquet", (3, 4, 5), 300), ("p0.parquet", (6, 7, 8), 300),
         ("p0.parquet", (9,), 100), ("p1.parquet", (0, 1, 2), 250)]
     assert [u[2] for u in Table(5).units()] == [200, 200, 200, 200, 200, 250]  # about n / blocks rows a unit
+
+
+@pytest.mark.parametrize("sizes,pieces", [([630_000, 90_000, 180_000], 8), ([630_000, 90_000, 180_000], 2),
+                                          ([5, 0, 3], 4), ([100_000, 0, 7], 6), ([3000, 3000, 3000], 11),
+                                          ([0, 0, 0], 4), ([1, 0, 0], 3)])
+def test_the_writers_ranges_cover_every_row_once_in_as_many_even_pieces(sizes, pieces):
+    """The matrices, one after the other, cut into ``pieces`` ranges (fewer only where there are
+    fewer rows): every row of every split exactly once, in order, each range within a page of
+    the others' length, cuts on a page of their split (1,024 rows) or at a split's end."""
+    got = engine._cut(sizes, pieces)
+    total = sum(sizes)
+    assert len(got) == min(pieces, total)
+    flat = [(k, r) for piece in got for k, lo, hi in piece for r in range(lo, hi)] if total < 10_000 else None
+    if flat is not None:
+        assert flat == [(k, r) for k, n in enumerate(sizes) for r in range(n)]
+    at = [0] * len(sizes)
+    for piece in got:
+        assert piece and all(hi > lo for _k, lo, hi in piece)
+        for k, lo, hi in piece:
+            assert lo == at[k] and (k == piece[0][0] or lo == 0)
+            at[k] = hi
+            if total // max(1, pieces) > engine.PIECE_ALIGN:
+                assert lo % engine.PIECE_ALIGN == 0 and (hi % engine.PIECE_ALIGN == 0 or hi == sizes[k])
+        assert all(hi == sizes[k] for k, _lo, hi in piece[:-1])  # (a range goes on only past a split's end)
+    assert at == list(sizes)
+    lengths = [sum(hi - lo for _k, lo, hi in piece) for piece in got]
+    if lengths:
+        assert max(lengths) - min(lengths) <= 2 * engine.PIECE_ALIGN

@@ -156,10 +156,12 @@ def approximate(st: ColumnStats) -> bool:
 
 
 def preprocessor(party: str, cols: list[str], cats: list[str], stats: dict[str, ColumnStats], *, scaling: str,
-                 impute: str, where: str = "") -> PartyPreprocessor:
+                 impute: str, where: str = "", dominated: bool = True) -> PartyPreprocessor:
     """The party's preprocessor from the merged statistics of its training rows (see the module
     docstring for what is exact): the same columns, order, fills, scales, categories and warnings
-    as :meth:`PartyPreprocessor.fit` on the whole block."""
+    as :meth:`PartyPreprocessor.fit` on the whole block. ``dominated=False`` leaves out the
+    warnings of columns min-max scaling squashes (:func:`dominated_warnings`, which gives them
+    first in the list: a caller adds them later, e.g. while the transform runs)."""
     from sklearn.preprocessing import MinMaxScaler, RobustScaler
 
     cat_set = set(cats)
@@ -228,8 +230,8 @@ def preprocessor(party: str, cols: list[str], cats: list[str], stats: dict[str, 
         offset.append(b)
     if scaling != "none" and num:
         pp.scale, pp.offset = (scale, offset) if n_rows else ([1.0] * len(num), [0.0] * len(num))
-    if scaling == "minmax" and n_rows >= 4:
-        pp.warnings += _dominated(party, num, stats, src)
+    if dominated:
+        pp.warnings += dominated_warnings(party, cols, cats, stats, scaling=scaling, where=where)
     for c in cat:
         st = stats[c]
         if st.missing:
@@ -249,6 +251,17 @@ def preprocessor(party: str, cols: list[str], cats: list[str], stats: dict[str, 
     if n_rows > 1 and cols and constant:
         pp.warnings.append(PartyPreprocessor.constant_warning(party, list(cols), src))
     return pp
+
+
+def dominated_warnings(party: str, cols: list[str], cats: list[str], stats: dict[str, ColumnStats], *,
+                       scaling: str, where: str = "") -> list[str]:
+    """The warnings of :func:`preprocessor` for the numeric columns whose extreme values squash the
+    others under min-max scaling (none for another scaling): the first of its warnings."""
+    num = [c for c in cols if c not in set(cats)]
+    n_rows = max((stats[c].n for c in cols), default=0)
+    if scaling != "minmax" or n_rows < 4:
+        return []
+    return _dominated(party, num, stats, f" in {where}" if where else "")
 
 
 def _with_fill(st: ColumnStats, fill: float | None) -> ColumnStats:
