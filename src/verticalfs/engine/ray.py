@@ -551,7 +551,7 @@ def _handed_task(rows: dict, kw: dict) -> tuple[list[int], float]:
     return out, (time.process_time() - c0, w0, time.time())
 
 
-#: rows a writer task (:func:`_range_task`) transforms and writes at a time, at most
+#: rows a writer task (:func:`_range_task`) transforms at a time, at most
 #: :data:`TRANSFORM_BYTES` of float64 (a chunk's copies stay in the CPU's caches and the heap's
 #: pages are reused: 1M rows of 50 columns, 8 writers on 2 workers, measured 2026-11-28, the
 #: writers' CPU 0.50 s with 8,192 rows, 0.60 s with 16,384 (90k page faults), 0.57 s with 4,096
@@ -571,15 +571,6 @@ def _chunk_rows(d: int) -> int:
 PIECE_ALIGN = 1024
 
 
-#: bytes of a range's prepared rows a writer (:func:`_range_task`) hands to ``pwrite`` at once, at
-#: least, cut at a multiple of :data:`WRITE_ALIGN` bytes of the file: the page cache then holds the
-#: matrix in large folios (ext4's, 2 MB), which training's random reads of rows map a folio at a
-#: time (measured 2026-11-28, 1M rows: an epoch 0.4 s over a matrix written in ranges of 22 MB,
-#: 1.0 s over one written in chunks of 1.6 MB)
-WRITE_BYTES = 1 << 23
-WRITE_ALIGN = 1 << 21
-
-
 def _pwrite(fd: int, view: memoryview, at: int) -> None:
     done = 0
     while done < len(view):
@@ -589,13 +580,16 @@ def _pwrite(fd: int, view: memoryview, at: int) -> None:
 def _range_task(piece: tuple[tuple[int, int, int], ...], kw: dict, *units: dict) -> tuple[tuple[list, bool], tuple]:
     """One contiguous range of the matrices (``piece``: its segments ``(k, lo, hi)``, rows ``lo..hi-1``
     of split ``k``'s matrix; a range that crosses a split's end goes on in the next split's),
-    prepared in order, :func:`_chunk_rows` rows at a time: a chunk's rows are gathered from every
-    unit's aligned rows that the fit left in the object store (``units``, each sorted by split and
-    destination row: a slice of each, no copy), transformed together (a few MB: in the CPU's
-    caches) and placed in the segment's buffer, which is written with ``pwrite`` as it fills
-    (:data:`WRITE_BYTES`; no memory map: no page faults, no released pages, no page shared with
-    another writer but a range's first and last). Idempotent (a retried task writes the same
-    bytes). Gives ``(([rows per segment], whether every row of the range came exactly once), took)``."""
+    prepared and written: a segment's rows are gathered from every unit's aligned rows that the fit
+    left in the object store (``units``, each sorted by split and destination row: a slice of
+    each, no copy), transformed :func:`_chunk_rows` rows at a time (a few MB: in the CPU's caches),
+    placed in the segment's buffer and written with one ``pwrite`` (no memory map: no page faults,
+    no released pages, no page shared with another writer but a range's first and last; one large
+    write leaves the matrix in the page cache's large folios, which training's random reads of rows
+    map a folio at a time: measured 2026-11-28, 1M rows, an epoch took 0.4 s over a matrix written
+    in ranges of 22 MB, 1.0 s over one written in chunks of 1.6 MB). Idempotent (a retried task
+    writes the same bytes). Gives ``(([rows per segment], whether every row of the range came
+    exactly once), took)``."""
     import pyarrow as pa
 
     from verticalfs.data.preprocess import PartyPreprocessor
@@ -610,45 +604,37 @@ def _range_task(piece: tuple[tuple[int, int, int], ...], kw: dict, *units: dict)
     whole = np.empty((max(hi - lo for _k, lo, hi in piece), d), dtype=np.float32)
     counts, ok = [], True
     for k, lo, hi in piece:
-        spans = []  # each unit's rows of this segment: (unit, first, last + 1), sorted by destination row
+        parts, dests = [], []  # this segment's rows of each unit (a slice), and their rows in the segment
         for u in units:
             sp, dst = u["split"], u["dest"]
             a, b = int(np.searchsorted(sp, k, "left")), int(np.searchsorted(sp, k, "right"))
             i, j = a + np.searchsorted(dst[a:b], [lo, hi])
             if j > i:
-                spans.append((u, int(i), int(j)))
-        counts.append(sum(j - i for _u, i, j in spans))
+                parts.append(u["table"].slice(int(i), int(j - i)))
+                dests.append(dst[i:j] - lo)
+        counts.append(sum(len(x) for x in dests))
         seg = whole[:hi - lo]
-        flat, base, sent = memoryview(seg).cast("B"), lo * d * 4, 0  # (bytes of seg written so far)
+        r = np.concatenate(dests) if dests else np.zeros(0, dtype=np.int64)
+        if len(r) != hi - lo or not (np.bincount(r, minlength=hi - lo) == 1).all():
+            ok = False
+            seg[:] = 0  # (rows missing or repeated: the coordinator refuses the pass)
+        groups: dict[Any, list[int]] = {}  # parts of one schema are transformed together (files may differ)
+        for i, p in enumerate(parts):
+            groups.setdefault(p.schema, []).append(i)
+        starts = np.concatenate([[0], np.cumsum([len(x) for x in dests])]).astype(np.int64)
+        for idx in groups.values():
+            t = pa.concat_tables([parts[i] for i in idx])
+            rg = np.concatenate([r[starts[i]:starts[i + 1]] for i in idx])
+            for c in range(0, len(rg), step):  # (a few MB at a time: in the CPU's caches)
+                part = t.slice(c, step)
+                X = _matrix(_frame(part, cols, cats, None), cols, part.num_rows)
+                seg[rg[c:c + step]] = pp.transform(X, where=kw["where"])
+            del t
+        del parts
+        flat, base = memoryview(seg).cast("B"), lo * d * 4
         fd = os.open(kw["outputs"][k][0], os.O_WRONLY)
         try:
-            for c in range(lo, hi, step):
-                e = min(hi, c + step)
-                buf = seg[c - lo:e - lo]
-                parts, rows = [], []
-                for u, i, j in spans:
-                    a, b = i + np.searchsorted(u["dest"][i:j], [c, e])
-                    if b > a:
-                        parts.append(u["table"].slice(int(a), int(b - a)))
-                        rows.append(u["dest"][a:b] - c)
-                r = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
-                if len(r) != e - c or not (np.bincount(r, minlength=e - c) == 1).all():
-                    ok = False
-                    buf[:] = 0  # (rows missing or repeated: the coordinator refuses the pass)
-                groups: dict[Any, list[int]] = {}  # parts of one schema are transformed together (files may differ)
-                for i, p in enumerate(parts):
-                    groups.setdefault(p.schema, []).append(i)
-                starts = np.concatenate([[0], np.cumsum([len(x) for x in rows])]).astype(np.int64)
-                for idx in groups.values():
-                    t = pa.concat_tables([parts[i] for i in idx])
-                    X = _matrix(_frame(t, cols, cats, None), cols, t.num_rows)
-                    buf[np.concatenate([r[starts[i]:starts[i + 1]] for i in idx])] = pp.transform(X, where=kw["where"])
-                ready = (e - lo) * d * 4
-                if e == hi or ready - sent >= WRITE_BYTES:
-                    end = ready if e == hi else (base + ready) // WRITE_ALIGN * WRITE_ALIGN - base
-                    if end > sent:
-                        _pwrite(fd, flat[sent:end], base + sent)
-                        sent = end
+            _pwrite(fd, flat, base)
             if node is None or _node_id() != node:
                 os.fsync(fd)  # (a shared filesystem: the coordinator's node reads it; on its own node, its page cache)
         finally:
