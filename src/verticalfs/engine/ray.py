@@ -55,7 +55,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -266,8 +266,6 @@ class SortedIds:
         step = SEARCH_ROWS
         if len(q) >= 1 << 16:  # (two threads: numpy's sort and search release the GIL)
             step = min(step, -(-len(q) // 2))
-            from concurrent.futures import ThreadPoolExecutor
-
             with ThreadPoolExecutor(2) as ex:
                 for f in [ex.submit(self._positions, q, out, keys, a, step) for a in range(0, len(q), step)]:
                     f.result()
@@ -393,10 +391,11 @@ class _Columns(Mapping):
         import pyarrow as pa
 
         self.batch, self.cols, self.cats = batch, list(cols), cats
+        self._known = set(self.cols)
         self.idx = None if rows is None else pa.array(rows, pa.int64())
 
     def __getitem__(self, c: str) -> Any:
-        if c not in self.cols:
+        if c not in self._known:
             raise KeyError(c)
         col = self.batch.column(c)
         return _column(col if self.idx is None else col.take(self.idx), c in self.cats)
@@ -552,10 +551,10 @@ def _handed_task(rows: dict, kw: dict) -> tuple[list[int], float]:
 
 
 #: rows a writer task (:func:`_range_task`) transforms at a time, at most
-#: :data:`TRANSFORM_BYTES` of float64 (a chunk's copies stay in the CPU's caches and the heap's
-#: pages are reused: 1M rows of 50 columns, 8 writers on 2 workers, measured 2026-11-28, the
-#: writers' CPU 0.50 s with 8,192 rows, 0.60 s with 16,384 (90k page faults), 0.57 s with 4,096
-#: (more Python per row); a whole range of 110k rows at once, 0.83 s)
+#: :data:`TRANSFORM_BYTES` of float64 (a chunk's copies are a few MB and the heap's pages are
+#: reused). Measured 2026-11-28, 1M rows of 50 columns, 8 ranges on 2 workers, the writers' CPU
+#: seconds and page faults: 4,096 rows 0.57 and 0.73 s; 8,192 rows 0.60 and 0.70 s, ~20k faults;
+#: 16,384 rows 0.93 and 0.74 s, ~70k; 32,768 rows (verticalfs 0.8.0) 0.64-0.78 s, ~55k
 TRANSFORM_ROWS = 1 << 13
 #: bytes of float64 a chunk of :data:`TRANSFORM_ROWS` holds at most (wide tables: fewer rows a chunk)
 TRANSFORM_BYTES = 1 << 22
