@@ -113,7 +113,7 @@ def _epoch(data, batch: int = 1024, seed: int = 0) -> float:
 
 
 def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out, writer: str = "ranges",
-         handoff: bool | None = None) -> None:
+         handoff: bool | None = None, shards: bool = True) -> None:
     """One configuration, in a process of its own (its VmHWM is the configuration's peak)."""
     import torch
 
@@ -127,7 +127,7 @@ def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out, writer: s
         t = time.perf_counter()
         ray = connect(num_cpus=workers)  # a Ray instance of this many worker CPUs on 127.0.0.1
         party = DeployedParty("telecom", Path(table), engine="ray")
-        party.table.writer, party.table.handoff = writer, handoff
+        party.table.writer, party.table.handoff, party.table.shards = writer, handoff, shards
 
         if int(ray.cluster_resources().get("CPU", 0)) != workers:
             raise RuntimeError(f"the Ray instance has {ray.cluster_resources().get('CPU')} CPUs, not {workers}")
@@ -151,7 +151,8 @@ def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out, writer: s
         res["prepare_coordinator_cpu_s"] = time.process_time() - c
         res["rss_after_prepare_mb"] = _hwm_mb()
         del msg
-        res.update({k: v for k, v in party.table.last_pass.items() if k.endswith("_s") or k in ("units", "writer")})
+        res.update({k: v for k, v in party.table.last_pass.items()
+                    if k.endswith("_s") or k in ("units", "writer", "shards")})
         res["stages"]["epoch"] = _epoch(party.data)
         res["peak_rss_mb"] = _hwm_mb()
         res["load"] = os.getloadavg()[0]
@@ -165,10 +166,10 @@ def _one(table: str, n: int, workers: int, psi: bool, chunk: int, out, writer: s
 
 
 def run_one(table: Path, n: int, workers: int, *, psi: bool = True, chunk: int = 16_384,
-            writer: str = "ranges", handoff: bool | None = None) -> dict:
+            writer: str = "ranges", handoff: bool | None = None, shards: bool = True) -> dict:
     ctx = mp.get_context("spawn")
     a, b = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_one, args=(str(table), n, workers, psi, chunk, b, writer, handoff))
+    p = ctx.Process(target=_one, args=(str(table), n, workers, psi, chunk, b, writer, handoff, shards))
     p.start()
     res = a.recv()
     p.join(120)
@@ -188,7 +189,8 @@ def slope(rows: list[int], secs: list[float]) -> float:
 def fmt(r: dict) -> str:
     st = "  ".join(f"{k} {v:8.1f} s" for k, v in r["stages"].items())
     cpu = (f", workers' CPU {r['fit_cpu_s']:.1f} + {r['transform_cpu_s']:.1f} s over {r['units']} units, coordinator's "
-           f"CPU {r['prepare_coordinator_cpu_s']:.1f} s, writer {r.get('writer')}" if "fit_cpu_s" in r else "")
+           f"CPU {r['prepare_coordinator_cpu_s']:.1f} s, writer {r.get('writer')}"
+           + (", a file per range" if r.get("shards") else "") if "fit_cpu_s" in r else "")
     return (f"{r['rows']:>12,} rows, {r['workers']} worker{'s' if r['workers'] > 1 else ' '}: {st}   "
             f"coordinator peak RSS {r['peak_rss_mb']:6.0f} MB (after reading {r['rss_after_read_mb']:.0f}, "
             f"preparing {r['rss_after_prepare_mb']:.0f})"
@@ -215,6 +217,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     help="how the transform writes the prepared matrices: ranges (a writer task per contiguous range "
                          "of rows, the default) or units (verticalfs 0.8: each unit's rows at their aligned rows "
                          "through a memory map; to compare)")
+    ap.add_argument("--shards", choices=("on", "off"), default="on",
+                    help="whether each range writer writes a file of its own, spliced into one map per split (on, "
+                         "the default since 0.8.2) or every writer writes into its split's one file (off, as 0.8.1; "
+                         "benchmarks/scale/writers.py: two buffered writers of one file take turns on its lock)")
     ap.add_argument("--handoff", choices=("auto", "on", "off"), default="auto",
                     help="whether the fit leaves the aligned rows in Ray's object store for the transform: auto (the "
                          "engine's choice: where they fit in half the store, which Ray sizes from the memory free "
@@ -255,7 +261,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     print(f"{n:>12,} rows, 1 worker : left out (--one-worker-sizes)", flush=True)
                     continue
                 r = run_one(table, n, w, psi=not a.no_psi, chunk=a.chunk, writer=a.writer,
-                           handoff={"auto": None, "on": True, "off": False}[a.handoff])
+                           handoff={"auto": None, "on": True, "off": False}[a.handoff], shards=a.shards == "on")
                 results.append(r)
                 print(fmt(r), flush=True)
         mine = {r["workers"]: r for r in results if r.get("rows") == n}

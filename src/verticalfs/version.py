@@ -3,4 +3,4 @@
 CHANGELOG.md says what each version changed; ``pyproject.toml`` reads it from here.
 """
 
-__version__ = "0.8.1"
+__version__ = "0.8.2"

@@ -5,6 +5,7 @@ retried by Ray and the prepared rows are the same. Slow: Ray starts its processe
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -17,6 +18,7 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("pyarrow")
 
+from verticalfs.data.stream import splice_pad, spliced_memmap  # noqa: E402
 from verticalfs.data.vertical import SPLITS  # noqa: E402
 from verticalfs.deploy.party import Align, DeployedParty  # noqa: E402
 from verticalfs.engine import ray as engine  # noqa: E402
@@ -171,11 +173,40 @@ def test_psi_blinding_on_ray_tasks_finds_the_same_intersection(cluster, tmp_path
     assert np.array_equal(idx, threads)
 
 
-def test_a_worker_killed_during_the_preparation_is_retried_with_the_same_result(cluster, tmp_path):
-    folder, _, df = _table(tmp_path, n=3000, files=3)
+def test_a_file_per_range_spliced_into_one_map_per_split(cluster, tmp_path):
+    """Where the writers' ranges start on pages of the matrix (beyond a few thousand rows), each
+    writer writes a file of its own and each split's files are spliced into one memory map: the rows
+    are the in-memory party's, and a second alignment's files replace the first's."""
+    folder, one, df = _table(tmp_path, n=24_000, files=4)
+    memory = DeployedParty("telecom", one, categorical=["c"], stream=False)
+    party = DeployedParty("telecom", folder, categorical=["c"], engine="ray")
+    party.table.pieces = 6
+    for seed in (1, 2):
+        msg = _align_msg(df, "minmax", "median", seed=seed)
+        got, ref = _prepared(party, msg), _prepared(memory, msg)
+        assert party.table.last_pass["writer"] == "ranges" and party.table.last_pass["shards"] is True
+        d = len(party.data.feature_names)
+        for s in SPLITS:
+            assert got[s].shape[0] > 2048 and np.array_equal(got[s], ref[s])
+            m = party.data._X_src[s]
+            assert isinstance(m, np.memmap) and type(m._mmap).__name__ == "_Splice" and spliced_memmap
+            out = Path(m.filename).parent
+            files = {int(f.name.split(".")[1]): f for f in out.glob(f"telecom-{s}.*.f32")}
+            assert not (out / f"telecom-{s}.f32").exists() and min(files) == 0 and len(files) > 1
+            # (exactly this alignment's rows: an earlier alignment's files were removed)
+            assert sum(f.stat().st_size - splice_pad(lo * d * 4) for lo, f in files.items()) == len(ref[s]) * d * 4
+    party.table.shards = False  # (as 0.8.1: every writer into its split's one file)
+    assert np.array_equal(_prepared(party, msg)["train"], ref["train"]) and party.table.last_pass["shards"] is False
+
+
+@pytest.mark.parametrize("n", [3000, 24_000])  # (ranges in one file per split; a file per range)
+def test_a_worker_killed_during_the_preparation_is_retried_with_the_same_result(cluster, tmp_path, n):
+    folder, _, df = _table(tmp_path, n=n, files=3)
     party = DeployedParty("telecom", folder, categorical=["c"], engine="ray")
     msg = _align_msg(df, "minmax", "median")
     ref = _prepared(party, msg)
+    assert party.table.last_pass["shards"] is (n > 3000)
+    shutil.rmtree(cluster, ignore_errors=True)  # (an earlier case's hook)
     cluster.mkdir()  # the hook: the first transform task writes its pid and waits
     out: dict = {}
     worker = threading.Thread(target=lambda: out.update(got=_prepared(party, msg)))
@@ -194,6 +225,7 @@ def test_a_worker_killed_during_the_preparation_is_retried_with_the_same_result(
         os.kill(pid, 0)  # it is gone: its block was prepared again by another worker
     for s in SPLITS:
         assert np.array_equal(out["got"][s], ref[s])
+    shutil.rmtree(cluster)  # (the hook off for the tests after it)
 
 
 def test_the_transform_reading_again_and_the_fits_handoff_prepare_the_same_rows(cluster, tmp_path):

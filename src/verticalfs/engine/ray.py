@@ -30,7 +30,9 @@ cluster (the ``ray`` extra: ``pip install 'verticalfs[ray]'``; Ray is Apache-2.0
   engine's): one writer task per contiguous range of the matrices (as many ranges as units,
   rounded up to a multiple of the cluster's CPUs, of about as many rows each) takes that range's
   rows from every unit's aligned rows, prepares them a few MB at a time and writes the range in
-  order (:meth:`RayTable._write_ranges`;
+  order, into a file of its own where the ranges start on pages (Linux), the split's files then
+  spliced into one memory map (:func:`~verticalfs.data.stream.spliced_memmap`: buffered writes
+  into one file take turns on its lock) (:meth:`RayTable._write_ranges`;
   where the aligned rows would not fit in half the object store, each unit is read again and its
   rows written at their aligned rows through a memory map);
 - **faults**: each unit and each range is a Ray task; a worker that dies is retried by Ray (a task's writes are
@@ -47,6 +49,7 @@ cluster is inside the party's trust boundary (docs/scale.md).
 
 from __future__ import annotations
 
+import mmap
 import os
 import secrets
 import shutil
@@ -62,7 +65,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from verticalfs.data.stream import BATCH_ROWS, WRITE_ROWS, keep_pages_released, release_pages
+from verticalfs.data.stream import (
+    BATCH_ROWS,
+    WRITE_ROWS,
+    keep_pages_released,
+    release_pages,
+    splice_pad,
+    spliced_memmap,
+)
 from verticalfs.exceptions import ConfigError, DataError
 
 #: an environment variable for tests: a folder where the first transform task writes its pid and
@@ -582,13 +592,17 @@ def _range_task(piece: tuple[tuple[int, int, int], ...], kw: dict, *units: dict)
     prepared and written: a segment's rows are gathered from every unit's aligned rows that the fit
     left in the object store (``units``, each sorted by split and destination row: a slice of
     each, no copy), transformed :func:`_chunk_rows` rows at a time (a few MB: in the CPU's caches),
-    placed in the segment's buffer and written with one ``pwrite`` (no memory map: no page faults,
-    no released pages, no page shared with another writer but a range's first and last; one large
-    write leaves the matrix in the page cache's large folios, which training's random reads of rows
-    map a folio at a time: measured 2026-11-28, 1M rows, an epoch took 0.4 s over a matrix written
-    in ranges of 22 MB, 1.0 s over one written in chunks of 1.6 MB). Idempotent (a retried task
-    writes the same bytes). Gives ``(([rows per segment], whether every row of the range came
-    exactly once), took)``."""
+    placed in the segment's buffer and written with one ``pwrite``: into the segment's own file
+    where ``kw["shards"]`` (:func:`_shard_path`, from byte
+    :func:`~verticalfs.data.stream.splice_pad`: two workers' buffered writes into one file take
+    turns on its inode lock, ``benchmarks/scale/writers.py``), else at its rows of the split's
+    file. No memory map: no page faults, no released pages, no page shared with another writer;
+    one large write leaves the matrix in the page cache's large folios, which training's random
+    reads of rows map a folio at a time (measured 2026-11-28, 1M rows: an epoch took 0.4 s over a
+    matrix written in ranges of 22 MB, 1.0 s over one written in chunks of 1.6 MB, 0.8-1.0 s over
+    one written through populated memory maps). Idempotent (a retried task writes the same
+    bytes). Gives ``(([rows per segment], whether every row of the range came exactly once),
+    took)``."""
     import pyarrow as pa
 
     from verticalfs.data.preprocess import PartyPreprocessor
@@ -630,8 +644,10 @@ def _range_task(piece: tuple[tuple[int, int, int], ...], kw: dict, *units: dict)
                 seg[rg[c:c + step]] = pp.transform(X, where=kw["where"])
             del t
         del parts
-        flat, base = memoryview(seg).cast("B"), lo * d * 4
-        fd = os.open(kw["outputs"][k][0], os.O_WRONLY)
+        shard = kw.get("shards")
+        flat, base = memoryview(seg).cast("B"), splice_pad(lo * d * 4) if shard else lo * d * 4
+        fd = (os.open(_shard_path(kw["outputs"][k][0], lo), os.O_WRONLY | os.O_CREAT, 0o600) if shard
+              else os.open(kw["outputs"][k][0], os.O_WRONLY))
         try:
             _pwrite(fd, flat, base)
             if node is None or _node_id() != node:
@@ -640,6 +656,13 @@ def _range_task(piece: tuple[tuple[int, int, int], ...], kw: dict, *units: dict)
             os.close(fd)
         del flat
     return (counts, ok), (time.process_time() - c0, w0, time.time())
+
+
+def _shard_path(path: str, lo: int) -> str:
+    """The file of the rows from ``lo`` of the matrix ``path`` where each range is a file of its own
+    (``<split file>.<lo>.f32``; its rows from byte :func:`~verticalfs.data.stream.splice_pad`)."""
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.{lo}{p.suffix}"))
 
 
 def _cut(sizes: Sequence[int], pieces: int, align: int = PIECE_ALIGN) -> list[tuple[tuple[int, int, int], ...]]:
@@ -773,6 +796,9 @@ class RayTable:
         # rows at their aligned rows through a memory map; kept to compare, benchmarks/scale)
         self.writer = "ranges"
         self.pieces: int | None = None  # ranges of the matrices the transform writes (None: as many as units)
+        # the ranges' writers each write a file, spliced into one map per split (Linux; False: every
+        # writer into its split's one file, as 0.8.1; kept to compare, benchmarks/scale)
+        self.shards = True
         self.handoff = handoff  # None: when the aligned rows fit in half the object store (_hand_off)
         self.last_pass: dict[str, Any] = {}  # what the latest preparation did (blocks, approximate columns)
 
@@ -903,23 +929,25 @@ class RayTable:
         return _cut(sizes, int(self.pieces or -(-len(self.units()) // cpus) * cpus))
 
     def _write_ranges(self, handed: dict, sizes: Sequence[int], outputs: list, kw: dict,
-                      meanwhile: Any = None) -> list[int]:
+                      meanwhile: Any = None, pieces: Sequence[tuple[tuple[int, int, int], ...]] | None = None
+                      ) -> list[int]:
         """The transform from the aligned rows each unit's fit left in the object store (``{unit:
         ref}``, emptied once the writers are submitted: the store frees them when the writers are
         done): one writer task per contiguous range of the matrices (:meth:`_pieces`,
         :func:`_range_task`); the rows written per split. ``meanwhile()``, if given, runs on the
-        coordinator while the writers do. Each range is written by one process,
-        sequentially with ``pwrite``: the transform's tasks of units (verticalfs 0.8) wrote each
-        unit's rows at their aligned rows, scattered over the whole of every matrix, so every
-        task faulted in and released pages of the whole file, shared with the other workers' (its
-        workers' CPU seconds grew by half with a second worker)."""
+        coordinator while the writers do; ``pieces``: the ranges (default :meth:`_pieces`), each
+        segment a file of its own where ``kw["shards"]`` (:func:`_shard_path`). Each range is
+        written by one process, sequentially with ``pwrite``: the transform's tasks of units
+        (verticalfs 0.8) wrote each unit's rows at their aligned rows, scattered over the whole
+        of every matrix, so every task faulted in and released pages of the whole file, shared
+        with the other workers' (its workers' CPU seconds grew by half with a second worker)."""
         ray = self._ray
         remote = _remote(ray, _range_task)
         refs = [handed[k] for k in sorted(handed)]
         handed.clear()
         kw = dict(kw, outputs=outputs)
         written = [0] * len(sizes)
-        tasks = {remote.remote(p, kw, *refs): p for p in self._pieces(sizes)}
+        tasks = {remote.remote(p, kw, *refs): p for p in (self._pieces(sizes) if pieces is None else pieces)}
         del refs
         if meanwhile is not None:  # (the coordinator's own work while the writers run)
             meanwhile()
@@ -1081,19 +1109,32 @@ class RayTable:
         fit_s = time.perf_counter() - t0
         marks["preprocessor"] = time.time() - start
         d = len(pp.feature_names)
+        ranged = bool(handoff and self.writer == "ranges" and d)
+        pieces = self._pieces(sizes) if ranged else []
+        # a file per range where the ranges start on pages (as _cut makes them beyond a few thousand
+        # rows), spliced into one map per split: two workers' buffered writes into one file take
+        # turns on its inode lock (benchmarks/scale/writers.py, RESULTS.md "0.8.2")
+        shards = bool(ranged and self.shards and sys.platform.startswith("linux")
+                      and all(lo * d * 4 % mmap.PAGESIZE == 0 for p in pieces for _k, lo, _hi in p))
         outputs = []
         for s, rows in zip(splits, sizes, strict=True):
             f = out_dir / f"{self.party}-{s}.f32"
-            if rows and d:
+            for old in out_dir.iterdir():  # an earlier alignment's ranges (a map of them stays valid)
+                rest = old.name[len(f.stem) + 1:-len(f.suffix)]
+                if old.name.startswith(f"{f.stem}.") and old.name.endswith(f.suffix) and rest.isdigit():
+                    old.unlink()
+            if shards:
+                f.unlink(missing_ok=True)  # (each range's writer makes its file)
+            elif rows and d:
                 np.memmap(f, dtype=np.float32, mode="w+", shape=(rows, d)).flush()
             outputs.append((str(f), rows, d))
         t1 = time.perf_counter()
         cpu1 = self.cpu_s
         written = np.zeros(len(splits), dtype=np.int64)
         kw = {"pp": pp.to_dict(), "cols": cols, "cats": cats, "where": where, "node": _node_id()}
-        ranged = bool(handoff and self.writer == "ranges" and d)
         if ranged:
-            written += np.asarray(self._write_ranges(handed, sizes, outputs, kw, meanwhile=warn), dtype=np.int64)
+            got = self._write_ranges(handed, sizes, outputs, dict(kw, shards=shards), meanwhile=warn, pieces=pieces)
+            written += np.asarray(got, dtype=np.int64)
         else:
             warn()  # each unit's rows written at their aligned rows through a memory map (re-read, or handed off)
             self._zero_fill(outputs)
@@ -1107,9 +1148,11 @@ class RayTable:
             raise DataError(f"party {self.party!r}: the transform wrote {written.tolist()} rows per split where "
                             f"{sizes} are aligned; {where!r} changed while it was read")
         maps: dict[str, np.ndarray] = {}
-        for s, (f, rows, _d) in zip(splits, outputs, strict=True):
+        for k, (s, (f, rows, _d)) in enumerate(zip(splits, outputs, strict=True)):
             if rows and d:
-                m = np.memmap(f, dtype=np.float32, mode="r+", shape=(rows, d))
+                m = (spliced_memmap([_shard_path(f, lo) for lo in sorted(lo for p in pieces for kk, lo, _hi in p
+                                                                          if kk == k)], (rows, d))
+                     if shards else np.memmap(f, dtype=np.float32, mode="r+", shape=(rows, d)))
                 release_pages(m)
                 keep_pages_released(m)
                 maps[s] = m
@@ -1117,7 +1160,7 @@ class RayTable:
                 maps[s] = np.zeros((rows, d), dtype=np.float32)
         marks["written"] = time.time() - start
         writer = "ranges" if ranged else "units" if handoff else "units (the table read again)"
-        self.last_pass = {"handoff": handoff, "writer": writer,
+        self.last_pass = {"handoff": handoff, "writer": writer, "shards": shards,
                           "fit_s": fit_s, "transform_s": time.perf_counter() - t1,
                           "units": len(self.units()),
                           "marks": marks, "tasks": [(c, a - start, b - start) for c, a, b in self.tasks],
