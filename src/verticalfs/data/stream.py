@@ -452,7 +452,7 @@ class _Splice:
     interface the helpers here use (``madvise``, ``flush``, ``close``, ``len``). It exposes its
     bytes through ``__array_interface__``, so an array over it keeps it (and its mapping) alive."""
 
-    def __init__(self, paths: Sequence[str | Path], sizes: Sequence[int], pads: Sequence[int]) -> None:
+    def __init__(self, paths: Sequence[str | Path], sizes: Sequence[int]) -> None:
         import ctypes
         import os
 
@@ -476,22 +476,16 @@ class _Splice:
         self._addr = start
         at = 0
         try:
-            for i, (path, n, pad) in enumerate(zip(paths, sizes, pads, strict=True)):
+            for i, (path, n) in enumerate(zip(paths, sizes, strict=True)):  # (n: bytes from splice_pad(at))
                 if n and i < len(sizes) - 1 and n % page:
                     raise ValueError(f"{str(path)!r}: {n} bytes, not a whole number of {page}-byte pages; only the "
                                      "last of the spliced files may end inside a page")
-                if pad != splice_pad(at):
-                    raise ValueError(f"{str(path)!r}: its rows start at byte {pad} where they must start at "
-                                     f"{splice_pad(at)} (splice_pad)")
-                if os.path.getsize(path) < pad + n:
-                    raise ValueError(f"{str(path)!r} holds {os.path.getsize(path)} bytes where {pad} + {n} are "
-                                     "spliced")
                 if not n:
                     continue
                 fd = os.open(path, os.O_RDWR)
                 try:
                     r = libc.mmap(self._addr + at, n, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | 0x10, fd,
-                                  pad)
+                                  splice_pad(at))
                 finally:
                     os.close(fd)
                 if r != self._addr + at:  # (0x10: MAP_FIXED, into its place in the reservation)
@@ -539,25 +533,23 @@ class SplicedMemmap(np.memmap):
 def spliced_memmap(paths: Sequence[str | Path], shape: tuple[int, int], dtype=np.float32) -> np.memmap:
     """A matrix of ``shape`` whose consecutive rows are in the files ``paths`` (each file's rows in
     order from byte :func:`splice_pad` of the matrix byte where they start; every file's rows but
-    the last file's a whole number of pages), memory-mapped as one
-    array (Linux: each file mapped into its place in one range of addresses). It is an
-    ``np.memmap`` (``filename``: the first file's), read and write, shared, so that
+    the last file's a whole number of pages), memory-mapped as one array (Linux: each file mapped
+    into its place in one range of addresses). It is an ``np.memmap`` (``filename``: the first
+    file's), read and write, shared, so that
     :func:`release_pages`, :func:`read_rows`, :func:`select_columns` and :func:`keep_pages_released`
     treat it as the map of one file. The ray engine's range writers write a file each: two
     buffered writers of one file take turns on its inode lock (``benchmarks/scale/writers.py``)."""
     dt = np.dtype(dtype)
     row = int(shape[1]) * dt.itemsize
-    sizes, pads, at = [], [], 0
-    for p in paths:
-        pad = splice_pad(at)
-        n = max(0, Path(p).stat().st_size - pad) // row * row if row else 0
+    sizes, at = [], 0
+    for p in paths:  # (each file's rows: its bytes after its hole, whole rows)
+        n = max(0, Path(p).stat().st_size - splice_pad(at)) // row * row if row else 0
         sizes.append(n)
-        pads.append(pad)
         at += n
     if at != int(shape[0]) * row:
         raise ValueError(f"the files {[str(p) for p in paths]} hold {at // max(row, 1)} rows of "
                          f"{shape[1]} columns where {shape[0]} are spliced")
-    splice = _Splice(paths, sizes, pads)
+    splice = _Splice(paths, sizes)
     raw = np.asarray(splice)  # (its base: the splice, kept alive by every view)
     arr = np.ndarray.__new__(SplicedMemmap, tuple(int(x) for x in shape), dtype=dt, buffer=raw)
     arr._mmap, arr.filename, arr.offset, arr.mode = splice, str(Path(paths[0]).resolve()), 0, "r+"

@@ -30,9 +30,9 @@ cluster (the ``ray`` extra: ``pip install 'verticalfs[ray]'``; Ray is Apache-2.0
   engine's): one writer task per contiguous range of the matrices (as many ranges as units,
   rounded up to a multiple of the cluster's CPUs, of about as many rows each) takes that range's
   rows from every unit's aligned rows, prepares them a few MB at a time and writes the range in
-  order, into a file of its own where the ranges start on pages (Linux), the split's files then
-  spliced into one memory map (:func:`~verticalfs.data.stream.spliced_memmap`: buffered writes
-  into one file take turns on its lock) (:meth:`RayTable._write_ranges`;
+  order, into a file of its own where the ranges start on pages (Linux; buffered writes into one
+  file take turns on its lock), a split's files then spliced into one memory map
+  (:func:`~verticalfs.data.stream.spliced_memmap`; :meth:`RayTable._write_ranges`;
   where the aligned rows would not fit in half the object store, each unit is read again and its
   rows written at their aligned rows through a memory map);
 - **faults**: each unit and each range is a Ray task; a worker that dies is retried by Ray (a task's writes are
@@ -929,14 +929,13 @@ class RayTable:
         return _cut(sizes, int(self.pieces or -(-len(self.units()) // cpus) * cpus))
 
     def _write_ranges(self, handed: dict, sizes: Sequence[int], outputs: list, kw: dict,
-                      meanwhile: Any = None, pieces: Sequence[tuple[tuple[int, int, int], ...]] | None = None
-                      ) -> list[int]:
+                      pieces: Sequence[tuple[tuple[int, int, int], ...]], meanwhile: Any = None) -> list[int]:
         """The transform from the aligned rows each unit's fit left in the object store (``{unit:
         ref}``, emptied once the writers are submitted: the store frees them when the writers are
         done): one writer task per contiguous range of the matrices (:meth:`_pieces`,
         :func:`_range_task`); the rows written per split. ``meanwhile()``, if given, runs on the
-        coordinator while the writers do; ``pieces``: the ranges (default :meth:`_pieces`), each
-        segment a file of its own where ``kw["shards"]`` (:func:`_shard_path`). Each range is
+        coordinator while the writers do; ``pieces``: the ranges (:meth:`_pieces`), each segment a
+        file of its own where ``kw["shards"]`` (:func:`_shard_path`). Each range is
         written by one process, sequentially with ``pwrite``: the transform's tasks of units
         (verticalfs 0.8) wrote each unit's rows at their aligned rows, scattered over the whole
         of every matrix, so every task faulted in and released pages of the whole file, shared
@@ -947,7 +946,7 @@ class RayTable:
         handed.clear()
         kw = dict(kw, outputs=outputs)
         written = [0] * len(sizes)
-        tasks = {remote.remote(p, kw, *refs): p for p in (self._pieces(sizes) if pieces is None else pieces)}
+        tasks = {remote.remote(p, kw, *refs): p for p in pieces}
         del refs
         if meanwhile is not None:  # (the coordinator's own work while the writers run)
             meanwhile()
@@ -1116,13 +1115,14 @@ class RayTable:
         # turns on its inode lock (benchmarks/scale/writers.py, RESULTS.md "0.8.2")
         shards = bool(ranged and self.shards and sys.platform.startswith("linux")
                       and all(lo * d * 4 % mmap.PAGESIZE == 0 for p in pieces for _k, lo, _hi in p))
+        stems = {f"{self.party}-{s}" for s in splits}
+        for old in out_dir.iterdir():  # an earlier alignment's ranges, <stem>.<row>.f32 (a map of them stays valid)
+            stem, _, rest = old.name.removesuffix(".f32").rpartition(".")
+            if old.name.endswith(".f32") and stem in stems and rest.isdigit():
+                old.unlink()
         outputs = []
         for s, rows in zip(splits, sizes, strict=True):
             f = out_dir / f"{self.party}-{s}.f32"
-            for old in out_dir.iterdir():  # an earlier alignment's ranges (a map of them stays valid)
-                rest = old.name[len(f.stem) + 1:-len(f.suffix)]
-                if old.name.startswith(f"{f.stem}.") and old.name.endswith(f.suffix) and rest.isdigit():
-                    old.unlink()
             if shards:
                 f.unlink(missing_ok=True)  # (each range's writer makes its file)
             elif rows and d:
@@ -1133,7 +1133,7 @@ class RayTable:
         written = np.zeros(len(splits), dtype=np.int64)
         kw = {"pp": pp.to_dict(), "cols": cols, "cats": cats, "where": where, "node": _node_id()}
         if ranged:
-            got = self._write_ranges(handed, sizes, outputs, dict(kw, shards=shards), meanwhile=warn, pieces=pieces)
+            got = self._write_ranges(handed, sizes, outputs, dict(kw, shards=shards), pieces, meanwhile=warn)
             written += np.asarray(got, dtype=np.int64)
         else:
             warn()  # each unit's rows written at their aligned rows through a memory map (re-read, or handed off)
